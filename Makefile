@@ -1,0 +1,49 @@
+# Nodeforge. `make demo` runs the sandbox demo; `make test` runs every test.
+# Both build what they need; nothing is downloaded but Go modules.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+BIN       ?= $(CURDIR)/bin
+GO        ?= go
+TOOLS_MOD := hack/tools
+CONTROLLER_GEN := $(BIN)/controller-gen
+
+# Test packages run one at a time: each integration package starts its own
+# control plane, and the CI machine has two cores.
+TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
+
+.PHONY: build
+build: ## Build nodeforge-scheduler, nodeforge-provisioner and nodeforge-sandbox into bin/.
+	$(GO) build -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
+	$(GO) build -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
+	$(GO) build -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
+
+.PHONY: components
+components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok.
+	$(BIN)/nodeforge-sandbox build
+
+$(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
+	$(GO) build -C $(TOOLS_MOD) -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crds.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./provisioner/apis/...
+	$(CONTROLLER_GEN) crd paths=./provisioner/apis/... output:crd:artifacts:config=manifests/crds
+
+.PHONY: test
+test: components $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries in bin/.
+	NODEFORGE_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: demo
+demo: components ## Start the sandbox and run the walk-through.
+	$(BIN)/nodeforge-sandbox demo
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,120 @@
+// Command nodeforge-provisioner turns NodeClaims into instances, adopts
+// their nodes and disrupts nodes safely. Every flag can also be set from the
+// environment: --cloud-provider from NODEFORGE_CLOUD_PROVIDER, and so on.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
+)
+
+type options struct {
+	cloudProvider           string
+	leaderElect             bool
+	leaderElectionNamespace string
+	metricsAddr             string
+	healthAddr              string
+	qps                     float64
+	burst                   int
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		klog.ErrorS(err, "Provisioner failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.CommandLine
+	klog.InitFlags(fs)
+	var o options
+	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Queries per second to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 300, "Burst of queries to the API server.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
+		return err
+	}
+	if o.cloudProvider != "simulated" {
+		return fmt.Errorf("--cloud-provider=%q: the only provider so far is simulated", o.cloudProvider)
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "nodeforge-provisioner"
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.healthAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "nodeforge-provisioner",
+		LeaderElectionNamespace:       o.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("informers", func(r *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+			return errors.New("informers not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// flagsFromEnv sets every flag not given on the command line from the
+// environment variable prefix+NAME, where NAME is the flag's name in upper
+// case with dashes as underscores (--kube-api-qps: NODEFORGE_KUBE_API_QPS).
+func flagsFromEnv(fs *flag.FlagSet, prefix string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}

@@ -1,0 +1,119 @@
+// Command nodeforge-sandbox runs Nodeforge on one machine: a real control
+// plane (etcd, kube-apiserver, kube-controller-manager), kwok for nodes and
+// pods, and Nodeforge's scheduler and provisioner with the simulated cloud.
+//
+//	nodeforge-sandbox up --dir DIR   start, print "ready kubeconfig=DIR/kubeconfig", run until SIGINT/SIGTERM
+//	nodeforge-sandbox build          build (or find in the cache) every component, print their paths
+//	nodeforge-sandbox demo           the walk-through that `make demo` runs
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+const usage = `usage:
+  nodeforge-sandbox up --dir DIR   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
+  nodeforge-sandbox build          build or reuse every component and print their paths
+  nodeforge-sandbox demo           run the walk-through in a temporary sandbox
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(ctx, os.Args[2:])
+	case "build":
+		err = build(ctx, os.Args[2:])
+	case "demo":
+		err = demo(ctx, os.Args[2:])
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodeforge-sandbox:", err)
+		os.Exit(1)
+	}
+}
+
+// binaries finds or builds the components. Nodeforge's own programs are
+// taken from the directory of this executable when they are there (make
+// build puts all three in bin/), else from $NODEFORGE_BIN_DIR, else built.
+func binaries(ctx context.Context) (*sandbox.Binaries, error) {
+	src, err := sandbox.FindSource()
+	if err != nil {
+		return nil, err
+	}
+	binDir := os.Getenv("NODEFORGE_BIN_DIR")
+	if binDir == "" {
+		if exe, err := os.Executable(); err == nil {
+			dir := filepath.Dir(exe)
+			if _, err := os.Stat(filepath.Join(dir, "nodeforge-scheduler")); err == nil {
+				binDir = dir
+			}
+		}
+	}
+	return sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, BinDir: binDir, Progress: os.Stderr})
+}
+
+func build(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := binaries(ctx)
+	if err != nil {
+		return err
+	}
+	for _, kv := range [][2]string{
+		{"etcd", b.Etcd}, {"kube-apiserver", b.KubeAPIServer}, {"kube-controller-manager", b.KubeControllerManager},
+		{"kwok", b.Kwok}, {"nodeforge-scheduler", b.Scheduler}, {"nodeforge-provisioner", b.Provisioner},
+	} {
+		fmt.Printf("%-24s %s\n", kv[0], kv[1])
+	}
+	fmt.Printf("%-24s %s\n", "kubernetes", b.KubernetesVersion)
+	return nil
+}
+
+func up(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	dir := fs.String("dir", "", "directory for the sandbox's kubeconfig, logs and data (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("up: --dir is required")
+	}
+	b, err := binaries(ctx)
+	if err != nil {
+		return err
+	}
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr})
+	if err != nil {
+		return err
+	}
+	defer sb.Stop()
+	fmt.Printf("ready kubeconfig=%s\n", sb.Kubeconfig)
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(os.Stderr, "stopping the sandbox")
+		return nil
+	case name := <-sb.Exited():
+		return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
+	}
+}

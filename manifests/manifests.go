@@ -1,0 +1,23 @@
+// Package manifests embeds the YAML that installs Nodeforge: the CRDs, the
+// namespace, the scheduler's and provisioner's identities and permissions,
+// the scheduler configuration and the examples. The sandbox installs these
+// very files, so what is tested is what a cluster gets.
+package manifests
+
+import "embed"
+
+// FS holds every manifest, by path relative to this directory.
+//
+//go:embed namespace.yaml crds/*.yaml scheduler/*.yaml provisioner/*.yaml examples/*.yaml
+var FS embed.FS
+
+// Install lists, in the order to apply them, the manifests a cluster needs
+// before Nodeforge's programs start.
+var Install = []string{
+	"crds/nodeforge.dev_nodepools.yaml",
+	"crds/nodeforge.dev_nodeclaims.yaml",
+	"crds/nodeforge.dev_simulatednodeclasses.yaml",
+	"namespace.yaml",
+	"scheduler/rbac.yaml",
+	"provisioner/rbac.yaml",
+}

@@ -1,0 +1,13 @@
+// Package v1alpha1 holds Nodeforge's API, group nodeforge.dev: NodePool (what
+// may be launched), NodeClaim (one virtual node, then one real node) and
+// SimulatedNodeClass (launch settings of the simulated cloud).
+//
+// NodePool field names follow the Karpenter v1 NodePool wherever the meaning
+// is the same, so an existing NodePool moves over by changing its apiVersion.
+// Validation lives in the CRD (OpenAPI and CEL markers below), so the API
+// server refuses a bad object with a readable message before any controller
+// sees it.
+//
+// +kubebuilder:object:generate=true
+// +groupName=nodeforge.dev
+package v1alpha1

@@ -1,0 +1,34 @@
+package v1alpha1
+
+import "regexp"
+
+// Well-known labels and taints. Every node Nodeforge launches carries
+// LabelNodePool, LabelCapacityType and the Kubernetes well-known labels for
+// instance type, zone, architecture and operating system.
+const (
+	// LabelNodePool names the NodePool a node or NodeClaim belongs to.
+	LabelNodePool = Group + "/nodepool"
+	// LabelCapacityType is the purchase option of a node: spot or on-demand.
+	LabelCapacityType = Group + "/capacity-type"
+	// CapacityTypeSpot and CapacityTypeOnDemand are the values of LabelCapacityType.
+	CapacityTypeSpot     = "spot"
+	CapacityTypeOnDemand = "on-demand"
+
+	// TaintBinding is the startup taint the provisioner puts on a node it
+	// adopts, so that the default scheduler does not take the room meant for
+	// the pods nominated to it; it is removed once they are bound.
+	TaintBinding = Group + "/binding"
+	// TaintDisrupted marks a node that is being drained for termination.
+	TaintDisrupted = Group + "/disrupted"
+
+	// AnnotationDoNotDisrupt on a pod or node keeps Nodeforge from disrupting it.
+	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
+)
+
+// reservedKey matches label and taint keys in the nodeforge.dev domain or one
+// of its subdomains. Users may not set these on a NodePool: Nodeforge owns them.
+// The same expression appears in the CEL rules of the types below.
+var reservedKey = regexp.MustCompile(`^([^/]*\.)?nodeforge\.dev/`)
+
+// IsReservedKey reports whether a label or taint key belongs to Nodeforge.
+func IsReservedKey(key string) bool { return reservedKey.MatchString(key) }

@@ -1,0 +1,146 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeClaim is one virtual node: the scheduler nominates pods to it before it
+// exists, the provisioner launches an instance for it, and it then tracks the
+// real node until that node is removed.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=nc
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.nodePool`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.status.instanceType`
+// +kubebuilder:printcolumn:name="Options",type=integer,JSONPath=`.status.instanceTypeOptions`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.status.zone`
+// +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacityType`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.nominatedPods`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`,priority=1
+type NodeClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec NodeClaimSpec `json:"spec"`
+	// +optional
+	Status NodeClaimStatus `json:"status,omitempty"`
+}
+
+// NodeClaimSpec is what the node must be: the pool it comes from, the
+// requirements every pod nominated to it imposes (among them the instance
+// types still open), and the resources those pods and the daemonsets request.
+type NodeClaimSpec struct {
+	// NodePool is the pool the claim was made from.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:message="nodePool is immutable",rule="self == oldSelf"
+	// +required
+	NodePool string `json:"nodePool"`
+	// Requirements the node must satisfy: the pool's, narrowed by every pod
+	// nominated so far.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	Requirements []NodeSelectorRequirementWithMinValues `json:"requirements,omitempty"`
+	// Resources requested by the nominated pods plus the daemonset overhead.
+	// +optional
+	Resources ResourceRequirements `json:"resources,omitempty"`
+	// Taints the node gets when it registers.
+	// +listType=atomic
+	// +optional
+	Taints []corev1.Taint `json:"taints,omitempty"`
+	// StartupTaints the node gets when it registers, removed by others.
+	// +listType=atomic
+	// +optional
+	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
+	// NodeClassRef names the provider-specific launch settings.
+	// +required
+	NodeClassRef NodeClassReference `json:"nodeClassRef"`
+	// ExpireAfter is copied from the pool when the claim is made.
+	// +kubebuilder:default="720h"
+	// +optional
+	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
+}
+
+// ResourceRequirements are the resources a NodeClaim must hold.
+type ResourceRequirements struct {
+	// Requests is the sum of the nominated pods' requests (init containers,
+	// sidecars and pod overhead included) and the daemonset overhead.
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+}
+
+// NodeClaimPhase is where a NodeClaim is in its life.
+// +kubebuilder:validation:Enum=Nominating;Launched;Registered;Initialized;Disrupting
+type NodeClaimPhase string
+
+// The phases of a NodeClaim, in order. Disrupting can follow any of them.
+const (
+	// NodeClaimNominating: the claim is open; the scheduler may nominate more pods.
+	NodeClaimNominating NodeClaimPhase = "Nominating"
+	// NodeClaimLaunched: an instance was created for the claim.
+	NodeClaimLaunched NodeClaimPhase = "Launched"
+	// NodeClaimRegistered: the instance's node joined and was adopted.
+	NodeClaimRegistered NodeClaimPhase = "Registered"
+	// NodeClaimInitialized: the node is ready and its nominated pods are bound.
+	NodeClaimInitialized NodeClaimPhase = "Initialized"
+	// NodeClaimDisrupting: the node is being drained and terminated.
+	NodeClaimDisrupting NodeClaimPhase = "Disrupting"
+)
+
+// NodeClaimStatus is what is known of the claim's instance and node.
+type NodeClaimStatus struct {
+	// Phase summarises the conditions.
+	// +optional
+	Phase NodeClaimPhase `json:"phase,omitempty"`
+	// Conditions: Launched, Registered, Initialized, Disrupting.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ProviderID of the launched instance, as its node will report it.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// NodeName of the registered node.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// InstanceType chosen at launch.
+	// +optional
+	InstanceType string `json:"instanceType,omitempty"`
+	// InstanceTypeOptions is how many instance types the claim can still
+	// become; 1 once launched.
+	// +optional
+	InstanceTypeOptions int32 `json:"instanceTypeOptions,omitempty"`
+	// Zone chosen at launch.
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// CapacityType chosen at launch: spot or on-demand.
+	// +optional
+	CapacityType string `json:"capacityType,omitempty"`
+	// Capacity of the launched instance.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// Allocatable of the launched instance, as expected before it registers.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// NominatedPods is how many pods are nominated to the claim.
+	// +optional
+	NominatedPods int32 `json:"nominatedPods,omitempty"`
+	// LastNominationTime is when a pod was last nominated to the claim; the
+	// provisioner launches once it is older than the batch idle duration.
+	// +optional
+	LastNominationTime *metav1.Time `json:"lastNominationTime,omitempty"`
+}
+
+// NodeClaimList is a list of NodeClaims.
+// +kubebuilder:object:root=true
+type NodeClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeClaim `json:"items"`
+}

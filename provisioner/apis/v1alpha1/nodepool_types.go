@@ -1,0 +1,205 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodePool says what Nodeforge may launch for pods that fit no existing node:
+// the node template, the limits of the pool and how its nodes are disrupted.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=np
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="NodeClass",type=string,JSONPath=`.spec.template.spec.nodeClassRef.name`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.status.resources.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.resources.memory`
+// +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec NodePoolSpec `json:"spec"`
+	// +optional
+	Status NodePoolStatus `json:"status,omitempty"`
+}
+
+// NodePoolSpec is the desired state of a NodePool.
+type NodePoolSpec struct {
+	// Template describes the NodeClaims, and so the nodes, of this pool.
+	// +required
+	Template NodeClaimTemplate `json:"template"`
+	// Disruption says when nodes of this pool may be removed or replaced.
+	// +kubebuilder:default={consolidateAfter: "0s"}
+	// +optional
+	Disruption Disruption `json:"disruption,omitempty"`
+	// Limits caps the total capacity of the pool's nodes, counting the ones
+	// still launching; nothing is launched past them.
+	// +optional
+	Limits Limits `json:"limits,omitempty"`
+	// Weight orders pools: a pod goes to the highest-weight pool that can
+	// hold it. Pools without a weight come last.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Weight *int32 `json:"weight,omitempty"`
+}
+
+// Limits is the most capacity a pool may have, per resource (cpu, memory,
+// nvidia.com/gpu, ...).
+// +kubebuilder:validation:MaxProperties=30
+// +kubebuilder:validation:XValidation:message="limits must not be negative",rule="self.all(r, !string(self[r]).startsWith('-'))"
+type Limits corev1.ResourceList
+
+// NodeClaimTemplate is the template every NodeClaim of a pool starts from.
+type NodeClaimTemplate struct {
+	// +optional
+	ObjectMeta NodeClaimTemplateObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec NodeClaimTemplateSpec `json:"spec"`
+}
+
+// NodeClaimTemplateObjectMeta holds the labels and annotations put on every
+// node of a pool.
+type NodeClaimTemplateObjectMeta struct {
+	// Labels put on every node of the pool. Pods select them with nodeSelector
+	// or node affinity.
+	// +kubebuilder:validation:XValidation:message="label domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/'))"
+	// +kubebuilder:validation:XValidation:message="label keys must be qualified names, such as intent or example.com/team",rule="self.all(k, k.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
+	// +kubebuilder:validation:XValidation:message="label values must be at most 63 characters",rule="self.all(k, size(self[k]) <= 63)"
+	// +kubebuilder:validation:MaxProperties=100
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations put on every node of the pool.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// NodeClaimTemplateSpec is the spec part of a NodeClaimTemplate.
+type NodeClaimTemplateSpec struct {
+	// Requirements narrow what may be launched, on well-known labels
+	// (node.kubernetes.io/instance-type, topology.kubernetes.io/zone,
+	// kubernetes.io/arch, nodeforge.dev/capacity-type, ...) or on the pool's
+	// own labels.
+	// +kubebuilder:validation:XValidation:message="requirement keys in the domain \"nodeforge.dev\" are reserved; only nodeforge.dev/capacity-type may be required",rule="self.all(r, !r.key.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') || r.key == 'nodeforge.dev/capacity-type')"
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	Requirements []NodeSelectorRequirementWithMinValues `json:"requirements,omitempty"`
+	// Taints put on every node of the pool; only pods that tolerate them run there.
+	// +kubebuilder:validation:XValidation:message="taint domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(t, !t.key.startsWith('nodeforge.dev/'))"
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	Taints []corev1.Taint `json:"taints,omitempty"`
+	// StartupTaints are put on a node when it starts and removed by someone
+	// else (a CNI or a node agent) when the node is ready for work. Pods need
+	// not tolerate them to be provisioned for.
+	// +kubebuilder:validation:XValidation:message="taint domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(t, !t.key.startsWith('nodeforge.dev/'))"
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
+	// NodeClassRef names the provider-specific launch settings.
+	// +required
+	NodeClassRef NodeClassReference `json:"nodeClassRef"`
+	// ExpireAfter is how long a node may live before it is replaced, or Never.
+	// +kubebuilder:default="720h"
+	// +optional
+	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
+	// TerminationGracePeriod caps how long draining a node may take; pods
+	// still there after it are deleted regardless of PDBs. Unset: no cap.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +optional
+	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
+}
+
+// ConsolidationPolicy says which nodes consolidation may remove.
+// +kubebuilder:validation:Enum=WhenEmpty;WhenEmptyOrUnderutilized
+type ConsolidationPolicy string
+
+// The consolidation policies.
+const (
+	ConsolidationPolicyWhenEmpty                ConsolidationPolicy = "WhenEmpty"
+	ConsolidationPolicyWhenEmptyOrUnderutilized ConsolidationPolicy = "WhenEmptyOrUnderutilized"
+)
+
+// Disruption configures how nodes of a pool are disrupted.
+type Disruption struct {
+	// ConsolidationPolicy: WhenEmpty removes nodes running no pods but
+	// daemonset pods; WhenEmptyOrUnderutilized also removes or replaces nodes
+	// whose pods fit elsewhere.
+	// +kubebuilder:default=WhenEmptyOrUnderutilized
+	// +optional
+	ConsolidationPolicy ConsolidationPolicy `json:"consolidationPolicy,omitempty"`
+	// ConsolidateAfter is how long a node must have had no pod added or
+	// removed before consolidation considers it, or Never.
+	// +required
+	ConsolidateAfter NillableDuration `json:"consolidateAfter"`
+	// Budgets cap how many nodes of the pool may be disrupted at once. The
+	// most restrictive active budget wins.
+	// +kubebuilder:default={{nodes: "10%"}}
+	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:message="a budget with a schedule needs a duration, and a duration needs a schedule",rule="self.all(b, has(b.schedule) == has(b.duration))"
+	// +listType=atomic
+	// +optional
+	Budgets []Budget `json:"budgets,omitempty"`
+}
+
+// DisruptionReason names a disruption method a budget applies to.
+// +kubebuilder:validation:Enum=Empty;Underutilized;Drifted;Expired;Unhealthy
+type DisruptionReason string
+
+// Budget limits disruption, for some reasons, possibly only during a schedule.
+type Budget struct {
+	// Reasons this budget applies to; all reasons when empty.
+	// +listType=set
+	// +optional
+	Reasons []DisruptionReason `json:"reasons,omitempty"`
+	// Nodes is how many nodes may be disrupted at once: a whole number, or
+	// a percentage from 0% to 100% of the pool's nodes (rounded up).
+	// +kubebuilder:default="10%"
+	// +kubebuilder:validation:Pattern=`^((100|[0-9]{1,2})%|[0-9]+)$`
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:message="nodes must be a whole number or a percentage from 0% to 100%",rule="self.matches('^((100|[0-9]{1,2})%|[0-9]+)$')"
+	Nodes string `json:"nodes"`
+	// Schedule is a cron schedule (UTC) of when the budget starts to apply.
+	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$`
+	// +optional
+	Schedule *string `json:"schedule,omitempty"`
+	// Duration is how long the budget applies after each scheduled start.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+}
+
+// NodePoolStatus is the observed state of a NodePool.
+type NodePoolStatus struct {
+	// Nodes is the number of registered nodes of the pool.
+	// +optional
+	Nodes int64 `json:"nodes"`
+	// Resources is the capacity of the pool's nodes and of its claims that
+	// are launching, the figure compared against spec.limits.
+	// +optional
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+	// Conditions: Ready is true when the pool can launch (its node class
+	// exists and is ready).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodePoolList is a list of NodePools.
+// +kubebuilder:object:root=true
+type NodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodePool `json:"items"`
+}

@@ -1,0 +1,65 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// NodeSelectorRequirementWithMinValues is a node selector requirement on a
+// node label, with an optional minimum number of distinct values that must
+// stay open (Karpenter v1 semantics: with `minValues: 3` on instance types,
+// a launch must be able to choose among at least three).
+//
+// +kubebuilder:validation:XValidation:message="operator 'In' needs at least one value",rule="self.operator != 'In' || (has(self.values) && size(self.values) > 0)"
+// +kubebuilder:validation:XValidation:message="operators 'Exists' and 'DoesNotExist' take no values",rule="!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0"
+// +kubebuilder:validation:XValidation:message="operators 'Gt' and 'Lt' take exactly one value, a whole number",rule="!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))"
+// +kubebuilder:validation:XValidation:message="minValues needs operator 'In' with at least that many values",rule="!has(self.minValues) || (self.operator == 'In' && has(self.values) && self.minValues <= size(self.values))"
+type NodeSelectorRequirementWithMinValues struct {
+	// Key is the node label the requirement applies to.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	Key string `json:"key"`
+	// Operator relates the key to the values.
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist;Gt;Lt
+	Operator corev1.NodeSelectorOperator `json:"operator"`
+	// Values for In and NotIn (a set), or one whole number for Gt and Lt.
+	// +kubebuilder:validation:MaxItems=200
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=atomic
+	// +optional
+	Values []string `json:"values,omitempty"`
+	// MinValues is the minimum number of distinct values of Key that the
+	// options left for a launch must span.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=50
+	// +optional
+	MinValues *int32 `json:"minValues,omitempty"`
+}
+
+// NodeClassReference points at the provider-specific launch settings of a
+// NodePool or NodeClaim.
+type NodeClassReference struct {
+	// Group of the node class, e.g. nodeforge.dev.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Group string `json:"group"`
+	// Kind of the node class, e.g. SimulatedNodeClass.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	Kind string `json:"kind"`
+	// Name of the node class.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// NillableDuration is a duration such as "30s", "1h30m" or "720h", or
+// "Never" for no duration at all. Parse it with ParseNillableDuration.
+// +kubebuilder:validation:Pattern=`^(([0-9]+(s|m|h))+|Never)$`
+// +kubebuilder:validation:MaxLength=32
+type NillableDuration string
+
+// Never is the NillableDuration that disables what it configures.
+const Never NillableDuration = "Never"

@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SimulatedNodeClass holds the launch settings of the simulated cloud: how
+// long its instances take to register, and the faults to inject. The local
+// sandbox and the tests use it in place of a real provider's node class.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=snc
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Delay",type=string,JSONPath=`.spec.registrationDelay`
+// +kubebuilder:printcolumn:name="Faults",type=integer,JSONPath=`.status.faults`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SimulatedNodeClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec SimulatedNodeClassSpec `json:"spec,omitempty"`
+	// +optional
+	Status SimulatedNodeClassStatus `json:"status,omitempty"`
+}
+
+// SimulatedNodeClassSpec configures the simulated instances of a pool.
+type SimulatedNodeClassSpec struct {
+	// RegistrationDelay is how long after launch an instance's node joins
+	// the cluster.
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	RegistrationDelay *metav1.Duration `json:"registrationDelay,omitempty"`
+	// Faults to inject into launches whose offering matches.
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	Faults []SimulatedFault `json:"faults,omitempty"`
+	// Tags put on every simulated instance.
+	// +kubebuilder:validation:XValidation:message="tag keys starting with \"nodeforge.dev/\" are reserved for Nodeforge",rule="self.all(k, !k.startsWith('nodeforge.dev/'))"
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+// SimulatedFaultKind is the kind of fault the simulated cloud injects.
+// +kubebuilder:validation:Enum=InsufficientCapacity;LaunchFailure;NeverRegister
+type SimulatedFaultKind string
+
+// The faults the simulated cloud can inject.
+const (
+	// FaultInsufficientCapacity refuses launches of matching offerings with
+	// an insufficient-capacity error, as a cloud out of that type would.
+	FaultInsufficientCapacity SimulatedFaultKind = "InsufficientCapacity"
+	// FaultLaunchFailure fails matching launches with a generic error.
+	FaultLaunchFailure SimulatedFaultKind = "LaunchFailure"
+	// FaultNeverRegister launches matching instances whose nodes never join.
+	FaultNeverRegister SimulatedFaultKind = "NeverRegister"
+)
+
+// SimulatedFault injects one kind of fault into the launches whose offering
+// matches every field that is set (an empty field matches everything).
+type SimulatedFault struct {
+	// Kind of fault.
+	// +required
+	Kind SimulatedFaultKind `json:"kind"`
+	// Zones the fault applies to.
+	// +listType=set
+	// +optional
+	Zones []string `json:"zones,omitempty"`
+	// InstanceTypes the fault applies to.
+	// +listType=set
+	// +optional
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
+	// CapacityTypes the fault applies to: spot, on-demand.
+	// +listType=set
+	// +optional
+	CapacityTypes []CapacityType `json:"capacityTypes,omitempty"`
+}
+
+// CapacityType is a purchase option: spot or on-demand.
+// +kubebuilder:validation:Enum=spot;on-demand
+type CapacityType string
+
+// SimulatedNodeClassStatus is the observed state of a SimulatedNodeClass.
+type SimulatedNodeClassStatus struct {
+	// Faults is the number of fault rules in force.
+	// +optional
+	Faults int32 `json:"faults,omitempty"`
+	// Conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SimulatedNodeClassList is a list of SimulatedNodeClasses.
+// +kubebuilder:object:root=true
+type SimulatedNodeClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SimulatedNodeClass `json:"items"`
+}

@@ -1,0 +1,143 @@
+// Package nodepool keeps NodePool status current: how many nodes the pool
+// has, the capacity they and the pool's launching claims add up to (the
+// figure spec.limits is checked against), and whether the pool is Ready,
+// which it is when its node class exists and is ready.
+package nodepool
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// ConditionReady is the NodePool condition that says it can launch.
+const ConditionReady = "Ready"
+
+// StatusController reconciles NodePool status.
+type StatusController struct {
+	client client.Client
+}
+
+// NewStatusController returns a StatusController using c.
+func NewStatusController(c client.Client) *StatusController {
+	return &StatusController{client: c}
+}
+
+// SetupWithManager registers the controller: a pool is reconciled when it,
+// one of its nodes or claims, or its node class changes.
+func (c *StatusController) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodepool.status").
+		For(&v1alpha1.NodePool{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(poolOfLabel)).
+		Watches(&v1alpha1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.NodeClaim).Spec.NodePool}}}
+		})).
+		Watches(&v1alpha1.SimulatedNodeClass{}, handler.EnqueueRequestsFromMapFunc(c.poolsOfClass)).
+		Complete(c)
+}
+
+func poolOfLabel(_ context.Context, o client.Object) []reconcile.Request {
+	if pool := o.GetLabels()[v1alpha1.LabelNodePool]; pool != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pool}}}
+	}
+	return nil
+}
+
+func (c *StatusController) poolsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
+	var pools v1alpha1.NodePoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing nodepools for a node class change")
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range pools.Items {
+		ref := p.Spec.Template.Spec.NodeClassRef
+		if ref.Kind == "SimulatedNodeClass" && ref.Name == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return out
+}
+
+// Reconcile recomputes one pool's status.
+func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var pool v1alpha1.NodePool
+	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	var nodes corev1.NodeList
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelNodePool: pool.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodes of nodepool %s: %w", pool.Name, err)
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := c.client.List(ctx, &claims); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+
+	status := pool.Status.DeepCopy()
+	status.Nodes = int64(len(nodes.Items))
+	status.Resources = corev1.ResourceList{}
+	for _, n := range nodes.Items {
+		add(status.Resources, n.Status.Capacity)
+	}
+	// Claims that launched but whose node has not registered yet count
+	// too: their capacity is committed.
+	for _, nc := range claims.Items {
+		if nc.Spec.NodePool == pool.Name && nc.Status.NodeName == "" {
+			add(status.Resources, nc.Status.Capacity)
+		}
+	}
+	ready, reason, message, err := c.nodeClassReady(ctx, pool.Spec.Template.Spec.NodeClassRef)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,
+	})
+	if equality.Semantic.DeepEqual(status, &pool.Status) {
+		return reconcile.Result{}, nil
+	}
+	pool.Status = *status
+	if err := c.client.Status().Update(ctx, &pool); err != nil {
+		return reconcile.Result{}, fmt.Errorf("updating status of nodepool %s: %w", pool.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Updated nodepool status", "nodePool", klog.KObj(&pool), "nodes", status.Nodes, "ready", ready, "reason", reason)
+	return reconcile.Result{}, nil
+}
+
+// nodeClassReady reports whether the pool's node class can be used.
+func (c *StatusController) nodeClassReady(ctx context.Context, ref v1alpha1.NodeClassReference) (metav1.ConditionStatus, string, string, error) {
+	if ref.Group != v1alpha1.Group || ref.Kind != "SimulatedNodeClass" {
+		return metav1.ConditionFalse, "NodeClassNotSupported", fmt.Sprintf("node class %s.%s is not served by this provisioner", ref.Kind, ref.Group), nil
+	}
+	var class v1alpha1.SimulatedNodeClass
+	if err := c.client.Get(ctx, types.NamespacedName{Name: ref.Name}, &class); err != nil {
+		if apierrors.IsNotFound(err) {
+			return metav1.ConditionFalse, "NodeClassNotFound", fmt.Sprintf("SimulatedNodeClass %s does not exist", ref.Name), nil
+		}
+		return "", "", "", fmt.Errorf("getting SimulatedNodeClass %s: %w", ref.Name, err)
+	}
+	return metav1.ConditionTrue, "NodeClassReady", fmt.Sprintf("SimulatedNodeClass %s exists", ref.Name), nil
+}
+
+func add(sum, more corev1.ResourceList) {
+	for name, q := range more {
+		total := sum[name]
+		total.Add(q)
+		sum[name] = total
+	}
+}

@@ -1,0 +1,213 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeforge/nodeforge/manifests"
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// pool is a valid NodePool spec; cases change one thing in it.
+const pool = `
+apiVersion: nodeforge.dev/v1alpha1
+kind: NodePool
+metadata: {name: NAME}
+spec:
+  template:
+    metadata:
+      labels: {intent: apps}
+    spec:
+      nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClass, name: default}
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [c7.large, m7.large]}
+`
+
+// TestAPIServerValidation creates each object against the real API server
+// (as a dry run) and checks that valid ones are accepted and each invalid
+// one is refused with a message that says what is wrong.
+func TestAPIServerValidation(t *testing.T) {
+	cases := []struct {
+		name string
+		// edit is applied to the pool above, as "path=yaml" lines, or, when
+		// it starts with "apiVersion", is the whole object.
+		edit    []string
+		wantErr string // "" for an object that must be accepted
+	}{
+		{name: "the base pool is accepted"},
+		{name: "every field of a pool can be set", edit: []string{
+			"spec.weight=100",
+			"spec.limits={cpu: '1000', memory: 1000Gi, nvidia.com/gpu: 8}",
+			"spec.disruption={consolidationPolicy: WhenEmpty, consolidateAfter: 1h30m, budgets: [{nodes: '0', schedule: '0 9 * * mon-fri', duration: 8h, reasons: [Empty, Drifted]}, {nodes: '100%'}, {nodes: '5'}]}",
+			"spec.template.spec.requirements=[{key: nodeforge.dev/capacity-type, operator: In, values: [spot]}, {key: example.com/generation, operator: Gt, values: ['5']}, {key: node.kubernetes.io/instance-type, operator: In, values: [a, b, c], minValues: 2}, {key: kubernetes.io/arch, operator: Exists}]",
+			"spec.template.spec.taints=[{key: example.com/dedicated, value: gpu, effect: NoSchedule}]",
+			"spec.template.spec.startupTaints=[{key: node.cilium.io/agent-not-ready, effect: NoExecute}]",
+			"spec.template.spec.expireAfter=Never",
+			"spec.template.spec.terminationGracePeriod=48h",
+		}},
+		{name: "an unknown requirement operator is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: zone, operator: Matches, values: [a]}]",
+		}, wantErr: `Unsupported value: "Matches": supported values: "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"`},
+		{name: "operator In with no values is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: topology.kubernetes.io/zone, operator: In}]",
+		}, wantErr: "operator 'In' needs at least one value"},
+		{name: "operator Exists with values is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: topology.kubernetes.io/zone, operator: Exists, values: [a]}]",
+		}, wantErr: "operators 'Exists' and 'DoesNotExist' take no values"},
+		{name: "operator Gt with a word is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: example.com/generation, operator: Gt, values: [five]}]",
+		}, wantErr: "operators 'Gt' and 'Lt' take exactly one value, a whole number"},
+		{name: "minValues above the number of values is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: node.kubernetes.io/instance-type, operator: In, values: [a], minValues: 2}]",
+		}, wantErr: "minValues needs operator 'In' with at least that many values"},
+		{name: "a negative limit is refused", edit: []string{"spec.limits={cpu: '-4'}"},
+			wantErr: "limits must not be negative"},
+		{name: "a malformed limit is refused", edit: []string{"spec.limits={memory: lots}"},
+			wantErr: `spec.limits.memory: Invalid value: "lots"`},
+		{name: "a malformed consolidateAfter is refused", edit: []string{"spec.disruption={consolidateAfter: 30 seconds}"},
+			wantErr: `spec.disruption.consolidateAfter: Invalid value: "30 seconds"`},
+		{name: "an expireAfter in days is refused", edit: []string{"spec.template.spec.expireAfter=30d"},
+			wantErr: `spec.template.spec.expireAfter: Invalid value: "30d"`},
+		{name: "a budget of 110% is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '110%'}]}"},
+			wantErr: "nodes must be a whole number or a percentage from 0% to 100%"},
+		{name: "a budget schedule without a duration is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@daily'}]}"},
+			wantErr: "a budget with a schedule needs a duration, and a duration needs a schedule"},
+		{name: "a label in the nodeforge.dev domain is refused", edit: []string{"spec.template.metadata.labels={nodeforge.dev/nodepool: other}"},
+			wantErr: `label domain "nodeforge.dev" is reserved for Nodeforge`},
+		{name: "a label in a subdomain of nodeforge.dev is refused", edit: []string{"spec.template.metadata.labels={team.nodeforge.dev/owner: me}"},
+			wantErr: `label domain "nodeforge.dev" is reserved for Nodeforge`},
+		{name: "a label key that is not a qualified name is refused", edit: []string{"spec.template.metadata.labels={'bad key!': x}"},
+			wantErr: "label keys must be qualified names"},
+		{name: "a taint in the nodeforge.dev domain is refused", edit: []string{"spec.template.spec.taints=[{key: nodeforge.dev/binding, effect: NoSchedule}]"},
+			wantErr: `taint domain "nodeforge.dev" is reserved for Nodeforge`},
+		{name: "a startup taint in the nodeforge.dev domain is refused", edit: []string{"spec.template.spec.startupTaints=[{key: nodeforge.dev/disrupted, effect: NoSchedule}]"},
+			wantErr: `taint domain "nodeforge.dev" is reserved for Nodeforge`},
+		{name: "a requirement on nodeforge.dev/nodepool is refused", edit: []string{"spec.template.spec.requirements=[{key: nodeforge.dev/nodepool, operator: In, values: [x]}]"},
+			wantErr: "only nodeforge.dev/capacity-type may be required"},
+		{name: "weight 0 is refused", edit: []string{"spec.weight=0"},
+			wantErr: "spec.weight: Invalid value: 0: spec.weight in body should be greater than or equal to 1"},
+		{name: "weight 101 is refused", edit: []string{"spec.weight=101"},
+			wantErr: "spec.weight: Invalid value: 101: spec.weight in body should be less than or equal to 100"},
+		{name: "an unknown consolidation policy is refused", edit: []string{"spec.disruption={consolidationPolicy: WhenIdle, consolidateAfter: 0s}"},
+			wantErr: `Unsupported value: "WhenIdle": supported values: "WhenEmpty", "WhenEmptyOrUnderutilized"`},
+		{name: "a pool without a node class is refused", edit: []string{"spec.template.spec={}"},
+			wantErr: "spec.template.spec.nodeClassRef: Required value"},
+		{name: "a node class with an unknown fault is refused", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
+kind: SimulatedNodeClass
+metadata: {name: NAME}
+spec: {faults: [{kind: Meteor}]}`}, wantErr: `Unsupported value: "Meteor"`},
+		{name: "a node class with a malformed registration delay is refused", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
+kind: SimulatedNodeClass
+metadata: {name: NAME}
+spec: {registrationDelay: soon}`}, wantErr: `spec.registrationDelay: Invalid value: "soon"`},
+		{name: "a node class with injected faults is accepted", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
+kind: SimulatedNodeClass
+metadata: {name: NAME}
+spec: {registrationDelay: 1500ms, faults: [{kind: InsufficientCapacity, zones: [zone-a], capacityTypes: [spot]}]}`}},
+	}
+	ctx := context.Background()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := build(t, tc.edit, fmt.Sprintf("validation-%d", i))
+			err := kube.Create(ctx, obj, client.DryRunAll)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("valid object refused: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("invalid object accepted; want an error containing %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("error does not say %q:\n%v", tc.wantErr, err)
+			}
+		})
+	}
+}
+
+// build makes the object of a case: the base pool with edits, or a whole object.
+func build(t *testing.T, edit []string, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	base := pool
+	if len(edit) == 1 && strings.HasPrefix(edit[0], "apiVersion") {
+		base, edit = edit[0], nil
+	}
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(base, "NAME", name)), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edit {
+		path, value, _ := strings.Cut(e, "=")
+		var v any
+		if err := yaml.Unmarshal([]byte(value), &v); err != nil {
+			t.Fatalf("edit %q: %v", e, err)
+		}
+		if err := unstructured.SetNestedField(obj.Object, v, strings.Split(path, ".")...); err != nil {
+			t.Fatalf("edit %q: %v", e, err)
+		}
+	}
+	return obj
+}
+
+// TestAPIServerDefaults checks the defaults a minimal pool gets, and that
+// the shipped example objects are valid.
+func TestAPIServerDefaults(t *testing.T) {
+	ctx := context.Background()
+	obj := build(t, nil, "defaults")
+	if err := kube.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, obj) })
+	var got v1alpha1.NodePool
+	if err := kube.Get(ctx, types.NamespacedName{Name: "defaults"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := v1alpha1.Disruption{
+		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+		ConsolidateAfter:    "0s",
+		Budgets:             []v1alpha1.Budget{{Nodes: "10%"}},
+	}
+	if diff := cmp.Diff(want, got.Spec.Disruption); diff != "" {
+		t.Errorf("disruption defaults (-want,+got):\n%s", diff)
+	}
+	if got.Spec.Template.Spec.ExpireAfter != "720h" {
+		t.Errorf("expireAfter defaults to %q, want 720h", got.Spec.Template.Spec.ExpireAfter)
+	}
+
+	raw, err := manifests.FS.ReadFile("examples/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Create(ctx, u, client.DryRunAll); err != nil {
+			t.Errorf("examples/default.yaml: %s %s refused: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// TestNodeClaimPoolIsImmutable checks that a claim cannot move to another pool.
+func TestNodeClaimPoolIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	nc := &v1alpha1.NodeClaim{}
+	nc.Name = "immutable"
+	nc.Spec.NodePool = "a"
+	nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
+	if err := kube.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, nc) })
+	nc.Spec.NodePool = "b"
+	err := kube.Update(ctx, nc)
+	if err == nil || !strings.Contains(err.Error(), "nodePool is immutable") {
+		t.Fatalf("moving a claim to another pool: got %v, want an error saying nodePool is immutable", err)
+	}
+}

@@ -1,0 +1,411 @@
+// Package sandbox runs a real Kubernetes control plane on one machine: etcd,
+// kube-apiserver and kube-controller-manager built from the Kubernetes
+// module in go.mod, kwok for nodes and pods, and Nodeforge's scheduler and
+// provisioner with the simulated cloud, each as a separate process with its
+// own identity and log. `nodeforge-sandbox up` and the integration and
+// end-to-end tests use this same package, so what is tested is what users
+// run.
+package sandbox
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeforge/nodeforge/manifests"
+)
+
+// Options configure a sandbox.
+type Options struct {
+	// Dir holds the sandbox's state: kubeconfig, pki/, logs/, etcd/. Earlier
+	// state there is removed.
+	Dir string
+	// Binaries to run; see EnsureBinaries.
+	Binaries *Binaries
+	// ControlPlaneOnly starts only etcd and kube-apiserver and installs the
+	// CRDs and RBAC: enough for API tests, and quicker.
+	ControlPlaneOnly bool
+	// ProvisionerArgs are added to the provisioner's command line.
+	ProvisionerArgs []string
+	// Progress gets one line per component as it comes up.
+	Progress io.Writer
+}
+
+// Sandbox is a running control plane.
+type Sandbox struct {
+	// Dir is the sandbox's state directory.
+	Dir string
+	// Kubeconfig is the path of the admin kubeconfig.
+	Kubeconfig string
+	// Config is the admin REST config.
+	Config *rest.Config
+	// Server is the API server's URL.
+	Server string
+
+	procs    []*process
+	progress io.Writer
+}
+
+// ports the sandbox listens on, all on 127.0.0.1.
+type ports struct {
+	etcdClient, etcdPeer, apiserver, controllerManager, kwok, scheduler, provisionerHealth, provisionerMetrics int
+}
+
+const (
+	namespace      = "nodeforge"
+	startupTimeout = 2 * time.Minute
+	stopGrace      = 10 * time.Second
+)
+
+// Start brings up the sandbox and returns once every component is ready.
+// On error, whatever was started is stopped again.
+func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "scheduler-config.yaml"} {
+		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
+			return nil, err
+		}
+	}
+	logDir := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "kubeconfigs"), 0o700); err != nil {
+		return nil, err
+	}
+	s := &Sandbox{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), progress: o.Progress}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+
+	pp, err := freePorts(8)
+	if err != nil {
+		return nil, err
+	}
+	p := ports{pp[0], pp[1], pp[2], pp[3], pp[4], pp[5], pp[6], pp[7]}
+	s.Server = fmt.Sprintf("https://127.0.0.1:%d", p.apiserver)
+
+	certs, err := newPKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("making certificates: %w", err)
+	}
+	kubeconfigs := map[string]identity{
+		"admin":                   {user: "nodeforge-sandbox-admin", groups: []string{"system:masters"}},
+		"kube-controller-manager": {user: "system:kube-controller-manager"},
+		// kwok plays every kubelet; in a real cluster it would be many identities.
+		"kwok":                  {user: "kwok", groups: []string{"system:masters"}},
+		"nodeforge-scheduler":   serviceAccount(namespace, "nodeforge-scheduler"),
+		"nodeforge-provisioner": serviceAccount(namespace, "nodeforge-provisioner"),
+	}
+	for name, id := range kubeconfigs {
+		path := filepath.Join(dir, "kubeconfigs", name+".kubeconfig")
+		if name == "admin" {
+			path = s.Kubeconfig
+		}
+		if err := certs.kubeconfig(path, name, id, s.Server); err != nil {
+			return nil, fmt.Errorf("writing kubeconfig for %s: %w", name, err)
+		}
+	}
+	s.Config, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	s.Config.QPS, s.Config.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	bin := o.Binaries
+
+	// etcd
+	etcd, err := s.start(logDir, "etcd", bin.Etcd,
+		"--name=sandbox",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		fmt.Sprintf("--listen-client-urls=http://127.0.0.1:%d", p.etcdClient),
+		fmt.Sprintf("--advertise-client-urls=http://127.0.0.1:%d", p.etcdClient),
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", p.etcdPeer),
+		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", p.etcdPeer),
+		fmt.Sprintf("--initial-cluster=sandbox=http://127.0.0.1:%d", p.etcdPeer),
+		// A sandbox's data is disposable; fsync only slows it down.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, etcd, httpOK(fmt.Sprintf("http://127.0.0.1:%d/health", p.etcdClient))); err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver
+	apiserver, err := s.start(logDir, "kube-apiserver", bin.KubeAPIServer,
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", p.etcdClient),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", p.apiserver),
+		"--cert-dir="+filepath.Join(dir, "pki", "apiserver-generated"),
+		"--tls-cert-file="+certs.path("apiserver.crt"),
+		"--tls-private-key-file="+certs.path("apiserver.key"),
+		"--client-ca-file="+certs.path("ca.crt"),
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+certs.path("sa.pub"),
+		"--service-account-signing-key-file="+certs.path("sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, apiserver, func(ctx context.Context) error {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	if err := applyFiles(ctx, s.Config, manifests.Install...); err != nil {
+		return nil, err
+	}
+	if err := waitServed(ctx, s.Config); err != nil {
+		return nil, err
+	}
+	if o.ControlPlaneOnly {
+		return s, nil
+	}
+	if err := applyFiles(ctx, s.Config, "examples/default.yaml"); err != nil {
+		return nil, err
+	}
+
+	// kube-controller-manager, with a credential per controller as kubeadm runs it.
+	kcmConfig := filepath.Join(dir, "kubeconfigs", "kube-controller-manager.kubeconfig")
+	kcm, err := s.start(logDir, "kube-controller-manager", bin.KubeControllerManager,
+		"--kubeconfig="+kcmConfig,
+		"--authentication-kubeconfig="+kcmConfig,
+		"--authorization-kubeconfig="+kcmConfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", p.controllerManager),
+		"--cert-dir="+filepath.Join(dir, "pki", "kube-controller-manager"),
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+certs.path("sa.key"),
+		"--root-ca-file="+certs.path("ca.crt"),
+		"--cluster-signing-cert-file="+certs.path("ca.crt"),
+		"--cluster-signing-key-file="+certs.path("ca.key"),
+		"--profiling=false",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, kcm, func(ctx context.Context) error {
+		if err := httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", p.controllerManager))(ctx); err != nil {
+			return err
+		}
+		// Pods can only be created once the service account controller ran.
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	// kwok runs the nodes annotated kwok.x-k8s.io/node=fake and their pods.
+	kwok, err := s.start(logDir, "kwok", bin.Kwok,
+		"--kubeconfig="+filepath.Join(dir, "kubeconfigs", "kwok.kubeconfig"),
+		"--config="+bin.KwokStages,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40",
+		"--cidr=10.244.0.0/16",
+		"--node-ip=10.0.0.1",
+		fmt.Sprintf("--server-address=127.0.0.1:%d", p.kwok),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, kwok, httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", p.kwok))); err != nil {
+		return nil, err
+	}
+
+	// nodeforge-scheduler, with the shipped configuration.
+	schedConfig, err := schedulerConfig(filepath.Join(dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	schedConfigPath := filepath.Join(dir, "scheduler-config.yaml")
+	if err := os.WriteFile(schedConfigPath, schedConfig, 0o644); err != nil {
+		return nil, err
+	}
+	schedKubeconfig := filepath.Join(dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig")
+	sched, err := s.start(logDir, "nodeforge-scheduler", bin.Scheduler,
+		"--config="+schedConfigPath,
+		"--authentication-kubeconfig="+schedKubeconfig,
+		"--authorization-kubeconfig="+schedKubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", p.scheduler),
+		"--cert-dir="+filepath.Join(dir, "pki", "nodeforge-scheduler"),
+		"--v=2",
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, sched, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", p.scheduler))); err != nil {
+		return nil, err
+	}
+
+	// nodeforge-provisioner with the simulated cloud.
+	prov, err := s.start(logDir, "nodeforge-provisioner", bin.Provisioner, append([]string{
+		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
+		"--cloud-provider=simulated",
+		"--leader-elect=true",
+		"--leader-election-namespace=" + namespace,
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.provisionerHealth),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.provisionerMetrics),
+	}, o.ProvisionerArgs...)...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ready(ctx, prov, httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", p.provisionerHealth))); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stop stops every component, newest first, and waits for them to exit.
+func (s *Sandbox) Stop() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		s.procs[i].stop(stopGrace)
+	}
+	s.procs = nil
+}
+
+// Exited returns a channel that receives the name of the first component
+// to exit on its own.
+func (s *Sandbox) Exited() <-chan string {
+	ch := make(chan string, len(s.procs))
+	for _, p := range s.procs {
+		go func() {
+			<-p.done
+			ch <- p.name
+		}()
+	}
+	return ch
+}
+
+// Log returns the path of a component's log.
+func (s *Sandbox) Log(component string) string {
+	return filepath.Join(s.Dir, "logs", component+".log")
+}
+
+// PIDs returns the process IDs of the running components.
+func (s *Sandbox) PIDs() map[string]int {
+	out := map[string]int{}
+	for _, p := range s.procs {
+		if !p.exited() {
+			out[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return out
+}
+
+func (s *Sandbox) start(logDir, name, bin string, args ...string) (*process, error) {
+	p, err := startProcess(logDir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, p)
+	return p, nil
+}
+
+func (s *Sandbox) ready(ctx context.Context, p *process, check func(context.Context) error) error {
+	start := time.Now()
+	if err := p.waitReady(ctx, startupTimeout, check); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.progress, "%-24s ready in %4.1fs  log=%s\n", p.name, time.Since(start).Seconds(), p.logPath)
+	return nil
+}
+
+// httpOK checks that url answers 200. Components serve their health
+// endpoints with self-signed certificates, so this check does not verify them.
+func httpOK(url string) func(context.Context) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // health probe on loopback
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return fmt.Errorf("%s: %s %s", url, resp.Status, body)
+		}
+		return nil
+	}
+}
+
+// schedulerConfig is the shipped KubeSchedulerConfiguration with the
+// sandbox's kubeconfig filled in.
+func schedulerConfig(kubeconfig string) ([]byte, error) {
+	raw, err := manifests.FS.ReadFile("scheduler/config.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("parsing scheduler/config.yaml: %w", err)
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
+	return yaml.Marshal(cfg)
+}
+
+// waitServed waits until the API server serves every Nodeforge resource.
+func waitServed(ctx context.Context, cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		list, err := cs.Discovery().ServerResourcesForGroupVersion("nodeforge.dev/v1alpha1")
+		if err == nil && len(list.APIResources) >= 3 {
+			return nil
+		}
+		if err != nil && !errors.IsNotFound(err) {
+			return fmt.Errorf("waiting for the Nodeforge CRDs: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the Nodeforge CRDs were not served within a minute")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
