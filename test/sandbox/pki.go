@@ -85,6 +85,9 @@ func newPKI(dir string) (*pki, error) {
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}); err != nil {
 		return nil, err
 	}
+	if err := p.issue("front-proxy-client", pkix.Name{CommonName: "front-proxy-client"}, false, nil, nil); err != nil {
+		return nil, err
+	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err

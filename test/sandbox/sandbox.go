@@ -168,6 +168,16 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--tls-private-key-file="+certs.path("apiserver.key"),
 		"--client-ca-file="+certs.path("ca.crt"),
 		"--authorization-mode=Node,RBAC",
+		// The front proxy's CA, so that components serving their own
+		// endpoints (scheduler, controller manager) find a complete
+		// authentication configuration in kube-system.
+		"--requestheader-client-ca-file="+certs.path("ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+certs.path("front-proxy-client.crt"),
+		"--proxy-client-key-file="+certs.path("front-proxy-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+certs.path("sa.pub"),
 		"--service-account-signing-key-file="+certs.path("sa.key"),

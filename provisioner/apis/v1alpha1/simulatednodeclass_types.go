@@ -12,8 +12,6 @@ import (
 // +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=snc
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Delay",type=string,JSONPath=`.spec.registrationDelay`
-// +kubebuilder:printcolumn:name="Faults",type=integer,JSONPath=`.status.faults`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SimulatedNodeClass struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -86,9 +84,6 @@ type CapacityType string
 
 // SimulatedNodeClassStatus is the observed state of a SimulatedNodeClass.
 type SimulatedNodeClassStatus struct {
-	// Faults is the number of fault rules in force.
-	// +optional
-	Faults int32 `json:"faults,omitempty"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type

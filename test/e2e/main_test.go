@@ -1,0 +1,60 @@
+// Package e2e runs the shipped binaries: nodeforge-sandbox starts the whole
+// system as separate processes, and the tests drive it from outside the way
+// a user does, through the API server and the kubeconfig it writes.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+var (
+	// binDir holds nodeforge-sandbox, nodeforge-scheduler and nodeforge-provisioner.
+	binDir string
+	// source is the root of the checkout.
+	source string
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	if source, err = sandbox.FindSource(); err != nil {
+		return 0, err
+	}
+	binDir = os.Getenv("NODEFORGE_BIN_DIR")
+	if binDir == "" {
+		// Run without make: build the binaries once for this package.
+		tmp, err := os.MkdirTemp("", "nodeforge-e2e-bin-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(tmp)
+		for name, pkg := range map[string]string{"nodeforge-sandbox": "./cmd/sandbox", "nodeforge-scheduler": "./cmd/scheduler", "nodeforge-provisioner": "./cmd/provisioner"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(tmp, name), pkg)
+			cmd.Dir, cmd.Stderr = source, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return 0, fmt.Errorf("building %s: %w", name, err)
+			}
+		}
+		binDir = tmp
+	}
+	// Build or reuse the Kubernetes components before any test times itself.
+	if _, err := sandbox.EnsureBinaries(context.Background(), sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr}); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
