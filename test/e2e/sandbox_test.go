@@ -19,7 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -80,6 +83,19 @@ func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn.Resource(schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: "nodepools"})
 }
 
 // TestSandbox starts the sandbox binary and checks what a user relies on:
@@ -143,6 +159,35 @@ func TestSandbox(t *testing.T) {
 				}
 			}
 			return false, nil
+		})
+	})
+
+	t.Run("the provisioner counts a pool's nodes and capacity in its status", func(t *testing.T) {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:        "pool-node",
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels:      map[string]string{corev1.LabelHostname: "pool-node", "nodeforge.dev/nodepool": "default"},
+		}, Status: corev1.NodeStatus{
+			Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110")},
+		}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pools := nodePools(t, kubeconfig)
+		poll(t, "nodepool default with 1 node of 8 cpu, Ready", func() (bool, error) {
+			p, err := pools.Get(ctx, "default", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			nodes, _, _ := unstructured.NestedInt64(p.Object, "status", "nodes")
+			cpu, _, _ := unstructured.NestedString(p.Object, "status", "resources", "cpu")
+			conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+			ready := false
+			for _, c := range conds {
+				c := c.(map[string]any)
+				ready = ready || (c["type"] == "Ready" && c["status"] == "True")
+			}
+			return nodes == 1 && cpu == "8" && ready, nil
 		})
 	})
 
