@@ -328,3 +328,22 @@ func poll(t *testing.T, what string, cond func() (bool, error)) {
 		t.Fatalf("waiting for %s: %v (last error: %v)", what, err, last)
 	}
 }
+
+// TestDemo runs the walk-through `make demo` runs and checks it finishes
+// every step and exits 0.
+func TestDemo(t *testing.T) {
+	cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo")
+	cmd.Dir = source
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"6 pods Running", "Done: every step reached its expected state"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if left := processesUnder(t, os.TempDir()+"/nodeforge-demo-"); len(left) > 0 {
+		t.Errorf("the demo left processes behind: %v", left)
+	}
+}
