@@ -59,6 +59,7 @@ type NodeClassReference struct {
 // "Never" for no duration at all. Parse it with ParseNillableDuration.
 // +kubebuilder:validation:Pattern=`^(([0-9]+(s|m|h))+|Never)$`
 // +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:message="must be a duration in hours, minutes and seconds, such as 30s, 15m or 1h30m, or Never",rule="self.matches('^(([0-9]+(s|m|h))+|Never)$')"
 type NillableDuration string
 
 // Never is the NillableDuration that disables what it configures.
