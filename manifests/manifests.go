@@ -17,6 +17,7 @@ var Install = []string{
 	"crds/nodeforge.dev_nodepools.yaml",
 	"crds/nodeforge.dev_nodeclaims.yaml",
 	"crds/nodeforge.dev_simulatednodeclasses.yaml",
+	"crds/nodeforge.dev_instancetypecatalogs.yaml",
 	"namespace.yaml",
 	"scheduler/rbac.yaml",
 	"provisioner/rbac.yaml",

@@ -19,11 +19,14 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
 )
 
 type options struct {
 	cloudProvider           string
+	catalog                 string
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -44,6 +47,7 @@ func run(args []string) error {
 	klog.InitFlags(fs)
 	var o options
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated.")
+	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -83,7 +87,14 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	source, err := simulated.NewCatalog(o.catalog)
+	if err != nil {
+		return err
+	}
 	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := catalog.NewController(mgr.GetClient(), source).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

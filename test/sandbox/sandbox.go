@@ -258,6 +258,13 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err := s.ready(ctx, kwok, httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", p.kwok))); err != nil {
 		return nil, err
 	}
+	// A control-plane node, tainted so workloads stay off it, as every real
+	// cluster has nodes before it has an autoscaler. kube-scheduler skips
+	// PostFilter plugins, VirtualNodes among them, while a cluster has no
+	// node at all.
+	if err := applyFiles(ctx, s.Config, "examples/control-plane-node.yaml"); err != nil {
+		return nil, err
+	}
 
 	// nodeforge-scheduler, with the shipped configuration.
 	schedConfig, err := schedulerConfig(filepath.Join(dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig"))
@@ -405,7 +412,7 @@ func waitServed(ctx context.Context, cfg *rest.Config) error {
 	defer cancel()
 	for {
 		list, err := cs.Discovery().ServerResourcesForGroupVersion("nodeforge.dev/v1alpha1")
-		if err == nil && len(list.APIResources) >= 3 {
+		if err == nil && len(list.APIResources) >= 4 {
 			return nil
 		}
 		if err != nil && !errors.IsNotFound(err) {

@@ -20,5 +20,5 @@ var (
 )
 
 func init() {
-	SchemeBuilder.Register(&NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{})
+	SchemeBuilder.Register(&NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{}, &InstanceTypeCatalog{}, &InstanceTypeCatalogList{})
 }

@@ -1,0 +1,232 @@
+package virtualnodes
+
+import (
+	"cmp"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// claim is a virtual node: an open NodeClaim with the pods nominated to it.
+type claim struct {
+	name    string
+	group   *group
+	options []*option // still open, cheapest first
+	// info is the node the claim would be with its largest open option:
+	// the daemonset pods that would run there and the nominated pods. It is
+	// in the view, so other pods' topology spread and affinity see it.
+	info      *framework.NodeInfo
+	dsPods    []*v1.Pod
+	pods      map[types.UID]*v1.Pod
+	created   time.Time
+	lastAdded time.Time
+	open      bool
+	// written is the object as last read from or written to the API
+	// server, nil until it exists there; dirty says it lags behind.
+	written *v1alpha1.NodeClaim
+	dirty   bool
+}
+
+func metaName(name string, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: labels}
+}
+
+// newClaimName returns "<pool>-<5 random letters and digits>", the way
+// generateName would, but known before the write so the scheduling cycle
+// need not wait for the API server.
+func newClaimName(pool string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return pool + "-" + string(b)
+}
+
+// fits reports whether option o can hold the requested resources of a
+// node with podCount pods, the test NodeResourcesFit applies.
+func fits(o *option, req *framework.Resource, podCount int) bool {
+	a := o.alloc
+	if req.MilliCPU > a.MilliCPU || req.Memory > a.Memory || req.EphemeralStorage > a.EphemeralStorage || int64(podCount) > int64(a.AllowedPodNumber) {
+		return false
+	}
+	for name, q := range req.ScalarResources {
+		if q > 0 && q > a.ScalarResources[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// selectsOnNodeLabels reports whether the pod's placement depends on node
+// labels at all; only then do options need checking one by one.
+func selectsOnNodeLabels(pod *v1.Pod) bool {
+	return len(pod.Spec.NodeSelector) > 0 || pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil && pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
+// narrow returns the options that can take the requested resources with
+// podCount pods and whose labels every pod in pods accepts.
+func (g *group) narrow(options []*option, req *framework.Resource, podCount int, pods ...*v1.Pod) []*option {
+	var selective []nodeaffinity.RequiredNodeAffinity
+	for _, p := range pods {
+		if selectsOnNodeLabels(p) {
+			selective = append(selective, nodeaffinity.GetRequiredNodeAffinity(p))
+		}
+	}
+	var out []*option
+	var probe *v1.Node
+	for _, o := range options {
+		if !fits(o, req, podCount) {
+			continue
+		}
+		if len(selective) > 0 {
+			if probe == nil {
+				probe = g.node("probe", o)
+			}
+			probe.Labels[v1.LabelInstanceTypeStable] = o.name
+			ok := true
+			for _, na := range selective {
+				if match, _ := na.Match(probe); !match {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// largest is the option with the most CPU, then memory.
+func largest(options []*option) *option {
+	return slices.MaxFunc(options, func(a, b *option) int {
+		return cmp.Or(cmp.Compare(a.alloc.MilliCPU, b.alloc.MilliCPU), cmp.Compare(a.alloc.Memory, b.alloc.Memory))
+	})
+}
+
+// add nominates pod to the claim: its NodeInfo gets the pod, and the
+// options narrow to those that still hold everything.
+func (c *claim) add(pod *v1.Pod, options []*option, now time.Time) {
+	c.pods[pod.UID] = pod
+	c.info.AddPod(pod)
+	c.setOptions(options)
+	c.lastAdded = now
+	c.dirty = true
+}
+
+// setOptions replaces the open options, keeping the NodeInfo on the
+// largest of them.
+func (c *claim) setOptions(options []*option) {
+	c.options = options
+	big := largest(options)
+	if c.info.Node() == nil || c.info.Node().Labels[v1.LabelInstanceTypeStable] != big.name {
+		c.info.SetNode(c.group.node(c.name, big))
+	}
+}
+
+// remove takes a pod off the claim.
+func (c *claim) remove(pod *v1.Pod) {
+	if _, ok := c.pods[pod.UID]; !ok {
+		return
+	}
+	delete(c.pods, pod.UID)
+	_ = c.info.RemovePod(klog.TODO(), pod)
+	c.dirty = true
+}
+
+// requests is what the claim's node must hold: nominated and daemonset pods.
+func (c *claim) requests() v1.ResourceList {
+	r := c.info.Requested
+	out := v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(r.Memory, resource.BinarySI),
+		v1.ResourcePods:   *resource.NewQuantity(int64(len(c.info.Pods)), resource.DecimalSI),
+	}
+	if r.EphemeralStorage > 0 {
+		out[v1.ResourceEphemeralStorage] = *resource.NewQuantity(r.EphemeralStorage, resource.BinarySI)
+	}
+	for name, q := range r.ScalarResources {
+		out[name] = *resource.NewQuantity(q, resource.DecimalSI)
+	}
+	return out
+}
+
+// object is the NodeClaim as it should be in the API server.
+func (c *claim) object() *v1alpha1.NodeClaim {
+	np := c.group.pool.np
+	names := make([]string, len(c.options))
+	for i, o := range c.options {
+		names[i] = o.name
+	}
+	reqs := slices.Clone(np.Spec.Template.Spec.Requirements)
+	reqs = slices.DeleteFunc(reqs, func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
+		switch r.Key {
+		case v1.LabelInstanceTypeStable, v1.LabelTopologyZone, v1alpha1.LabelCapacityType, v1.LabelArchStable:
+			return true
+		}
+		return false
+	})
+	reqs = append(reqs,
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelInstanceTypeStable, Operator: v1.NodeSelectorOpIn, Values: names},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelTopologyZone, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.zone}},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.capacityType}},
+	)
+	if c.group.arch != "" {
+		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelArchStable, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.arch}})
+	}
+	nc := &v1alpha1.NodeClaim{
+		ObjectMeta: metaName(c.name, map[string]string{v1alpha1.LabelNodePool: np.Name}),
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePool:      np.Name,
+			Requirements:  reqs,
+			Resources:     v1alpha1.ResourceRequirements{Requests: c.requests()},
+			Taints:        np.Spec.Template.Spec.Taints,
+			StartupTaints: np.Spec.Template.Spec.StartupTaints,
+			NodeClassRef:  np.Spec.Template.Spec.NodeClassRef,
+			ExpireAfter:   np.Spec.Template.Spec.ExpireAfter,
+		},
+		Status: v1alpha1.NodeClaimStatus{
+			Phase:               v1alpha1.NodeClaimNominating,
+			InstanceTypeOptions: int32(len(c.options)),
+			NominatedPods:       int32(len(c.pods)),
+			LastNominationTime:  &metav1.Time{Time: c.lastAdded},
+		},
+	}
+	if c.written != nil {
+		nc.ResourceVersion = c.written.ResourceVersion
+		nc.UID = c.written.UID
+	}
+	return nc
+}
+
+// describe is the claim's options for humans: "c7.large ($0.031/h) and 12 more".
+func (c *claim) describe() string {
+	if len(c.options) == 0 {
+		return "no options"
+	}
+	s := fmt.Sprintf("%s ($%s/h)", c.options[0].name, formatPrice(c.options[0].price))
+	if n := len(c.options) - 1; n > 0 {
+		s += fmt.Sprintf(" and %d more", n)
+	}
+	return s
+}
+
+func formatPrice(p float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", p), "0"), ".")
+}

@@ -1,0 +1,249 @@
+package virtualnodes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// decision is the outcome of nominate: a claim, or per pool why not.
+type decision struct {
+	claim   *claim
+	isNew   bool
+	reasons []string // "pool default: no instance type has 300 cpu; the largest has 192"
+}
+
+// nominate finds the claim for pod: an open claim it fits, else a new claim
+// from the first pool (by weight) that can hold it. Fit is the simulation
+// framework's Filter verdict on the claim's node, with PreFilter run over
+// the view that includes every virtual node. Callers hold p.mu.
+func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
+	logger := klog.FromContext(ctx)
+	state := framework.NewCycleState()
+	if _, s, _ := p.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
+		return decision{reasons: []string{"no node can run it: " + s.Message()}}
+	}
+	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+
+	sig := signature(pod)
+	tried := 0
+	if c := p.hints[sig]; c != nil && c.open {
+		tried++
+		if p.tryClaim(ctx, state, pod, req, c) {
+			return decision{claim: c}
+		}
+	}
+	for i := len(p.order) - 1; i >= 0 && tried < p.args.MaxClaimsTried; i-- {
+		c := p.order[i]
+		if c == p.hints[sig] || !fits(largest(c.options), sum(c.info.Requested, req), len(c.info.Pods)+1) {
+			continue
+		}
+		tried++
+		if p.tryClaim(ctx, state, pod, req, c) {
+			p.hints[sig] = c
+			return decision{claim: c}
+		}
+	}
+	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.order))
+
+	var reasons []string
+	for _, pl := range p.ordered {
+		c, reason := p.newClaim(ctx, state, pod, req, pl)
+		if c != nil {
+			p.hints[sig] = c
+			return decision{claim: c, isNew: true}
+		}
+		reasons = append(reasons, fmt.Sprintf("pool %s: %s", pl.np.Name, reason))
+	}
+	if len(p.ordered) == 0 {
+		reasons = append(reasons, "no NodePool has a published instance type catalog")
+	}
+	return decision{reasons: reasons}
+}
+
+// tryClaim nominates pod to c if the options left can hold it and the
+// Filter plugins accept it on c's node.
+func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, c *claim) bool {
+	opts := c.group.narrow(c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
+	if len(opts) == 0 {
+		return false
+	}
+	before := c.info.Node()
+	if big := largest(opts); big.name != before.Labels[v1.LabelInstanceTypeStable] {
+		c.info.SetNode(c.group.node(c.name, big))
+	}
+	if s := p.fw.RunFilterPlugins(ctx, state, pod, c.info); !s.IsSuccess() {
+		if c.info.Node() != before {
+			c.info.SetNode(before)
+		}
+		klog.FromContext(ctx).V(5).Info("Nodeclaim rejected the pod", "pod", klog.KObj(pod), "nodeClaim", c.name, "reasons", s.Reasons())
+		return false
+	}
+	c.add(pod, opts, p.now())
+	return true
+}
+
+// newClaim makes a claim in pool pl for pod, in the group whose cheapest
+// fitting instance type is cheapest among those the Filter plugins accept.
+// It returns why not otherwise, in a sentence for the pod's Event.
+func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, pl *pool) (*claim, string) {
+	type candidate struct {
+		g    *group
+		info *framework.NodeInfo
+		ds   []*v1.Pod
+		opts []*option
+	}
+	name := p.claimName(pl.np.Name)
+	var candidates []candidate
+	noSize, noLabels := 0, 0
+	for _, g := range pl.groups {
+		node := g.node(name, g.largest)
+		info := framework.NewNodeInfo()
+		info.SetNode(node)
+		ds := p.daemonSetPods(node)
+		for _, d := range ds {
+			info.AddPod(d)
+		}
+		total := sum(info.Requested, req)
+		opts := g.narrow(g.options, total, len(info.Pods)+1)
+		if len(opts) == 0 {
+			noSize++
+			continue
+		}
+		if opts = g.narrow(opts, total, len(info.Pods)+1, pod); len(opts) == 0 {
+			noLabels++
+			continue
+		}
+		opts = p.withinLimits(pl, opts)
+		if len(opts) == 0 {
+			return nil, p.limitReason(pl)
+		}
+		candidates = append(candidates, candidate{g: g, info: info, ds: ds, opts: opts})
+	}
+	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].opts[0].price < candidates[j].opts[0].price })
+	filterReasons := map[string]bool{}
+	for _, cand := range candidates {
+		if big := largest(cand.opts); big != cand.g.largest {
+			cand.info.SetNode(cand.g.node(name, big))
+		}
+		s := p.fw.RunFilterPlugins(ctx, state, pod, cand.info)
+		if !s.IsSuccess() {
+			for _, r := range s.Reasons() {
+				filterReasons[r] = true
+			}
+			continue
+		}
+		c := &claim{name: name, group: cand.g, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
+		if len(cand.opts) > p.args.MaxInstanceTypes {
+			cand.opts = cand.opts[:p.args.MaxInstanceTypes]
+		}
+		c.add(pod, cand.opts, p.now())
+		p.register(c)
+		return c, ""
+	}
+	switch {
+	case len(filterReasons) > 0:
+		rs := make([]string, 0, len(filterReasons))
+		for r := range filterReasons {
+			rs = append(rs, r)
+		}
+		slices.Sort(rs)
+		return nil, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
+	case noSize > 0 && noLabels == 0:
+		return nil, p.sizeReason(pl, req)
+	case noLabels > 0:
+		return nil, "no instance type matches the pod's node selector or affinity"
+	}
+	return nil, "the pool has no available offering"
+}
+
+// sizeReason says which resource the pod wants more of than any instance
+// type has: "no instance type has 300 cpu; the largest has 192".
+func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
+	want := v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(req.Memory, resource.BinarySI),
+	}
+	for name, q := range req.ScalarResources {
+		want[name] = *resource.NewQuantity(q, resource.DecimalSI)
+	}
+	var parts []string
+	for _, name := range sortedNames(want) {
+		q := want[name]
+		if q.IsZero() {
+			continue
+		}
+		most, ok := pl.maxAllocatable[name]
+		if !ok {
+			parts = append(parts, fmt.Sprintf("no instance type has %s", name))
+			continue
+		}
+		if q.Cmp(most) > 0 {
+			parts = append(parts, fmt.Sprintf("no instance type has %s %s; the largest has %s (%s)", human(name, q), name, human(name, most), pl.maxType[name]))
+		}
+	}
+	if len(parts) == 0 {
+		return "no instance type has room for the pod's requests together with the daemonsets that would run there"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sortedNames(l v1.ResourceList) []v1.ResourceName {
+	out := make([]v1.ResourceName, 0, len(l))
+	for n := range l {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sum returns a + b as a new Resource.
+func sum(a fwk.Resource, b *framework.Resource) *framework.Resource {
+	out := &framework.Resource{
+		MilliCPU:         a.GetMilliCPU() + b.MilliCPU,
+		Memory:           a.GetMemory() + b.Memory,
+		EphemeralStorage: a.GetEphemeralStorage() + b.EphemeralStorage,
+	}
+	for name, q := range a.GetScalarResources() {
+		out.SetScalar(name, q)
+	}
+	for name, q := range b.ScalarResources {
+		out.AddScalar(name, q)
+	}
+	return out
+}
+
+// signature groups pods that the same claim is likely to take: pods of one
+// owner, or with the same labels in one namespace.
+func signature(pod *v1.Pod) string {
+	for _, o := range pod.OwnerReferences {
+		if o.Controller != nil && *o.Controller {
+			return string(o.UID)
+		}
+	}
+	return pod.Namespace + "/" + labels.Set(pod.Labels).String()
+}
+
+// human prints a quantity the way a person would write it: cpu in cores
+// ("95.69"), memory in GiB ("3.5Gi"), the rest as they are.
+func human(name v1.ResourceName, q resource.Quantity) string {
+	switch name {
+	case v1.ResourceCPU:
+		return strconv.FormatFloat(float64(q.MilliValue())/1000, 'f', -1, 64)
+	case v1.ResourceMemory, v1.ResourceEphemeralStorage:
+		return strconv.FormatFloat(float64(q.Value()*100>>30)/100, 'f', -1, 64) + "Gi"
+	}
+	return q.String()
+}

@@ -1,0 +1,316 @@
+// Package virtualnodes is the VirtualNodes scheduler plugin. When a pod fits
+// no real node, its PostFilter nominates the pod onto a virtual node: a
+// NodeClaim that the provisioner will turn into a real node. Fit is decided
+// by the scheduler's own Filter plugins, configured as the profile
+// configures them, on a view of the cluster that includes the virtual nodes
+// and the pods nominated to them; so what is provisioned is what the
+// scheduler will accept. See README.md.
+package virtualnodes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// Name is the plugin's name in the scheduler configuration.
+const Name = "VirtualNodes"
+
+// VirtualNodes is the PostFilter plugin.
+type VirtualNodes struct {
+	args     *Args
+	fw       framework.Framework // the profile's plugins, on the view
+	view     *view
+	recorder events.EventRecorder
+	now      func() time.Time
+	// daemonSets returns the pods the cluster's DaemonSets would run on a
+	// node; nil means none.
+	daemonSets func(*v1.Node) []*v1.Pod
+
+	mu        sync.Mutex
+	pools     map[string]*pool
+	ordered   []*pool // by weight, highest first, then name
+	claims    map[string]*claim
+	order     []*claim // open claims, oldest first
+	nominated map[types.UID]*claim
+	hints     map[string]*claim
+}
+
+var _ fwk.PostFilterPlugin = &VirtualNodes{}
+
+// Name returns the plugin's name.
+func (p *VirtualNodes) Name() string { return Name }
+
+// profileNamer is what the scheduler's framework handle tells of its profile.
+type profileNamer interface{ ProfileName() string }
+
+// NewFactory returns the plugin factory for a scheduler started with cfg:
+// the plugin builds its simulation framework from the profile it runs in,
+// with that profile's plugins and their arguments.
+func NewFactory(cfg *config.KubeSchedulerConfiguration) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		args, err := DecodeArgs(obj)
+		if err != nil {
+			return nil, err
+		}
+		pn, ok := h.(profileNamer)
+		if !ok {
+			return nil, fmt.Errorf("%s: the framework handle does not name its profile", Name)
+		}
+		var profile *config.KubeSchedulerProfile
+		for i := range cfg.Profiles {
+			if cfg.Profiles[i].SchedulerName == pn.ProfileName() {
+				profile = &cfg.Profiles[i]
+			}
+		}
+		if profile == nil {
+			return nil, fmt.Errorf("%s: profile %q is not in the configuration", Name, pn.ProfileName())
+		}
+		p, err := newPlugin(ctx, args, profile, h)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.startSync(ctx, h); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+}
+
+// newPlugin builds the plugin's decision engine; it does not talk to the
+// API server (startSync does).
+func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerProfile, h fwk.Handle) (*VirtualNodes, error) {
+	v := &view{SharedLister: h.SnapshotSharedLister(), byName: map[string]fwk.NodeInfo{}}
+	if v.SharedLister != nil {
+		v.real = v.SharedLister.NodeInfos()
+	}
+	fw, err := frameworkruntime.NewFramework(ctx, plugins.NewInTreeRegistry(), simulationProfile(profile),
+		frameworkruntime.WithClientSet(h.ClientSet()),
+		frameworkruntime.WithKubeConfig(h.KubeConfig()),
+		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),
+		frameworkruntime.WithSharedDRAManager(h.SharedDRAManager()),
+		frameworkruntime.WithSharedCSIManager(h.SharedCSIManager()),
+		frameworkruntime.WithSnapshotSharedLister(v),
+		frameworkruntime.WithEventRecorder(h.EventRecorder()),
+		frameworkruntime.WithParallelism(1),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
+	}
+	return &VirtualNodes{
+		args:      args,
+		fw:        fw,
+		view:      v,
+		recorder:  h.EventRecorder(),
+		now:       time.Now,
+		pools:     map[string]*pool{},
+		claims:    map[string]*claim{},
+		nominated: map[types.UID]*claim{},
+		hints:     map[string]*claim{},
+	}, nil
+}
+
+// simulationProfile is the profile with no PostFilter plugins (neither
+// preemption nor VirtualNodes itself): fit on virtual nodes is decided by
+// the profile's PreFilter and Filter plugins with their own arguments.
+func simulationProfile(p *config.KubeSchedulerProfile) *config.KubeSchedulerProfile {
+	out := p.DeepCopy()
+	// A name of its own: plugins register informer indexers per profile.
+	out.SchedulerName = p.SchedulerName + "-" + strings.ToLower(Name)
+	if out.Plugins == nil {
+		out.Plugins = &config.Plugins{}
+	}
+	drop := func(ps []config.Plugin) []config.Plugin {
+		return slices.DeleteFunc(ps, func(pl config.Plugin) bool { return pl.Name == Name })
+	}
+	for _, set := range []*config.PluginSet{&out.Plugins.MultiPoint, &out.Plugins.PreFilter, &out.Plugins.Filter, &out.Plugins.PostFilter, &out.Plugins.PreScore, &out.Plugins.Score, &out.Plugins.Reserve, &out.Plugins.Permit, &out.Plugins.PreBind, &out.Plugins.Bind, &out.Plugins.PostBind, &out.Plugins.PreEnqueue, &out.Plugins.QueueSort} {
+		set.Enabled = drop(set.Enabled)
+	}
+	out.Plugins.PostFilter = config.PluginSet{Disabled: []config.Plugin{{Name: "*"}}}
+	out.PluginConfig = slices.DeleteFunc(out.PluginConfig, func(pc config.PluginConfig) bool { return pc.Name == Name })
+	return out
+}
+
+// PostFilter nominates a pod that fits no real node to a virtual node.
+func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.nominated[pod.UID]; ok && c.open {
+		logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name)
+		return nominateTo(c), fwk.NewStatus(fwk.Success)
+	}
+	d := p.nominate(ctx, pod)
+	if d.claim == nil {
+		msg := "no NodePool can launch a node for this pod: " + strings.Join(d.reasons, "; ")
+		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
+		p.event(pod, v1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	c := d.claim
+	if old, ok := p.nominated[pod.UID]; ok && old != c {
+		old.remove(pod)
+	}
+	p.nominated[pod.UID] = c
+	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
+		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
+	p.event(pod, v1.EventTypeNormal, "Nominated", "Provisioning", fmt.Sprintf("nominated to nodeclaim %s of pool %s in %s (%s): %d instance type options, cheapest %s",
+		c.name, c.group.pool.np.Name, c.group.zone, c.group.capacityType, len(c.options), c.describe()))
+	return nominateTo(c), fwk.NewStatus(fwk.Success)
+}
+
+func nominateTo(c *claim) *fwk.PostFilterResult {
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: c.name, NominatingMode: fwk.ModeOverride}}
+}
+
+func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {
+	if p.recorder != nil {
+		p.recorder.Eventf(pod, nil, typ, reason, action, "%s", note)
+	}
+}
+
+// claimName returns a name no claim has.
+func (p *VirtualNodes) claimName(pool string) string {
+	for {
+		if n := newClaimName(pool); p.claims[n] == nil {
+			return n
+		}
+	}
+}
+
+// register adds a new open claim to the plugin's state and the view.
+func (p *VirtualNodes) register(c *claim) {
+	p.claims[c.name] = c
+	p.order = append(p.order, c)
+	p.view.virtual = append(p.view.virtual, c.info)
+	p.view.byName[c.name] = c.info
+}
+
+// close takes a claim out of the view: it no longer takes nominations.
+func (p *VirtualNodes) close(c *claim) {
+	if !c.open {
+		return
+	}
+	c.open = false
+	p.order = slices.DeleteFunc(p.order, func(o *claim) bool { return o == c })
+	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
+	delete(p.view.byName, c.name)
+}
+
+// setPools replaces the pools, as their NodePools and catalogs change.
+func (p *VirtualNodes) setPools(pools []*pool) {
+	p.pools = map[string]*pool{}
+	p.ordered = slices.Clone(pools)
+	slices.SortFunc(p.ordered, func(a, b *pool) int {
+		if a.weight != b.weight {
+			return int(b.weight - a.weight)
+		}
+		return strings.Compare(a.np.Name, b.np.Name)
+	})
+	// Placeholders: one empty node per group, so each zone a pool can
+	// launch in is a topology domain and a new node is always possible.
+	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool {
+		return strings.HasPrefix(n.Node().Name, "placeholder-")
+	})
+	for _, pl := range p.ordered {
+		p.pools[pl.np.Name] = pl
+		for _, g := range pl.groups {
+			p.view.virtual = append(p.view.virtual, g.placeholder)
+		}
+	}
+}
+
+// daemonSetPods returns the daemonset pods that would run on node.
+func (p *VirtualNodes) daemonSetPods(node *v1.Node) []*v1.Pod {
+	if p.daemonSets == nil {
+		return nil
+	}
+	return p.daemonSets(node)
+}
+
+// withinLimits drops the options that would take the pool past its limits,
+// counting the pool's nodes and launching claims (from its status) and the
+// open claims held here (at their cheapest option).
+func (p *VirtualNodes) withinLimits(pl *pool, opts []*option) []*option {
+	limits := pl.np.Spec.Limits
+	if len(limits) == 0 {
+		return opts
+	}
+	used := p.poolUsage(pl)
+	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
+		for name, limit := range limits {
+			u := used[name]
+			u.Add(o.allocatable[name])
+			if u.Cmp(limit) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (p *VirtualNodes) poolUsage(pl *pool) v1.ResourceList {
+	used := pl.np.Status.Resources.DeepCopy()
+	if used == nil {
+		used = v1.ResourceList{}
+	}
+	for _, c := range p.order {
+		if c.group.pool != pl {
+			continue
+		}
+		for name, q := range c.options[0].allocatable {
+			u := used[name]
+			u.Add(q)
+			used[name] = u
+		}
+	}
+	return used
+}
+
+func (p *VirtualNodes) limitReason(pl *pool) string {
+	used := p.poolUsage(pl)
+	var parts []string
+	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
+		l := pl.np.Spec.Limits[name]
+		u := used[name]
+		parts = append(parts, fmt.Sprintf("%s %s of %s", name, u.String(), l.String()))
+	}
+	return "limits reached, in use or launching: " + strings.Join(parts, ", ")
+}
+
+// poolsFrom pairs NodePools with their catalogs.
+func poolsFrom(nps []v1alpha1.NodePool, cats map[string]*v1alpha1.InstanceTypeCatalog) ([]*pool, []error) {
+	var out []*pool
+	var errs []error
+	for i := range nps {
+		cat, ok := cats[nps[i].Name]
+		if !ok || nps[i].DeletionTimestamp != nil {
+			continue
+		}
+		pl, err := newPool(&nps[i], cat)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nodepool %s: %w", nps[i].Name, err))
+			continue
+		}
+		if len(pl.groups) > 0 {
+			out = append(out, pl)
+		}
+	}
+	return out, errs
+}

@@ -1,0 +1,369 @@
+package virtualnodes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/controller/daemon/util"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// startSync connects the plugin to the API server: it watches NodePools,
+// their catalogs and NodeClaims, follows pods and DaemonSets through the
+// scheduler's informers, rebuilds the open claims after a restart, and
+// writes nominations in the background.
+func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
+	logger := klog.FromContext(ctx).WithName(Name)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	// The scheduler speaks protobuf; Nodeforge's types are JSON only.
+	cfg := rest.CopyConfig(h.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	cache, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("%s: creating cache: %w", Name, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: cache}})
+	if err != nil {
+		return fmt.Errorf("%s: creating client: %w", Name, err)
+	}
+
+	resync := func() { p.resyncPools(ctx, c) }
+	poolHandler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { resync() }, UpdateFunc: func(any, any) { resync() }, DeleteFunc: func(any) { resync() },
+	}
+	for _, obj := range []client.Object{&v1alpha1.NodePool{}, &v1alpha1.InstanceTypeCatalog{}} {
+		inf, err := cache.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(poolHandler); err != nil {
+			return err
+		}
+	}
+	claimInf, err := cache.GetInformer(ctx, &v1alpha1.NodeClaim{})
+	if err != nil {
+		return err
+	}
+	if _, err := claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { p.claimChanged(obj.(*v1alpha1.NodeClaim)) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if nc, ok := obj.(*v1alpha1.NodeClaim); ok {
+				p.claimDeleted(nc.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+
+	pods := h.SharedInformerFactory().Core().V1().Pods()
+	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if pod := obj.(*v1.Pod); pod.Spec.NodeName != "" {
+				p.podGone(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.podGone(pod)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	dsLister := h.SharedInformerFactory().Apps().V1().DaemonSets().Lister()
+	p.daemonSets = func(node *v1.Node) []*v1.Pod {
+		dss, err := dsLister.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		var out []*v1.Pod
+		for _, ds := range dss {
+			pod := &v1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: ds.Spec.Template.Spec}
+			pod.Namespace = ds.Namespace
+			pod.Name = ds.Name + "-daemon"
+			pod.UID = types.UID("daemonset-" + string(ds.UID))
+			// The DaemonSet controller adds these tolerations and pins the
+			// pod to the node; the node's taints and labels decide the rest.
+			util.AddOrUpdateDaemonPodTolerations(&pod.Spec)
+			if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
+				continue
+			}
+			if _, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.TODO(), node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
+				return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+			}, false); untolerated {
+				continue
+			}
+			out = append(out, pod)
+		}
+		return out
+	}
+
+	go func() {
+		if err := cache.Start(ctx); err != nil {
+			logger.Error(err, "Cache stopped")
+		}
+	}()
+	go func() {
+		if !cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+			return
+		}
+		p.resyncPools(ctx, c)
+		p.rebuild(ctx, c, pods.Lister().List)
+		p.writeLoop(ctx, c)
+	}()
+	return nil
+}
+
+// resyncPools rebuilds the pools from the cached NodePools and catalogs.
+func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
+	var nps v1alpha1.NodePoolList
+	var cats v1alpha1.InstanceTypeCatalogList
+	if err := c.List(ctx, &nps); err != nil {
+		return
+	}
+	if err := c.List(ctx, &cats); err != nil {
+		return
+	}
+	byName := map[string]*v1alpha1.InstanceTypeCatalog{}
+	for i := range cats.Items {
+		byName[cats.Items[i].Name] = &cats.Items[i]
+	}
+	pools, errs := poolsFrom(nps.Items, byName)
+	for _, err := range errs {
+		klog.FromContext(ctx).Error(err, "Ignoring nodepool")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Open claims keep pointing at their old pool objects; their options
+	// stay as they were nominated.
+	p.setPools(pools)
+	klog.FromContext(ctx).V(2).Info("Pools updated", "pools", len(pools))
+}
+
+// rebuild restores the open claims and their nominated pods after a
+// scheduler restart, from the NodeClaims still Nominating and the pods whose
+// nominatedNodeName names them.
+func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods func(labels.Selector) ([]*v1.Pod, error)) {
+	logger := klog.FromContext(ctx)
+	var ncs v1alpha1.NodeClaimList
+	if err := c.List(ctx, &ncs); err != nil {
+		logger.Error(err, "Listing nodeclaims to rebuild")
+		return
+	}
+	pods, err := listPods(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing pods to rebuild")
+		return
+	}
+	byClaim := map[string][]*v1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
+			byClaim[pod.Status.NominatedNodeName] = append(byClaim[pod.Status.NominatedNodeName], pod)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	restored := 0
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		if p.claims[nc.Name] != nil || nc.DeletionTimestamp != nil || (nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating) {
+			continue
+		}
+		cl := p.restore(nc, byClaim[nc.Name])
+		if cl == nil {
+			logger.Info("Cannot restore nodeclaim: its pool or instance types are gone", "nodeClaim", klog.KObj(nc), "nodePool", nc.Spec.NodePool)
+			continue
+		}
+		restored++
+	}
+	logger.Info("Restored open nodeclaims", "nodeClaims", restored)
+}
+
+// restore rebuilds one claim; nil when its group no longer exists.
+func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
+	pl := p.pools[nc.Spec.NodePool]
+	if pl == nil {
+		return nil
+	}
+	value := func(key string) (string, []string) {
+		for _, r := range nc.Spec.Requirements {
+			if r.Key == key && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
+				return r.Values[0], r.Values
+			}
+		}
+		return "", nil
+	}
+	zone, _ := value(v1.LabelTopologyZone)
+	ct, _ := value(v1alpha1.LabelCapacityType)
+	arch, _ := value(v1.LabelArchStable)
+	_, typeNames := value(v1.LabelInstanceTypeStable)
+	for _, g := range pl.groups {
+		if g.zone != zone || g.capacityType != ct || g.arch != arch {
+			continue
+		}
+		var opts []*option
+		for _, o := range g.options {
+			for _, t := range typeNames {
+				if o.name == t {
+					opts = append(opts, o)
+				}
+			}
+		}
+		if len(opts) == 0 {
+			return nil
+		}
+		cl := &claim{name: nc.Name, group: g, info: framework.NewNodeInfo(), pods: map[types.UID]*v1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
+		cl.setOptions(opts)
+		cl.dsPods = p.daemonSetPods(cl.info.Node())
+		for _, d := range cl.dsPods {
+			cl.info.AddPod(d)
+		}
+		for _, pod := range pods {
+			cl.pods[pod.UID] = pod
+			cl.info.AddPod(pod)
+			p.nominated[pod.UID] = cl
+		}
+		if nc.Status.LastNominationTime != nil {
+			cl.lastAdded = nc.Status.LastNominationTime.Time
+		}
+		p.register(cl)
+		return cl
+	}
+	return nil
+}
+
+// claimChanged closes a claim the provisioner has closed to nominations.
+func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
+	if nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.claims[nc.Name]; c != nil && c.open {
+		p.close(c)
+	}
+}
+
+// claimDeleted forgets a claim; pods nominated to it get a new one on retry.
+func (p *VirtualNodes) claimDeleted(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.claims[name]
+	if c == nil {
+		return
+	}
+	p.close(c)
+	delete(p.claims, name)
+	for uid := range c.pods {
+		if p.nominated[uid] == c {
+			delete(p.nominated, uid)
+		}
+	}
+}
+
+// podGone takes a pod that was bound or deleted off its claim.
+func (p *VirtualNodes) podGone(pod *v1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.nominated[pod.UID]
+	if c == nil {
+		return
+	}
+	delete(p.nominated, pod.UID)
+	if c.open {
+		c.remove(pod)
+	}
+}
+
+// writeLoop writes dirty claims every WriteInterval until ctx ends.
+func (p *VirtualNodes) writeLoop(ctx context.Context, c client.Client) {
+	t := time.NewTicker(p.args.WriteInterval.Duration)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.flush(ctx, c)
+		}
+	}
+}
+
+// flush writes every claim changed since the last flush: create, then the
+// status (nominated pods, options, last nomination time). A conflict means
+// the provisioner closed the claim: it is taken out of the view and its
+// newest nominations are retried by the scheduler.
+func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
+	logger := klog.FromContext(ctx)
+	type write struct {
+		cl     *claim
+		obj    *v1alpha1.NodeClaim
+		create bool
+	}
+	p.mu.Lock()
+	var writes []write
+	for _, cl := range p.order {
+		if cl.dirty {
+			writes = append(writes, write{cl: cl, obj: cl.object(), create: cl.written == nil})
+			cl.dirty = false
+		}
+	}
+	p.mu.Unlock()
+
+	for _, w := range writes {
+		status := w.obj.Status
+		var err error
+		if w.create {
+			err = c.Create(ctx, w.obj)
+		} else {
+			err = c.Update(ctx, w.obj)
+		}
+		if err == nil {
+			w.obj.Status = status
+			err = c.Status().Update(ctx, w.obj)
+		}
+		p.mu.Lock()
+		switch {
+		case err == nil:
+			w.cl.written = w.obj
+			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
+				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
+		case apierrors.IsConflict(err):
+			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name)
+			p.close(w.cl)
+		default:
+			logger.Error(err, "Writing nodeclaim; will retry", "nodeClaim", w.cl.name)
+			w.cl.dirty = true
+		}
+		p.mu.Unlock()
+	}
+}

@@ -1,0 +1,167 @@
+// Package simulated is the simulated cloud: a catalog of instance types and
+// offerings kept as data (catalog.yaml, replaceable), which the sandbox and
+// the tests launch "instances" from.
+package simulated
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+//go:embed catalog.yaml
+var defaultCatalog []byte
+
+// ResourceGPU is the extended resource the GPU family offers.
+const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+// catalogFile is the shape of catalog.yaml.
+type catalogFile struct {
+	Zones           []string           `json:"zones"`
+	ZoneSpotFactors map[string]float64 `json:"zoneSpotFactors"`
+	SpotFactor      float64            `json:"spotFactor"`
+	Sizes           map[string]int     `json:"sizes"`
+	Families        []struct {
+		Name           string   `json:"name"`
+		Description    string   `json:"description"`
+		Arch           string   `json:"arch"`
+		MemoryGiPerCPU int      `json:"memoryGiPerCPU"`
+		PricePerCPU    float64  `json:"pricePerCPU"`
+		GPUsPer8CPU    int      `json:"gpusPer8CPU"`
+		Sizes          []string `json:"sizes"`
+		Zones          []string `json:"zones"`
+	} `json:"families"`
+}
+
+// LoadCatalog reads a catalog file, or the built-in one when path is "".
+func LoadCatalog(path string) ([]v1alpha1.InstanceType, error) {
+	raw := defaultCatalog
+	if path != "" {
+		var err error
+		if raw, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("reading catalog: %w", err)
+		}
+	}
+	var f catalogFile
+	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+		return nil, fmt.Errorf("parsing catalog %s: %w", path, err)
+	}
+	var out []v1alpha1.InstanceType
+	for _, fam := range f.Families {
+		zones := fam.Zones
+		if len(zones) == 0 {
+			zones = f.Zones
+		}
+		for _, size := range fam.Sizes {
+			cpus, ok := f.Sizes[size]
+			if !ok {
+				return nil, fmt.Errorf("family %s: unknown size %q", fam.Name, size)
+			}
+			it := v1alpha1.InstanceType{
+				Name: fam.Name + "." + size,
+				Labels: map[string]string{
+					corev1.LabelArchStable: fam.Arch,
+					corev1.LabelOSStable:   "linux",
+				},
+				Capacity: corev1.ResourceList{
+					corev1.ResourceCPU:    *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+					corev1.ResourceMemory: *resource.NewQuantity(int64(cpus*fam.MemoryGiPerCPU)<<30, resource.BinarySI),
+					corev1.ResourcePods:   *resource.NewQuantity(maxPods(cpus), resource.DecimalSI),
+				},
+			}
+			if fam.GPUsPer8CPU > 0 {
+				it.Capacity[ResourceGPU] = *resource.NewQuantity(int64(max(1, cpus*fam.GPUsPer8CPU/8)), resource.DecimalSI)
+			}
+			it.Allocatable = Allocatable(it.Capacity)
+			onDemand := fam.PricePerCPU * float64(cpus)
+			for _, z := range zones {
+				spotFactor := f.SpotFactor
+				if zf, ok := f.ZoneSpotFactors[z]; ok {
+					spotFactor *= zf
+				}
+				it.Offerings = append(it.Offerings,
+					v1alpha1.Offering{Zone: z, CapacityType: v1alpha1.CapacityTypeOnDemand, Price: price(onDemand), Available: true},
+					v1alpha1.Offering{Zone: z, CapacityType: v1alpha1.CapacityTypeSpot, Price: price(onDemand * spotFactor), Available: true},
+				)
+			}
+			out = append(out, it)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.InstanceType) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// maxPods follows the common rule of 110 pods per node, fewer on the
+// smallest sizes, as their network interfaces would allow.
+func maxPods(cpus int) int64 {
+	switch {
+	case cpus <= 2:
+		return 29
+	case cpus <= 4:
+		return 58
+	default:
+		return 110
+	}
+}
+
+// Allocatable is capacity minus the kubelet's reservations, by the formulas
+// managed Kubernetes services publish for kube-reserved: CPU 6% of the
+// first core, 1% of the second, 0.5% of the third and fourth and 0.25% of
+// the rest; memory 255Mi plus 11Mi per pod; plus a 100Mi eviction threshold.
+func Allocatable(capacity corev1.ResourceList) corev1.ResourceList {
+	out := capacity.DeepCopy()
+	cpuMilli := capacity.Cpu().MilliValue()
+	// Tenths of a millicore reserved per whole core: 6%, 1%, 0.5%, 0.5%, then 0.25%.
+	var reservedTenths int64
+	for core := int64(1); core <= cpuMilli/1000; core++ {
+		switch {
+		case core == 1:
+			reservedTenths += 600
+		case core == 2:
+			reservedTenths += 100
+		case core <= 4:
+			reservedTenths += 50
+		default:
+			reservedTenths += 25
+		}
+	}
+	out[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpuMilli-(reservedTenths+9)/10, resource.DecimalSI)
+	memReserved := (255 + 11*capacity.Pods().Value() + 100) << 20
+	out[corev1.ResourceMemory] = *resource.NewQuantity(capacity.Memory().Value()-memReserved, resource.BinarySI)
+	return out
+}
+
+func price(p float64) string { return strconv.FormatFloat(math.Round(p*1e5)/1e5, 'f', -1, 64) }
+
+// Catalog serves a fixed list of instance types.
+type Catalog struct {
+	types []v1alpha1.InstanceType
+}
+
+// NewCatalog loads the catalog at path, or the built-in one when path is "".
+func NewCatalog(path string) (*Catalog, error) {
+	types, err := LoadCatalog(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Catalog{types: types}, nil
+}
+
+// Name is the provider's name.
+func (c *Catalog) Name() string { return "simulated" }
+
+// InstanceTypes returns every instance type of the catalog.
+func (c *Catalog) InstanceTypes(context.Context) ([]v1alpha1.InstanceType, error) {
+	return c.types, nil
+}
