@@ -112,12 +112,12 @@ func (g *group) node(name string, o *option) *v1.Node {
 	maps.Copy(labels, g.pool.np.Spec.Template.ObjectMeta.Labels)
 	maps.Copy(labels, o.labels)
 	maps.Copy(labels, map[string]string{
-		v1alpha1.LabelNodePool:       g.pool.np.Name,
-		v1alpha1.LabelCapacityType:   g.capacityType,
-		v1.LabelInstanceTypeStable:   o.name,
-		v1.LabelTopologyZone:         g.zone,
-		v1.LabelHostname:             name,
-		v1.LabelOSStable:             "linux",
+		v1alpha1.LabelNodePool:     g.pool.np.Name,
+		v1alpha1.LabelCapacityType: g.capacityType,
+		v1.LabelInstanceTypeStable: o.name,
+		v1.LabelTopologyZone:       g.zone,
+		v1.LabelHostname:           name,
+		v1.LabelOSStable:           "linux",
 	})
 	if g.arch != "" {
 		labels[v1.LabelArchStable] = g.arch

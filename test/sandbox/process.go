@@ -130,4 +130,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-

@@ -425,4 +425,3 @@ func waitServed(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 }
-
