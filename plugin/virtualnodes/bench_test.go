@@ -1,0 +1,211 @@
+package virtualnodes
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// harness runs pods through the path the scheduler runs for a pending pod:
+// PreFilter and Filter of the live profile on the real nodes, then
+// VirtualNodes' PostFilter.
+type harness struct {
+	live   framework.Framework
+	plugin *VirtualNodes
+	real   []fwk.NodeInfo
+}
+
+// controlPlaneNode is the one real node: tainted, so no workload fits it.
+func controlPlaneNode() *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "control-plane", Labels: map[string]string{v1.LabelHostname: "control-plane", v1.LabelTopologyZone: "zone-a"}},
+		Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: v1.TaintEffectNoSchedule}}},
+		Status:     v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}},
+	}
+}
+
+func newHarness(tb testing.TB, pools []*pool) *harness {
+	tb.Helper()
+	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
+	metrics.Register() // as the scheduler does at start
+	cfg, err := latest.Default()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	profile := &cfg.Profiles[0]
+	cs := fake.NewClientset()
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	snapshot := cache.NewSnapshot(nil, []*v1.Node{controlPlaneNode()})
+	// The shared DRA and CSI state, made as kube-scheduler makes it.
+	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{SliceInformer: inf.Resource().V1().ResourceSlices(), KubeClient: cs})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	live, err := frameworkruntime.NewFramework(ctx, plugins.NewInTreeRegistry(), profile,
+		frameworkruntime.WithClientSet(cs), frameworkruntime.WithInformerFactory(inf),
+		frameworkruntime.WithSharedDRAManager(dynamicresources.NewDRAManager(ctx, claims, slices, inf)),
+		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
+		frameworkruntime.WithSnapshotSharedLister(snapshot))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args, err := DecodeArgs(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := newPlugin(ctx, args, profile, live)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	p.setPools(pools)
+	real, _ := snapshot.NodeInfos().List()
+	return &harness{live: live, plugin: p, real: real}
+}
+
+// schedule runs one pod; it returns the claim it was nominated to, or nil.
+func (h *harness) schedule(ctx context.Context, pod *v1.Pod) (*claim, *fwk.Status) {
+	state := framework.NewCycleState()
+	if _, s, _ := h.live.RunPreFilterPlugins(ctx, state, pod); s.IsSuccess() {
+		for _, n := range h.real {
+			if h.live.RunFilterPlugins(ctx, state, pod, n).IsSuccess() {
+				return nil, fwk.NewStatus(fwk.Error, "fits a real node: "+n.Node().Name)
+			}
+		}
+	}
+	res, s := h.plugin.PostFilter(ctx, state, pod, nil)
+	if !s.IsSuccess() {
+		return nil, s
+	}
+	return h.plugin.claims[res.NominatedNodeName], s
+}
+
+// benchPool is the catalog: 400 types, type i with i+1 vCPU,
+// 2(i+1) GiB and 10(i+1) pods; on-demand in 3 zones, spot in 2; priced
+// 0.025 per vCPU-hour plus 0.001 per GiB-hour on demand, spot at 0.7 of that.
+func benchPool(tb testing.TB) *pool {
+	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	for i := range 400 {
+		cpu, gib := i+1, 2*(i+1)
+		od := 0.025*float64(cpu) + 0.001*float64(gib)
+		alloc := v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(int64(gib)<<30, resource.BinarySI),
+			v1.ResourcePods:   *resource.NewQuantity(int64(10*(i+1)), resource.DecimalSI),
+		}
+		it := v1alpha1.InstanceType{Name: fmt.Sprintf("t%d", i), Labels: map[string]string{v1.LabelArchStable: "amd64"}, Capacity: alloc, Allocatable: alloc}
+		for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
+			it.Offerings = append(it.Offerings, v1alpha1.Offering{Zone: z, CapacityType: "on-demand", Price: fmt.Sprintf("%.6f", od), Available: true})
+		}
+		for _, z := range []string{"zone-a", "zone-b"} {
+			it.Offerings = append(it.Offerings, v1alpha1.Offering{Zone: z, CapacityType: "spot", Price: fmt.Sprintf("%.6f", 0.7*od), Available: true})
+		}
+		cat.Spec.InstanceTypes = append(cat.Spec.InstanceTypes, it)
+	}
+	pl, err := newPool(np, cat)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pl
+}
+
+// benchPods is the workload: n pods in five equal groups.
+func benchPods(n int) []*v1.Pod {
+	rng := rand.New(rand.NewPCG(42, 42))
+	cpus := []string{"100m", "250m", "500m", "1", "1.5"}
+	mems := []string{"100Mi", "512Mi", "1Gi", "2Gi", "4Gi"}
+	pods := make([]*v1.Pod, n)
+	for i := range n {
+		group := i % 5
+		labels := map[string]string{"group": fmt.Sprint(group)}
+		sel := &metav1.LabelSelector{MatchLabels: labels}
+		pod := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d", i)), Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{{UID: types.UID(fmt.Sprint("owner-", group)), Controller: ptr.To(true), Kind: "ReplicaSet", Name: fmt.Sprint("rs-", group), APIVersion: "apps/v1"}}},
+			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceCPU: resource.MustParse(cpus[rng.IntN(5)]), v1.ResourceMemory: resource.MustParse(mems[rng.IntN(5)]),
+			}}}}},
+		}
+		switch group {
+		case 1:
+			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+		case 2:
+			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+		case 3:
+			pod.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelTopologyZone}}}}
+		case 4:
+			pod.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelHostname}}}}
+		}
+		pods[i] = pod
+	}
+	return pods
+}
+
+// BenchmarkNominate measures pods nominated per second through the
+// scheduler's path for a pending pod, and the fleet it asks for: nodes,
+// its $/h (each claim at its cheapest option) and a lower bound (the
+// requested resources at the cheapest price per vCPU and per GiB).
+func BenchmarkNominate(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			ctx := klog.NewContext(context.Background(), klog.Background().V(0))
+			pods := benchPods(n)
+			var cpu, gib float64
+			for _, p := range pods {
+				cpu += p.Spec.Containers[0].Resources.Requests.Cpu().AsApproximateFloat64()
+				gib += p.Spec.Containers[0].Resources.Requests.Memory().AsApproximateFloat64() / (1 << 30)
+			}
+			lowerBound := cpu*0.025*0.7 + gib*0.001*0.7
+			var elapsed time.Duration
+			var nodes int
+			var cost float64
+			for range b.N {
+				b.StopTimer()
+				h := newHarness(b, []*pool{benchPool(b)})
+				b.StartTimer()
+				start := time.Now()
+				for _, pod := range pods {
+					if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
+						b.Fatalf("pod %s: %v", pod.Name, s.Message())
+					}
+				}
+				elapsed += time.Since(start)
+				nodes, cost = len(h.plugin.claims), 0
+				for _, c := range h.plugin.claims {
+					cost += c.options[0].price
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "pods/s")
+			b.ReportMetric(float64(nodes), "nodes")
+			b.ReportMetric(cost, "$/h")
+			b.ReportMetric(lowerBound, "lowerbound$/h")
+		})
+	}
+}
