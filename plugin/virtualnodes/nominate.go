@@ -126,9 +126,10 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			noLabels++
 			continue
 		}
-		opts = p.withinLimits(pl, opts)
-		if len(opts) == 0 {
-			return nil, p.limitReason(pl)
+		if within := p.withinLimits(pl, opts); len(within) > 0 {
+			opts = within
+		} else {
+			return nil, p.limitReason(pl, opts[0])
 		}
 		candidates = append(candidates, candidate{g: g, info: info, ds: ds, opts: opts})
 	}

@@ -283,15 +283,16 @@ func (p *VirtualNodes) poolUsage(pl *pool) v1.ResourceList {
 	return used
 }
 
-func (p *VirtualNodes) limitReason(pl *pool) string {
+// limitReason says which limit a new node (the cheapest that would hold
+// the pod, o) would cross.
+func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
 	used := p.poolUsage(pl)
 	var parts []string
 	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
-		l := pl.np.Spec.Limits[name]
-		u := used[name]
-		parts = append(parts, fmt.Sprintf("%s %s of %s", name, u.String(), l.String()))
+		l, u, add := pl.np.Spec.Limits[name], used[name], o.allocatable[name]
+		parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, human(name, u), human(name, add), o.name, human(name, l)))
 	}
-	return "limits reached, in use or launching: " + strings.Join(parts, ", ")
+	return "limits reached: " + strings.Join(parts, ", ")
 }
 
 // poolsFrom pairs NodePools with their catalogs.

@@ -79,7 +79,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "scheduler-config.yaml"} {
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml"} {
 		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
 			return nil, err
 		}
@@ -267,28 +267,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 
 	// nodeforge-scheduler, with the shipped configuration.
-	schedConfig, err := schedulerConfig(filepath.Join(dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig"))
+	shipped, err := manifests.FS.ReadFile("scheduler/config.yaml")
 	if err != nil {
 		return nil, err
 	}
-	schedConfigPath := filepath.Join(dir, "scheduler-config.yaml")
-	if err := os.WriteFile(schedConfigPath, schedConfig, 0o644); err != nil {
-		return nil, err
-	}
-	schedKubeconfig := filepath.Join(dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig")
-	sched, err := s.start(logDir, "nodeforge-scheduler", bin.Scheduler,
-		"--config="+schedConfigPath,
-		"--authentication-kubeconfig="+schedKubeconfig,
-		"--authorization-kubeconfig="+schedKubeconfig,
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", p.scheduler),
-		"--cert-dir="+filepath.Join(dir, "pki", "nodeforge-scheduler"),
-		"--v=2",
-	)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.ready(ctx, sched, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", p.scheduler))); err != nil {
+	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler); err != nil {
 		return nil, err
 	}
 
@@ -387,19 +370,51 @@ func httpOK(url string) func(context.Context) error {
 	}
 }
 
-// schedulerConfig is the shipped KubeSchedulerConfiguration with the
-// sandbox's kubeconfig filled in.
-func schedulerConfig(kubeconfig string) ([]byte, error) {
-	raw, err := manifests.FS.ReadFile("scheduler/config.yaml")
+// StartScheduler starts a nodeforge-scheduler binary with the given
+// KubeSchedulerConfiguration (its client connection is filled in: the
+// scheduler's own identity) and waits until it is healthy. Tests use it to
+// run schedulers with and without VirtualNodes against one control plane.
+// stop ends it; the sandbox's Stop ends it too.
+func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config []byte) (stop func(), err error) {
+	pp, err := freePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	p, err := s.startScheduler(ctx, name, bin, config, pp[0])
+	if err != nil {
+		return nil, err
+	}
+	return func() { p.stop(stopGrace) }, nil
+}
+
+func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int) (*process, error) {
+	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig")
 	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("parsing scheduler/config.yaml: %w", err)
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, fmt.Errorf("parsing the configuration of %s: %w", name, err)
 	}
 	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
-	return yaml.Marshal(cfg)
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(s.Dir, name+"-config.yaml")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		return nil, err
+	}
+	p, err := s.start(filepath.Join(s.Dir, "logs"), name, bin,
+		"--config="+path,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir="+filepath.Join(s.Dir, "pki", name),
+		"--v=2",
+	)
+	if err != nil {
+		return nil, err
+	}
+	return p, s.ready(ctx, p, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))
 }
 
 // waitServed waits until the API server serves every Nodeforge resource.

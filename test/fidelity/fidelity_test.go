@@ -1,0 +1,247 @@
+package fidelity
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+)
+
+const (
+	zone     = v1.LabelTopologyZone
+	hostname = v1.LabelHostname
+)
+
+func labels(kv ...string) func(*v1alpha1.NodePool) {
+	return func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			np.Spec.Template.ObjectMeta.Labels[kv[i]] = kv[i+1]
+		}
+	}
+}
+
+func require(key string, op v1.NodeSelectorOperator, values ...string) func(*v1alpha1.NodePool) {
+	return func(np *v1alpha1.NodePool) {
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, v1alpha1.NodeSelectorRequirementWithMinValues{Key: key, Operator: op, Values: values})
+	}
+}
+
+func taint(key, value string, effect v1.TaintEffect) func(*v1alpha1.NodePool) {
+	return func(np *v1alpha1.NodePool) {
+		np.Spec.Template.Spec.Taints = append(np.Spec.Template.Spec.Taints, v1.Taint{Key: key, Value: value, Effect: effect})
+	}
+}
+
+func weight(w int32) func(*v1alpha1.NodePool) {
+	return func(np *v1alpha1.NodePool) { np.Spec.Weight = ptr.To(w) }
+}
+
+// zonesOf returns the zones of the claims.
+func zonesOf(claims []v1alpha1.NodeClaim) map[string]int {
+	out := map[string]int{}
+	for _, nc := range claims {
+		for _, r := range nc.Spec.Requirements {
+			if r.Key == zone {
+				out[r.Values[0]]++
+			}
+		}
+	}
+	return out
+}
+
+func onlyPool(name string) func(*testing.T, []v1alpha1.NodeClaim) {
+	return func(t *testing.T, claims []v1alpha1.NodeClaim) {
+		for _, nc := range claims {
+			if nc.Spec.NodePool != name {
+				t.Errorf("claim %s is from pool %s, want %s", nc.Name, nc.Spec.NodePool, name)
+			}
+		}
+	}
+}
+
+func atLeastZones(n int) func(*testing.T, []v1alpha1.NodeClaim) {
+	return func(t *testing.T, claims []v1alpha1.NodeClaim) {
+		if z := zonesOf(claims); len(z) < n {
+			t.Errorf("claims in zones %v, want at least %d zones", z, n)
+		}
+	}
+}
+
+func claimCount(n int) func(*testing.T, []v1alpha1.NodeClaim) {
+	return func(t *testing.T, claims []v1alpha1.NodeClaim) {
+		if len(claims) != n {
+			t.Errorf("%d claims, want %d", len(claims), n)
+		}
+	}
+}
+
+func TestFidelity(t *testing.T) {
+	def := pool("default")
+	apps := pool("apps", labels("intent", "apps"), weight(50))
+	gpu := pool("gpu", taint("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule), require(v1.LabelInstanceTypeStable, v1.NodeSelectorOpIn, "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.12xlarge", "g6.24xlarge"))
+	web := podOf("web").Req("1", "1536Mi")
+
+	scenarios := []scenario{
+		{name: "plain pods share one claim", pools: []*v1alpha1.NodePool{def}, pods: times(6, web), check: claimCount(1)},
+		{name: "nodeSelector on a pool label picks that pool", pools: []*v1alpha1.NodePool{def, apps},
+			pods: times(4, podOf("sel").Req("500m", "512Mi").Selector("intent", "apps")), check: onlyPool("apps")},
+		{name: "required node affinity on zone", pools: []*v1alpha1.NodePool{def},
+			pods: times(3, podOf("za").Req("1", "1Gi").NodeAffinityIn(zone, "zone-c")),
+			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
+				if z := zonesOf(c); z["zone-c"] != len(c) {
+					t.Errorf("claims in %v, want all in zone-c", z)
+				}
+			}},
+		{name: "nodeSelector on architecture", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("arm").Req("1", "1Gi").Selector(v1.LabelArchStable, "arm64"))},
+		{name: "nodeSelector on instance type", pools: []*v1alpha1.NodePool{def}, pods: times(2, podOf("it").Req("1", "1Gi").Selector(v1.LabelInstanceTypeStable, "m7.xlarge"))},
+		{name: "required on-demand capacity", pools: []*v1alpha1.NodePool{def}, pods: times(2, podOf("od").Req("1", "1Gi").Selector(v1alpha1.LabelCapacityType, "on-demand"))},
+		{name: "preferred node affinity does not block", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("pref").Req("1", "1Gi").PreferNodeAffinityIn(zone, "zone-x"))},
+		{name: "pods that tolerate a pool's taint may use it; others go elsewhere", pools: []*v1alpha1.NodePool{def, gpu},
+			pods: append(times(2, podOf("tol").Req("1", "1Gi").Toleration("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule).Extended(simulated.ResourceGPU, "1")), times(2, podOf("notol").Req("1", "1Gi"))...)},
+		{name: "startup taints need no toleration", pools: []*v1alpha1.NodePool{pool("startup", func(np *v1alpha1.NodePool) {
+			np.Spec.Template.Spec.StartupTaints = []v1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoSchedule}}
+		})}, pods: times(2, podOf("st").Req("1", "1Gi"))},
+		{name: "zone spread maxSkew 1 spreads over the zones", pools: []*v1alpha1.NodePool{def},
+			pods: times(6, podOf("zs").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule)), check: atLeastZones(3)},
+		{name: "hostname spread maxSkew 1", pools: []*v1alpha1.NodePool{def}, pods: times(5, podOf("hs").Req("500m", "512Mi").Spread(hostname, 1, v1.DoNotSchedule))},
+		{name: "zone spread with minDomains 3", pools: []*v1alpha1.NodePool{def},
+			pods: times(3, podOf("md").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) { c.MinDomains = ptr.To[int32](3) })), check: atLeastZones(3)},
+		{name: "zone spread with matchLabelKeys", pools: []*v1alpha1.NodePool{def},
+			pods: times(4, podOf("mlk").Label("pod-template-hash", "abc").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) { c.MatchLabelKeys = []string{"pod-template-hash"} })), check: atLeastZones(2)},
+		{name: "zone spread with nodeAffinityPolicy Honor and a zone selector", pools: []*v1alpha1.NodePool{def},
+			pods: times(4, podOf("nap").Req("500m", "512Mi").NodeAffinityIn(zone, "zone-a", "zone-b").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
+				c.NodeAffinityPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
+			}))},
+		{name: "zone spread with nodeTaintsPolicy Honor", pools: []*v1alpha1.NodePool{def},
+			pods: times(4, podOf("ntp").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
+				c.NodeTaintsPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
+			}))},
+		{name: "zone spread ScheduleAnyway", pools: []*v1alpha1.NodePool{def}, pods: times(4, podOf("sa").Req("500m", "512Mi").Spread(zone, 1, v1.ScheduleAnyway))},
+		{name: "required pod affinity to pods only nominated so far", pools: []*v1alpha1.NodePool{def},
+			pods: times(4, podOf("aff").Req("2", "2Gi").PodAffinity("aff", zone)),
+			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
+				if z := zonesOf(c); len(z) != 1 {
+					t.Errorf("claims in zones %v, want one zone", z)
+				}
+			}},
+		{name: "required pod anti-affinity per host", pools: []*v1alpha1.NodePool{def}, pods: times(4, podOf("anti").Req("500m", "512Mi").PodAntiAffinity("anti", hostname)), check: claimCount(4)},
+		{name: "host ports keep pods apart", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("port").Req("250m", "256Mi").HostPort(8080)), check: claimCount(3)},
+		{name: "extended resources only on types that have them", pools: []*v1alpha1.NodePool{def},
+			pods: times(2, podOf("gpu").Req("1", "1Gi").Extended(simulated.ResourceGPU, "1"))},
+		{name: "init containers, sidecars and pod overhead count", pools: []*v1alpha1.NodePool{def},
+			setup: func(t *testing.T, ns string) {
+				mustCreateOnce(t, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "sandboxed",
+					Overhead: &nodev1.Overhead{PodFixed: v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("512Mi")}}})
+			},
+			pods: times(3, podOf("init").Req("1", "1Gi").Init("3", "1Gi", false).Init("500m", "256Mi", true).RuntimeClass("sandboxed"))},
+		{name: "a pod with a PV bound in one zone goes to that zone", pools: []*v1alpha1.NodePool{def},
+			setup: func(t *testing.T, ns string) { zonalVolume(t, ns, "data", "zone-b") },
+			pods:  []*v1.Pod{podOf("vol").Req("1", "1Gi").PVC("data").Obj()},
+			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
+				if z := zonesOf(c); z["zone-b"] != 1 {
+					t.Errorf("claims in %v, want one in zone-b", z)
+				}
+			}},
+		{name: "daemonset overhead is counted", pools: []*v1alpha1.NodePool{def},
+			setup: func(t *testing.T, ns string) { daemonSet(t, ns, "agent", "1", "1Gi") },
+			onNode: func(t *testing.T, ns string, node *v1.Node) {
+				// What the DaemonSet controller would do on the new node.
+				createPod(t, ns, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node.Name, Labels: map[string]string{"app": "agent"}}, Spec: v1.PodSpec{
+					NodeName: node.Name, Containers: []v1.Container{{Name: "agent", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{
+						Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}}}}}})
+			},
+			pods: times(7, podOf("ds").Req("1", "1Gi"))},
+		{name: "cluster default spread constraints of the profile apply", pools: []*v1alpha1.NodePool{def},
+			pluginConfig: []map[string]any{{"name": "PodTopologySpread", "args": map[string]any{"defaultingType": "List",
+				"defaultConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule"}}}}},
+			setup: func(t *testing.T, ns string) { replicaSet(t, ns, "spread") },
+			pods:  times(6, podOf("spread").Req("500m", "512Mi").Owner("ReplicaSet", "spread", "rs-spread-uid")),
+			check: atLeastZones(3)},
+		{name: "a pod no instance type can hold gets no claim and an Event", pools: []*v1alpha1.NodePool{def},
+			pods: times(1, web), refused: []*v1.Pod{podOf("huge").Req("300", "1Gi").Obj()}, refusal: "pool default: no instance type has 300 cpu; the largest has"},
+		{name: "a pod no pool matches gets no claim", pools: []*v1alpha1.NodePool{def},
+			refused: []*v1.Pod{podOf("nomatch").Req("1", "1Gi").Selector("team", "nobody").Obj()}, refusal: "pool default: "},
+		{name: "a pool at its cpu limit makes no more claims", pools: []*v1alpha1.NodePool{pool("small", func(np *v1alpha1.NodePool) {
+			np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("2")}
+		})}, pods: times(1, podOf("lim").Req("1", "1Gi")), refused: []*v1.Pod{podOf("over").Req("1500m", "1Gi").PodAntiAffinity("lim", hostname).Obj()}, refusal: "limits reached"},
+	}
+	for i, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, i) })
+	}
+}
+
+// mustCreateOnce creates a cluster-wide object unless it exists.
+func mustCreateOnce(t *testing.T, obj *nodev1.RuntimeClass) {
+	t.Helper()
+	if _, err := cs.NodeV1().RuntimeClasses().Get(context.Background(), obj.Name, metav1.GetOptions{}); err == nil {
+		return
+	}
+	mustCreate(t, obj)
+}
+
+// zonalVolume makes a PVC bound to a PV that only zone can reach.
+func zonalVolume(t *testing.T, ns, name, z string) {
+	ctx := context.Background()
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "zonal-" + ns}, Provisioner: "none.example.com", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	mustCreate(t, sc)
+	t.Cleanup(func() { _ = cs.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns}, Spec: v1.PersistentVolumeSpec{
+		Capacity:                      v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		StorageClassName:              sc.Name,
+		PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
+		PersistentVolumeSource:        v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "none.example.com", VolumeHandle: "vol-1"}},
+		ClaimRef:                      &v1.ObjectReference{Namespace: ns, Name: name},
+		NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+			MatchExpressions: []v1.NodeSelectorRequirement{{Key: zone, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}},
+	}}
+	created, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}) })
+	created.Status.Phase = v1.VolumeBound
+	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Bound as the PV controller would bind it.
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}},
+		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name), VolumeName: pv.Name,
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	createdPVC, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createdPVC.Status.Phase = v1.ClaimBound
+	createdPVC.Status.Capacity = pv.Spec.Capacity
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func daemonSet(t *testing.T, ns, name, cpu, mem string) {
+	l := map[string]string{"app": name}
+	mustCreate(t, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: l},
+		Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}}}}},
+	}})
+}
+
+func replicaSet(t *testing.T, ns, app string) {
+	l := map[string]string{"app": app}
+	mustCreate(t, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: l},
+		Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: app, Image: "registry.k8s.io/pause:3.10"}}}},
+	}})
+}

@@ -1,0 +1,108 @@
+// Package fidelity is the differential test of VirtualNodes: for each
+// scenario, pods are nominated to virtual nodes by nodeforge-scheduler; the
+// NodeClaims are then made real as Nodes (labels, taints and allocatable of
+// the instance type the provisioner would launch), and a scheduler without
+// VirtualNodes must place every nominated pod on them. Pods that truly
+// cannot run must get no claim. Everything runs against a real
+// kube-apiserver, with the shipped scheduler binary.
+package fidelity
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeforge/nodeforge/manifests"
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+var (
+	env          *sandbox.Sandbox
+	cs           kubernetes.Interface
+	kube         client.Client
+	schedulerBin string
+	catalog      []v1alpha1.InstanceType
+)
+
+func typesUID(s string) types.UID { return types.UID(s) }
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx := context.Background()
+	src, err := sandbox.FindSource()
+	if err != nil {
+		return 0, err
+	}
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, KubernetesOnly: true, Progress: os.Stderr})
+	if err != nil {
+		return 0, err
+	}
+	if dir := os.Getenv("NODEFORGE_BIN_DIR"); dir != "" {
+		schedulerBin = filepath.Join(dir, "nodeforge-scheduler")
+	} else {
+		tmp, err := os.MkdirTemp("", "nodeforge-fidelity-bin-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(tmp)
+		schedulerBin = filepath.Join(tmp, "nodeforge-scheduler")
+		build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/scheduler")
+		build.Dir, build.Stderr = src, os.Stderr
+		if err := build.Run(); err != nil {
+			return 0, fmt.Errorf("building nodeforge-scheduler: %w", err)
+		}
+	}
+	if catalog, err = simulated.LoadCatalog(""); err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "nodeforge-fidelity-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	if env, err = sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins, ControlPlaneOnly: true}); err != nil {
+		return 0, err
+	}
+	defer env.Stop()
+	if cs, err = kubernetes.NewForConfig(env.Config); err != nil {
+		return 0, err
+	}
+	// kube-scheduler runs no PostFilter while the cluster has no node.
+	cp, err := manifests.FS.ReadFile("examples/control-plane-node.yaml")
+	if err != nil {
+		return 0, err
+	}
+	if err := sandbox.Apply(ctx, env.Config, cp); err != nil {
+		return 0, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return 0, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return 0, err
+	}
+	if kube, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
