@@ -85,6 +85,7 @@ func newHarness(tb testing.TB, pools []*pool) *harness {
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
 	p.setPools(pools)
+	close(p.synced)
 	real, _ := snapshot.NodeInfos().List()
 	return &harness{live: live, plugin: p, real: real}
 }

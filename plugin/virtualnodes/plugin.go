@@ -43,6 +43,11 @@ type VirtualNodes struct {
 	// node; nil means none.
 	daemonSets func(*v1.Node) []*v1.Pod
 
+	// synced is closed once pools and open claims are rebuilt from the API
+	// server; until then PostFilter waits, so that a restart never makes a
+	// second claim for a pod that already has one.
+	synced chan struct{}
+
 	mu        sync.Mutex
 	pools     map[string]*pool
 	ordered   []*pool // by weight, highest first, then name
@@ -123,6 +128,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		claims:    map[string]*claim{},
 		nominated: map[types.UID]*claim{},
 		hints:     map[string]*claim{},
+		synced:    make(chan struct{}),
 	}, nil
 }
 
@@ -150,6 +156,11 @@ func simulationProfile(p *config.KubeSchedulerProfile) *config.KubeSchedulerProf
 // PostFilter nominates a pod that fits no real node to a virtual node.
 func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx)
+	select {
+	case <-p.synced:
+	case <-ctx.Done():
+		return nil, fwk.AsStatus(ctx.Err())
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.nominated[pod.UID]; ok && c.open {

@@ -138,6 +138,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		}
 		p.resyncPools(ctx, c)
 		p.rebuild(ctx, c, pods.Lister().List)
+		close(p.synced)
 		p.writeLoop(ctx, c)
 	}()
 	return nil
