@@ -151,7 +151,7 @@ func (sc scenario) run(t *testing.T, index int) {
 				pending = append(pending, p.Name)
 			}
 		}
-		t.Fatalf("the scheduler left %d of %d nominated pods Pending on the nodes made from %d claims (%v): %v\n%s", 
+		t.Fatalf("the scheduler left %d of %d nominated pods Pending on the nodes made from %d claims (%v): %v\n%s",
 			len(pending), len(pods), len(claims), err, pending, schedulingEvents(t, ns, pending))
 	}
 }
