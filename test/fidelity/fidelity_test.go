@@ -3,12 +3,14 @@ package fidelity
 import (
 	"context"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -152,6 +154,14 @@ func TestFidelity(t *testing.T) {
 					t.Errorf("claims in %v, want one in zone-b", z)
 				}
 			}},
+		{name: "a pod with an unbound WaitForFirstConsumer claim goes where its class can provision", pools: []*v1alpha1.NodePool{def},
+			setup: func(t *testing.T, ns string) { provisionedVolume(t, ns, "scratch", "zone-a") },
+			pods:  []*v1.Pod{podOf("wffc").Req("1", "1Gi").PVC("scratch").Obj()},
+			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
+				if z := zonesOf(c); z["zone-a"] != 1 {
+					t.Errorf("claims in %v, want one in zone-a", z)
+				}
+			}},
 		{name: "daemonset overhead is counted", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) { daemonSet(t, ns, "agent", "1", "1Gi") },
 			onNode: func(t *testing.T, ns string, node *v1.Node) {
@@ -227,6 +237,61 @@ func zonalVolume(t *testing.T, ns, name, z string) {
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// provisionedVolume makes an unbound claim of a WaitForFirstConsumer class
+// that can only provision in zone z, and plays its external provisioner:
+// once the scheduler picks a node, a PV is made there and bound.
+func provisionedVolume(t *testing.T, ns, name, z string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "wffc-" + ns}, Provisioner: "disk.example.com",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		AllowedTopologies: []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zone, Values: []string{z}}}}}}
+	mustCreate(t, sc)
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name),
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	mustCreate(t, pvc)
+	pvName := "pv-" + ns + "-" + name
+	t.Cleanup(func() {
+		cancel()
+		_ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	go func() {
+		_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || claim.Annotations["volume.kubernetes.io/selected-node"] == "" {
+				return false, nil
+			}
+			pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": sc.Provisioner}}, Spec: v1.PersistentVolumeSpec{
+				Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+				StorageClassName: sc.Name, PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
+				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: sc.Provisioner, VolumeHandle: pvName}},
+				ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: name, UID: claim.UID},
+				NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+					MatchExpressions: []v1.NodeSelectorRequirement{{Key: zone, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}},
+			}}
+			created, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+			if err != nil {
+				return false, nil
+			}
+			created.Status.Phase = v1.VolumeBound
+			if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+				return false, nil
+			}
+			claim.Spec.VolumeName = pvName
+			claim.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
+			if claim, err = cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
+				return false, nil
+			}
+			claim.Status.Phase = v1.ClaimBound
+			claim.Status.Capacity = pv.Spec.Capacity
+			_, err = cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
+			return err == nil, nil
+		})
+	}()
 }
 
 func daemonSet(t *testing.T, ns, name, cpu, mem string) {
