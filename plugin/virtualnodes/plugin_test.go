@@ -1,0 +1,115 @@
+package virtualnodes
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestDecodeArgs(t *testing.T) {
+	got, err := DecodeArgs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxInstanceTypes != 60 || got.MaxClaimsTried != 16 || got.WriteInterval.Duration != 200*time.Millisecond {
+		t.Errorf("defaults: %+v", got)
+	}
+	for raw, want := range map[string]string{
+		`{"maxInstanceTypes": 1000}`:  "maxInstanceTypes must be between 1 and 500, got 1000",
+		`{"maxClaimsTried": -1}`:      "maxClaimsTried must be at least 1, got -1",
+		`{"writeInterval": "1h"}`:     "writeInterval must be between 10ms and 10s, got 1h0m0s",
+		`{"maxInstanceTypes": "six"}`: "decoding VirtualNodes args",
+	} {
+		_, err := DecodeArgs(&runtime.Unknown{Raw: []byte(raw), ContentType: runtime.ContentTypeJSON})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("args %s: got %v, want an error containing %q", raw, err, want)
+		}
+	}
+}
+
+func testPod(name, cpu, mem string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "t"}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}}}},
+	}
+}
+
+
+// TestRetriedPodKeepsItsNomination schedules the same pod twice, as the
+// scheduler retries it while its claim is open: one claim, same name.
+func TestRetriedPodKeepsItsNomination(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("a", "1", "1Gi")
+	first, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	second, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	if first != second || len(h.plugin.claims) != 1 || len(first.pods) != 1 {
+		t.Errorf("retry: claims %s then %s, %d claims, %d pods on the first", first.name, second.name, len(h.plugin.claims), len(first.pods))
+	}
+}
+
+// TestOptionsNarrowAsPodsArrive checks each nomination leaves only the
+// instance types that hold every pod so far, cheapest first.
+func TestOptionsNarrowAsPodsArrive(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	var c *claim
+	for i, name := range []string{"a", "b", "c", "d"} {
+		got, s := h.schedule(ctx, testPod(name, "1500m", "1Gi"))
+		if !s.IsSuccess() {
+			t.Fatal(s.Message())
+		}
+		if c != nil && got != c {
+			t.Fatalf("pod %s went to a second claim %s", name, got.name)
+		}
+		c = got
+		wantCPU := int64(1500 * (i + 1))
+		for _, o := range c.options {
+			if o.alloc.MilliCPU < wantCPU {
+				t.Fatalf("after %d pods, option %s (%dm) cannot hold %dm", i+1, o.name, o.alloc.MilliCPU, wantCPU)
+			}
+		}
+		for j := 1; j < len(c.options); j++ {
+			if c.options[j].price < c.options[j-1].price {
+				t.Fatalf("options not cheapest first: %s before %s", c.options[j-1].name, c.options[j].name)
+			}
+		}
+		if len(c.options) > DefaultMaxInstanceTypes {
+			t.Fatalf("%d options, more than %d", len(c.options), DefaultMaxInstanceTypes)
+		}
+	}
+	if got := c.options[0].name; got != "t5" {
+		t.Errorf("cheapest option for 6 cpu is %s, want t5 (6 vCPU)", got)
+	}
+}
+
+// TestNoInstanceTypeSaysWhy checks the refusal names the resource, the
+// request and the largest type.
+func TestNoInstanceTypeSaysWhy(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	_, s := h.schedule(context.Background(), testPod("huge", "500", "1Gi"))
+	if s.IsSuccess() {
+		t.Fatal("a 500-cpu pod was nominated")
+	}
+	want := "pool bench: no instance type has 500 cpu; the largest has 400 (t399)"
+	if !strings.Contains(s.Message(), want) {
+		t.Errorf("message %q does not say %q", s.Message(), want)
+	}
+	if len(h.plugin.claims) != 0 {
+		t.Errorf("%d claims made for a pod nothing can hold", len(h.plugin.claims))
+	}
+}
