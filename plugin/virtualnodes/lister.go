@@ -20,6 +20,25 @@ type view struct {
 	real             fwk.NodeInfoLister
 	virtual          []fwk.NodeInfo
 	byName           map[string]fwk.NodeInfo
+	// lists memoises the combined lists for one scheduling decision: the
+	// real snapshot does not change within a cycle, nor do the virtual
+	// nodes until the pod is nominated, and PreFilter plugins each ask.
+	lists map[string][]fwk.NodeInfo
+}
+
+// reset forgets the memoised lists; call it whenever a decision starts.
+func (v *view) reset() { clear(v.lists) }
+
+func (v *view) memo(key string, build func() []fwk.NodeInfo) []fwk.NodeInfo {
+	if l, ok := v.lists[key]; ok {
+		return l
+	}
+	if v.lists == nil {
+		v.lists = map[string][]fwk.NodeInfo{}
+	}
+	l := build()
+	v.lists[key] = l
+	return l
 }
 
 var _ fwk.NodeInfoLister = &view{}
@@ -40,9 +59,11 @@ func (v *view) realList(f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error)) []fw
 
 // List returns real then virtual nodes.
 func (v *view) List() ([]fwk.NodeInfo, error) {
-	real := v.realList(fwk.NodeInfoLister.List)
-	out := make([]fwk.NodeInfo, 0, len(real)+len(v.virtual))
-	return append(append(out, real...), v.virtual...), nil
+	return v.memo("all", func() []fwk.NodeInfo {
+		real := v.realList(fwk.NodeInfoLister.List)
+		out := make([]fwk.NodeInfo, 0, len(real)+len(v.virtual))
+		return append(append(out, real...), v.virtual...)
+	}), nil
 }
 
 func (v *view) filtered(real []fwk.NodeInfo, keep func(fwk.NodeInfo) bool) []fwk.NodeInfo {
@@ -57,19 +78,25 @@ func (v *view) filtered(real []fwk.NodeInfo, keep func(fwk.NodeInfo) bool) []fwk
 
 // HavePodsWithAffinityList returns the nodes with pods with inter-pod (anti-)affinity.
 func (v *view) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) {
-	return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithAffinity()) > 0 }), nil
+	return v.memo("affinity", func() []fwk.NodeInfo {
+		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithAffinity()) > 0 })
+	}), nil
 }
 
 // HavePodsWithRequiredAntiAffinityList returns the nodes with pods with required anti-affinity.
 func (v *view) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
-	return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredAntiAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithRequiredAntiAffinity()) > 0 }), nil
+	return v.memo("antiAffinity", func() []fwk.NodeInfo {
+		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredAntiAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithRequiredAntiAffinity()) > 0 })
+	}), nil
 }
 
 // HavePodsWithRequiredNonHostScopedAntiAffinityList returns the nodes with
 // pods whose required anti-affinity is wider than a host.
 func (v *view) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fwk.NodeInfo, error) {
-	return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredNonHostScopedAntiAffinityList), func(n fwk.NodeInfo) bool {
-		return len(n.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0
+	return v.memo("nonHostAntiAffinity", func() []fwk.NodeInfo {
+		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredNonHostScopedAntiAffinityList), func(n fwk.NodeInfo) bool {
+			return len(n.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0
+		})
 	}), nil
 }
 

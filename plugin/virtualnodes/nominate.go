@@ -31,6 +31,8 @@ type decision struct {
 // the view that includes every virtual node. Callers hold p.mu.
 func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	logger := klog.FromContext(ctx)
+	p.view.reset()
+	defer p.view.reset()
 	state := framework.NewCycleState()
 	if _, s, _ := p.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
 		return decision{reasons: []string{"no node can run it: " + s.Message()}}
@@ -122,9 +124,11 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			noSize++
 			continue
 		}
-		if opts = g.narrow(opts, total, len(info.Pods)+1, pod); len(opts) == 0 {
-			noLabels++
-			continue
+		if selectsOnNodeLabels(pod) {
+			if opts = g.narrow(opts, total, len(info.Pods)+1, pod); len(opts) == 0 {
+				noLabels++
+				continue
+			}
 		}
 		if within := p.withinLimits(pl, opts); len(within) > 0 {
 			opts = within
