@@ -38,7 +38,7 @@ test: components $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/...
 
 .PHONY: demo
 demo: components ## Start the sandbox and run the walk-through.

@@ -9,8 +9,8 @@ package virtualnodes
 
 import (
 	"context"
-	goruntime "runtime"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"

@@ -42,7 +42,6 @@ func testPod(name, cpu, mem string) *v1.Pod {
 	}
 }
 
-
 // TestRetriedPodKeepsItsNomination schedules the same pod twice, as the
 // scheduler retries it while its claim is open: one claim, same name.
 func TestRetriedPodKeepsItsNomination(t *testing.T) {

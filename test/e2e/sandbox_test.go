@@ -85,7 +85,7 @@ func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	return cs
 }
 
-func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {
+func dynamicFor(t *testing.T, kubeconfig string) dynamic.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -95,7 +95,11 @@ func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dyn.Resource(schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: "nodepools"})
+	return dyn
+}
+
+func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {
+	return dynamicFor(t, kubeconfig).Resource(schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: "nodepools"})
 }
 
 // TestSandbox starts the sandbox binary and checks what a user relies on:
@@ -189,6 +193,47 @@ func TestSandbox(t *testing.T) {
 			}
 			return nodes == 1 && cpu == "8" && ready, nil
 		})
+	})
+
+	t.Run("the provisioner publishes the default pool's catalog and VirtualNodes nominates a pending pod to a claim", func(t *testing.T) {
+		dyn := dynamicFor(t, kubeconfig)
+		gvr := func(r string) schema.GroupVersionResource {
+			return schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: r}
+		}
+		poll(t, "InstanceTypeCatalog default with instance types", func() (bool, error) {
+			c, err := dyn.Resource(gvr("instancetypecatalogs")).Get(ctx, "default", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			n, _, _ := unstructured.NestedInt64(c.Object, "spec", "instanceTypeCount")
+			return n > 0, nil
+		})
+		// Only a new node can hold it: no node here has the capacity-type label.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "default"}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler",
+			NodeSelector:  map[string]string{"nodeforge.dev/capacity-type": "spot"},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("3Gi")}}}},
+		}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "pod pending nominated to a NodeClaim of pool default that records it", func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
+			if err != nil || p.Status.NominatedNodeName == "" {
+				return false, err
+			}
+			nc, err := dyn.Resource(gvr("nodeclaims")).Get(ctx, p.Status.NominatedNodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			pool, _, _ := unstructured.NestedString(nc.Object, "spec", "nodePool")
+			pods, _, _ := unstructured.NestedInt64(nc.Object, "status", "nominatedPods")
+			return pool == "default" && pods == 1, nil
+		})
+		if err := cs.CoreV1().Pods("default").Delete(ctx, "pending", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a Deployment gets a ReplicaSet and Running pods from the controller manager, nodeforge-scheduler and kwok", func(t *testing.T) {
