@@ -427,8 +427,14 @@ func waitServed(ctx context.Context, cfg *rest.Config) error {
 	defer cancel()
 	for {
 		list, err := cs.Discovery().ServerResourcesForGroupVersion("nodeforge.dev/v1alpha1")
-		if err == nil && len(list.APIResources) >= 4 {
-			return nil
+		if err == nil {
+			served := map[string]bool{}
+			for _, r := range list.APIResources {
+				served[r.Name] = true
+			}
+			if served["nodepools"] && served["nodeclaims"] && served["simulatednodeclasses"] && served["instancetypecatalogs"] {
+				return nil
+			}
 		}
 		if err != nil && !errors.IsNotFound(err) {
 			return fmt.Errorf("waiting for the Nodeforge CRDs: %w", err)

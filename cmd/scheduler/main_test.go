@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+
+	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
+)
+
+// postFilterStub stands in for VirtualNodes: this test is about the order
+// the shipped configuration gives the PostFilter plugins.
+type postFilterStub struct{}
+
+func (postFilterStub) Name() string { return virtualnodes.Name }
+func (postFilterStub) PostFilter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	return nil, nil
+}
+
+// TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
+// manifests/scheduler/config.yaml as the scheduler does and checks the
+// profile runs DefaultPreemption before VirtualNodes, VirtualNodes last.
+func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
+	metrics.Register()
+	cfg, err := schedulerConfig([]string{"--v=2", "--config", filepath.Join("..", "..", "manifests", "scheduler", "config.yaml"), "--leader-elect=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "nodeforge-scheduler" {
+		t.Fatalf("profiles: %+v", cfg.Profiles)
+	}
+	registry := plugins.NewInTreeRegistry()
+	if err := registry.Register(virtualnodes.Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+		return postFilterStub{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	fw, err := frameworkruntime.NewFramework(context.Background(), registry, &cfg.Profiles[0],
+		frameworkruntime.WithClientSet(cs), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(cs, 0)),
+		frameworkruntime.WithSnapshotSharedLister(cache.NewEmptySnapshot()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range fw.ListPlugins().PostFilter.Enabled {
+		got = append(got, p.Name)
+	}
+	// The default set has other PostFilter plugins too (DynamicResources);
+	// what matters is that preemption comes first and VirtualNodes last.
+	pre, vn := slices.Index(got, "DefaultPreemption"), slices.Index(got, virtualnodes.Name)
+	if pre < 0 || vn != len(got)-1 || pre > vn {
+		t.Errorf("PostFilter plugins %v: want DefaultPreemption before %s, and %s last", got, virtualnodes.Name, virtualnodes.Name)
+	}
+}
