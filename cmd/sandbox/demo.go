@@ -62,14 +62,7 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("Kubernetes %s; try: kubectl --kubeconfig %s get nodepools\n", v.GitVersion, sb.Kubeconfig)
 
 	step("Adding a node by hand, run by kwok (with the provisioner, Nodeforge launches these itself)")
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        "demo-node",
-		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-		Labels:      map[string]string{corev1.LabelHostname: "demo-node", "intent": "apps"},
-	}, Status: corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110")},
-		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110")},
-	}}
+	node := sandbox.KwokNode("demo-node", map[string]string{"intent": "apps"}, "8", "32Gi")
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return err
 	}

@@ -141,14 +141,7 @@ func TestSandbox(t *testing.T) {
 	})
 
 	t.Run("a kwok node created by hand becomes Ready", func(t *testing.T) {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name:        "by-hand",
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-			Labels:      map[string]string{corev1.LabelHostname: "by-hand", "e2e": "sandbox"},
-		}, Status: corev1.NodeStatus{
-			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")},
-			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")},
-		}}
+		node := sandbox.KwokNode("by-hand", map[string]string{"e2e": "sandbox"}, "4", "16Gi")
 		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -15,10 +15,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeforge/nodeforge/manifests"
@@ -48,14 +46,12 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (int, error) {
 	ctx := context.Background()
-	src, err := sandbox.FindSource()
-	if err != nil {
+	var stop func()
+	var err error
+	if env, stop, err = sandbox.StartControlPlane(ctx, os.Stderr); err != nil {
 		return 0, err
 	}
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, KubernetesOnly: true, Progress: os.Stderr})
-	if err != nil {
-		return 0, err
-	}
+	defer stop()
 	if dir := os.Getenv("NODEFORGE_BIN_DIR"); dir != "" {
 		schedulerBin = filepath.Join(dir, "nodeforge-scheduler")
 	} else {
@@ -64,6 +60,10 @@ func run(m *testing.M) (int, error) {
 			return 0, err
 		}
 		defer os.RemoveAll(tmp)
+		src, err := sandbox.FindSource()
+		if err != nil {
+			return 0, err
+		}
 		schedulerBin = filepath.Join(tmp, "nodeforge-scheduler")
 		build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/scheduler")
 		build.Dir, build.Stderr = src, os.Stderr
@@ -74,16 +74,10 @@ func run(m *testing.M) (int, error) {
 	if catalog, err = simulated.LoadCatalog(""); err != nil {
 		return 0, err
 	}
-	dir, err := os.MkdirTemp("", "nodeforge-fidelity-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	if env, err = sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins, ControlPlaneOnly: true}); err != nil {
-		return 0, err
-	}
-	defer env.Stop()
 	if cs, err = kubernetes.NewForConfig(env.Config); err != nil {
+		return 0, err
+	}
+	if kube, err = env.Client(); err != nil {
 		return 0, err
 	}
 	// kube-scheduler runs no PostFilter while the cluster has no node.
@@ -92,16 +86,6 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	if err := sandbox.Apply(ctx, env.Config, cp); err != nil {
-		return 0, err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if kube, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
 		return 0, err
 	}
 	return m.Run(), nil

@@ -8,11 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
@@ -29,33 +26,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
-	ctx := context.Background()
-	src, err := sandbox.FindSource()
+	sb, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)
 	if err != nil {
 		return 0, err
 	}
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, KubernetesOnly: true, Progress: os.Stderr})
-	if err != nil {
-		return 0, err
-	}
-	dir, err := os.MkdirTemp("", "nodeforge-integration-")
-	if err != nil {
-		return 0, err
-	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins, ControlPlaneOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	defer sb.Stop()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return 0, err
-	}
-	if kube, err = client.New(sb.Config, client.Options{Scheme: scheme}); err != nil {
+	defer stop()
+	if kube, err = sb.Client(); err != nil {
 		return 0, err
 	}
 	return m.Run(), nil

@@ -1,0 +1,62 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// StartControlPlane starts etcd and kube-apiserver, with the CRDs and RBAC
+// installed, in a temporary directory: what integration tests need. stop
+// stops it and removes the directory.
+func StartControlPlane(ctx context.Context, progress io.Writer) (s *Sandbox, stop func(), err error) {
+	src, err := FindSource()
+	if err != nil {
+		return nil, nil, err
+	}
+	bins, err := EnsureBinaries(ctx, BuildOptions{Source: src, KubernetesOnly: true, Progress: progress})
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "nodeforge-controlplane-")
+	if err != nil {
+		return nil, nil, err
+	}
+	if s, err = Start(ctx, Options{Dir: dir, Binaries: bins, ControlPlaneOnly: true, Progress: progress}); err != nil {
+		return nil, nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	return s, func() { s.Stop(); os.RemoveAll(dir) }, nil
+}
+
+// Client returns an admin client that knows Nodeforge's types.
+func (s *Sandbox) Client() (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
+		return nil, err
+	}
+	return client.New(s.Config, client.Options{Scheme: scheme})
+}
+
+// KwokNode is a Node that kwok runs: it becomes Ready and runs the pods
+// bound to it. Allocatable equals capacity.
+func KwokNode(name string, labels map[string]string, cpu, memory string) *corev1.Node {
+	l := map[string]string{corev1.LabelHostname: name}
+	for k, v := range labels {
+		l[k] = v
+	}
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
+	}
+}
