@@ -167,8 +167,10 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.nominated[pod.UID]; ok && c.open {
-		logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name)
+	// A pod retried while its claim is open, or launching, keeps it: its
+	// node is coming, and a second claim would launch a second node.
+	if c, ok := p.nominated[pod.UID]; ok {
+		logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
 		return nominateTo(c), fwk.NewStatus(fwk.Success)
 	}
 	d := p.nominate(ctx, pod)
@@ -179,9 +181,6 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	c := d.claim
-	if old, ok := p.nominated[pod.UID]; ok && old != c {
-		old.remove(pod)
-	}
 	p.nominated[pod.UID] = c
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))

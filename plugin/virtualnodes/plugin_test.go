@@ -112,3 +112,24 @@ func TestNoInstanceTypeSaysWhy(t *testing.T) {
 		t.Errorf("%d claims made for a pod nothing can hold", len(h.plugin.claims))
 	}
 }
+
+// TestPodOfLaunchingClaimKeepsIt closes a claim, as the provisioner does
+// when it launches it, and retries its pod: same claim, no second one.
+func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("a", "1", "1Gi")
+	c, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	h.plugin.close(c)
+	again, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() || again != c || len(h.plugin.claims) != 1 {
+		t.Fatalf("retry after launch: %v, claim %v, %d claims; want %s and one claim", s.Message(), again, len(h.plugin.claims), c.name)
+	}
+	other, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
+	if !s.IsSuccess() || other == c {
+		t.Fatalf("a new pod joined the launching claim %s", c.name)
+	}
+}

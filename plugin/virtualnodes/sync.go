@@ -84,8 +84,14 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	pods := h.SharedInformerFactory().Core().V1().Pods()
 	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
-			if pod := obj.(*v1.Pod); pod.Spec.NodeName != "" {
+			pod := obj.(*v1.Pod)
+			switch {
+			case pod.Spec.NodeName != "":
 				p.podGone(pod)
+			case pod.Status.NominatedNodeName == "":
+				// The provisioner cleared the nomination: the pod did not
+				// fit the node after all and must be decided again.
+				p.nominationCleared(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -196,7 +202,12 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 	restored := 0
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
-		if p.claims[nc.Name] != nil || nc.DeletionTimestamp != nil || (nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating) {
+		if p.claims[nc.Name] != nil || nc.DeletionTimestamp != nil {
+			continue
+		}
+		if nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating {
+			// Closed: its pods keep their nomination while it launches.
+			p.restoreClosed(nc.Name, byClaim[nc.Name])
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
@@ -207,6 +218,16 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 		restored++
 	}
 	logger.Info("Restored open nodeclaims", "nodeClaims", restored)
+}
+
+// restoreClosed remembers a claim closed to nominations, for its pods.
+func (p *VirtualNodes) restoreClosed(name string, pods []*v1.Pod) {
+	c := &claim{name: name, pods: map[types.UID]*v1.Pod{}}
+	for _, pod := range pods {
+		c.pods[pod.UID] = pod
+		p.nominated[pod.UID] = c
+	}
+	p.claims[name] = c
 }
 
 // restore rebuilds one claim; nil when its group no longer exists.
@@ -288,6 +309,18 @@ func (p *VirtualNodes) claimDeleted(name string) {
 		if p.nominated[uid] == c {
 			delete(p.nominated, uid)
 		}
+	}
+}
+
+// nominationCleared forgets the claim of a pod whose nomination the
+// provisioner cleared. Claims still open are left alone: the scheduler
+// writes a new nomination only after PostFilter returns.
+func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.nominated[pod.UID]; c != nil && !c.open {
+		delete(p.nominated, pod.UID)
+		delete(c.pods, pod.UID)
 	}
 }
 
