@@ -10,23 +10,31 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
 )
 
 type options struct {
 	cloudProvider           string
 	catalog                 string
+	simulatedState          string
+	batchIdle               time.Duration
+	batchMax                time.Duration
+	registrationTTL         time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -48,6 +56,10 @@ func run(args []string) error {
 	var o options
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
+	fs.StringVar(&o.simulatedState, "simulated-state", "simulated-cloud.json", "File that holds the simulated cloud's instances across restarts.")
+	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
+	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
+	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -87,14 +99,33 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	source, err := simulated.NewCatalog(o.catalog)
+	catalogSource, err := simulated.NewCatalog(o.catalog)
 	if err != nil {
+		return err
+	}
+	cloud, err := simulated.NewCloud(catalogSource, mgr.GetClient(), o.simulatedState)
+	if err != nil {
+		return err
+	}
+	// The simulated instances' kubelets: only the leader registers nodes.
+	if err := mgr.Add(manager.RunnableFunc(cloud.Run)); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
+	ctx := ctrl.SetupSignalHandler()
+	if err := nodeclaim.NewController(mgr.GetClient(), cs, cloud, recorder, nodeclaim.Options{
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL,
+	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := catalog.NewController(mgr.GetClient(), source).SetupWithManager(mgr); err != nil {
+	if err := catalog.NewController(mgr.GetClient(), cloud).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -108,8 +139,9 @@ func run(args []string) error {
 	}); err != nil {
 		return err
 	}
-	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect,
+		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "registrationTTL", o.registrationTTL)
+	return mgr.Start(ctx)
 }
 
 // flagsFromEnv sets every flag not given on the command line from the

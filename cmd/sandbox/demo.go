@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,7 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeforge/nodeforge/manifests"
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
@@ -24,11 +31,14 @@ import (
 // expected state by then fails the demo.
 const stepTimeout = 2 * time.Minute
 
-// demo starts a sandbox in a temporary directory and walks through it:
-// the control plane and Nodeforge's components, the default NodePool, a
-// simulated node run by kwok, and a Deployment scheduled by
-// nodeforge-scheduler scaled up and back to zero. It stops the sandbox and
-// returns nil only if every step reached its expected state.
+// decisions are the log messages the demo shows as they happen.
+var decisions = []string{"Nominated pods to nodeclaim", "Found provisionable pods", "Launched instance", "Registered node",
+	"Bound pods to node", "Deleting empty node", "Terminated instance", "No virtual node for pod"}
+
+// demo is the classic walk-through in a fresh sandbox: NodePool apps,
+// Deployment inflate scaled 0 → 1 → 6 → 0, nodes launched for it and
+// removed after consolidateAfter. It returns an error if any step does not
+// reach its expected state in time.
 func demo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	keep := fs.Bool("keep", false, "leave the sandbox running after the walk-through, until SIGINT")
@@ -55,32 +65,21 @@ func demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	v, err := cs.Discovery().ServerVersion()
+	kube, err := sb.Client()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Kubernetes %s; try: kubectl --kubeconfig %s get nodepools\n", v.GitVersion, sb.Kubeconfig)
+	logs := newLogFollower(sb.Log("nodeforge-scheduler"), sb.Log("nodeforge-provisioner"))
+	fmt.Printf("try: kubectl --kubeconfig %s get nodeclaims,nodes\n", sb.Kubeconfig)
 
-	step("Adding a node by hand, run by kwok (with the provisioner, Nodeforge launches these itself)")
-	node := sandbox.KwokNode("demo-node", map[string]string{"intent": "apps"}, "8", "32Gi")
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter 30s")
+	raw, err := manifests.FS.ReadFile("examples/apps.yaml")
+	if err != nil {
 		return err
 	}
-	if err := until(ctx, "node demo-node Ready", func() (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, "demo-node", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	if err := sandbox.Apply(ctx, sb.Config, raw); err != nil {
 		return err
 	}
-	printNodes(ctx, cs)
 
 	labels := map[string]string{"app": "inflate"}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "inflate", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
@@ -95,54 +94,131 @@ func demo(ctx context.Context, args []string) error {
 			}}},
 		}},
 	}}
-	step("Creating Deployment inflate (schedulerName nodeforge-scheduler, nodeSelector intent=apps, 1 cpu and 1.5Gi each) with 0 replicas")
+	step("Deployment inflate: pause, 1 cpu and 1.5Gi each, nodeSelector intent=apps, schedulerName nodeforge-scheduler, 0 replicas")
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+
+	launched := map[string]bool{}
+	var peakPrice float64
+	var scaleUpSeconds float64
 	for _, replicas := range []int32{1, 6, 0} {
 		step("Scaling inflate to %d", replicas)
 		start := time.Now()
-		scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, "inflate", metav1.GetOptions{})
+		if err := scale(ctx, cs, replicas); err != nil {
+			return err
+		}
+		err := until(ctx, fmt.Sprintf("%d inflate pods Running", replicas), logs, func() (bool, error) {
+			return runningPods(ctx, cs, int(replicas))
+		})
 		if err != nil {
 			return err
 		}
-		scale.Spec.Replicas = replicas
-		if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "inflate", scale, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		if err := until(ctx, fmt.Sprintf("%d inflate pods Running", replicas), func() (bool, error) {
-			pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=inflate"})
-			if err != nil {
-				return false, err
-			}
-			running := 0
-			for _, p := range pods.Items {
-				if p.Status.Phase == corev1.PodRunning {
-					running++
-				}
-			}
-			return running == int(replicas) && len(pods.Items) == int(replicas), nil
-		}); err != nil {
-			return err
-		}
 		fmt.Printf("%d pods Running after %.1fs\n", replicas, time.Since(start).Seconds())
-		printPods(ctx, cs)
+		if replicas == 6 {
+			scaleUpSeconds = time.Since(start).Seconds()
+		}
+		if replicas == 0 {
+			step("Waiting for the empty apps nodes to go after consolidateAfter (30s)")
+			if err := until(ctx, "no apps node left", logs, func() (bool, error) {
+				n, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodeforge.dev/nodepool=apps"})
+				return err == nil && len(n.Items) == 0, err
+			}); err != nil {
+				return err
+			}
+			fmt.Printf("apps nodes removed %.1fs after scaling to 0\n", time.Since(start).Seconds())
+		}
+		price, err := showFleet(ctx, cs, kube, launched)
+		if err != nil {
+			return err
+		}
+		peakPrice = max(peakPrice, price)
+		logs.print()
 	}
-	step("Done: every step reached its expected state")
+	var left v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &left); err != nil {
+		return err
+	}
+	removed := 0
+	for name := range launched {
+		if !slices.ContainsFunc(left.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Name == name }) {
+			removed++
+		}
+	}
+	step("Summary")
+	fmt.Printf("nodes launched: %d, removed: %d; scale-up 1→6: all pods Running in %.1fs; fleet at peak $%.4f/h\n",
+		len(launched), removed, scaleUpSeconds, peakPrice)
 	if *keep {
 		fmt.Printf("The sandbox keeps running: kubectl --kubeconfig %s ... ; Ctrl-C stops it.\n", sb.Kubeconfig)
 		<-ctx.Done()
 	}
+	step("Done: every step reached its expected state")
 	return nil
+}
+
+func scale(ctx context.Context, cs kubernetes.Interface, replicas int32) error {
+	s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "inflate", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	s.Spec.Replicas = replicas
+	_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "inflate", s, metav1.UpdateOptions{})
+	return err
+}
+
+func runningPods(ctx context.Context, cs kubernetes.Interface, want int) (bool, error) {
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=inflate"})
+	if err != nil {
+		return false, err
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			running++
+		}
+	}
+	return running == want && len(pods.Items) == want, nil
+}
+
+// showFleet prints the claims, nodes and pods, notes every claim seen in
+// launched, and returns the fleet's price per hour.
+func showFleet(ctx context.Context, cs kubernetes.Interface, kube client.Client, launched map[string]bool) (float64, error) {
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		return 0, err
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODECLAIM\tPOOL\tTYPE\tZONE\tCAPACITY\tPRICE/H\tNODE\tPHASE")
+	total := 0.0
+	for _, nc := range claims.Items {
+		launched[nc.Name] = true
+		p, _ := strconv.ParseFloat(nc.Status.Price, 64)
+		total += p
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", nc.Name, nc.Spec.NodePool, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType, nc.Status.Price, nc.Status.NodeName, nc.Status.Phase)
+	}
+	w.Flush()
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=inflate"})
+	if err != nil {
+		return 0, err
+	}
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tPHASE\tNODE")
+	for _, p := range pods.Items {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", p.Name, p.Status.Phase, p.Spec.NodeName)
+	}
+	w.Flush()
+	return total, nil
 }
 
 func step(format string, args ...any) {
 	fmt.Printf("\n==> "+format+"\n", args...)
 }
 
-func until(ctx context.Context, what string, cond func() (bool, error)) error {
+// until waits for cond, printing decision log lines as they come.
+func until(ctx context.Context, what string, logs *logFollower, cond func() (bool, error)) error {
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, stepTimeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, stepTimeout, true, func(context.Context) (bool, error) {
+		logs.print()
 		ok, err := cond()
 		last = err
 		return ok, nil
@@ -153,40 +229,50 @@ func until(ctx context.Context, what string, cond func() (bool, error)) error {
 	return nil
 }
 
-func printNodes(ctx context.Context, cs kubernetes.Interface) {
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		fmt.Println("listing nodes:", err)
-		return
-	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tREADY\tCPU\tMEMORY\tLABELS")
-	for _, n := range nodes.Items {
-		ready := "False"
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				ready = string(c.Status)
-			}
-		}
-		var ls []string
-		for k, v := range n.Labels {
-			ls = append(ls, k+"="+v)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Name, ready, n.Status.Allocatable.Cpu(), n.Status.Allocatable.Memory(), strings.Join(ls, ","))
-	}
-	w.Flush()
+// logFollower prints the decision lines components append to their logs.
+type logFollower struct {
+	files   []string
+	offsets map[string]int64
 }
 
-func printPods(ctx context.Context, cs kubernetes.Interface) {
-	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=inflate"})
-	if err != nil {
-		fmt.Println("listing pods:", err)
-		return
+func newLogFollower(files ...string) *logFollower {
+	return &logFollower{files: files, offsets: map[string]int64{}}
+}
+
+func (l *logFollower) print() {
+	for _, f := range l.files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		if _, err := fh.Seek(l.offsets[f], io.SeekStart); err == nil {
+			r := bufio.NewReader(fh)
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					break // a partial line is read again next time
+				}
+				l.offsets[f] += int64(len(line))
+				for _, d := range decisions {
+					if strings.Contains(line, `"`+d+`"`) {
+						fmt.Print("  log: " + trimLog(line))
+						break
+					}
+				}
+			}
+		}
+		fh.Close()
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tPHASE\tNODE")
-	for _, p := range pods.Items {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", p.Name, p.Status.Phase, p.Spec.NodeName)
+}
+
+// trimLog drops controller-runtime's bookkeeping keys from a log line.
+func trimLog(line string) string {
+	for _, k := range []string{"controller", "controllerGroup", "controllerKind", "namespace", "name", "reconcileID"} {
+		if i := strings.Index(line, " "+k+`="`); i >= 0 {
+			if j := strings.Index(line[i+len(k)+3:], `"`); j >= 0 {
+				line = line[:i] + line[i+len(k)+3+j+1:]
+			}
+		}
 	}
-	w.Flush()
+	return line
 }

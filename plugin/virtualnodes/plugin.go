@@ -49,7 +49,14 @@ type VirtualNodes struct {
 	// second claim for a pod that already has one.
 	synced chan struct{}
 
+	// activate moves pods back to the scheduler's active queue. Pods
+	// VirtualNodes refused are retried through it when pools, catalogs or
+	// claims change: kube-scheduler ignores the requeue events of PostFilter
+	// plugins, and would otherwise wait minutes to retry them.
+	activate func(map[string]*v1.Pod)
+
 	mu        sync.Mutex
+	refused   map[types.UID]*v1.Pod
 	pools     map[string]*pool
 	ordered   []*pool // by weight, highest first, then name
 	claims    map[string]*claim
@@ -132,6 +139,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		claims:    map[string]*claim{},
 		nominated: map[types.UID]*claim{},
 		hints:     map[string]*claim{},
+		refused:   map[types.UID]*v1.Pod{},
 		synced:    make(chan struct{}),
 	}, nil
 }
@@ -178,10 +186,12 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		msg := "no NodePool can launch a node for this pod: " + strings.Join(d.reasons, "; ")
 		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
 		p.event(pod, v1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
+		p.refused[pod.UID] = pod
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	c := d.claim
 	p.nominated[pod.UID] = c
+	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
 	p.event(pod, v1.EventTypeNormal, "Nominated", "Provisioning", fmt.Sprintf("nominated to nodeclaim %s of pool %s in %s (%s): %d instance type options, cheapest %s",
@@ -248,6 +258,22 @@ func (p *VirtualNodes) setPools(pools []*pool) {
 			p.view.virtual = append(p.view.virtual, g.placeholder)
 		}
 	}
+}
+
+// retryRefused sends the pods refused so far back to the scheduler's
+// active queue: something that could change the answer has changed.
+// Callers hold p.mu.
+func (p *VirtualNodes) retryRefused(why string) {
+	if len(p.refused) == 0 || p.activate == nil {
+		return
+	}
+	pods := make(map[string]*v1.Pod, len(p.refused))
+	for _, pod := range p.refused {
+		pods[pod.Namespace+"/"+pod.Name] = pod
+	}
+	clear(p.refused)
+	klog.Background().V(2).Info("Retrying refused pods", "pods", len(pods), "reason", why)
+	p.activate(pods)
 }
 
 // daemonSetPods returns the daemonset pods that would run on node.

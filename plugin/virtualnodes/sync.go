@@ -31,6 +31,7 @@ import (
 // writes nominations in the background.
 func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	logger := klog.FromContext(ctx).WithName(Name)
+	p.activate = func(pods map[string]*v1.Pod) { h.Activate(logger, pods) }
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -173,6 +174,7 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
 	// Open claims keep pointing at their old pool objects; their options
 	// stay as they were nominated.
 	p.setPools(pools)
+	p.retryRefused("pools or catalogs changed")
 	klog.FromContext(ctx).V(2).Info("Pools updated", "pools", len(pools))
 }
 
@@ -305,11 +307,13 @@ func (p *VirtualNodes) claimDeleted(name string) {
 	}
 	p.close(c)
 	delete(p.claims, name)
-	for uid := range c.pods {
+	for uid, pod := range c.pods {
 		if p.nominated[uid] == c {
 			delete(p.nominated, uid)
+			p.refused[uid] = pod // decided again at once, not after minutes
 		}
 	}
+	p.retryRefused("nodeclaim " + name + " deleted")
 }
 
 // nominationCleared forgets the claim of a pod whose nomination the
@@ -321,6 +325,8 @@ func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 	if c := p.nominated[pod.UID]; c != nil && !c.open {
 		delete(p.nominated, pod.UID)
 		delete(c.pods, pod.UID)
+		p.refused[pod.UID] = pod
+		p.retryRefused("nomination cleared")
 	}
 }
 
@@ -333,6 +339,7 @@ func (p *VirtualNodes) podGone(pod *v1.Pod) {
 		return
 	}
 	delete(p.nominated, pod.UID)
+	delete(p.refused, pod.UID)
 	if c.open {
 		c.remove(pod)
 	}

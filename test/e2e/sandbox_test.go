@@ -376,7 +376,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"6 pods Running", "Done: every step reached its expected state"} {
+	for _, want := range []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Launched instance"`, `"Bound pods to node"`, `"Deleting empty node"`, "Done: every step reached its expected state"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

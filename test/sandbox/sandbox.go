@@ -79,7 +79,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml"} {
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "simulated-cloud.json"} {
 		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
 			return nil, err
 		}
@@ -279,6 +279,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	prov, err := s.start(logDir, "nodeforge-provisioner", bin.Provisioner, append([]string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
 		"--cloud-provider=simulated",
+		"--simulated-state=" + filepath.Join(dir, "simulated-cloud.json"),
 		"--leader-elect=true",
 		"--leader-election-namespace=" + namespace,
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.provisionerHealth),

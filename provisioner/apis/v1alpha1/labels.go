@@ -21,6 +21,10 @@ const (
 	// TaintDisrupted marks a node that is being drained for termination.
 	TaintDisrupted = Group + "/disrupted"
 
+	// FinalizerTermination keeps a NodeClaim (and its Node) until its
+	// instance is terminated.
+	FinalizerTermination = Group + "/termination"
+
 	// AnnotationDoNotDisrupt on a pod or node keeps Nodeforge from disrupting it.
 	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
 )

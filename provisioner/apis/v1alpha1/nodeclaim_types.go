@@ -76,13 +76,16 @@ type ResourceRequirements struct {
 }
 
 // NodeClaimPhase is where a NodeClaim is in its life.
-// +kubebuilder:validation:Enum=Nominating;Launched;Registered;Initialized;Disrupting
+// +kubebuilder:validation:Enum=Nominating;Launching;Launched;Registered;Initialized;Disrupting
 type NodeClaimPhase string
 
 // The phases of a NodeClaim, in order. Disrupting can follow any of them.
 const (
 	// NodeClaimNominating: the claim is open; the scheduler may nominate more pods.
 	NodeClaimNominating NodeClaimPhase = "Nominating"
+	// NodeClaimLaunching: the provisioner closed the claim to nominations
+	// and is launching its instance.
+	NodeClaimLaunching NodeClaimPhase = "Launching"
 	// NodeClaimLaunched: an instance was created for the claim.
 	NodeClaimLaunched NodeClaimPhase = "Launched"
 	// NodeClaimRegistered: the instance's node joined and was adopted.
@@ -135,6 +138,9 @@ type NodeClaimStatus struct {
 	// provisioner launches once it is older than the batch idle duration.
 	// +optional
 	LastNominationTime *metav1.Time `json:"lastNominationTime,omitempty"`
+	// Price of the launched instance in dollars per hour, e.g. "0.0416".
+	// +optional
+	Price string `json:"price,omitempty"`
 }
 
 // NodeClaimList is a list of NodeClaims.

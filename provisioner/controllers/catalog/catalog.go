@@ -71,7 +71,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := controllerutil.SetControllerReference(&pool, cat, c.client.Scheme()); err != nil {
 			return reconcile.Result{}, err
 		}
-		if err := c.client.Create(ctx, cat); err != nil {
+		if err := c.client.Create(ctx, cat); apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{Requeue: true}, nil // the cache has not seen it yet
+		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("creating catalog of nodepool %s: %w", pool.Name, err)
 		}
 	case err != nil:
@@ -80,7 +82,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	default:
 		cat.Spec = spec
-		if err := c.client.Update(ctx, cat); err != nil {
+		if err := c.client.Update(ctx, cat); apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("updating catalog of nodepool %s: %w", pool.Name, err)
 		}
 	}

@@ -112,7 +112,9 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil
 	}
 	pool.Status = *status
-	if err := c.client.Status().Update(ctx, &pool); err != nil {
+	if err := c.client.Status().Update(ctx, &pool); apierrors.IsConflict(err) {
+		return reconcile.Result{Requeue: true}, nil // a newer pool than the cache had: read it again
+	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("updating status of nodepool %s: %w", pool.Name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Updated nodepool status", "nodePool", klog.KObj(&pool), "nodes", status.Nodes, "ready", ready, "reason", reason)

@@ -1,0 +1,100 @@
+// Package cloudprovider is the narrow interface between the provisioner and
+// a cloud: launch, terminate, look up and list instances, and describe the
+// instance types on offer. The contract is in the doc comments; errors that
+// callers act on are typed.
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// Instance is a machine the cloud runs for a NodeClaim.
+type Instance struct {
+	// ProviderID is what the instance's Node reports in spec.providerID.
+	ProviderID   string
+	InstanceType string
+	Zone         string
+	CapacityType string
+	// Price in dollars per hour.
+	Price       float64
+	Capacity    corev1.ResourceList
+	Allocatable corev1.ResourceList
+	// NodeClaim and NodePool the instance was launched for, from its tags.
+	NodeClaim string
+	NodePool  string
+	Launched  time.Time
+}
+
+// Offer is one launch option: an instance type in a zone with a capacity
+// type, at a price. Create tries offers cheapest first.
+type Offer struct {
+	InstanceType v1alpha1.InstanceType
+	Zone         string
+	CapacityType string
+	Price        float64
+}
+
+// Launch is what Create needs to know of the node to be.
+type Launch struct {
+	// NodeClaim names the claim; with ClaimUID it keys idempotency.
+	NodeClaim string
+	ClaimUID  string
+	NodePool  string
+	// Labels and Taints the node registers with (the binding startup
+	// taint among them).
+	Labels map[string]string
+	Taints []corev1.Taint
+	// NodeClass is the provider's node class object, by reference.
+	NodeClass v1alpha1.NodeClassReference
+	// Offers, cheapest first.
+	Offers []Offer
+}
+
+// CloudProvider launches and terminates instances.
+type CloudProvider interface {
+	// Name of the provider, e.g. "simulated" or "aws".
+	Name() string
+	// Create launches one instance for the launch, trying its offers
+	// cheapest first. It is idempotent: a second call for the same claim
+	// UID returns the instance the first one launched, so a provisioner
+	// that crashed after Create and retries launches nothing twice. When
+	// every offer fails for lack of capacity it returns an
+	// *InsufficientCapacityError naming them.
+	Create(ctx context.Context, l Launch) (*Instance, error)
+	// Delete terminates the instance. It returns ErrNotFound once the
+	// instance is gone; callers keep calling until then.
+	Delete(ctx context.Context, providerID string) error
+	// Get returns the instance, or ErrNotFound.
+	Get(ctx context.Context, providerID string) (*Instance, error)
+	// List returns every instance the provider launched for this cluster,
+	// so that instances without a claim can be garbage-collected.
+	List(ctx context.Context) ([]*Instance, error)
+	// InstanceTypes lists every instance type with its offerings.
+	InstanceTypes(ctx context.Context) ([]v1alpha1.InstanceType, error)
+}
+
+// ErrNotFound says an instance does not exist (any more).
+var ErrNotFound = errors.New("instance not found")
+
+// InsufficientCapacityError says the cloud had no capacity for any of the
+// offers tried. The offers should be avoided for a while.
+type InsufficientCapacityError struct {
+	Offers []Offer
+}
+
+func (e *InsufficientCapacityError) Error() string {
+	return fmt.Sprintf("insufficient capacity for all %d offers tried", len(e.Offers))
+}
+
+// IsInsufficientCapacity reports whether err is an InsufficientCapacityError.
+func IsInsufficientCapacity(err error) bool {
+	var ice *InsufficientCapacityError
+	return errors.As(err, &ice)
+}

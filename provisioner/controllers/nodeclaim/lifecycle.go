@@ -1,0 +1,526 @@
+// Package nodeclaim runs a NodeClaim's life after the scheduler has
+// nominated pods to it: it closes the claim when the batch window ends,
+// launches its instance, adopts the node that registers, binds the
+// nominated pods to it, and terminates the instance when the claim goes.
+package nodeclaim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+)
+
+// Field indexes the controller relies on.
+const (
+	indexNominated  = "status.nominatedNodeName"
+	indexPodNode    = "spec.nodeName"
+	indexProviderID = "spec.providerID"
+)
+
+// Options are the batching and registration settings.
+type Options struct {
+	// BatchIdle: a claim launches once no pod was nominated to it for this long...
+	BatchIdle time.Duration
+	// BatchMax: ...or once it has been open this long.
+	BatchMax time.Duration
+	// RegistrationTTL: a launched claim whose node has not registered by
+	// then is deleted and its instance terminated.
+	RegistrationTTL time.Duration
+}
+
+// Controller reconciles NodeClaims.
+type Controller struct {
+	kube     client.Client
+	pods     kubernetes.Interface // for the Binding API
+	cloud    cloudprovider.CloudProvider
+	recorder events.EventRecorder
+	opts     Options
+	now      func() time.Time
+}
+
+// NewController returns the NodeClaim lifecycle controller.
+func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, recorder events.EventRecorder, opts Options) *Controller {
+	return &Controller{kube: kube, pods: cs, cloud: cloud, recorder: recorder, opts: opts, now: time.Now}
+}
+
+// SetupWithManager registers the controller and the indexes it uses.
+func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexNominated, func(o client.Object) []string {
+		if p := o.(*corev1.Pod); p.Status.NominatedNodeName != "" && p.Spec.NodeName == "" {
+			return []string{p.Status.NominatedNodeName}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Spec.NodeName}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Node{}, indexProviderID, func(o client.Object) []string {
+		return []string{o.(*corev1.Node).Spec.ProviderID}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodeclaim.lifecycle").
+		For(&v1alpha1.NodeClaim{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimOfNode)).
+		Complete(c)
+}
+
+// claimOfPod: the claim a pod is nominated to, or the claim of its node.
+func (c *Controller) claimOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	pod := o.(*corev1.Pod)
+	if pod.Status.NominatedNodeName != "" && pod.Spec.NodeName == "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Status.NominatedNodeName}}}
+	}
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims); err != nil {
+		return nil
+	}
+	for _, nc := range claims.Items {
+		if nc.Status.NodeName == pod.Spec.NodeName {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nc.Name}}}
+		}
+	}
+	return nil
+}
+
+func (c *Controller) claimOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	node := o.(*corev1.Node)
+	if node.Spec.ProviderID == "" {
+		return nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims); err != nil {
+		return nil
+	}
+	for _, nc := range claims.Items {
+		if nc.Status.ProviderID == node.Spec.ProviderID {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nc.Name}}}
+		}
+	}
+	return nil
+}
+
+// Reconcile moves one claim a step forward.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var nc v1alpha1.NodeClaim
+	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))
+	res, err := c.step(ctx, &nc)
+	// Each step writes; the cache may lag a write, and the next step then
+	// meets a conflict. That is no error: read again.
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if !nc.DeletionTimestamp.IsZero() {
+		return c.finalize(ctx, nc)
+	}
+	switch nc.Status.Phase {
+	case "", v1alpha1.NodeClaimNominating:
+		return c.closeWhenBatched(ctx, nc)
+	case v1alpha1.NodeClaimLaunching:
+		return c.launch(ctx, nc)
+	case v1alpha1.NodeClaimLaunched:
+		return c.register(ctx, nc)
+	case v1alpha1.NodeClaimRegistered:
+		return c.initialize(ctx, nc)
+	case v1alpha1.NodeClaimInitialized:
+		return c.removeWhenEmpty(ctx, nc)
+	}
+	return reconcile.Result{}, nil
+}
+
+// nominatedPods are the pending pods nominated to the claim, oldest first.
+func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexNominated: name}); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return pods.Items, nil
+}
+
+// closeWhenBatched closes the claim to nominations once the batch window
+// has passed: no new nomination for BatchIdle, or open for BatchMax. The
+// status update carries the resourceVersion read, so a nomination the
+// scheduler writes meanwhile makes it fail and the window is judged again.
+func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	now := c.now()
+	last := nc.CreationTimestamp.Time
+	if nc.Status.LastNominationTime != nil {
+		last = nc.Status.LastNominationTime.Time
+	}
+	idle, open := now.Sub(last), now.Sub(nc.CreationTimestamp.Time)
+	if idle < c.opts.BatchIdle && open < c.opts.BatchMax {
+		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(pods) == 0 {
+		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
+		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
+		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	}
+	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
+		controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
+		if err := c.kube.Update(ctx, nc); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunching
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
+	return reconcile.Result{Requeue: true}, nil
+}
+
+// offers are the claim's instance types in its zone and capacity type, from
+// the pool's catalog, cheapest first.
+func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
+	var cat v1alpha1.InstanceTypeCatalog
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &cat); err != nil {
+		return nil, fmt.Errorf("getting catalog of nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	in := map[string][]string{}
+	for _, r := range nc.Spec.Requirements {
+		if r.Operator == corev1.NodeSelectorOpIn {
+			in[r.Key] = r.Values
+		}
+	}
+	var out []cloudprovider.Offer
+	for _, it := range cat.Spec.InstanceTypes {
+		if !slices.Contains(in[corev1.LabelInstanceTypeStable], it.Name) {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if !o.Available || !slices.Contains(in[corev1.LabelTopologyZone], o.Zone) || !slices.Contains(in[v1alpha1.LabelCapacityType], string(o.CapacityType)) {
+				continue
+			}
+			price, err := strconv.ParseFloat(o.Price, 64)
+			if err != nil {
+				continue
+			}
+			out = append(out, cloudprovider.Offer{InstanceType: it, Zone: o.Zone, CapacityType: string(o.CapacityType), Price: price})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b cloudprovider.Offer) int { return cmp.Compare(a.Price, b.Price) })
+	return out, nil
+}
+
+// launch creates the instance; Create is idempotent per claim UID, so a
+// crash between Create and the status update launches nothing twice.
+func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	offers, err := c.offers(ctx, nc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(offers) == 0 {
+		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "no instance type option is offered any more")
+		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	}
+	labels := map[string]string{v1alpha1.LabelNodePool: pool.Name, corev1.LabelOSStable: "linux"}
+	for k, v := range pool.Spec.Template.ObjectMeta.Labels {
+		labels[k] = v
+	}
+	taints := append(slices.Clone(nc.Spec.Taints), nc.Spec.StartupTaints...)
+	taints = append(taints, corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule})
+	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
+		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Labels: labels, Taints: taints,
+		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
+	})
+	if err != nil {
+		reason := "LaunchFailed"
+		if cloudprovider.IsInsufficientCapacity(err) {
+			reason = "InsufficientCapacity"
+		}
+		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
+		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunched
+	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = in.ProviderID, in.InstanceType, in.Zone, in.CapacityType
+	nc.Status.Capacity, nc.Status.Allocatable = in.Capacity, in.Allocatable
+	nc.Status.InstanceTypeOptions = 1
+	nc.Status.Price = strconv.FormatFloat(in.Price, 'f', -1, 64)
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
+	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
+	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+// register adopts the node once it registers, or gives up after the TTL.
+func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := c.nodeOf(ctx, nc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if node == nil {
+		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
+		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
+			klog.FromContext(ctx).Info("Node did not register in time; deleting nodeclaim", "providerID", nc.Status.ProviderID, "ttl", c.opts.RegistrationTTL)
+			c.event(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s; terminating the instance", c.opts.RegistrationTTL))
+			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		}
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	if !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerTermination) {
+		controllerutil.AddFinalizer(node, v1alpha1.FinalizerTermination)
+		if err := c.kube.Update(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimRegistered
+	nc.Status.NodeName = node.Name
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", Message: node.Name})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
+	c.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
+	return reconcile.Result{Requeue: true}, nil
+}
+
+// initialize binds the nominated pods once the node is Ready, clears the
+// nomination of those that no longer fit, and lifts the binding taint.
+func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	node, err := c.nodeOf(ctx, nc)
+	if err != nil || node == nil {
+		return reconcile.Result{RequeueAfter: time.Second}, err
+	}
+	if !ready(node) {
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	free := node.Status.Allocatable.DeepCopy()
+	var onNode corev1.PodList
+	if err := c.kube.List(ctx, &onNode, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, p := range onNode.Items {
+		subtract(free, podRequests(&p))
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	bound := 0
+	for i := range pods {
+		p := &pods[i]
+		req := podRequests(p)
+		if !fitsIn(free, req) {
+			logger.Info("Pod no longer fits the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name)
+			p.Status.NominatedNodeName = ""
+			if err := c.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, err
+			}
+			continue
+		}
+		err := c.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		if err == nil {
+			subtract(free, req)
+			bound++
+		}
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+	if len(taints) != len(node.Spec.Taints) {
+		node.Spec.Taints = taints
+		if err := c.kube.Update(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimInitialized
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound", bound)})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	logger.Info("Bound pods to node", "pods", bound, "node", node.Name)
+	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s", bound, node.Name))
+	return reconcile.Result{}, nil
+}
+
+// finalize terminates the instance and deletes the node, then lets the
+// claim go.
+func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
+		return reconcile.Result{}, nil
+	}
+	if nc.Status.ProviderID != "" {
+		if res, err := c.drain(ctx, nc); err != nil || !res.IsZero() {
+			return res, err
+		}
+		switch err := c.cloud.Delete(ctx, nc.Status.ProviderID); {
+		case err == nil:
+			klog.FromContext(ctx).Info("Terminated instance", "providerID", nc.Status.ProviderID, "instanceType", nc.Status.InstanceType)
+		case !errors.Is(err, cloudprovider.ErrNotFound):
+			return reconcile.Result{}, fmt.Errorf("terminating %s: %w", nc.Status.ProviderID, err)
+		}
+		node, err := c.nodeOf(ctx, nc)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if node != nil {
+			if controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerTermination) {
+				if err := c.kube.Update(ctx, node); err != nil {
+					return reconcile.Result{}, err
+				}
+			}
+			if err := c.kube.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			}
+		}
+	}
+	controllerutil.RemoveFinalizer(nc, v1alpha1.FinalizerTermination)
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Update(ctx, nc))
+}
+
+// drain taints the claim's node nodeforge.dev/disrupted:NoSchedule and
+// evicts its pods (daemonset pods stay) through the Eviction API, so that
+// PodDisruptionBudgets hold. It returns a requeue while pods remain.
+func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := c.nodeOf(ctx, nc)
+	if err != nil || node == nil {
+		return reconcile.Result{}, err
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }) {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule})
+		if err := c.kube.Update(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	remaining := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ownedByDaemonSet(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		remaining++
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := c.pods.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+		switch {
+		case apierrors.IsTooManyRequests(err):
+			klog.FromContext(ctx).V(2).Info("Eviction refused for now (disruption budget); will retry", "pod", klog.KObj(p), "node", node.Name)
+		case err != nil && !apierrors.IsNotFound(err):
+			return reconcile.Result{}, fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
+		default:
+			klog.FromContext(ctx).Info("Evicted pod", "pod", klog.KObj(p), "node", node.Name)
+		}
+	}
+	if remaining > 0 {
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) nodeOf(ctx context.Context, nc *v1alpha1.NodeClaim) (*corev1.Node, error) {
+	if nc.Status.ProviderID == "" {
+		return nil, nil
+	}
+	var nodes corev1.NodeList
+	if err := c.kube.List(ctx, &nodes, client.MatchingFields{indexProviderID: nc.Status.ProviderID}); err != nil {
+		return nil, err
+	}
+	if len(nodes.Items) == 0 {
+		return nil, nil
+	}
+	return &nodes.Items[0], nil
+}
+
+func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
+	if c.recorder != nil {
+		c.recorder.Eventf(nc, nil, typ, reason, action, "%s", note)
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podRequests(p *corev1.Pod) corev1.ResourceList {
+	r := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	r[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
+	return r
+}
+
+func subtract(free, req corev1.ResourceList) {
+	for name, q := range req {
+		f := free[name]
+		f.Sub(q)
+		free[name] = f
+	}
+}
+
+func fitsIn(free, req corev1.ResourceList) bool {
+	for name, q := range req {
+		if f, ok := free[name]; (!ok && !q.IsZero()) || (ok && q.Cmp(f) > 0) {
+			return false
+		}
+	}
+	return true
+}
