@@ -6,9 +6,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"k8s.io/klog/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
@@ -22,6 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(klog.Background())
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
@@ -31,7 +32,7 @@ import (
 )
 
 // upSandbox runs `nodeforge-sandbox up --dir DIR` and waits for its ready line.
-func upSandbox(t *testing.T, dir string) (*exec.Cmd, string) {
+func upSandbox(t testing.TB, dir string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "up", "--dir", dir)
 	cmd.Dir = source
@@ -72,13 +73,19 @@ func upSandbox(t *testing.T, dir string) (*exec.Cmd, string) {
 	return nil, ""
 }
 
-func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
+func mustConfig(t testing.TB, kubeconfig string) *rest.Config {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg
+}
+
+func clientFor(t testing.TB, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(mustConfig(t, kubeconfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,11 @@ package fidelity
 import (
 	"context"
 	"fmt"
+	"k8s.io/klog/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +38,7 @@ var (
 func typesUID(s string) types.UID { return types.UID(s) }
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(klog.Background())
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -5,7 +5,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"k8s.io/klog/v2"
 	"os"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +19,7 @@ import (
 var kube client.Client
 
 func TestMain(m *testing.M) {
+	ctrllog.SetLogger(klog.Background())
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
