@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
@@ -111,13 +112,14 @@ func run(args []string) error {
 	if err := mgr.Add(manager.RunnableFunc(cloud.Run)); err != nil {
 		return err
 	}
+	measured := cloudprovider.WithMetrics(cloud)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	ctx := ctrl.SetupSignalHandler()
-	if err := nodeclaim.NewController(mgr.GetClient(), cs, cloud, recorder, nodeclaim.Options{
+	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, recorder, nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
@@ -125,7 +127,7 @@ func run(args []string) error {
 	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := catalog.NewController(mgr.GetClient(), cloud).SetupWithManager(mgr); err != nil {
+	if err := catalog.NewController(mgr.GetClient(), measured).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

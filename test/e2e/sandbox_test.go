@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,7 +196,7 @@ func TestSandbox(t *testing.T) {
 		})
 	})
 
-	t.Run("the provisioner publishes the default pool's catalog and VirtualNodes nominates a pending pod to a claim", func(t *testing.T) {
+	t.Run("a pending pod is nominated to a claim from the published catalog, launched for, bound and counted in the metrics", func(t *testing.T) {
 		dyn := dynamicFor(t, kubeconfig)
 		gvr := func(r string) schema.GroupVersionResource {
 			return schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: r}
@@ -218,19 +219,57 @@ func TestSandbox(t *testing.T) {
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "pod pending nominated to a NodeClaim of pool default that records it", func() (bool, error) {
+		// The pod is nominated, its claim launched and the pod bound within
+		// about a second (binding clears the nomination), so the claim is
+		// found either way.
+		var claim string
+		poll(t, "pod pending nominated to a NodeClaim, or bound to its node", func() (bool, error) {
 			p, err := cs.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
-			if err != nil || p.Status.NominatedNodeName == "" {
+			if err != nil {
 				return false, err
 			}
-			nc, err := dyn.Resource(gvr("nodeclaims")).Get(ctx, p.Status.NominatedNodeName, metav1.GetOptions{})
+			if p.Status.NominatedNodeName != "" {
+				claim = p.Status.NominatedNodeName
+				return true, nil
+			}
+			ncs, err := dyn.Resource(gvr("nodeclaims")).List(ctx, metav1.ListOptions{})
+			if err != nil || p.Spec.NodeName == "" {
+				return false, err
+			}
+			for _, nc := range ncs.Items {
+				if node, _, _ := unstructured.NestedString(nc.Object, "status", "nodeName"); node == p.Spec.NodeName {
+					claim = nc.GetName()
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		var node string
+		poll(t, "nodeclaim "+claim+" of pool default Initialized with the pod", func() (bool, error) {
+			nc, err := dyn.Resource(gvr("nodeclaims")).Get(ctx, claim, metav1.GetOptions{})
 			if err != nil {
-				return false, nil
+				return false, err
 			}
 			pool, _, _ := unstructured.NestedString(nc.Object, "spec", "nodePool")
 			pods, _, _ := unstructured.NestedInt64(nc.Object, "status", "nominatedPods")
-			return pool == "default" && pods == 1, nil
+			phase, _, _ := unstructured.NestedString(nc.Object, "status", "phase")
+			node, _, _ = unstructured.NestedString(nc.Object, "status", "nodeName")
+			return pool == "default" && pods == 1 && phase == "Initialized", nil
 		})
+		poll(t, "pod pending Running on node "+node, func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == node, err
+		})
+		metrics := scrape(t, endpoint(t, dir, "provisioner-metrics"))
+		for _, want := range []string{
+			`nodeforge_nodeclaims_launched_total{nodepool="default"} 1`,
+			`nodeforge_cloudprovider_calls_total{method="Create",provider="simulated",result="ok"} 1`,
+			`nodeforge_pod_time_to_bound_seconds_count 1`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("provisioner metrics lack %s", want)
+			}
+		}
 		if err := cs.CoreV1().Pods("default").Delete(ctx, "pending", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -335,6 +374,36 @@ func TestSandbox(t *testing.T) {
 			t.Fatalf("the API server's port %s still accepts connections", host)
 		}
 	})
+}
+
+// endpoint reads one line of the sandbox's DIR/endpoints.
+func endpoint(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "endpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && k == name {
+			return v
+		}
+	}
+	t.Fatalf("no %s in %s/endpoints", name, dir)
+	return ""
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // a test on loopback
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // processesUnder lists the processes whose command line mentions dir: the

@@ -79,7 +79,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "simulated-cloud.json"} {
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "simulated-cloud.json", "endpoints"} {
 		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
 			return nil, err
 		}
@@ -289,6 +289,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	if err := s.ready(ctx, prov, httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", p.provisionerHealth))); err != nil {
+		return nil, err
+	}
+	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
+		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
+	if err := os.WriteFile(filepath.Join(dir, "endpoints"), []byte(endpoints), 0o644); err != nil {
 		return nil, err
 	}
 	return s, nil

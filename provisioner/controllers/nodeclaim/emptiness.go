@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
 // conditionEmpty is True while the claim's node runs no pod but daemonset
@@ -57,6 +58,7 @@ func (c *Controller) removeWhenEmpty(ctx context.Context, nc *v1alpha1.NodeClaim
 	}
 	klog.FromContext(ctx).Info("Deleting empty node", "node", nc.Status.NodeName, "emptyFor", c.now().Sub(since).Round(time.Second), "consolidateAfter", after)
 	c.event(nc, corev1.EventTypeNormal, "Disrupting", "Empty", fmt.Sprintf("node %s empty for %s (consolidateAfter %s)", nc.Status.NodeName, c.now().Sub(since).Round(time.Second), after))
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "Empty").Inc()
 	nc.Status.Phase = v1alpha1.NodeClaimDisrupting
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err

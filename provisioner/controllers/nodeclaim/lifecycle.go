@@ -32,6 +32,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
 // Field indexes the controller relies on.
@@ -199,6 +200,7 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	}
 	if len(pods) == 0 {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
 		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
@@ -263,6 +265,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	}
 	if len(offers) == 0 {
 		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "no instance type option is offered any more")
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
 	labels := map[string]string{v1alpha1.LabelNodePool: pool.Name, corev1.LabelOSStable: "linux"}
@@ -281,6 +284,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 			reason = "InsufficientCapacity"
 		}
 		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
+		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
 		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
@@ -293,6 +297,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
+	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
 	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
 	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -308,6 +313,8 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
 		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
 			klog.FromContext(ctx).Info("Node did not register in time; deleting nodeclaim", "providerID", nc.Status.ProviderID, "ttl", c.opts.RegistrationTTL)
+			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
+			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
 			c.event(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s; terminating the instance", c.opts.RegistrationTTL))
 			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 		}
@@ -375,6 +382,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		if err == nil {
 			subtract(free, req)
 			bound++
+			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
 		}
 	}
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })

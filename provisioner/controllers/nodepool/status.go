@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
 // ConditionReady is the NodePool condition that says it can launch.
@@ -77,6 +78,9 @@ func (c *StatusController) poolsOfClass(ctx context.Context, o client.Object) []
 func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var pool v1alpha1.NodePool
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.Nodes.DeleteLabelValues(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	var nodes corev1.NodeList
@@ -90,6 +94,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 
 	status := pool.Status.DeepCopy()
 	status.Nodes = int64(len(nodes.Items))
+	metrics.Nodes.WithLabelValues(pool.Name).Set(float64(status.Nodes))
 	status.Resources = corev1.ResourceList{}
 	for _, n := range nodes.Items {
 		add(status.Resources, n.Status.Capacity)

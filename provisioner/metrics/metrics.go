@@ -1,0 +1,54 @@
+// Package metrics holds the provisioner's Prometheus metrics, registered
+// with controller-runtime's registry and served on --metrics-bind-address.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// CloudCalls counts cloud provider calls by provider, method and result
+	// (ok, not_found, insufficient_capacity, error).
+	CloudCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_cloudprovider_calls_total",
+		Help: "Cloud provider calls by provider, method and result.",
+	}, []string{"provider", "method", "result"})
+	// CloudCallDuration is how long cloud provider calls take.
+	CloudCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nodeforge_cloudprovider_call_duration_seconds",
+		Help:    "Duration of cloud provider calls by provider and method.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"provider", "method"})
+	// ClaimsLaunched counts NodeClaims launched by pool.
+	ClaimsLaunched = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_nodeclaims_launched_total",
+		Help: "NodeClaims whose instance was launched, by pool.",
+	}, []string{"nodepool"})
+	// ClaimsFailed counts failed launch attempts by pool and reason.
+	ClaimsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_nodeclaims_launch_failures_total",
+		Help: "Failed launch attempts by pool and reason (InsufficientCapacity, LaunchFailed, RegistrationTimeout).",
+	}, []string{"nodepool", "reason"})
+	// ClaimsDeleted counts deleted NodeClaims by pool and reason.
+	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_nodeclaims_deleted_total",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, Empty, RegistrationTimeout, NoOptions).",
+	}, []string{"nodepool", "reason"})
+	// PodTimeToBound is the time from a pod's creation to the provisioner
+	// binding it to the node launched for it.
+	PodTimeToBound = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "nodeforge_pod_time_to_bound_seconds",
+		Help:    "Seconds from a pod's creation to its binding to a node Nodeforge launched for it.",
+		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
+	})
+	// Nodes is the number of registered nodes per pool.
+	Nodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeforge_nodes",
+		Help: "Registered nodes per pool.",
+	}, []string{"nodepool"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes)
+}
