@@ -36,6 +36,7 @@ type options struct {
 	batchIdle               time.Duration
 	batchMax                time.Duration
 	registrationTTL         time.Duration
+	unavailableTTL          time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -60,6 +61,7 @@ func run(args []string) error {
 	fs.StringVar(&o.simulatedState, "simulated-state", "simulated-cloud.json", "File that holds the simulated cloud's instances across restarts.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
+	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
@@ -113,13 +115,14 @@ func run(args []string) error {
 		return err
 	}
 	measured := cloudprovider.WithMetrics(cloud)
+	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	ctx := ctrl.SetupSignalHandler()
-	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, recorder, nodeclaim.Options{
+	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
@@ -127,7 +130,7 @@ func run(args []string) error {
 	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := catalog.NewController(mgr.GetClient(), measured).SetupWithManager(mgr); err != nil {
+	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

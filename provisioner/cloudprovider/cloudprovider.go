@@ -30,6 +30,9 @@ type Instance struct {
 	NodeClaim string
 	NodePool  string
 	Launched  time.Time
+	// Refused are the cheaper offers the cloud had no capacity for before
+	// it launched this one; callers avoid them for a while.
+	Refused []Offer `json:"-"`
 }
 
 // Offer is one launch option: an instance type in a zone with a capacity

@@ -32,11 +32,14 @@ import (
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
-// upSandbox runs `nodeforge-sandbox up --dir DIR` and waits for its ready line.
-func upSandbox(t testing.TB, dir string) (*exec.Cmd, string) {
+// upSandbox runs `nodeforge-sandbox up --dir DIR` and waits for its ready
+// line. env is added to its environment, which its components inherit
+// (NODEFORGE_* variables set the provisioner's flags).
+func upSandbox(t testing.TB, dir string, env ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "up", "--dir", dir)
 	cmd.Dir = source
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

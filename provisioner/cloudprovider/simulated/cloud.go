@@ -146,6 +146,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 			return nil, fmt.Errorf("recording instance: %w", err)
 		}
 		out := in.Instance
+		out.Refused = refused
 		return &out, nil
 	}
 	return nil, &cloudprovider.InsufficientCapacityError{Offers: refused}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,9 +17,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/requirements"
 )
 
@@ -31,13 +37,31 @@ type Source interface {
 
 // Controller writes each pool's catalog.
 type Controller struct {
-	client client.Client
-	source Source
+	client      client.Client
+	source      Source
+	unavailable *cloudprovider.UnavailableOfferings
+	changed     chan event.GenericEvent
 }
 
-// NewController returns a Controller publishing what source offers.
-func NewController(c client.Client, source Source) *Controller {
-	return &Controller{client: c, source: source}
+// NewController returns a Controller publishing what source offers, with
+// the offerings in unavailable marked so until they expire.
+func NewController(c client.Client, source Source, unavailable *cloudprovider.UnavailableOfferings) *Controller {
+	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan event.GenericEvent, 1024)}
+	unavailable.OnChange(ctrl.republishAll)
+	return ctrl
+}
+
+// republishAll queues every pool, as offerings became unavailable.
+func (c *Controller) republishAll() {
+	go func() {
+		var pools v1alpha1.NodePoolList
+		if err := c.client.List(context.Background(), &pools); err != nil {
+			return
+		}
+		for i := range pools.Items {
+			c.changed <- event.GenericEvent{Object: &pools.Items[i]}
+		}
+	}()
 }
 
 // SetupWithManager registers the controller: a pool's catalog is rewritten
@@ -47,6 +71,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("nodepool.catalog").
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.InstanceTypeCatalog{}).
+		WatchesRawSource(source.Channel(c.changed, &handler.EnqueueRequestForObject{})).
 		Complete(c)
 }
 
@@ -61,6 +86,22 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("listing instance types: %w", err)
 	}
 	types := requirements.FilterInstanceTypes(pool.Spec.Template.Spec.Requirements, all)
+	var next time.Time // when the first unavailable offering comes back
+	for i := range types {
+		for j := range types[i].Offerings {
+			o := &types[i].Offerings[j]
+			if gone, until := c.unavailable.Unavailable(types[i].Name, o.Zone, string(o.CapacityType)); gone && o.Available {
+				o.Available = false
+				if next.IsZero() || until.Before(next) {
+					next = until
+				}
+			}
+		}
+	}
+	result := reconcile.Result{}
+	if !next.IsZero() {
+		result.RequeueAfter = time.Until(next) + time.Second
+	}
 	spec := v1alpha1.InstanceTypeCatalogSpec{Provider: c.source.Name(), InstanceTypeCount: int32(len(types)), InstanceTypes: types}
 
 	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: pool.Name}}
@@ -79,7 +120,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case err != nil:
 		return reconcile.Result{}, err
 	case equality.Semantic.DeepEqual(cat.Spec, spec):
-		return reconcile.Result{}, nil
+		return result, nil
 	default:
 		cat.Spec = spec
 		if err := c.client.Update(ctx, cat); apierrors.IsConflict(err) {
@@ -88,6 +129,6 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("updating catalog of nodepool %s: %w", pool.Name, err)
 		}
 	}
-	klog.FromContext(ctx).Info("Published instance type catalog", "nodePool", klog.KObj(&pool), "instanceTypes", len(types), "provider", c.source.Name())
-	return reconcile.Result{}, nil
+	klog.FromContext(ctx).Info("Published instance type catalog", "nodePool", klog.KObj(&pool), "instanceTypes", len(types), "provider", c.source.Name(), "unavailableUntil", next)
+	return result, nil
 }

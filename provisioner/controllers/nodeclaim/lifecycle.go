@@ -55,17 +55,18 @@ type Options struct {
 
 // Controller reconciles NodeClaims.
 type Controller struct {
-	kube     client.Client
-	pods     kubernetes.Interface // for the Binding API
-	cloud    cloudprovider.CloudProvider
-	recorder events.EventRecorder
-	opts     Options
-	now      func() time.Time
+	kube        client.Client
+	unavailable *cloudprovider.UnavailableOfferings
+	pods        kubernetes.Interface // for the Binding API
+	cloud       cloudprovider.CloudProvider
+	recorder    events.EventRecorder
+	opts        Options
+	now         func() time.Time
 }
 
 // NewController returns the NodeClaim lifecycle controller.
-func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, recorder events.EventRecorder, opts Options) *Controller {
-	return &Controller{kube: kube, pods: cs, cloud: cloud, recorder: recorder, opts: opts, now: time.Now}
+func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
+	return &Controller{kube: kube, pods: cs, cloud: cloud, unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
 }
 
 // SetupWithManager registers the controller and the indexes it uses.
@@ -240,6 +241,9 @@ func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]clou
 			if !o.Available || !slices.Contains(in[corev1.LabelTopologyZone], o.Zone) || !slices.Contains(in[v1alpha1.LabelCapacityType], string(o.CapacityType)) {
 				continue
 			}
+			if gone, _ := c.unavailable.Unavailable(it.Name, o.Zone, string(o.CapacityType)); gone {
+				continue
+			}
 			price, err := strconv.ParseFloat(o.Price, 64)
 			if err != nil {
 				continue
@@ -264,7 +268,10 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		return reconcile.Result{}, err
 	}
 	if len(offers) == 0 {
-		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "no instance type option is offered any more")
+		// Its pods get a new claim elsewhere: the scheduler plugin retries
+		// them when the claim goes, with these offerings now unavailable.
+		logger.Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
@@ -280,13 +287,23 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	})
 	if err != nil {
 		reason := "LaunchFailed"
-		if cloudprovider.IsInsufficientCapacity(err) {
+		var ice *cloudprovider.InsufficientCapacityError
+		if errors.As(err, &ice) {
 			reason = "InsufficientCapacity"
+			c.unavailable.Mark(ice.Offers...)
+			logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
+			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+			c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+			return reconcile.Result{Requeue: true}, nil
 		}
 		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
 		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
 		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if len(in.Refused) > 0 {
+		c.unavailable.Mark(in.Refused...)
+		logger.Info("Cheaper options had no capacity; marked them unavailable", "refused", len(in.Refused))
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunched
 	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = in.ProviderID, in.InstanceType, in.Zone, in.CapacityType
@@ -314,6 +331,8 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
 			klog.FromContext(ctx).Info("Node did not register in time; deleting nodeclaim", "providerID", nc.Status.ProviderID, "ttl", c.opts.RegistrationTTL)
 			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
+			// Launch nothing more there for a while: its nodes do not join.
+			c.unavailable.Mark(cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType})
 			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
 			c.event(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s; terminating the instance", c.opts.RegistrationTTL))
 			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))

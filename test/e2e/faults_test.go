@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+// TestCloudFaults injects faults through the SimulatedNodeClass and checks
+// the provisioner works around them: capacity errors on the cheapest
+// options, and a node that never registers.
+func TestCloudFaults(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	_, kubeconfig := upSandbox(t, dir, "NODEFORGE_REGISTRATION_TTL=5s")
+	cs := clientFor(t, kubeconfig)
+	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setFaults := func(faults ...v1alpha1.SimulatedFault) {
+		t.Helper()
+		var class v1alpha1.SimulatedNodeClass
+		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
+			t.Fatal(err)
+		}
+		class.Spec.Faults = faults
+		if err := kube.Update(ctx, &class); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// runPod creates a pod that only a new node can hold and returns the
+	// node it ends up Running on.
+	runPod := func(name string, selector map[string]string) *corev1.Node {
+		t.Helper()
+		sel := map[string]string{v1alpha1.LabelCapacityType: "spot"}
+		for k, v := range selector {
+			sel[k] = v
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: sel,
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+		}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var node *corev1.Node
+		poll(t, "pod "+name+" Running", func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false, err
+			}
+			node, err = cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			return err == nil, err
+		})
+		return node
+	}
+
+	t.Run("capacity errors on the cheapest options: the next option launches and they are published unavailable", func(t *testing.T) {
+		cheapest := []string{"c7g.large", "c7g.xlarge"}
+		setFaults(v1alpha1.SimulatedFault{Kind: v1alpha1.FaultInsufficientCapacity, InstanceTypes: cheapest})
+		defer setFaults()
+		node := runPod("ice", nil)
+		got := node.Labels[corev1.LabelInstanceTypeStable]
+		if slices.Contains(cheapest, got) {
+			t.Fatalf("launched %s, which has no capacity", got)
+		}
+		zone := node.Labels[corev1.LabelTopologyZone]
+		poll(t, "c7g.large published unavailable in "+zone, func() (bool, error) {
+			var cat v1alpha1.InstanceTypeCatalog
+			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &cat); err != nil {
+				return false, err
+			}
+			for _, it := range cat.Spec.InstanceTypes {
+				for _, o := range it.Offerings {
+					if it.Name == "c7g.large" && o.Zone == zone && o.CapacityType == "spot" {
+						return !o.Available, nil
+					}
+				}
+			}
+			return false, nil
+		})
+	})
+
+	t.Run("a node that never registers: claim removed and instance terminated after the TTL, the pod Running elsewhere", func(t *testing.T) {
+		// m7.large is cheapest in zone-b (spot); its nodes there never join.
+		setFaults(v1alpha1.SimulatedFault{Kind: v1alpha1.FaultNeverRegister, Zones: []string{"zone-b"}})
+		defer setFaults()
+		node := runPod("ttl", map[string]string{corev1.LabelInstanceTypeStable: "m7.large"})
+		if z := node.Labels[corev1.LabelTopologyZone]; z == "zone-b" {
+			t.Fatalf("pod runs in zone-b, where nodes never register")
+		}
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		timedOut := ""
+		for _, e := range evs.Items {
+			if e.Reason == "RegistrationTimeout" {
+				timedOut = e.Regarding.Name
+			}
+		}
+		if timedOut == "" {
+			t.Fatal("no RegistrationTimeout event on a nodeclaim")
+		}
+		var nc v1alpha1.NodeClaim
+		if err := kube.Get(ctx, client.ObjectKey{Name: timedOut}, &nc); err == nil {
+			t.Errorf("nodeclaim %s still exists after its registration timed out", timedOut)
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "simulated-cloud.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inventory map[string]struct {
+			NeverRegister bool `json:"neverRegister"`
+		}
+		if err := json.Unmarshal(raw, &inventory); err != nil {
+			t.Fatal(err)
+		}
+		for providerID, in := range inventory {
+			if in.NeverRegister {
+				t.Errorf("instance %s, whose node never registered, was not terminated", providerID)
+			}
+		}
+	})
+}
