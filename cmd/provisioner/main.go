@@ -25,6 +25,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
 )
@@ -118,6 +119,9 @@ func run(args []string) error {
 	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
+		return err
+	}
+	if err := mgr.Add(garbage.New(mgr.GetClient(), measured)); err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")

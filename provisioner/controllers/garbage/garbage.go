@@ -1,0 +1,101 @@
+// Package garbage keeps the cloud and the cluster consistent: instances of
+// ours that no NodeClaim accounts for are terminated after a grace period
+// (a crash between launch and recording the claim's status can leave one),
+// and NodeClaims whose instance vanished are deleted.
+package garbage
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Collector runs the garbage collection every Interval.
+type Collector struct {
+	kube     client.Client
+	cloud    cloudprovider.CloudProvider
+	Interval time.Duration
+	// Grace is how old an instance must be before it counts as an orphan:
+	// a launch records the claim's providerID a moment after Create.
+	Grace time.Duration
+	now   func() time.Time
+}
+
+// New returns a Collector with a 30s interval and a 2m grace period.
+func New(kube client.Client, cloud cloudprovider.CloudProvider) *Collector {
+	return &Collector{kube: kube, cloud: cloud, Interval: 30 * time.Second, Grace: 2 * time.Minute, now: time.Now}
+}
+
+// Start runs until ctx ends; as a manager Runnable it runs in the leader only.
+func (g *Collector) Start(ctx context.Context) error {
+	t := time.NewTicker(g.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := g.Collect(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Garbage collection failed; will retry")
+			}
+		}
+	}
+}
+
+// Collect makes one pass.
+func (g *Collector) Collect(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	instances, err := g.cloud.List(ctx)
+	if err != nil {
+		return err
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := g.kube.List(ctx, &claims); err != nil {
+		return err
+	}
+	byName := map[string]*v1alpha1.NodeClaim{}
+	for i := range claims.Items {
+		byName[claims.Items[i].Name] = &claims.Items[i]
+	}
+	live := map[string]bool{}
+	var errs []error
+	for _, in := range instances {
+		live[in.ProviderID] = true
+		nc := byName[in.NodeClaim]
+		owned := nc != nil && (nc.Status.ProviderID == "" || nc.Status.ProviderID == in.ProviderID)
+		if owned || g.now().Sub(in.Launched) < g.Grace {
+			continue
+		}
+		logger.Info("Terminating instance no nodeclaim accounts for", "providerID", in.ProviderID, "nodeClaim", in.NodeClaim, "instanceType", in.InstanceType, "age", g.now().Sub(in.Launched).Round(time.Second))
+		if err := g.cloud.Delete(ctx, in.ProviderID); err != nil && !errors.Is(err, cloudprovider.ErrNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		var nodes corev1.NodeList
+		if err := g.kube.List(ctx, &nodes); err == nil {
+			for i := range nodes.Items {
+				if nodes.Items[i].Spec.ProviderID == in.ProviderID {
+					errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, &nodes.Items[i])))
+				}
+			}
+		}
+		metrics.ClaimsDeleted.WithLabelValues(in.NodePool, "OrphanInstance").Inc()
+	}
+	for _, nc := range claims.Items {
+		if nc.Status.ProviderID == "" || live[nc.Status.ProviderID] || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		logger.Info("Deleting nodeclaim whose instance is gone", "nodeClaim", nc.Name, "providerID", nc.Status.ProviderID)
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "InstanceGone").Inc()
+		errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, &nc)))
+	}
+	return errors.Join(errs...)
+}
