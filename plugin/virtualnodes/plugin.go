@@ -235,6 +235,14 @@ func (p *VirtualNodes) close(c *claim) {
 	p.order = slices.DeleteFunc(p.order, func(o *claim) bool { return o == c })
 	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
 	delete(p.view.byName, c.name)
+	for sig, h := range p.hints {
+		if h == c {
+			delete(p.hints, sig)
+		}
+	}
+	// A closed claim only answers which pods it holds; its node view and
+	// options are not needed again, so they are not kept for the node's life.
+	c.info, c.dsPods, c.options = nil, nil, nil
 }
 
 // setPools replaces the pools, as their NodePools and catalogs change.
