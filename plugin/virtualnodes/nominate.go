@@ -79,7 +79,9 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 // Filter plugins accept it on c's node.
 func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, c *claim) bool {
 	opts := c.group.narrow(c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
-	if len(opts) == 0 {
+	// Growing a claim may need a larger instance type: the pool's limits
+	// hold for that too.
+	if opts = p.withinLimits(c.group.pool, opts, c); len(opts) == 0 {
 		return false
 	}
 	before := c.info.Node()
@@ -130,7 +132,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 				continue
 			}
 		}
-		if within := p.withinLimits(pl, opts); len(within) > 0 {
+		if within := p.withinLimits(pl, opts, nil); len(within) > 0 {
 			opts = within
 		} else {
 			return nil, p.limitReason(pl, opts[0])

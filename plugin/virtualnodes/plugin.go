@@ -295,12 +295,12 @@ func (p *VirtualNodes) daemonSetPods(node *v1.Node) []*v1.Pod {
 // withinLimits drops the options that would take the pool past its limits,
 // counting the pool's nodes and launching claims (from its status) and the
 // open claims held here (at their cheapest option).
-func (p *VirtualNodes) withinLimits(pl *pool, opts []*option) []*option {
+func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*option {
 	limits := pl.np.Spec.Limits
 	if len(limits) == 0 {
 		return opts
 	}
-	used := p.poolUsage(pl)
+	used := p.poolUsage(pl, except)
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
 		for name, limit := range limits {
 			u := used[name]
@@ -313,13 +313,15 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option) []*option {
 	})
 }
 
-func (p *VirtualNodes) poolUsage(pl *pool) v1.ResourceList {
+// poolUsage is the pool's capacity in use or launching, from its status,
+// plus the open claims held here at their cheapest option, except one.
+func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
 	used := pl.np.Status.Resources.DeepCopy()
 	if used == nil {
 		used = v1.ResourceList{}
 	}
 	for _, c := range p.order {
-		if c.group.pool != pl {
+		if c.group.pool != pl || c == except {
 			continue
 		}
 		for name, q := range c.options[0].allocatable {
@@ -334,7 +336,7 @@ func (p *VirtualNodes) poolUsage(pl *pool) v1.ResourceList {
 // limitReason says which limit a new node (the cheapest that would hold
 // the pod, o) would cross.
 func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
-	used := p.poolUsage(pl)
+	used := p.poolUsage(pl, nil)
 	var parts []string
 	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
 		l, u, add := pl.np.Spec.Limits[name], used[name], o.allocatable[name]

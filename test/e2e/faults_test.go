@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -135,4 +137,82 @@ func TestCloudFaults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPoolLimits fills a pool capped at 4 cpu: what fits under the cap runs,
+// the rest stays Pending with an Event that says the limit is reached, and
+// no claim ever takes the pool past it.
+func TestPoolLimits(t *testing.T) {
+	ctx := context.Background()
+	_, kubeconfig := upSandbox(t, t.TempDir())
+	cs := clientFor(t, kubeconfig)
+	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: v1alpha1.NodePoolSpec{
+		Template: v1alpha1.NodeClaimTemplate{
+			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]string{"team": "capped"}},
+			Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
+		},
+		Limits:     v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("4")},
+		Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
+	}}
+	if err := kube.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for range 6 {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "capped-", Namespace: "default"}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"team": "capped"},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+		}}
+		created, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, created.Name)
+	}
+	var running, refused int
+	poll(t, "every pod Running or refused for the limit", func() (bool, error) {
+		running, refused = 0, 0
+		evs, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, name := range names {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+				continue
+			}
+			if slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Name == name && e.Reason == "NoInstanceType" && strings.Contains(e.Note, "pool capped: limits reached")
+			}) {
+				refused++
+			}
+		}
+		return running+refused == len(names) && running > 0, nil
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	total := resource.Quantity{}
+	for _, nc := range claims.Items {
+		if nc.Spec.NodePool == "capped" {
+			total.Add(nc.Status.Capacity[corev1.ResourceCPU])
+		}
+	}
+	if total.Cmp(resource.MustParse("4")) > 0 {
+		t.Errorf("pool capped at 4 cpu launched %s cpu", total.String())
+	}
+	if refused == 0 {
+		t.Errorf("all %d pods ran under a 4-cpu cap", running)
+	}
+	t.Logf("%d pods Running, %d refused at the limit, %s cpu launched", running, refused, total.String())
 }
