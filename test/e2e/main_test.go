@@ -6,11 +6,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"k8s.io/klog/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
@@ -23,15 +21,7 @@ var (
 	source string
 )
 
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(klog.Background())
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
 	var err error

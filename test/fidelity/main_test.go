@@ -10,11 +10,9 @@ package fidelity
 import (
 	"context"
 	"fmt"
-	"k8s.io/klog/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -37,15 +35,7 @@ var (
 
 func typesUID(s string) types.UID { return types.UID(s) }
 
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(klog.Background())
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
 	ctx := context.Background()

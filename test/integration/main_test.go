@@ -4,10 +4,7 @@ package integration
 
 import (
 	"context"
-	"fmt"
-	"k8s.io/klog/v2"
 	"os"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,15 +15,7 @@ import (
 // kube is an admin client of the package's control plane.
 var kube client.Client
 
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(klog.Background())
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
 	sb, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)

@@ -3,15 +3,19 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
@@ -59,4 +63,17 @@ func KwokNode(name string, labels map[string]string, cpu, memory string) *corev1
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
 		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
 	}
+}
+
+// TestMain runs a test package whose tests share what setup makes (a
+// control plane, built binaries): setup runs m.Run between making and
+// removing them and returns its code. Setup errors fail the package.
+func TestMain(m *testing.M, setup func(*testing.M) (int, error)) {
+	ctrllog.SetLogger(klog.Background())
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
 }
