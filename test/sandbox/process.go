@@ -21,6 +21,9 @@ type process struct {
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	err     error         // exit status, valid after done is closed
+	// check tells when the component is ready; Kill starts it again with
+	// the same command line and waits for it.
+	check func(context.Context) error
 }
 
 // startProcess starts bin with args. The child gets SIGKILL if the sandbox

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -320,6 +321,28 @@ func (s *Sandbox) Exited() <-chan string {
 	return ch
 }
 
+// KillAndRestart kills a component with SIGKILL, as a crash or an OOM kill
+// would, then starts it again with the same command line and waits until it
+// is ready. Tests use it to check that a crash at any point loses nothing.
+func (s *Sandbox) KillAndRestart(ctx context.Context, component string) error {
+	for i, p := range s.procs {
+		if p.name != component {
+			continue
+		}
+		if !p.exited() {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		next, err := startProcess(filepath.Join(s.Dir, "logs"), p.name, p.cmd.Path, p.cmd.Args[1:]...)
+		if err != nil {
+			return err
+		}
+		s.procs[i] = next
+		return s.ready(ctx, next, p.check)
+	}
+	return fmt.Errorf("no component %q in the sandbox", component)
+}
+
 // Log returns the path of a component's log.
 func (s *Sandbox) Log(component string) string {
 	return filepath.Join(s.Dir, "logs", component+".log")
@@ -346,6 +369,7 @@ func (s *Sandbox) start(logDir, name, bin string, args ...string) (*process, err
 }
 
 func (s *Sandbox) ready(ctx context.Context, p *process, check func(context.Context) error) error {
+	p.check = check
 	start := time.Now()
 	if err := p.waitReady(ctx, startupTimeout, check); err != nil {
 		return err
