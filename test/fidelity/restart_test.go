@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/requirements"
@@ -17,7 +18,7 @@ import (
 // for a pod), and the new pods join the same claim.
 func TestRestartKeepsNominations(t *testing.T) {
 	ctx := context.Background()
-	ns := "restart"
+	ns := "restart-" + utilrand.String(4)
 	np := pool("restart")
 	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	mustCreate(t, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})

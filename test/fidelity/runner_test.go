@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -61,7 +62,8 @@ func pool(name string, edit ...func(*v1alpha1.NodePool)) *v1alpha1.NodePool {
 
 func (sc scenario) run(t *testing.T, index int) {
 	ctx := context.Background()
-	ns := fmt.Sprintf("fidelity-%d", index)
+	// Unique per run: without a namespace controller, namespaces stay.
+	ns := fmt.Sprintf("fidelity-%d-%s", index, utilrand.String(4))
 	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	mustCreate(t, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
 	t.Cleanup(func() { cleanup(t, ns, sc.pools) })
