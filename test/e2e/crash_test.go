@@ -81,17 +81,8 @@ func TestProvisionerKilledMidLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "8 crash pods Running", func() (bool, error) {
-		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=crash"})
-		if err != nil {
-			return false, err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 8, nil
+		n, err := runningPods(ctx, cs, "app=crash")
+		return n == 8, err
 	})
 	var claims v1alpha1.NodeClaimList
 	if err := kube.List(ctx, &claims); err != nil {

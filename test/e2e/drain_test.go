@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // TestDrainHonoursPDB deletes the NodeClaim under four pods guarded by a
@@ -27,10 +26,7 @@ func TestDrainHonoursPDB(t *testing.T) {
 	ctx := context.Background()
 	_, kubeconfig := upSandbox(t, t.TempDir())
 	cs := clientFor(t, kubeconfig)
-	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := nodeforgeClient(t, kubeconfig)
 	labels := map[string]string{"app": "guarded"}
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"}, Spec: policyv1.PodDisruptionBudgetSpec{
 		MaxUnavailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
@@ -49,6 +45,7 @@ func TestDrainHonoursPDB(t *testing.T) {
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// running also says which nodes the pods run on.
 	running := func() (int, map[string]bool, error) {
 		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
 		if err != nil {

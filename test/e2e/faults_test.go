@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // TestCloudFaults injects faults through the SimulatedNodeClass and checks
@@ -27,10 +26,7 @@ func TestCloudFaults(t *testing.T) {
 	dir := t.TempDir()
 	_, kubeconfig := upSandbox(t, dir, "NODEFORGE_REGISTRATION_TTL=5s")
 	cs := clientFor(t, kubeconfig)
-	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := nodeforgeClient(t, kubeconfig)
 	setFaults := func(faults ...v1alpha1.SimulatedFault) {
 		t.Helper()
 		var class v1alpha1.SimulatedNodeClass
@@ -146,10 +142,7 @@ func TestPoolLimits(t *testing.T) {
 	ctx := context.Background()
 	_, kubeconfig := upSandbox(t, t.TempDir())
 	cs := clientFor(t, kubeconfig)
-	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := nodeforgeClient(t, kubeconfig)
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: v1alpha1.NodePoolSpec{
 		Template: v1alpha1.NodeClaimTemplate{
 			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]string{"team": "capped"}},

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
@@ -108,6 +109,33 @@ func dynamicFor(t *testing.T, kubeconfig string) dynamic.Interface {
 		t.Fatal(err)
 	}
 	return dyn
+}
+
+// nodeforgeClient is an admin client of the sandbox at kubeconfig that
+// knows Nodeforge's types.
+func nodeforgeClient(t testing.TB, kubeconfig string) client.Client {
+	t.Helper()
+	kube, err := (&sandbox.Sandbox{Config: mustConfig(t, kubeconfig)}).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+// runningPods counts the pods matching selector in default that are
+// Running and not being deleted.
+func runningPods(ctx context.Context, cs kubernetes.Interface, selector string) (int, error) {
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {

@@ -16,7 +16,6 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // BenchmarkScaleUp1000 scales a Deployment from 0 to 1,000 pods (500m cpu,
@@ -54,28 +53,15 @@ func BenchmarkScaleUp1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		err = wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
-			pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=scale"})
-			if err != nil {
-				return false, nil
-			}
-			running := 0
-			for _, p := range pods.Items {
-				if p.Status.Phase == corev1.PodRunning {
-					running++
-				}
-			}
-			return running == replicas, nil
+			n, err := runningPods(ctx, cs, "app=scale")
+			return err == nil && n == replicas, nil
 		})
 		seconds := time.Since(start).Seconds()
 		b.StopTimer()
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", replicas, err)
 		}
-		sb := &sandbox.Sandbox{Config: mustConfig(b, kubeconfig)}
-		kube, err := sb.Client()
-		if err != nil {
-			b.Fatal(err)
-		}
+		kube := nodeforgeClient(b, kubeconfig)
 		var claims v1alpha1.NodeClaimList
 		if err := kube.List(ctx, &claims); err != nil {
 			b.Fatal(err)
