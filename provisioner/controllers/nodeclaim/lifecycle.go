@@ -40,6 +40,9 @@ const (
 	indexNominated  = "status.nominatedNodeName"
 	indexPodNode    = "spec.nodeName"
 	indexProviderID = "spec.providerID"
+	// On NodeClaims.
+	indexClaimNode       = "status.nodeName"
+	indexClaimProviderID = "status.providerID"
 )
 
 // Options are the batching and registration settings.
@@ -90,6 +93,16 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.NodeClaim).Status.NodeName}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID}
+	}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.lifecycle").
 		For(&v1alpha1.NodeClaim{}).
@@ -99,41 +112,34 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 }
 
 // claimOfPod: the claim a pod is nominated to, or the claim of its node.
+// Pod events are the most frequent the controller sees, so the lookup is
+// an index, not a scan of every claim.
 func (c *Controller) claimOfPod(ctx context.Context, o client.Object) []reconcile.Request {
 	pod := o.(*corev1.Pod)
 	if pod.Status.NominatedNodeName != "" && pod.Spec.NodeName == "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Status.NominatedNodeName}}}
 	}
-	if pod.Spec.NodeName == "" {
-		return nil
-	}
-	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims); err != nil {
-		return nil
-	}
-	for _, nc := range claims.Items {
-		if nc.Status.NodeName == pod.Spec.NodeName {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nc.Name}}}
-		}
-	}
-	return nil
+	return c.claimsWhere(ctx, indexClaimNode, pod.Spec.NodeName)
 }
 
 func (c *Controller) claimOfNode(ctx context.Context, o client.Object) []reconcile.Request {
-	node := o.(*corev1.Node)
-	if node.Spec.ProviderID == "" {
+	return c.claimsWhere(ctx, indexClaimProviderID, o.(*corev1.Node).Spec.ProviderID)
+}
+
+// claimsWhere returns the claims whose indexed field equals value.
+func (c *Controller) claimsWhere(ctx context.Context, index, value string) []reconcile.Request {
+	if value == "" {
 		return nil
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims); err != nil {
+	if err := c.kube.List(ctx, &claims, client.MatchingFields{index: value}); err != nil {
 		return nil
 	}
+	out := make([]reconcile.Request, 0, len(claims.Items))
 	for _, nc := range claims.Items {
-		if nc.Status.ProviderID == node.Spec.ProviderID {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nc.Name}}}
-		}
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
 	}
-	return nil
+	return out
 }
 
 // Reconcile moves one claim a step forward.
