@@ -18,6 +18,7 @@ var Install = []string{
 	"crds/nodeforge.dev_nodeclaims.yaml",
 	"crds/nodeforge.dev_simulatednodeclasses.yaml",
 	"crds/nodeforge.dev_instancetypecatalogs.yaml",
+	"crds/nodeforge.dev_ec2nodeclasses.yaml",
 	"namespace.yaml",
 	"scheduler/rbac.yaml",
 	"provisioner/rbac.yaml",

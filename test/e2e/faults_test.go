@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,6 +76,14 @@ func TestCloudFaults(t *testing.T) {
 		if slices.Contains(cheapest, got) {
 			t.Fatalf("launched %s, which has no capacity", got)
 		}
+		// The pod's own events tell its story: nominated by the scheduler,
+		// launched and bound by the provisioner.
+		for _, want := range []string{"Nominated", "Launched", "Scheduled"} {
+			poll(t, "event "+want+" on pod ice", func() (bool, error) {
+				reasons, err := podEventReasons(ctx, cs, "default", "ice")
+				return slices.Contains(reasons, want), err
+			})
+		}
 		zone := node.Labels[corev1.LabelTopologyZone]
 		poll(t, "c7g.large published unavailable in "+zone, func() (bool, error) {
 			var cat v1alpha1.InstanceTypeCatalog
@@ -112,6 +121,9 @@ func TestCloudFaults(t *testing.T) {
 		}
 		if timedOut == "" {
 			t.Fatal("no RegistrationTimeout event on a nodeclaim")
+		}
+		if reasons, err := podEventReasons(ctx, cs, "default", "ttl"); err != nil || !slices.Contains(reasons, "RegistrationTimeout") {
+			t.Errorf("pod ttl has events %v (err %v), want one RegistrationTimeout", reasons, err)
 		}
 		var nc v1alpha1.NodeClaim
 		if err := kube.Get(ctx, client.ObjectKey{Name: timedOut}, &nc); err == nil {
@@ -208,4 +220,19 @@ func TestPoolLimits(t *testing.T) {
 		t.Errorf("all %d pods ran under a 4-cpu cap", running)
 	}
 	t.Logf("%d pods Running, %d refused at the limit, %s cpu launched", running, refused, total.String())
+}
+
+// podEventReasons lists the reasons of the events regarding a pod.
+func podEventReasons(ctx context.Context, cs kubernetes.Interface, namespace, name string) ([]string, error) {
+	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "regarding.kind=Pod,regarding.name=" + name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var reasons []string
+	for _, e := range evs.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	return reasons, nil
 }

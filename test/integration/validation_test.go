@@ -37,8 +37,8 @@ spec:
 func TestAPIServerValidation(t *testing.T) {
 	cases := []struct {
 		name string
-		// edit is applied to the pool above, as "path=yaml" lines, or, when
-		// it starts with "apiVersion", is the whole object.
+		// edit is applied to the pool above, as "path=yaml" lines; when its
+		// first line starts with "apiVersion" it is the object edited instead.
 		edit    []string
 		wantErr string // "" for an object that must be accepted
 	}{
@@ -135,8 +135,8 @@ func build(t *testing.T, edit []string, name string) *unstructured.Unstructured 
 	t.Helper()
 	obj := &unstructured.Unstructured{}
 	base := pool
-	if len(edit) == 1 && strings.HasPrefix(edit[0], "apiVersion") {
-		base, edit = edit[0], nil
+	if len(edit) > 0 && strings.HasPrefix(edit[0], "apiVersion") {
+		base, edit = edit[0], edit[1:]
 	}
 	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(base, "NAME", name)), &obj.Object); err != nil {
 		t.Fatal(err)

@@ -20,5 +20,5 @@ var (
 )
 
 func init() {
-	SchemeBuilder.Register(&NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{}, &InstanceTypeCatalog{}, &InstanceTypeCatalogList{})
+	SchemeBuilder.Register(&NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{}, &InstanceTypeCatalog{}, &InstanceTypeCatalogList{}, &EC2NodeClass{}, &EC2NodeClassList{})
 }

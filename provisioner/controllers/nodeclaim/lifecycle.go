@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -278,6 +279,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		// them when the claim goes, with these offerings now unavailable.
 		logger.Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
+		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
@@ -323,6 +325,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
 	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
 	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
+	c.podEvents(ctx, nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("nodeclaim %s launched %s (%s, %s, %s) for this pod", nc.Name, in.ProviderID, in.InstanceType, in.Zone, in.CapacityType))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
@@ -341,6 +344,7 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 			c.unavailable.Mark(cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType})
 			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
 			c.event(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s; terminating the instance", c.opts.RegistrationTTL))
+			c.podEvents(ctx, nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("the node of nodeclaim %s did not register within %s; the pod will get another claim", nc.Name, c.opts.RegistrationTTL))
 			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -391,6 +395,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		req := podRequests(p)
 		if !fitsIn(free, req) {
 			logger.Info("Pod no longer fits the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name)
+			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("does not fit node %s as registered (allocatable %s); the pod will be scheduled again", node.Name, describe(node.Status.Allocatable)))
 			p.Status.NominatedNodeName = ""
 			if err := c.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 				return reconcile.Result{}, err
@@ -407,6 +412,9 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		if err == nil {
 			subtract(free, req)
 			bound++
+			// Bound directly, not by the scheduler: say so where kubectl
+			// describe pod shows the scheduler's own "Scheduled" event.
+			c.recordPod(p, corev1.EventTypeNormal, "Scheduled", "Binding", fmt.Sprintf("Successfully assigned %s/%s to %s (nodeclaim %s)", p.Namespace, p.Name, node.Name, nc.Name))
 			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
 		}
 	}
@@ -524,6 +532,42 @@ func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note str
 	if c.recorder != nil {
 		c.recorder.Eventf(nc, nil, typ, reason, action, "%s", note)
 	}
+}
+
+// podEvents records an event on every pod nominated to the claim.
+func (c *Controller) podEvents(ctx context.Context, nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
+	if c.recorder == nil {
+		return
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Listing nominated pods for events failed", "err", err)
+		return
+	}
+	for i := range pods {
+		c.recordPod(&pods[i], typ, reason, action, note)
+	}
+}
+
+func (c *Controller) recordPod(p *corev1.Pod, typ, reason, action, note string) {
+	if c.recorder != nil {
+		c.recorder.Eventf(p, nil, typ, reason, action, "%s", note)
+	}
+}
+
+// describe prints a resource list compactly, e.g. "cpu=1930m memory=7Gi".
+func describe(rl corev1.ResourceList) string {
+	names := make([]string, 0, len(rl))
+	for n := range rl {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		q := rl[corev1.ResourceName(n)]
+		parts = append(parts, n+"="+q.String())
+	}
+	return strings.Join(parts, " ")
 }
 
 func ready(n *corev1.Node) bool {
