@@ -23,6 +23,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
@@ -44,6 +45,7 @@ type options struct {
 	healthAddr              string
 	qps                     float64
 	burst                   int
+	aws                     awsOptions
 }
 
 func main() {
@@ -57,7 +59,7 @@ func run(args []string) error {
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
 	var o options
-	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated.")
+	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated or aws.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedState, "simulated-state", "simulated-cloud.json", "File that holds the simulated cloud's instances across restarts.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
@@ -70,14 +72,15 @@ func run(args []string) error {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Queries per second to the API server.")
 	fs.IntVar(&o.burst, "kube-api-burst", 300, "Burst of queries to the API server.")
+	o.aws.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
 		return err
 	}
-	if o.cloudProvider != "simulated" {
-		return fmt.Errorf("--cloud-provider=%q: the only provider so far is simulated", o.cloudProvider)
+	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {
+		return fmt.Errorf("--cloud-provider=%q: choose simulated or aws", o.cloudProvider)
 	}
 	ctrl.SetLogger(klog.NewKlogr())
 
@@ -103,17 +106,36 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	catalogSource, err := simulated.NewCatalog(o.catalog)
-	if err != nil {
-		return err
-	}
-	cloud, err := simulated.NewCloud(catalogSource, mgr.GetClient(), o.simulatedState)
-	if err != nil {
-		return err
-	}
-	// The simulated instances' kubelets: only the leader registers nodes.
-	if err := mgr.Add(manager.RunnableFunc(cloud.Run)); err != nil {
-		return err
+	ctx := ctrl.SetupSignalHandler()
+	var cloud cloudprovider.CloudProvider
+	nodeClassKind := "SimulatedNodeClass"
+	switch o.cloudProvider {
+	case "aws":
+		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
+		if err != nil {
+			return err
+		}
+		if err := aws.NewNodeClassController(mgr.GetClient(), provider).SetupWithManager(mgr); err != nil {
+			return err
+		}
+		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
+			return err
+		}
+		cloud, nodeClassKind = provider, "EC2NodeClass"
+	default:
+		catalogSource, err := simulated.NewCatalog(o.catalog)
+		if err != nil {
+			return err
+		}
+		sim, err := simulated.NewCloud(catalogSource, mgr.GetClient(), o.simulatedState)
+		if err != nil {
+			return err
+		}
+		// The simulated instances' kubelets: only the leader registers nodes.
+		if err := mgr.Add(manager.RunnableFunc(sim.Run)); err != nil {
+			return err
+		}
+		cloud = sim
 	}
 	measured := cloudprovider.WithMetrics(cloud)
 	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
@@ -125,13 +147,12 @@ func run(args []string) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
-	ctx := ctrl.SetupSignalHandler()
 	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := nodepool.NewStatusController(mgr.GetClient()).SetupWithManager(mgr); err != nil {
+	if err := nodepool.NewStatusController(mgr.GetClient(), nodeClassKind).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {

@@ -79,8 +79,12 @@ type CloudProvider interface {
 	// List returns every instance the provider launched for this cluster,
 	// so that instances without a claim can be garbage-collected.
 	List(ctx context.Context) ([]*Instance, error)
-	// InstanceTypes lists every instance type with its offerings.
-	InstanceTypes(ctx context.Context) ([]v1alpha1.InstanceType, error)
+	// InstanceTypes lists every instance type the pool's node class can
+	// launch, with its offerings and the allocatable resources its nodes
+	// will have under that class's kubelet settings. A nil pool asks for
+	// every type the provider has, with default settings. A node class that
+	// is not ready yields a *NodeClassNotReadyError.
+	InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error)
 }
 
 // ErrNotFound says an instance does not exist (any more).
@@ -100,4 +104,36 @@ func (e *InsufficientCapacityError) Error() string {
 func IsInsufficientCapacity(err error) bool {
 	var ice *InsufficientCapacityError
 	return errors.As(err, &ice)
+}
+
+// NodeClassNotReadyError says the node class a pool or claim refers to is
+// missing or has not resolved what a launch needs (subnets, images...).
+type NodeClassNotReadyError struct {
+	NodeClass string
+	Reason    string
+}
+
+func (e *NodeClassNotReadyError) Error() string {
+	return fmt.Sprintf("node class %s is not ready: %s", e.NodeClass, e.Reason)
+}
+
+// AccessDeniedError says the cloud refused a call for lack of permission
+// or valid credentials. Retrying does not help until an operator fixes the
+// policy, so callers surface it instead of retrying at once.
+type AccessDeniedError struct {
+	// Op is the cloud call refused, such as CreateFleet.
+	Op  string
+	Err error
+}
+
+func (e *AccessDeniedError) Error() string {
+	return fmt.Sprintf("access denied to %s: %v", e.Op, e.Err)
+}
+
+func (e *AccessDeniedError) Unwrap() error { return e.Err }
+
+// IsAccessDenied reports whether err is an AccessDeniedError.
+func IsAccessDenied(err error) bool {
+	var ad *AccessDeniedError
+	return errors.As(err, &ad)
 }

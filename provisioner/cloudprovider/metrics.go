@@ -23,6 +23,8 @@ func (m *measured) observe(method string, start time.Time, err error) {
 		result = "not_found"
 	case IsInsufficientCapacity(err):
 		result = "insufficient_capacity"
+	case IsAccessDenied(err):
+		result = "access_denied"
 	default:
 		result = "error"
 	}
@@ -58,9 +60,9 @@ func (m *measured) List(ctx context.Context) ([]*Instance, error) {
 	return in, err
 }
 
-func (m *measured) InstanceTypes(ctx context.Context) ([]v1alpha1.InstanceType, error) {
+func (m *measured) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	start := time.Now()
-	its, err := m.CloudProvider.InstanceTypes(ctx)
+	its, err := m.CloudProvider.InstanceTypes(ctx, pool)
 	m.observe("InstanceTypes", start, err)
 	return its, err
 }

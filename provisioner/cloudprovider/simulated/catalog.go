@@ -161,7 +161,8 @@ func NewCatalog(path string) (*Catalog, error) {
 // Name is the provider's name.
 func (c *Catalog) Name() string { return "simulated" }
 
-// InstanceTypes returns every instance type of the catalog.
-func (c *Catalog) InstanceTypes(context.Context) ([]v1alpha1.InstanceType, error) {
+// InstanceTypes returns every instance type of the catalog: simulated node
+// classes do not change what a pool can launch.
+func (c *Catalog) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	return c.types, nil
 }

@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"time"
@@ -31,8 +32,9 @@ import (
 type Source interface {
 	// Name of the provider, recorded in the catalog.
 	Name() string
-	// InstanceTypes lists every instance type with its offerings.
-	InstanceTypes(ctx context.Context) ([]v1alpha1.InstanceType, error)
+	// InstanceTypes lists the instance types the pool's node class can
+	// launch, with their offerings.
+	InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error)
 }
 
 // Controller writes each pool's catalog.
@@ -81,7 +83,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	all, err := c.source.InstanceTypes(ctx)
+	all, err := c.source.InstanceTypes(ctx, &pool)
+	var notReady *cloudprovider.NodeClassNotReadyError
+	if errors.As(err, &notReady) {
+		// Publish an empty catalog: the plugin then tells the pods this
+		// pool has nothing to launch, and the pool's status says why.
+		klog.FromContext(ctx).Info("Node class not ready; publishing no instance types", "nodePool", klog.KObj(&pool), "reason", notReady.Reason)
+		all, err = nil, nil
+	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing instance types: %w", err)
 	}

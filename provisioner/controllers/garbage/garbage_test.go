@@ -43,7 +43,7 @@ func (m *memoryCloud) List(context.Context) ([]*cloudprovider.Instance, error) {
 	}
 	return out, nil
 }
-func (m *memoryCloud) InstanceTypes(context.Context) ([]v1alpha1.InstanceType, error) {
+func (m *memoryCloud) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	return nil, nil
 }
 

@@ -266,6 +266,9 @@ func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]clou
 // crash between Create and the status update launches nothing twice.
 func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
+	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
+		return c.expireRefused(ctx, nc)
+	}
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
@@ -304,6 +307,15 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 			c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
 			return reconcile.Result{Requeue: true}, nil
 		}
+		if cloudprovider.IsAccessDenied(err) {
+			return c.refuse(ctx, nc, err)
+		}
+		var notReady *cloudprovider.NodeClassNotReadyError
+		if errors.As(err, &notReady) {
+			logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
+			c.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
+			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
+		}
 		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
 		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
 		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
@@ -329,6 +341,41 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
+// reasonAccessDenied marks a claim whose launch the cloud refused for lack
+// of permission.
+const reasonAccessDenied = "AccessDenied"
+
+// refuse records that the cloud denied the launch. Retrying cannot help
+// until an operator fixes the credentials or policy, so the claim is not
+// retried: it says why in its Launched condition and in Events on itself
+// and its pods, and is deleted after the registration TTL so that its pods
+// get a fresh claim, which tries once more.
+func (c *Controller) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
+	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", c.opts.RegistrationTTL)
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, c.opts.RegistrationTTL)
+	c.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)
+	return c.expireRefused(ctx, nc)
+}
+
+// expireRefused deletes a refused claim once the registration TTL has
+// passed since the refusal.
+func (c *Controller) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	cond := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
+	left := c.opts.RegistrationTTL - c.now().Sub(cond.LastTransitionTime.Time)
+	if left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", c.opts.RegistrationTTL)
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+}
+
 // register adopts the node once it registers, or gives up after the TTL.
 func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	node, err := c.nodeOf(ctx, nc)
@@ -349,8 +396,15 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	// Adopt the node: the finalizer keeps it until its instance is gone,
+	// and the labels the claim stands for are there even when the node's
+	// boot configuration did not set them all.
+	adopted := adopt(node, nc)
 	if !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerTermination) {
 		controllerutil.AddFinalizer(node, v1alpha1.FinalizerTermination)
+		adopted = true
+	}
+	if adopted {
 		if err := c.kube.Update(ctx, node); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -532,6 +586,30 @@ func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note str
 	if c.recorder != nil {
 		c.recorder.Eventf(nc, nil, typ, reason, action, "%s", note)
 	}
+}
+
+// adopt sets the labels of the claim's pool, instance type, zone and
+// capacity type on its node where they are missing, and says whether it
+// changed anything.
+func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim) bool {
+	want := map[string]string{
+		v1alpha1.LabelNodePool:         nc.Spec.NodePool,
+		v1alpha1.LabelCapacityType:     nc.Status.CapacityType,
+		corev1.LabelInstanceTypeStable: nc.Status.InstanceType,
+		corev1.LabelTopologyZone:       nc.Status.Zone,
+	}
+	changed := false
+	for k, v := range want {
+		if _, ok := node.Labels[k]; ok || v == "" {
+			continue
+		}
+		if node.Labels == nil {
+			node.Labels = map[string]string{}
+		}
+		node.Labels[k] = v
+		changed = true
+	}
+	return changed
 }
 
 // podEvents records an event on every pod nominated to the claim.

@@ -30,11 +30,15 @@ const ConditionReady = "Ready"
 // StatusController reconciles NodePool status.
 type StatusController struct {
 	client client.Client
+	// kind of node class the provisioner's cloud provider launches from.
+	kind string
 }
 
-// NewStatusController returns a StatusController using c.
-func NewStatusController(c client.Client) *StatusController {
-	return &StatusController{client: c}
+// NewStatusController returns a StatusController using c, for pools whose
+// node classes are of kind nodeClassKind (SimulatedNodeClass or
+// EC2NodeClass); pools referring to another kind are not Ready.
+func NewStatusController(c client.Client, nodeClassKind string) *StatusController {
+	return &StatusController{client: c, kind: nodeClassKind}
 }
 
 // SetupWithManager registers the controller: a pool is reconciled when it,
@@ -47,8 +51,15 @@ func (c *StatusController) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.NodeClaim).Spec.NodePool}}}
 		})).
-		Watches(&v1alpha1.SimulatedNodeClass{}, handler.EnqueueRequestsFromMapFunc(c.poolsOfClass)).
+		Watches(c.classObject(), handler.EnqueueRequestsFromMapFunc(c.poolsOfClass)).
 		Complete(c)
+}
+
+func (c *StatusController) classObject() client.Object {
+	if c.kind == "EC2NodeClass" {
+		return &v1alpha1.EC2NodeClass{}
+	}
+	return &v1alpha1.SimulatedNodeClass{}
 }
 
 func poolOfLabel(_ context.Context, o client.Object) []reconcile.Request {
@@ -67,7 +78,7 @@ func (c *StatusController) poolsOfClass(ctx context.Context, o client.Object) []
 	var out []reconcile.Request
 	for _, p := range pools.Items {
 		ref := p.Spec.Template.Spec.NodeClassRef
-		if ref.Kind == "SimulatedNodeClass" && ref.Name == o.GetName() {
+		if ref.Kind == c.kind && ref.Name == o.GetName() {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 		}
 	}
@@ -128,17 +139,26 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 
 // nodeClassReady reports whether the pool's node class can be used.
 func (c *StatusController) nodeClassReady(ctx context.Context, ref v1alpha1.NodeClassReference) (metav1.ConditionStatus, string, string, error) {
-	if ref.Group != v1alpha1.Group || ref.Kind != "SimulatedNodeClass" {
-		return metav1.ConditionFalse, "NodeClassNotSupported", fmt.Sprintf("node class %s.%s is not served by this provisioner", ref.Kind, ref.Group), nil
+	if ref.Group != v1alpha1.Group || ref.Kind != c.kind {
+		return metav1.ConditionFalse, "NodeClassNotSupported", fmt.Sprintf("node class %s.%s is not served by this provisioner, which launches from %s", ref.Kind, ref.Group, c.kind), nil
 	}
-	var class v1alpha1.SimulatedNodeClass
-	if err := c.client.Get(ctx, types.NamespacedName{Name: ref.Name}, &class); err != nil {
+	class := c.classObject()
+	if err := c.client.Get(ctx, types.NamespacedName{Name: ref.Name}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			return metav1.ConditionFalse, "NodeClassNotFound", fmt.Sprintf("SimulatedNodeClass %s does not exist", ref.Name), nil
+			return metav1.ConditionFalse, "NodeClassNotFound", fmt.Sprintf("%s %s does not exist", ref.Kind, ref.Name), nil
 		}
-		return "", "", "", fmt.Errorf("getting SimulatedNodeClass %s: %w", ref.Name, err)
+		return "", "", "", fmt.Errorf("getting %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	return metav1.ConditionTrue, "NodeClassReady", fmt.Sprintf("SimulatedNodeClass %s exists", ref.Name), nil
+	if ec2, ok := class.(*v1alpha1.EC2NodeClass); ok {
+		cond := meta.FindStatusCondition(ec2.Status.Conditions, "Ready")
+		switch {
+		case cond == nil:
+			return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("EC2NodeClass %s has not been resolved yet", ref.Name), nil
+		case cond.Status != metav1.ConditionTrue:
+			return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("EC2NodeClass %s is not ready: %s", ref.Name, cond.Message), nil
+		}
+	}
+	return metav1.ConditionTrue, "NodeClassReady", fmt.Sprintf("%s %s is ready", ref.Kind, ref.Name), nil
 }
 
 func add(sum, more corev1.ResourceList) {

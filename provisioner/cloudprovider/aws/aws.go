@@ -1,0 +1,195 @@
+// Package aws is the cloud provider for Amazon EC2. It launches instances
+// with CreateFleet (type instant, one instance, up to 60 instance type ×
+// subnet overrides, a ClientToken derived from the claim), describes the
+// region's instance types, offerings and spot prices, prices on-demand
+// capacity from the shipped table in package pricing, and resolves each
+// EC2NodeClass's subnets, security groups and images by selector terms.
+//
+// Everything goes through aws-sdk-go-v2; the tests drive the real SDK client
+// against an EC2 Query endpoint on loopback (test/ec2fake).
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
+)
+
+// EC2API is the part of the EC2 client the provider calls; *ec2.Client
+// implements it.
+type EC2API interface {
+	DescribeInstanceTypes(context.Context, *ec2.DescribeInstanceTypesInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypesOutput, error)
+	DescribeInstanceTypeOfferings(context.Context, *ec2.DescribeInstanceTypeOfferingsInput, ...func(*ec2.Options)) (*ec2.DescribeInstanceTypeOfferingsOutput, error)
+	DescribeSpotPriceHistory(context.Context, *ec2.DescribeSpotPriceHistoryInput, ...func(*ec2.Options)) (*ec2.DescribeSpotPriceHistoryOutput, error)
+	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
+	DescribeSecurityGroups(context.Context, *ec2.DescribeSecurityGroupsInput, ...func(*ec2.Options)) (*ec2.DescribeSecurityGroupsOutput, error)
+	DescribeImages(context.Context, *ec2.DescribeImagesInput, ...func(*ec2.Options)) (*ec2.DescribeImagesOutput, error)
+	DescribeLaunchTemplates(context.Context, *ec2.DescribeLaunchTemplatesInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error)
+	CreateLaunchTemplate(context.Context, *ec2.CreateLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.CreateLaunchTemplateOutput, error)
+	CreateFleet(context.Context, *ec2.CreateFleetInput, ...func(*ec2.Options)) (*ec2.CreateFleetOutput, error)
+	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
+}
+
+// Tags Nodeforge puts on what it launches. TagCluster scopes List (and so
+// garbage collection) to one cluster; the claim tags tie an instance to its
+// NodeClaim, by name for people and by UID for idempotency.
+const (
+	TagCluster      = v1alpha1.Group + "/cluster"
+	TagNodePool     = v1alpha1.Group + "/nodepool"
+	TagNodeClaim    = v1alpha1.Group + "/nodeclaim"
+	TagNodeClaimUID = v1alpha1.Group + "/nodeclaim-uid"
+	TagNodeClass    = v1alpha1.Group + "/ec2nodeclass"
+)
+
+// Options configure the provider for one cluster in one region.
+type Options struct {
+	// Region the provider launches in, such as us-west-2.
+	Region string
+	// ClusterName tags every resource and goes into the nodes' NodeConfig.
+	ClusterName string
+	// ClusterEndpoint is the API server URL the nodes join.
+	ClusterEndpoint string
+	// ClusterCA is the PEM bundle the nodes trust the API server with.
+	ClusterCA []byte
+	// ClusterServiceCIDR is the cluster's service CIDR (nodeadm derives
+	// the cluster DNS address from it).
+	ClusterServiceCIDR string
+	// KubernetesVersion, "1.37", picks the EKS-optimised image of an alias.
+	KubernetesVersion string
+	// VMMemoryOverheadPercent of an instance type's memory is taken by the
+	// hypervisor and never shows in the node's capacity. Default 0.075.
+	VMMemoryOverheadPercent float64
+	// InstanceTypesTTL is how long the region's instance types and
+	// offerings are cached (default 1h); SpotPricesTTL the spot prices
+	// (default 15m).
+	InstanceTypesTTL time.Duration
+	SpotPricesTTL    time.Duration
+}
+
+// Provider is the EC2 cloud provider.
+type Provider struct {
+	ec2    EC2API
+	kube   client.Reader
+	prices *pricing.Table
+	opts   Options
+	now    func() time.Time
+
+	mu      sync.Mutex
+	catalog regionCatalog
+	// templates remembers launch templates known to exist, by name.
+	templates map[string]string
+}
+
+var _ cloudprovider.CloudProvider = &Provider{}
+
+// New returns a provider calling api, reading EC2NodeClasses through kube
+// and pricing on-demand capacity from prices.
+func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*Provider, error) {
+	if opts.Region == "" || opts.ClusterName == "" {
+		return nil, errors.New("aws provider: region and cluster name are required")
+	}
+	if opts.VMMemoryOverheadPercent == 0 {
+		opts.VMMemoryOverheadPercent = 0.075
+	}
+	if opts.InstanceTypesTTL == 0 {
+		opts.InstanceTypesTTL = time.Hour
+	}
+	if opts.SpotPricesTTL == 0 {
+		opts.SpotPricesTTL = 15 * time.Minute
+	}
+	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}}, nil
+}
+
+// Name is "aws".
+func (p *Provider) Name() string { return "aws" }
+
+// nodeClass reads the EC2NodeClass a pool or claim refers to, and refuses
+// one that has not resolved.
+func (p *Provider) nodeClass(ctx context.Context, ref v1alpha1.NodeClassReference) (*v1alpha1.EC2NodeClass, error) {
+	if ref.Kind != "EC2NodeClass" {
+		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: ref.Kind + "/" + ref.Name, Reason: "the aws provider launches only from EC2NodeClasses"}
+	}
+	var class v1alpha1.EC2NodeClass
+	if err := p.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, &class); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: ref.Name, Reason: "it does not exist"}
+		}
+		return nil, err
+	}
+	if why := notReady(&class); why != "" {
+		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: ref.Name, Reason: why}
+	}
+	return &class, nil
+}
+
+// Error codes of EC2 (from the EC2 API reference's error code list) that
+// the provider acts on.
+var (
+	// capacityCodes refuse one offering for now; another may launch.
+	capacityCodes = map[string]bool{
+		"InsufficientInstanceCapacity":      true,
+		"InsufficientHostCapacity":          true,
+		"InsufficientCapacity":              true,
+		"InsufficientFreeAddressesInSubnet": true,
+		"MaxSpotInstanceCountExceeded":      true,
+		"VcpuLimitExceeded":                 true,
+		"UnfulfillableCapacity":             true,
+		"Unsupported":                       true,
+		"SpotMaxPriceTooLow":                true,
+	}
+	// deniedCodes need an operator: credentials or policy are wrong.
+	deniedCodes = map[string]bool{
+		"UnauthorizedOperation":  true,
+		"AuthFailure":            true,
+		"AccessDenied":           true,
+		"AccessDeniedException":  true,
+		"InvalidClientTokenId":   true,
+		"SignatureDoesNotMatch":  true,
+		"OptInRequired":          true,
+		"Blocked":                true,
+		"PendingVerification":    true,
+		"UnrecognizedClientException": true,
+	}
+)
+
+// classify wraps an API error the caller must act on in the provider's
+// typed errors; the SDK has already retried throttling with backoff.
+func classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch {
+		case deniedCodes[api.ErrorCode()]:
+			return &cloudprovider.AccessDeniedError{Op: op, Err: err}
+		case strings.HasSuffix(api.ErrorCode(), ".NotFound"):
+			return fmt.Errorf("%s: %w: %w", op, cloudprovider.ErrNotFound, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// providerID is what the node of an instance reports: aws:///zone/id.
+func providerID(zone, id string) string { return "aws:///" + zone + "/" + id }
+
+// instanceID reads the instance id out of a provider ID.
+func instanceID(providerID string) (string, error) {
+	i := strings.LastIndex(providerID, "/")
+	if !strings.HasPrefix(providerID, "aws://") || i < 0 || !strings.HasPrefix(providerID[i+1:], "i-") {
+		return "", fmt.Errorf("provider ID %q is not an EC2 instance (aws:///zone/i-...)", providerID)
+	}
+	return providerID[i+1:], nil
+}

@@ -1,0 +1,434 @@
+package aws
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// regionCatalog is what the region offers, as described by EC2.
+type regionCatalog struct {
+	types     map[string]ec2types.InstanceTypeInfo
+	offered   map[string][]string           // type -> zones
+	spot      map[string]map[string]float64 // type -> zone -> $/h
+	typesAt   time.Time
+	spotAt    time.Time
+	typeNames []string // sorted
+}
+
+// refresh describes the region again where the cache is older than its TTL.
+// A failed refresh keeps the previous figures if there are any.
+func (p *Provider) refresh(ctx context.Context) (regionCatalog, error) {
+	p.mu.Lock()
+	cat := p.catalog
+	p.mu.Unlock()
+	now := p.now()
+	logger := klog.FromContext(ctx)
+	if cat.types == nil || now.Sub(cat.typesAt) > p.opts.InstanceTypesTTL {
+		types, offered, err := p.describeTypes(ctx)
+		switch {
+		case err != nil && cat.types == nil:
+			return cat, err
+		case err != nil:
+			logger.Error(err, "Refreshing instance types failed; keeping the previous ones", "age", now.Sub(cat.typesAt).Round(time.Second))
+		default:
+			cat.types, cat.offered, cat.typesAt = types, offered, now
+			cat.typeNames = make([]string, 0, len(types))
+			for n := range types {
+				cat.typeNames = append(cat.typeNames, n)
+			}
+			slices.Sort(cat.typeNames)
+			logger.Info("Described instance types", "region", p.opts.Region, "instanceTypes", len(types))
+		}
+	}
+	if cat.spot == nil || now.Sub(cat.spotAt) > p.opts.SpotPricesTTL {
+		spot, err := p.describeSpotPrices(ctx)
+		switch {
+		case err != nil && cat.spot == nil:
+			return cat, err
+		case err != nil:
+			logger.Error(err, "Refreshing spot prices failed; keeping the previous ones", "age", now.Sub(cat.spotAt).Round(time.Second))
+		default:
+			cat.spot, cat.spotAt = spot, now
+			logger.V(2).Info("Described spot prices", "region", p.opts.Region, "instanceTypes", len(spot))
+		}
+	}
+	p.mu.Lock()
+	p.catalog = cat
+	p.mu.Unlock()
+	return cat, nil
+}
+
+func (p *Provider) describeTypes(ctx context.Context) (map[string]ec2types.InstanceTypeInfo, map[string][]string, error) {
+	types := map[string]ec2types.InstanceTypeInfo{}
+	// Every type, filtered here: architectures and bare metal are checked
+	// below, where the reason can be logged.
+	pages := ec2.NewDescribeInstanceTypesPaginator(p.ec2, &ec2.DescribeInstanceTypesInput{})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, nil, classify("DescribeInstanceTypes", err)
+		}
+		for _, it := range page.InstanceTypes {
+			if it.BareMetal != nil && *it.BareMetal {
+				continue
+			}
+			types[string(it.InstanceType)] = it
+		}
+	}
+	offered := map[string][]string{}
+	offers := ec2.NewDescribeInstanceTypeOfferingsPaginator(p.ec2, &ec2.DescribeInstanceTypeOfferingsInput{
+		LocationType: ec2types.LocationTypeAvailabilityZone,
+	})
+	for offers.HasMorePages() {
+		page, err := offers.NextPage(ctx)
+		if err != nil {
+			return nil, nil, classify("DescribeInstanceTypeOfferings", err)
+		}
+		for _, o := range page.InstanceTypeOfferings {
+			offered[string(o.InstanceType)] = append(offered[string(o.InstanceType)], aws.ToString(o.Location))
+		}
+	}
+	return types, offered, nil
+}
+
+func (p *Provider) describeSpotPrices(ctx context.Context) (map[string]map[string]float64, error) {
+	prices := map[string]map[string]float64{}
+	stamps := map[[2]string]time.Time{}
+	pages := ec2.NewDescribeSpotPriceHistoryPaginator(p.ec2, &ec2.DescribeSpotPriceHistoryInput{
+		ProductDescriptions: []string{"Linux/UNIX"},
+		// A start time of now returns the price in effect now for each
+		// type and zone (EC2 API reference, DescribeSpotPriceHistory).
+		StartTime: aws.Time(p.now()),
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, classify("DescribeSpotPriceHistory", err)
+		}
+		for _, sp := range page.SpotPriceHistory {
+			price, err := strconv.ParseFloat(aws.ToString(sp.SpotPrice), 64)
+			if err != nil {
+				continue
+			}
+			t, z := string(sp.InstanceType), aws.ToString(sp.AvailabilityZone)
+			if at := aws.ToTime(sp.Timestamp); !at.Before(stamps[[2]string{t, z}]) {
+				stamps[[2]string{t, z}] = at
+				if prices[t] == nil {
+					prices[t] = map[string]float64{}
+				}
+				prices[t][z] = price
+			}
+		}
+	}
+	return prices, nil
+}
+
+// InstanceTypes lists what the pool's EC2NodeClass can launch: the
+// region's types of an architecture the class has an image for, offered in
+// the zones of its subnets, spot where EC2 quotes a spot price and
+// on-demand where the price table has a price, with allocatable resources
+// under the class's kubelet settings.
+func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
+	cat, err := p.refresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var class *v1alpha1.EC2NodeClass
+	if pool != nil {
+		if class, err = p.nodeClass(ctx, pool.Spec.Template.Spec.NodeClassRef); err != nil {
+			return nil, err
+		}
+	}
+	zones, arches := map[string]bool{}, map[string]bool{}
+	if class != nil {
+		for _, s := range class.Status.Subnets {
+			zones[s.Zone] = true
+		}
+		for _, a := range class.Status.AMIs {
+			arches[a.Architecture] = true
+		}
+	}
+	var out []v1alpha1.InstanceType
+	unpriced := 0
+	for _, name := range cat.typeNames {
+		info := cat.types[name]
+		arch := architecture(info)
+		if arch == "" || (class != nil && !arches[arch]) {
+			continue
+		}
+		it := p.instanceType(info, class)
+		for _, zone := range cat.offered[name] {
+			if class != nil && !zones[zone] {
+				continue
+			}
+			for _, uc := range info.SupportedUsageClasses {
+				var price float64
+				var ok bool
+				switch uc {
+				case ec2types.UsageClassTypeSpot:
+					price, ok = cat.spot[name][zone]
+				case ec2types.UsageClassTypeOnDemand:
+					price, ok = p.onDemandPrice(name)
+				default:
+					continue
+				}
+				if !ok {
+					unpriced++
+					continue
+				}
+				it.Offerings = append(it.Offerings, v1alpha1.Offering{
+					Zone: zone, CapacityType: v1alpha1.CapacityType(uc), Available: true,
+					Price: strconv.FormatFloat(price, 'f', -1, 64),
+				})
+			}
+		}
+		if len(it.Offerings) == 0 {
+			continue
+		}
+		slices.SortFunc(it.Offerings, func(a, b v1alpha1.Offering) int {
+			if a.Zone != b.Zone {
+				return compareStrings(a.Zone, b.Zone)
+			}
+			return compareStrings(string(a.CapacityType), string(b.CapacityType))
+		})
+		out = append(out, it)
+	}
+	if unpriced > 0 {
+		klog.FromContext(ctx).V(2).Info("Skipped offerings without a price", "offerings", unpriced, "region", p.opts.Region)
+	}
+	return out, nil
+}
+
+// fallbackPriceRegion's on-demand prices stand in for a region the table
+// has no prices for, until the Pricing API answers for it: the shipped
+// figures cover us-east-1 (and GovCloud), and prices in other regions differ
+// from it by a similar factor for every type, so the cheapest-first order of
+// a region's types is kept.
+const fallbackPriceRegion = "us-east-1"
+
+func (p *Provider) onDemandPrice(instanceType string) (float64, bool) {
+	if price, ok := p.prices.OnDemand(p.opts.Region, instanceType); ok {
+		return price, true
+	}
+	return p.prices.OnDemand(fallbackPriceRegion, instanceType)
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// architecture is the Kubernetes name of the type's first supported
+// architecture, or "" for one Nodeforge does not launch.
+func architecture(info ec2types.InstanceTypeInfo) string {
+	if info.ProcessorInfo == nil {
+		return ""
+	}
+	for _, a := range info.ProcessorInfo.SupportedArchitectures {
+		switch a {
+		case ec2types.ArchitectureTypeX8664:
+			return "amd64"
+		case ec2types.ArchitectureTypeArm64:
+			return "arm64"
+		}
+	}
+	return ""
+}
+
+// instanceType describes one type as nodes of the class will have it.
+func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.EC2NodeClass) v1alpha1.InstanceType {
+	var kubelet *v1alpha1.KubeletConfiguration
+	var bdm []v1alpha1.BlockDeviceMapping
+	if class != nil {
+		kubelet, bdm = class.Spec.Kubelet, class.Spec.BlockDeviceMappings
+	}
+	capacity := Capacity(info, kubelet, rootVolumeGiB(bdm), p.opts.VMMemoryOverheadPercent)
+	return v1alpha1.InstanceType{
+		Name: string(info.InstanceType),
+		Labels: map[string]string{
+			corev1.LabelArchStable: architecture(info),
+			corev1.LabelOSStable:   "linux",
+		},
+		Capacity:    capacity,
+		Allocatable: Allocatable(capacity, kubelet),
+	}
+}
+
+// rootVolumeGiB is the size of the root volume: the mapping marked root,
+// else the first, else the default 20 GiB.
+func rootVolumeGiB(bdm []v1alpha1.BlockDeviceMapping) int64 {
+	for _, m := range bdm {
+		if m.RootVolume {
+			return int64(m.EBS.VolumeSize)
+		}
+	}
+	if len(bdm) > 0 {
+		return int64(bdm[0].EBS.VolumeSize)
+	}
+	return defaultRootVolumeGiB
+}
+
+const defaultRootVolumeGiB = 20
+
+// ResourceGPU is the resource NVIDIA's device plugin advertises.
+const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+// MaxPods is how many pods the VPC CNI can address on the type without
+// prefix delegation: each ENI's addresses but its primary one, plus two
+// host-network pods (the published EKS eni-max-pods formula).
+func MaxPods(info ec2types.InstanceTypeInfo) int64 {
+	if info.NetworkInfo == nil {
+		return 110
+	}
+	enis := int64(aws.ToInt32(info.NetworkInfo.MaximumNetworkInterfaces))
+	ips := int64(aws.ToInt32(info.NetworkInfo.Ipv4AddressesPerInterface))
+	return enis*(ips-1) + 2
+}
+
+// Capacity is what a node of the type reports: its vCPUs, its memory less
+// the hypervisor's overhead, max pods, the root volume and NVIDIA GPUs.
+func Capacity(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration, rootGiB int64, vmOverhead float64) corev1.ResourceList {
+	var vcpus int64
+	if info.VCpuInfo != nil {
+		vcpus = int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus))
+	}
+	var mib int64
+	if info.MemoryInfo != nil {
+		mib = aws.ToInt64(info.MemoryInfo.SizeInMiB)
+	}
+	mib -= int64(math.Ceil(float64(mib) * vmOverhead))
+	pods := MaxPods(info)
+	if kubelet != nil && kubelet.MaxPods != nil {
+		pods = int64(*kubelet.MaxPods)
+	}
+	rl := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(vcpus, resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(mib<<20, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(rootGiB<<30, resource.BinarySI),
+	}
+	if info.GpuInfo != nil {
+		var gpus int64
+		for _, g := range info.GpuInfo.Gpus {
+			if aws.ToString(g.Manufacturer) == "NVIDIA" {
+				gpus += int64(aws.ToInt32(g.Count))
+			}
+		}
+		if gpus > 0 {
+			rl[ResourceGPU] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		}
+	}
+	return rl
+}
+
+// Allocatable is capacity less kube-reserved, system-reserved and the hard
+// eviction thresholds. Unset kube-reserved CPU and memory follow the EKS
+// AMI's formulas (as nodeadm applies them): CPU 6% of the first core, 1% of
+// the second, 0.5% of the third and fourth and 0.25% of every further one;
+// memory 255 MiB plus 11 MiB per pod; ephemeral storage 1 GiB. Unset
+// eviction thresholds are kubelet's: memory.available 100Mi and
+// nodefs.available 10%.
+func Allocatable(capacity corev1.ResourceList, kubelet *v1alpha1.KubeletConfiguration) corev1.ResourceList {
+	kubeReserved := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(kubeReservedMilliCPU(capacity.Cpu().Value()), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity((255+11*capacity.Pods().Value())<<20, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: resource.MustParse("1Gi"),
+	}
+	var systemReserved corev1.ResourceList
+	eviction := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}
+	if kubelet != nil {
+		for k, v := range kubelet.KubeReserved {
+			if q, err := resource.ParseQuantity(string(v)); err == nil {
+				kubeReserved[corev1.ResourceName(k)] = q
+			}
+		}
+		systemReserved = corev1.ResourceList{}
+		for k, v := range kubelet.SystemReserved {
+			if q, err := resource.ParseQuantity(string(v)); err == nil {
+				systemReserved[corev1.ResourceName(k)] = q
+			}
+		}
+		for k, v := range kubelet.EvictionHard {
+			eviction[k] = string(v)
+		}
+	}
+	out := capacity.DeepCopy()
+	for _, reserved := range []corev1.ResourceList{kubeReserved, systemReserved} {
+		for name, q := range reserved {
+			if v, ok := out[name]; ok {
+				v.Sub(q)
+				out[name] = v
+			}
+		}
+	}
+	for signal, resourceName := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
+		v, ok := out[resourceName]
+		if !ok {
+			continue
+		}
+		v.Sub(threshold(eviction[signal], capacity[resourceName]))
+		out[resourceName] = v
+	}
+	for name, v := range out {
+		if v.Sign() < 0 {
+			out[name] = *resource.NewQuantity(0, v.Format)
+		}
+	}
+	return out
+}
+
+// threshold reads an eviction threshold: a quantity, or a percentage of
+// the capacity.
+func threshold(value string, capacity resource.Quantity) resource.Quantity {
+	if value == "" {
+		return resource.Quantity{}
+	}
+	if value[len(value)-1] == '%' {
+		pct, err := strconv.ParseFloat(value[:len(value)-1], 64)
+		if err != nil {
+			return resource.Quantity{}
+		}
+		return *resource.NewQuantity(int64(math.Ceil(float64(capacity.Value())*pct/100)), capacity.Format)
+	}
+	q, err := resource.ParseQuantity(value)
+	if err != nil {
+		return resource.Quantity{}
+	}
+	return q
+}
+
+// kubeReservedMilliCPU is the EKS formula for the CPU kube-reserved on a
+// node with the given cores, in whole millicores (rounded down).
+func kubeReservedMilliCPU(cores int64) int64 {
+	var tenths int64 // tenths of a millicore
+	for c := int64(1); c <= cores; c++ {
+		switch {
+		case c == 1:
+			tenths += 600 // 6%
+		case c == 2:
+			tenths += 100 // 1%
+		case c <= 4:
+			tenths += 50 // 0.5%
+		default:
+			tenths += 25 // 0.25%
+		}
+	}
+	return tenths / 10
+}

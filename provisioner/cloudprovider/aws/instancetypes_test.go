@@ -1,0 +1,160 @@
+package aws
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// info is an instance type as DescribeInstanceTypes describes it.
+func info(name string, vcpus int32, mib int64, enis, ipsPerENI int32, gpus int32) ec2types.InstanceTypeInfo {
+	it := ec2types.InstanceTypeInfo{
+		InstanceType: ec2types.InstanceType(name),
+		VCpuInfo:     &ec2types.VCpuInfo{DefaultVCpus: aws.Int32(vcpus)},
+		MemoryInfo:   &ec2types.MemoryInfo{SizeInMiB: aws.Int64(mib)},
+		NetworkInfo:  &ec2types.NetworkInfo{MaximumNetworkInterfaces: aws.Int32(enis), Ipv4AddressesPerInterface: aws.Int32(ipsPerENI)},
+	}
+	if gpus > 0 {
+		it.GpuInfo = &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Count: aws.Int32(gpus), Manufacturer: aws.String("NVIDIA"), Name: aws.String("T4")}}}
+	}
+	return it
+}
+
+// TestCapacityAndAllocatableOfRealTypes checks the figures of real instance
+// types (vCPUs, memory and ENI limits as EC2 publishes them) against values
+// worked out by hand:
+//
+//	max pods    = ENIs × (IPv4 per ENI − 1) + 2
+//	memory      = MiB − ⌈7.5% × MiB⌉ (hypervisor overhead)
+//	alloc. mem  = memory − (255 + 11 × max pods) MiB − 100 MiB (eviction)
+//	alloc. cpu  = cores − (60 + 10 + 5 + 5 + 2.5 × (cores − 4)) m, floored
+//	alloc. disk = 20 GiB root − 1 GiB kube-reserved − 10% eviction = 17 GiB
+func TestCapacityAndAllocatableOfRealTypes(t *testing.T) {
+	cases := []struct {
+		info                  ec2types.InstanceTypeInfo
+		pods, memMiB          int64
+		allocCPU, allocMemMiB int64
+		gpus                  int64
+	}{
+		// m5.large: 2 vCPU, 8 GiB, 3 ENIs × 10: 29 pods; 8192−615=7577;
+		// 7577−574−100=6903; 2000−70=1930m.
+		{info: info("m5.large", 2, 8192, 3, 10, 0), pods: 29, memMiB: 7577, allocCPU: 1930, allocMemMiB: 6903},
+		// m5.xlarge: 4 vCPU, 16 GiB, 4 ENIs × 15: 58 pods; 16384−1229=15155;
+		// 15155−893−100=14162; 4000−80=3920m.
+		{info: info("m5.xlarge", 4, 16384, 4, 15, 0), pods: 58, memMiB: 15155, allocCPU: 3920, allocMemMiB: 14162},
+		// m5.2xlarge: 8 vCPU, 32 GiB, 4 ENIs × 15: 58 pods; 32768−2458=30310;
+		// 30310−893−100=29317; 8000−90=7910m.
+		{info: info("m5.2xlarge", 8, 32768, 4, 15, 0), pods: 58, memMiB: 30310, allocCPU: 7910, allocMemMiB: 29317},
+		// t3.medium: 2 vCPU, 4 GiB, 3 ENIs × 6: 17 pods; 4096−308=3788;
+		// 3788−442−100=3246.
+		{info: info("t3.medium", 2, 4096, 3, 6, 0), pods: 17, memMiB: 3788, allocCPU: 1930, allocMemMiB: 3246},
+		// g4dn.xlarge: 4 vCPU, 16 GiB, 3 ENIs × 10, one NVIDIA T4: 29 pods;
+		// 15155−574−100=14481.
+		{info: info("g4dn.xlarge", 4, 16384, 3, 10, 1), pods: 29, memMiB: 15155, allocCPU: 3920, allocMemMiB: 14481, gpus: 1},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.info.InstanceType), func(t *testing.T) {
+			capacity := Capacity(tc.info, nil, defaultRootVolumeGiB, 0.075)
+			alloc := Allocatable(capacity, nil)
+			want := map[string]int64{
+				"pods": tc.pods, "memory": tc.memMiB << 20, "cpu": int64(*tc.info.VCpuInfo.DefaultVCpus) * 1000,
+				"alloc cpu": tc.allocCPU, "alloc memory": tc.allocMemMiB << 20, "alloc disk": 17 << 30, "gpu": tc.gpus,
+			}
+			gpu := capacity[ResourceGPU]
+			got := map[string]int64{
+				"pods": capacity.Pods().Value(), "memory": capacity.Memory().Value(), "cpu": capacity.Cpu().MilliValue(),
+				"alloc cpu": alloc.Cpu().MilliValue(), "alloc memory": alloc.Memory().Value(), "alloc disk": alloc.StorageEphemeral().Value(), "gpu": gpu.Value(),
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestKubeletSettingsChangeAllocatable: maxPods, system-reserved and a
+// percentage eviction threshold of the class are applied. On m5.large with
+// maxPods 110: kube-reserved memory 255+1210=1465 MiB; eviction 5% of
+// 7577 MiB = ⌈397253017.6⌉ bytes; 7577−1465−200 MiB − 397253018 B.
+func TestKubeletSettingsChangeAllocatable(t *testing.T) {
+	kubelet := &v1alpha1.KubeletConfiguration{
+		MaxPods:        aws.Int32(110),
+		SystemReserved: map[string]v1alpha1.KubeletValue{"memory": "200Mi", "cpu": "100m"},
+		EvictionHard:   map[string]v1alpha1.KubeletValue{"memory.available": "5%"},
+	}
+	capacity := Capacity(info("m5.large", 2, 8192, 3, 10, 0), kubelet, 50, 0.075)
+	alloc := Allocatable(capacity, kubelet)
+	if got := capacity.Pods().Value(); got != 110 {
+		t.Errorf("pods = %d, want the class's 110", got)
+	}
+	if got, want := alloc.Memory().Value(), int64(7577-1465-200)<<20-397253018; got != want {
+		t.Errorf("allocatable memory = %d, want %d", got, want)
+	}
+	if got := alloc.Cpu().MilliValue(); got != 1830 {
+		t.Errorf("allocatable cpu = %dm, want 2000−70−100 = 1830m", got)
+	}
+	if got := alloc.StorageEphemeral().Value(); got != 50<<30-1<<30-5<<30 {
+		t.Errorf("allocatable ephemeral storage = %d, want 50−1−5 GiB", got)
+	}
+}
+
+// TestUserDataJoinsTheClusterWithThePoolsLabelsAndTaints builds user data
+// and reads it back as the sandbox's kubelets do.
+func TestUserDataJoinsTheClusterWithThePoolsLabelsAndTaints(t *testing.T) {
+	script := "#!/bin/bash\necho custom setup\n"
+	class := &v1alpha1.EC2NodeClass{Spec: v1alpha1.EC2NodeClassSpec{
+		UserData: &script,
+		Kubelet:  &v1alpha1.KubeletConfiguration{MaxPods: aws.Int32(42)},
+	}}
+	opts := Options{ClusterName: "prod", ClusterEndpoint: "https://ABC.gr7.us-west-2.eks.amazonaws.com", ClusterCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), ClusterServiceCIDR: "10.100.0.0/16"}
+	labels := map[string]string{v1alpha1.LabelNodePool: "apps", "intent": "apps"}
+	taints := []corev1.Taint{{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}, {Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoExecute}}
+	encoded, err := UserData(opts, class, labels, taints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	if !strings.HasPrefix(doc, "MIME-Version: 1.0\nContent-Type: multipart/mixed;") || !strings.Contains(doc, "Content-Type: text/x-shellscript") || !strings.Contains(doc, "echo custom setup") {
+		t.Errorf("user data is not MIME multi-part with the class's script first:\n%s", doc)
+	}
+	if strings.Index(doc, "echo custom setup") > strings.Index(doc, "kind: NodeConfig") {
+		t.Errorf("the class's script must run before nodeadm's NodeConfig:\n%s", doc)
+	}
+	nc, gotLabels, gotTaints, err := ParseNodeConfig(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.Spec.Cluster.Name != "prod" || nc.Spec.Cluster.APIServerEndpoint != opts.ClusterEndpoint || string(nc.Spec.Cluster.CertificateAuthority) != string(opts.ClusterCA) || nc.Spec.Cluster.CIDR != "10.100.0.0/16" {
+		t.Errorf("cluster = %+v", nc.Spec.Cluster)
+	}
+	if nc.Spec.Kubelet.Config["maxPods"] != float64(42) {
+		t.Errorf("kubelet config = %v, want maxPods 42", nc.Spec.Kubelet.Config)
+	}
+	if diff := cmp.Diff(labels, gotLabels); diff != "" {
+		t.Errorf("labels (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(taints, gotTaints); diff != "" {
+		t.Errorf("taints (-want,+got):\n%s", diff)
+	}
+}
+
+func TestProviderIDRoundTrip(t *testing.T) {
+	id, err := instanceID(providerID("us-west-2a", "i-0123456789abcdef0"))
+	if err != nil || id != "i-0123456789abcdef0" {
+		t.Errorf("instanceID = %q, %v", id, err)
+	}
+	if _, err := instanceID("kwok://node-1"); err == nil {
+		t.Error("a non-EC2 provider ID was accepted")
+	}
+}

@@ -1,0 +1,315 @@
+package aws
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+)
+
+// MaxOverrides caps the overrides of one CreateFleet request (instance
+// type × subnet), as the design sets it: enough choice for EC2 to find
+// capacity, few enough to keep the request small.
+const MaxOverrides = 60
+
+// Create launches one instance for the claim with CreateFleet. It first
+// looks for an instance already launched for the claim's UID (a retry
+// after a crash), and sends a ClientToken derived from the UID, so that EC2
+// itself returns the first launch's result to a retried request.
+func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovider.Instance, error) {
+	logger := klog.FromContext(ctx)
+	if existing, err := p.launchedFor(ctx, l.ClaimUID); err != nil {
+		return nil, err
+	} else if existing != nil {
+		logger.Info("Instance already launched for nodeclaim; adopting it", "nodeClaim", l.NodeClaim, "providerID", existing.ProviderID)
+		return existing, nil
+	}
+	class, err := p.nodeClass(ctx, l.NodeClass)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Offers) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{}
+	}
+	// One capacity type and one architecture per fleet: those of the
+	// cheapest offer (a claim is pinned to both when it is created).
+	capacityType, arch := l.Offers[0].CapacityType, l.Offers[0].InstanceType.Labels[corev1.LabelArchStable]
+	var offers []cloudprovider.Offer
+	for _, o := range l.Offers {
+		if o.CapacityType == capacityType && o.InstanceType.Labels[corev1.LabelArchStable] == arch {
+			offers = append(offers, o)
+		}
+	}
+	ami := ""
+	for _, a := range class.Status.AMIs {
+		if a.Architecture == arch {
+			ami = a.ID
+		}
+	}
+	if ami == "" {
+		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: class.Name, Reason: "no image for architecture " + arch}
+	}
+	labels := maps.Clone(l.Labels)
+	labels[v1alpha1.LabelCapacityType] = capacityType
+	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Taints)
+	if err != nil {
+		return nil, err
+	}
+	overrides, byOverride := p.overrides(class, offers)
+	tags := p.tags(class, l)
+	in := &ec2.CreateFleetInput{
+		Type:        ec2types.FleetTypeInstant,
+		ClientToken: aws.String(clientToken(l.ClaimUID)),
+		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
+			Overrides:                   overrides,
+		}},
+		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
+			TotalTargetCapacity:       aws.Int32(1),
+			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
+		},
+		TagSpecifications: []ec2types.TagSpecification{
+			{ResourceType: ec2types.ResourceTypeInstance, Tags: tags},
+			{ResourceType: ec2types.ResourceTypeVolume, Tags: tags},
+			{ResourceType: ec2types.ResourceTypeFleet, Tags: tags},
+		},
+	}
+	if capacityType == v1alpha1.CapacityTypeSpot {
+		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
+	} else {
+		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
+	}
+	logger.V(2).Info("Creating fleet", "nodeClaim", l.NodeClaim, "launchTemplate", template, "capacityType", capacityType, "overrides", len(overrides))
+	out, err := p.ec2.CreateFleet(ctx, in)
+	if err != nil {
+		return nil, classify("CreateFleet", err)
+	}
+	var refused []cloudprovider.Offer
+	var other []error
+	for _, e := range out.Errors {
+		code := aws.ToString(e.ErrorCode)
+		o, ok := overrideOffer(byOverride, e.LaunchTemplateAndOverrides)
+		switch {
+		case capacityCodes[code] && ok:
+			refused = append(refused, o)
+			logger.V(2).Info("Fleet option refused", "instanceType", o.InstanceType.Name, "zone", o.Zone, "capacityType", o.CapacityType, "code", code)
+		case deniedCodes[code]:
+			return nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
+		default:
+			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
+		}
+	}
+	for _, fi := range out.Instances {
+		if len(fi.InstanceIds) == 0 {
+			continue
+		}
+		o, _ := overrideOffer(byOverride, fi.LaunchTemplateAndOverrides)
+		zone := o.Zone
+		if fi.LaunchTemplateAndOverrides != nil && fi.LaunchTemplateAndOverrides.Overrides != nil && fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone != nil {
+			zone = *fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone
+		}
+		if o.InstanceType.Name == "" {
+			o = offerOfType(offers, string(fi.InstanceType), zone)
+		}
+		if len(fi.InstanceIds) > 1 {
+			logger.Error(nil, "Fleet launched more instances than asked; the extra ones will be garbage-collected", "instanceIDs", fi.InstanceIds)
+		}
+		ct := v1alpha1.CapacityTypeOnDemand
+		if fi.Lifecycle == ec2types.InstanceLifecycleSpot {
+			ct = v1alpha1.CapacityTypeSpot
+		}
+		return &cloudprovider.Instance{
+			ProviderID: providerID(zone, fi.InstanceIds[0]), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
+			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable,
+			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: refused,
+		}, nil
+	}
+	if len(refused) > 0 && len(other) == 0 {
+		return nil, &cloudprovider.InsufficientCapacityError{Offers: refused}
+	}
+	if len(other) == 0 {
+		return nil, errors.New("CreateFleet launched no instance and reported no error")
+	}
+	return nil, fmt.Errorf("CreateFleet launched no instance: %w", errors.Join(other...))
+}
+
+// clientToken is the CreateFleet idempotency token of a claim: at most 64
+// ASCII characters (EC2 API reference, "Ensuring idempotency").
+func clientToken(claimUID string) string { return "nodeforge-" + claimUID }
+
+type overrideKey struct{ instanceType, subnet string }
+
+// overrides pairs each offer with one subnet of its zone (the first by id,
+// so that retries send the same request), cheapest first, at most
+// MaxOverrides.
+func (p *Provider) overrides(class *v1alpha1.EC2NodeClass, offers []cloudprovider.Offer) ([]ec2types.FleetLaunchTemplateOverridesRequest, map[overrideKey]cloudprovider.Offer) {
+	subnetOf := map[string]string{}
+	for _, s := range class.Status.Subnets {
+		if _, ok := subnetOf[s.Zone]; !ok {
+			subnetOf[s.Zone] = s.ID // status lists subnets by zone, then id
+		}
+	}
+	sorted := slices.Clone(offers)
+	slices.SortStableFunc(sorted, func(a, b cloudprovider.Offer) int { return cmp.Compare(a.Price, b.Price) })
+	var out []ec2types.FleetLaunchTemplateOverridesRequest
+	by := map[overrideKey]cloudprovider.Offer{}
+	for _, o := range sorted {
+		subnet, ok := subnetOf[o.Zone]
+		if !ok || len(out) == MaxOverrides {
+			continue
+		}
+		key := overrideKey{o.InstanceType.Name, subnet}
+		if _, dup := by[key]; dup {
+			continue
+		}
+		by[key] = o
+		out = append(out, ec2types.FleetLaunchTemplateOverridesRequest{
+			InstanceType: ec2types.InstanceType(o.InstanceType.Name), SubnetId: aws.String(subnet), AvailabilityZone: aws.String(o.Zone),
+		})
+	}
+	return out, by
+}
+
+func overrideOffer(by map[overrideKey]cloudprovider.Offer, lto *ec2types.LaunchTemplateAndOverridesResponse) (cloudprovider.Offer, bool) {
+	if lto == nil || lto.Overrides == nil {
+		return cloudprovider.Offer{}, false
+	}
+	o, ok := by[overrideKey{string(lto.Overrides.InstanceType), aws.ToString(lto.Overrides.SubnetId)}]
+	return o, ok
+}
+
+func offerOfType(offers []cloudprovider.Offer, instanceType, zone string) cloudprovider.Offer {
+	for _, o := range offers {
+		if o.InstanceType.Name == instanceType && o.Zone == zone {
+			return o
+		}
+	}
+	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: instanceType}, Zone: zone}
+}
+
+// tags go on the instance, its volumes and the fleet.
+func (p *Provider) tags(class *v1alpha1.EC2NodeClass, l cloudprovider.Launch) []ec2types.Tag {
+	m := maps.Clone(class.Spec.Tags)
+	if m == nil {
+		m = map[string]string{}
+	}
+	maps.Copy(m, map[string]string{
+		"Name":                     l.NodeClaim,
+		"kubernetes.io/cluster/" + p.opts.ClusterName: "owned",
+		TagCluster:      p.opts.ClusterName,
+		TagNodePool:     l.NodePool,
+		TagNodeClaim:    l.NodeClaim,
+		TagNodeClaimUID: l.ClaimUID,
+		TagNodeClass:    class.Name,
+	})
+	return toTags(m)
+}
+
+func toTags(m map[string]string) []ec2types.Tag {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make([]ec2types.Tag, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, ec2types.Tag{Key: aws.String(k), Value: aws.String(m[k])})
+	}
+	return out
+}
+
+// ensureLaunchTemplate returns the name of the launch template for the
+// class, image and user data, creating it if needed. The name carries a
+// hash of the content, so a changed class gets a new template and a
+// template once created never needs updating.
+func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint) (string, error) {
+	userData, err := UserData(p.opts, class, labels, taints)
+	if err != nil {
+		return "", err
+	}
+	data := p.templateData(class, ami, userData)
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	name := fmt.Sprintf("nodeforge/%s/%s/%s", p.opts.ClusterName, class.Name, hex.EncodeToString(sum[:8]))
+	p.mu.Lock()
+	_, known := p.templates[name]
+	p.mu.Unlock()
+	if known {
+		return name, nil
+	}
+	_, err = p.ec2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.NotFoundException" {
+		tags := toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})
+		_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+			LaunchTemplateName: aws.String(name),
+			LaunchTemplateData: data,
+			TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: tags}},
+		})
+		if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.AlreadyExistsException" {
+			err = nil // another replica or an earlier attempt made it
+		}
+		if err == nil {
+			klog.FromContext(ctx).Info("Created launch template", "launchTemplate", name, "ec2NodeClass", class.Name, "ami", ami)
+		}
+	}
+	if err != nil {
+		return "", classify("launch template "+name, err)
+	}
+	p.mu.Lock()
+	p.templates[name] = ami
+	p.mu.Unlock()
+	return name, nil
+}
+
+func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData string) *ec2types.RequestLaunchTemplateData {
+	data := &ec2types.RequestLaunchTemplateData{
+		ImageId:            aws.String(ami),
+		UserData:           aws.String(userData),
+		IamInstanceProfile: &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: aws.String(class.Status.InstanceProfile)},
+	}
+	for _, g := range class.Status.SecurityGroups {
+		data.SecurityGroupIds = append(data.SecurityGroupIds, g.ID)
+	}
+	mo := class.Spec.MetadataOptions
+	if mo == nil {
+		mo = &v1alpha1.MetadataOptions{HTTPEndpoint: "enabled", HTTPProtocolIPv6: "disabled", HTTPPutResponseHopLimit: 1, HTTPTokens: "required"}
+	}
+	data.MetadataOptions = &ec2types.LaunchTemplateInstanceMetadataOptionsRequest{
+		HttpEndpoint:            ec2types.LaunchTemplateInstanceMetadataEndpointState(cmp.Or(mo.HTTPEndpoint, "enabled")),
+		HttpProtocolIpv6:        ec2types.LaunchTemplateInstanceMetadataProtocolIpv6(cmp.Or(mo.HTTPProtocolIPv6, "disabled")),
+		HttpPutResponseHopLimit: aws.Int32(cmp.Or(mo.HTTPPutResponseHopLimit, 1)),
+		HttpTokens:              ec2types.LaunchTemplateHttpTokensState(cmp.Or(mo.HTTPTokens, "required")),
+	}
+	bdms := class.Spec.BlockDeviceMappings
+	if len(bdms) == 0 {
+		t := true
+		bdms = []v1alpha1.BlockDeviceMapping{{DeviceName: "/dev/xvda", RootVolume: true, EBS: v1alpha1.BlockDevice{VolumeSize: defaultRootVolumeGiB, VolumeType: "gp3", Encrypted: &t, DeleteOnTermination: &t}}}
+	}
+	for _, m := range bdms {
+		ebs := &ec2types.LaunchTemplateEbsBlockDeviceRequest{
+			VolumeSize: aws.Int32(m.EBS.VolumeSize), VolumeType: ec2types.VolumeType(cmp.Or(m.EBS.VolumeType, "gp3")),
+			Iops: m.EBS.IOPS, Throughput: m.EBS.Throughput,
+			Encrypted: aws.Bool(m.EBS.Encrypted == nil || *m.EBS.Encrypted), DeleteOnTermination: aws.Bool(m.EBS.DeleteOnTermination == nil || *m.EBS.DeleteOnTermination),
+		}
+		if m.EBS.KMSKeyID != "" {
+			ebs.KmsKeyId = aws.String(m.EBS.KMSKeyID)
+		}
+		data.BlockDeviceMappings = append(data.BlockDeviceMappings, ec2types.LaunchTemplateBlockDeviceMappingRequest{DeviceName: aws.String(m.DeviceName), Ebs: ebs})
+	}
+	return data
+}

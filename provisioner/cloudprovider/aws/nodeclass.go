@@ -1,0 +1,313 @@
+package aws
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// Condition types of an EC2NodeClass.
+const (
+	ConditionReady                = "Ready"
+	ConditionSubnetsReady         = "SubnetsReady"
+	ConditionSecurityGroupsReady  = "SecurityGroupsReady"
+	ConditionAMIsReady            = "AMIsReady"
+	ConditionInstanceProfileReady = "InstanceProfileReady"
+)
+
+// notReady says why a class cannot be launched from yet, or "".
+func notReady(class *v1alpha1.EC2NodeClass) string {
+	ready := meta.FindStatusCondition(class.Status.Conditions, ConditionReady)
+	switch {
+	case ready == nil:
+		return "its subnets, security groups and images have not been resolved yet"
+	case ready.Status != metav1.ConditionTrue:
+		return ready.Message
+	}
+	return ""
+}
+
+// NodeClassController resolves each EC2NodeClass's selector terms into its
+// status, again every RefreshInterval, and says in its conditions what
+// matched nothing.
+type NodeClassController struct {
+	kube     client.Client
+	provider *Provider
+	// RefreshInterval: images and subnets change under a class.
+	RefreshInterval time.Duration
+}
+
+// NewNodeClassController returns a controller resolving through provider.
+func NewNodeClassController(kube client.Client, provider *Provider) *NodeClassController {
+	return &NodeClassController{kube: kube, provider: provider, RefreshInterval: 5 * time.Minute}
+}
+
+// SetupWithManager registers the controller.
+func (c *NodeClassController) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("ec2nodeclass").For(&v1alpha1.EC2NodeClass{}).Complete(c)
+}
+
+// Reconcile resolves one class.
+func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var class v1alpha1.EC2NodeClass
+	if err := c.kube.Get(ctx, req.NamespacedName, &class); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	status, err := c.provider.Resolve(ctx, &class)
+	if err != nil {
+		// A failed call, not an empty answer: say so and try again soon.
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: "ResolutionFailed", Message: err.Error(), ObservedGeneration: class.Generation})
+	}
+	if !equality.Semantic.DeepEqual(status, class.Status) {
+		class.Status = status
+		if uerr := c.kube.Status().Update(ctx, &class); uerr != nil {
+			return reconcile.Result{}, uerr
+		}
+		ready := meta.FindStatusCondition(status.Conditions, ConditionReady)
+		klog.FromContext(ctx).Info("Resolved ec2nodeclass", "ec2NodeClass", klog.KObj(&class), "ready", ready.Status, "reason", ready.Reason,
+			"subnets", len(status.Subnets), "securityGroups", len(status.SecurityGroups), "amis", amiIDs(status.AMIs), "message", ready.Message)
+	}
+	if err != nil {
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	}
+	return reconcile.Result{RequeueAfter: c.RefreshInterval}, nil
+}
+
+func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
+	out := make([]string, 0, len(amis))
+	for _, a := range amis {
+		out = append(out, a.Architecture+"="+a.ID)
+	}
+	return out
+}
+
+// Resolve finds the class's subnets, security groups, images and instance
+// profile and returns the status that says so. It returns an error only
+// when a call failed; selectors that match nothing give a status that is
+// not Ready and says which.
+func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v1alpha1.EC2NodeClassStatus, error) {
+	status := v1alpha1.EC2NodeClassStatus{Conditions: slices.Clone(class.Status.Conditions)}
+	set := func(typ string, ok bool, reason, msg string) {
+		s := metav1.ConditionTrue
+		if !ok {
+			s = metav1.ConditionFalse
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: class.Generation})
+	}
+	var problems []string
+	subnets, err := p.subnets(ctx, class.Spec.SubnetSelectorTerms)
+	if err != nil {
+		return status, err
+	}
+	status.Subnets, status.SubnetCount = subnets, int32(len(subnets))
+	if len(subnets) == 0 {
+		problems = append(problems, "no subnet matches subnetSelectorTerms")
+		set(ConditionSubnetsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionSubnetsReady, true, "Resolved", fmt.Sprintf("%d subnets", len(subnets)))
+	}
+	groups, err := p.securityGroups(ctx, class.Spec.SecurityGroupSelectorTerms)
+	if err != nil {
+		return status, err
+	}
+	status.SecurityGroups = groups
+	if len(groups) == 0 {
+		problems = append(problems, "no security group matches securityGroupSelectorTerms")
+		set(ConditionSecurityGroupsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionSecurityGroupsReady, true, "Resolved", fmt.Sprintf("%d security groups", len(groups)))
+	}
+	amis, err := p.images(ctx, class.Spec.AMISelectorTerms)
+	if err != nil {
+		return status, err
+	}
+	status.AMIs = amis
+	if len(amis) == 0 {
+		problems = append(problems, "no image matches amiSelectorTerms"+p.aliasHint(class.Spec.AMISelectorTerms))
+		set(ConditionAMIsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", "))
+	}
+	switch {
+	case class.Spec.InstanceProfile != "":
+		status.InstanceProfile = class.Spec.InstanceProfile
+		set(ConditionInstanceProfileReady, true, "Given", class.Spec.InstanceProfile)
+	default:
+		// Creating instance profiles for a role needs IAM write access,
+		// which the provisioner's least-privilege policy leaves out.
+		problems = append(problems, "spec.role is not supported yet: create an instance profile for role "+class.Spec.Role+" and set spec.instanceProfile")
+		set(ConditionInstanceProfileReady, false, "RoleUnsupported", problems[len(problems)-1])
+	}
+	if len(problems) > 0 {
+		set(ConditionReady, false, "NotResolved", strings.Join(problems, "; "))
+	} else {
+		set(ConditionReady, true, "Ready", "")
+	}
+	return status, nil
+}
+
+func (p *Provider) aliasHint(terms []v1alpha1.AMISelectorTerm) string {
+	for _, t := range terms {
+		if t.Alias != "" {
+			return fmt.Sprintf(" (alias %s looks for %s in %s)", t.Alias, aliasNamePattern(t.Alias, p.opts.KubernetesVersion, "x86_64"), p.opts.Region)
+		}
+	}
+	return ""
+}
+
+// tagFilters turns selector tags into EC2 filters: "tag:KEY" for a value,
+// "tag-key" for the wildcard "*".
+func tagFilters(tags map[string]string) []ec2types.Filter {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []ec2types.Filter
+	for _, k := range keys {
+		if tags[k] == "*" {
+			out = append(out, ec2types.Filter{Name: aws.String("tag-key"), Values: []string{k}})
+		} else {
+			out = append(out, ec2types.Filter{Name: aws.String("tag:" + k), Values: []string{tags[k]}})
+		}
+	}
+	return out
+}
+
+func (p *Provider) subnets(ctx context.Context, terms []v1alpha1.SelectorTerm) ([]v1alpha1.ResolvedSubnet, error) {
+	found := map[string]v1alpha1.ResolvedSubnet{}
+	for _, t := range terms {
+		in := &ec2.DescribeSubnetsInput{Filters: tagFilters(t.Tags)}
+		if t.ID != "" {
+			in.Filters = []ec2types.Filter{{Name: aws.String("subnet-id"), Values: []string{t.ID}}}
+		}
+		pages := ec2.NewDescribeSubnetsPaginator(p.ec2, in)
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, classify("DescribeSubnets", err)
+			}
+			for _, s := range page.Subnets {
+				found[aws.ToString(s.SubnetId)] = v1alpha1.ResolvedSubnet{ID: aws.ToString(s.SubnetId), Zone: aws.ToString(s.AvailabilityZone), ZoneID: aws.ToString(s.AvailabilityZoneId)}
+			}
+		}
+	}
+	out := make([]v1alpha1.ResolvedSubnet, 0, len(found))
+	for _, s := range found {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.ResolvedSubnet) int { return cmp.Or(cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.ID, b.ID)) })
+	return out, nil
+}
+
+func (p *Provider) securityGroups(ctx context.Context, terms []v1alpha1.SecurityGroupSelectorTerm) ([]v1alpha1.ResolvedSecurityGroup, error) {
+	found := map[string]v1alpha1.ResolvedSecurityGroup{}
+	for _, t := range terms {
+		in := &ec2.DescribeSecurityGroupsInput{Filters: tagFilters(t.Tags)}
+		switch {
+		case t.ID != "":
+			in.Filters = []ec2types.Filter{{Name: aws.String("group-id"), Values: []string{t.ID}}}
+		case t.Name != "":
+			in.Filters = []ec2types.Filter{{Name: aws.String("group-name"), Values: []string{t.Name}}}
+		}
+		pages := ec2.NewDescribeSecurityGroupsPaginator(p.ec2, in)
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, classify("DescribeSecurityGroups", err)
+			}
+			for _, g := range page.SecurityGroups {
+				found[aws.ToString(g.GroupId)] = v1alpha1.ResolvedSecurityGroup{ID: aws.ToString(g.GroupId), Name: aws.ToString(g.GroupName)}
+			}
+		}
+	}
+	out := make([]v1alpha1.ResolvedSecurityGroup, 0, len(found))
+	for _, g := range found {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.ResolvedSecurityGroup) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// aliasNamePattern is the name of the EKS-optimised AL2023 image for a
+// Kubernetes version and architecture, as Amazon publishes them
+// ("amazon-eks-node-al2023-x86_64-standard-1.37-v20261101"); "latest" takes
+// the newest release.
+func aliasNamePattern(alias, kubernetesVersion, ec2Arch string) string {
+	_, version, _ := strings.Cut(alias, "@")
+	if version == "latest" {
+		version = "v*"
+	}
+	return fmt.Sprintf("amazon-eks-node-al2023-%s-standard-%s-%s", ec2Arch, kubernetesVersion, version)
+}
+
+// images resolves the AMI terms to the newest available image of each
+// architecture among all that match.
+func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm) ([]v1alpha1.ResolvedAMI, error) {
+	var inputs []*ec2.DescribeImagesInput
+	for _, t := range terms {
+		switch {
+		case t.Alias != "":
+			for _, arch := range []string{"x86_64", "arm64"} {
+				inputs = append(inputs, &ec2.DescribeImagesInput{Owners: []string{"amazon"}, Filters: []ec2types.Filter{
+					{Name: aws.String("name"), Values: []string{aliasNamePattern(t.Alias, p.opts.KubernetesVersion, arch)}},
+					{Name: aws.String("architecture"), Values: []string{arch}},
+				}})
+			}
+		case t.ID != "":
+			inputs = append(inputs, &ec2.DescribeImagesInput{Filters: []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}})
+		default:
+			in := &ec2.DescribeImagesInput{Filters: tagFilters(t.Tags), Owners: []string{"self", "amazon"}}
+			if t.Owner != "" {
+				in.Owners = []string{t.Owner}
+			}
+			if t.Name != "" {
+				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("name"), Values: []string{t.Name}})
+			}
+			inputs = append(inputs, in)
+		}
+	}
+	newest := map[string]ec2types.Image{}
+	for _, in := range inputs {
+		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("state"), Values: []string{"available"}})
+		pages := ec2.NewDescribeImagesPaginator(p.ec2, in)
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, classify("DescribeImages", err)
+			}
+			for _, img := range page.Images {
+				arch := map[ec2types.ArchitectureValues]string{ec2types.ArchitectureValuesX8664: "amd64", ec2types.ArchitectureValuesArm64: "arm64"}[img.Architecture]
+				if arch == "" {
+					continue
+				}
+				if cur, ok := newest[arch]; !ok || aws.ToString(img.CreationDate) > aws.ToString(cur.CreationDate) {
+					newest[arch] = img
+				}
+			}
+		}
+	}
+	var out []v1alpha1.ResolvedAMI
+	for _, arch := range []string{"amd64", "arm64"} {
+		if img, ok := newest[arch]; ok {
+			out = append(out, v1alpha1.ResolvedAMI{ID: aws.ToString(img.ImageId), Name: aws.ToString(img.Name), Architecture: arch})
+		}
+	}
+	return out, nil
+}

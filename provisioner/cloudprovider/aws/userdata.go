@@ -1,0 +1,155 @@
+package aws
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// NodeConfig is the part of nodeadm's configuration document (API
+// node.eks.aws/v1alpha1, kind NodeConfig, as documented for Amazon Linux
+// 2023 EKS images) that joins a node to the cluster.
+type NodeConfig struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Spec       NodeConfigSpec `json:"spec"`
+}
+
+// NodeConfigSpec holds the cluster to join and the kubelet's settings.
+type NodeConfigSpec struct {
+	Cluster NodeConfigCluster `json:"cluster"`
+	Kubelet NodeConfigKubelet `json:"kubelet,omitempty"`
+}
+
+// NodeConfigCluster names the cluster and how to reach it.
+type NodeConfigCluster struct {
+	Name                 string `json:"name"`
+	APIServerEndpoint    string `json:"apiServerEndpoint"`
+	CertificateAuthority []byte `json:"certificateAuthority"`
+	CIDR                 string `json:"cidr"`
+}
+
+// NodeConfigKubelet is merged by nodeadm into the kubelet's configuration
+// file (config) and command line (flags).
+type NodeConfigKubelet struct {
+	Config map[string]any `json:"config,omitempty"`
+	Flags  []string       `json:"flags,omitempty"`
+}
+
+// mimeBoundary separates the parts of the user data.
+const mimeBoundary = "//nodeforge//"
+
+// UserData builds the instance's user data: a MIME multi-part document with
+// the class's own user data first (a shell script, or a NodeConfig of its
+// own, which nodeadm merges) and then the NodeConfig that joins the node to
+// the cluster with the pool's labels and taints.
+func UserData(opts Options, class *v1alpha1.EC2NodeClass, labels map[string]string, taints []corev1.Taint) (string, error) {
+	nc := NodeConfig{APIVersion: "node.eks.aws/v1alpha1", Kind: "NodeConfig", Spec: NodeConfigSpec{
+		Cluster: NodeConfigCluster{Name: opts.ClusterName, APIServerEndpoint: opts.ClusterEndpoint, CertificateAuthority: opts.ClusterCA, CIDR: opts.ClusterServiceCIDR},
+	}}
+	config := map[string]any{}
+	if k := class.Spec.Kubelet; k != nil {
+		if k.MaxPods != nil {
+			config["maxPods"] = *k.MaxPods
+		}
+		if len(k.KubeReserved) > 0 {
+			config["kubeReserved"] = k.KubeReserved
+		}
+		if len(k.SystemReserved) > 0 {
+			config["systemReserved"] = k.SystemReserved
+		}
+		if len(k.EvictionHard) > 0 {
+			config["evictionHard"] = k.EvictionHard
+		}
+	}
+	if len(config) > 0 {
+		nc.Spec.Kubelet.Config = config
+	}
+	if len(labels) > 0 {
+		keys := make([]string, 0, len(labels))
+		for k := range labels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		pairs := make([]string, 0, len(keys))
+		for _, k := range keys {
+			pairs = append(pairs, k+"="+labels[k])
+		}
+		nc.Spec.Kubelet.Flags = append(nc.Spec.Kubelet.Flags, "--node-labels="+strings.Join(pairs, ","))
+	}
+	if len(taints) > 0 {
+		ts := make([]string, 0, len(taints))
+		for _, t := range taints {
+			s := t.Key
+			if t.Value != "" {
+				s += "=" + t.Value
+			}
+			ts = append(ts, s+":"+string(t.Effect))
+		}
+		nc.Spec.Kubelet.Flags = append(nc.Spec.Kubelet.Flags, "--register-with-taints="+strings.Join(ts, ","))
+	}
+	doc, err := yaml.Marshal(nc)
+	if err != nil {
+		return "", fmt.Errorf("encoding NodeConfig: %w", err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=%q\n\n", mimeBoundary)
+	if class.Spec.UserData != nil && strings.TrimSpace(*class.Spec.UserData) != "" {
+		own := *class.Spec.UserData
+		contentType := "text/x-shellscript; charset=\"us-ascii\""
+		if strings.Contains(own, "node.eks.aws/") {
+			contentType = "application/node.eks.aws"
+		}
+		fmt.Fprintf(&b, "--%s\nContent-Type: %s\n\n%s\n\n", mimeBoundary, contentType, strings.TrimRight(own, "\n"))
+	}
+	fmt.Fprintf(&b, "--%s\nContent-Type: application/node.eks.aws\n\n---\n%s\n--%s--\n", mimeBoundary, doc, mimeBoundary)
+	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
+}
+
+// ParseNodeConfig finds the NodeConfig part Nodeforge wrote in decoded user
+// data (the last node.eks.aws part), and reads the labels and taints its
+// kubelet flags register the node with. The sandbox's simulated kubelets
+// boot instances with it, so what they join with is what the user data says.
+func ParseNodeConfig(userData string) (*NodeConfig, map[string]string, []corev1.Taint, error) {
+	parts := strings.Split(userData, "--"+mimeBoundary)
+	var found *NodeConfig
+	for _, part := range parts {
+		head, body, ok := strings.Cut(part, "\n\n")
+		if !ok || !strings.Contains(head, "application/node.eks.aws") {
+			continue
+		}
+		var nc NodeConfig
+		if err := yaml.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(body), "---\n")), &nc); err != nil {
+			return nil, nil, nil, fmt.Errorf("parsing NodeConfig: %w", err)
+		}
+		found = &nc
+	}
+	if found == nil {
+		return nil, nil, nil, fmt.Errorf("user data has no application/node.eks.aws part")
+	}
+	labels := map[string]string{}
+	var taints []corev1.Taint
+	for _, f := range found.Spec.Kubelet.Flags {
+		if v, ok := strings.CutPrefix(f, "--node-labels="); ok {
+			for _, pair := range strings.Split(v, ",") {
+				k, val, _ := strings.Cut(pair, "=")
+				labels[k] = val
+			}
+		}
+		if v, ok := strings.CutPrefix(f, "--register-with-taints="); ok {
+			for _, t := range strings.Split(v, ",") {
+				kv, effect, _ := strings.Cut(t, ":")
+				k, val, _ := strings.Cut(kv, "=")
+				taints = append(taints, corev1.Taint{Key: k, Value: val, Effect: corev1.TaintEffect(effect)})
+			}
+		}
+	}
+	return found, labels, taints, nil
+}
