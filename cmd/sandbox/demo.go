@@ -42,6 +42,7 @@ var decisions = []string{"Nominated pods to nodeclaim", "Found provisionable pod
 func demo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	keep := fs.Bool("keep", false, "leave the sandbox running after the walk-through, until SIGINT")
+	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: launch through the AWS SDK into a fake EC2 region on loopback")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func demo(ctx context.Context, args []string) error {
 	defer os.RemoveAll(dir)
 
 	step("Starting the sandbox in %s", dir)
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout})
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -76,6 +77,10 @@ func demo(ctx context.Context, args []string) error {
 	raw, err := manifests.FS.ReadFile("examples/apps.yaml")
 	if err != nil {
 		return err
+	}
+	if *cloud == "aws" {
+		// The same pool, launching from the default EC2NodeClass.
+		raw = []byte(strings.ReplaceAll(string(raw), "kind: SimulatedNodeClass", "kind: EC2NodeClass"))
 	}
 	if err := sandbox.Apply(ctx, sb.Config, raw); err != nil {
 		return err

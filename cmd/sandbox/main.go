@@ -12,20 +12,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"k8s.io/klog/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 const usage = `usage:
-  nodeforge-sandbox up --dir DIR   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
-  nodeforge-sandbox build          build or reuse every component and print their paths
-  nodeforge-sandbox demo           run the walk-through in a temporary sandbox
+  nodeforge-sandbox up --dir DIR [--cloud-provider aws]   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
+  nodeforge-sandbox build                                 build or reuse every component and print their paths
+  nodeforge-sandbox demo [--cloud-provider aws]           run the walk-through in a temporary sandbox
 `
 
 func main() {
@@ -96,6 +98,8 @@ func build(ctx context.Context, args []string) error {
 func up(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory for the sandbox's kubeconfig, logs and data (required)")
+	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: the provisioner launches through the AWS SDK into a fake EC2 region on loopback")
+	delay := fs.Duration("aws-registration-delay", 2*time.Second, "with aws: how long an instance takes to join as a node")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,7 +110,7 @@ func up(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr})
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay})
 	if err != nil {
 		return err
 	}

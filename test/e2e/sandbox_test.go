@@ -490,21 +490,30 @@ func poll(t *testing.T, what string, cond func() (bool, error)) {
 	}
 }
 
-// TestDemo runs the walk-through `make demo` runs and checks it finishes
-// every step and exits 0.
+// TestDemo runs the walk-through `make demo` runs, with the simulated cloud
+// and with the aws provider against the fake EC2 region, and checks it
+// finishes every step and exits 0.
 func TestDemo(t *testing.T) {
-	cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo")
-	cmd.Dir = source
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
-	}
-	for _, want := range []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Launched instance"`, `"Bound pods to node"`, `"Deleting empty node"`, "Done: every step reached its expected state"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("demo output lacks %q:\n%s", want, out)
-		}
-	}
-	if left := processesUnder(t, os.TempDir()+"/nodeforge-demo-"); len(left) > 0 {
-		t.Errorf("the demo left processes behind: %v", left)
+	for _, provider := range []string{"simulated", "aws"} {
+		t.Run(provider, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo", "--cloud-provider", provider)
+			cmd.Dir = source
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
+			}
+			wants := []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Launched instance"`, `"Bound pods to node"`, `"Deleting empty node"`, "Done: every step reached its expected state"}
+			if provider == "aws" {
+				wants = append(wants, `providerID="aws:///us-west-2`, `"Terminated instance"`)
+			}
+			for _, want := range wants {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("demo output lacks %q:\n%s", want, out)
+				}
+			}
+			if left := processesUnder(t, os.TempDir()+"/nodeforge-demo-"); len(left) > 0 {
+				t.Errorf("the demo left processes behind: %v", left)
+			}
+		})
 	}
 }

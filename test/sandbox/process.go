@@ -18,6 +18,7 @@ import (
 type process struct {
 	name    string
 	cmd     *exec.Cmd
+	env     []string // added to the sandbox's environment
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	err     error         // exit status, valid after done is closed
@@ -28,13 +29,16 @@ type process struct {
 
 // startProcess starts bin with args. The child gets SIGKILL if the sandbox
 // itself dies, so even a killed sandbox leaves nothing running.
-func startProcess(logDir, name, bin string, args ...string) (*process, error) {
+func startProcess(logDir, name, bin string, env []string, args ...string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -42,7 +46,7 @@ func startProcess(logDir, name, bin string, args ...string) (*process, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, env: env, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeforge/nodeforge/manifests"
+	"github.com/nodeforge/nodeforge/test/ec2fake"
 )
 
 // Options configure a sandbox.
@@ -40,6 +41,12 @@ type Options struct {
 	ControlPlaneOnly bool
 	// ProvisionerArgs are added to the provisioner's command line.
 	ProvisionerArgs []string
+	// CloudProvider of the provisioner: "simulated" (the default) or
+	// "aws", which runs a fake EC2 region on loopback (test/ec2fake) that
+	// the provisioner reaches through the real AWS SDK; its instances
+	// register as kwok nodes after AWSRegistrationDelay.
+	CloudProvider        string
+	AWSRegistrationDelay time.Duration
 	// Progress gets one line per component as it comes up.
 	Progress io.Writer
 }
@@ -55,8 +62,13 @@ type Sandbox struct {
 	// Server is the API server's URL.
 	Server string
 
+	// EC2 is the fake EC2 region of a sandbox with the aws provider, for
+	// tests to inject faults into and inspect; nil otherwise.
+	EC2 *ec2fake.Server
+
 	procs    []*process
 	progress io.Writer
+	region   *awsRegion
 }
 
 // ports the sandbox listens on, all on 127.0.0.1.
@@ -207,7 +219,15 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.ControlPlaneOnly {
 		return s, nil
 	}
-	if err := applyFiles(ctx, s.Config, "examples/default.yaml"); err != nil {
+	defaults := "examples/default.yaml"
+	if o.CloudProvider == "aws" {
+		if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
+			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
+		}
+		s.EC2 = s.region.EC2
+		defaults = "examples/aws.yaml"
+	}
+	if err := applyFiles(ctx, s.Config, defaults); err != nil {
 		return nil, err
 	}
 
@@ -276,8 +296,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
-	// nodeforge-provisioner with the simulated cloud.
-	prov, err := s.start(logDir, "nodeforge-provisioner", bin.Provisioner, append([]string{
+	// nodeforge-provisioner, with the simulated cloud or the fake EC2 region.
+	provArgs := []string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
 		"--cloud-provider=simulated",
 		"--simulated-state=" + filepath.Join(dir, "simulated-cloud.json"),
@@ -285,7 +305,24 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--leader-election-namespace=" + namespace,
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.provisionerHealth),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.provisionerMetrics),
-	}, o.ProvisionerArgs...)...)
+	}
+	var provEnv []string
+	if s.region != nil {
+		provArgs[1] = "--cloud-provider=aws"
+		provArgs = append(provArgs,
+			"--aws-region=us-west-2",
+			"--aws-ec2-endpoint="+s.region.URL,
+			"--cluster-name=sandbox",
+			"--cluster-endpoint="+s.Server,
+			"--cluster-ca-file="+filepath.Join(dir, "pki", "ca.crt"),
+			// The sandbox reaches no AWS host: keep the shipped prices.
+			"--aws-pricing-refresh-interval=0",
+		)
+		// Static credentials for the SDK's default chain; the fake checks
+		// that requests are signed, not by whom.
+		provEnv = []string{"AWS_ACCESS_KEY_ID=AKIASANDBOX", "AWS_SECRET_ACCESS_KEY=sandbox", "AWS_EC2_METADATA_DISABLED=true"}
+	}
+	prov, err := s.startWithEnv(logDir, "nodeforge-provisioner", bin.Provisioner, provEnv, append(provArgs, o.ProvisionerArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +331,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
+	if s.region != nil {
+		endpoints += "ec2=" + s.region.URL + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints"), []byte(endpoints), 0o644); err != nil {
 		return nil, err
 	}
@@ -306,6 +346,10 @@ func (s *Sandbox) Stop() {
 		s.procs[i].stop(stopGrace)
 	}
 	s.procs = nil
+	if s.region != nil {
+		s.region.close()
+		s.region = nil
+	}
 }
 
 // Exited returns a channel that receives the name of the first component
@@ -333,7 +377,7 @@ func (s *Sandbox) KillAndRestart(ctx context.Context, component string) error {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.done
 		}
-		next, err := startProcess(filepath.Join(s.Dir, "logs"), p.name, p.cmd.Path, p.cmd.Args[1:]...)
+		next, err := startProcess(filepath.Join(s.Dir, "logs"), p.name, p.cmd.Path, p.env, p.cmd.Args[1:]...)
 		if err != nil {
 			return err
 		}
@@ -360,7 +404,11 @@ func (s *Sandbox) PIDs() map[string]int {
 }
 
 func (s *Sandbox) start(logDir, name, bin string, args ...string) (*process, error) {
-	p, err := startProcess(logDir, name, bin, args...)
+	return s.startWithEnv(logDir, name, bin, nil, args...)
+}
+
+func (s *Sandbox) startWithEnv(logDir, name, bin string, env []string, args ...string) (*process, error) {
+	p, err := startProcess(logDir, name, bin, env, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
+	"github.com/nodeforge/nodeforge/test/ec2fake"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+// TestAWSProvider runs the sandbox with the provisioner on the aws
+// provider: it reaches the fake EC2 region through the real SDK, and the
+// region's instances join as kwok nodes 3s after launch, with what their
+// user data says.
+func TestAWSProvider(t *testing.T) {
+	ctx := context.Background()
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.Start(ctx, sandbox.Options{
+		Dir: t.TempDir(), Binaries: bins, CloudProvider: "aws", AWSRegistrationDelay: 3 * time.Second,
+		ProvisionerArgs: []string{"--registration-ttl=20s"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Stop()
+	cs, err := kubernetes.NewForConfig(sb.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := sb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("the default EC2NodeClass resolves and its pool is Ready", func(t *testing.T) {
+		poll(t, "EC2NodeClass default Ready", func() (bool, error) {
+			var class v1alpha1.EC2NodeClass
+			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(class.Status.Conditions, "Ready")
+			return c != nil && c.Status == metav1.ConditionTrue && len(class.Status.Subnets) == 3, nil
+		})
+		poll(t, "NodePool default Ready", func() (bool, error) {
+			var pool v1alpha1.NodePool
+			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &pool); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(pool.Status.Conditions, "Ready")
+			return c != nil && c.Status == metav1.ConditionTrue, nil
+		})
+	})
+
+	t.Run("killed mid-launch and restarted: every pod runs, each claim has one instance, none is orphaned", func(t *testing.T) {
+		labels := map[string]string{"app": "crash"}
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "crash", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](6), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelCapacityType: "spot"},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("2Gi")}}}},
+			}},
+		}}
+		if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "a nodeclaim Launched, its node not registered yet", func() (bool, error) {
+			var claims v1alpha1.NodeClaimList
+			if err := kube.List(ctx, &claims); err != nil {
+				return false, err
+			}
+			for _, nc := range claims.Items {
+				if nc.Status.Phase == v1alpha1.NodeClaimLaunched {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err := sb.KillAndRestart(ctx, "nodeforge-provisioner"); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "6 crash pods Running", func() (bool, error) {
+			n, err := runningPods(ctx, cs, "app=crash")
+			return n == 6, err
+		})
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(ctx, &claims); err != nil {
+			t.Fatal(err)
+		}
+		perClaim := map[string]int{}
+		for _, in := range sb.EC2.Instances() {
+			if in.State != "terminated" && in.State != "shutting-down" {
+				perClaim[in.Tags[aws.TagNodeClaim]]++
+			}
+		}
+		for _, nc := range claims.Items {
+			if perClaim[nc.Name] != 1 {
+				t.Errorf("nodeclaim %s has %d instances, want 1", nc.Name, perClaim[nc.Name])
+			}
+			delete(perClaim, nc.Name)
+		}
+		if len(perClaim) > 0 {
+			t.Errorf("instances without a claim: %v", perClaim)
+		}
+		// The nodes joined with what the user data says, and were adopted.
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodePool + "=default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///us-west-2") || n.Labels[v1alpha1.LabelCapacityType] != "spot" || n.Labels[corev1.LabelInstanceTypeStable] == "" {
+				t.Errorf("node %s: providerID %q, labels %v", n.Name, n.Spec.ProviderID, n.Labels)
+			}
+			for _, taint := range n.Spec.Taints {
+				if taint.Key == v1alpha1.TaintBinding {
+					t.Errorf("node %s still has the binding taint", n.Name)
+				}
+			}
+		}
+		if err := cs.AppsV1().Deployments("default").Delete(ctx, "crash", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("CreateFleet denied: the claim and the pod say AccessDenied, nothing is retried until the claim expires, then the pod runs", func(t *testing.T) {
+		sb.EC2.Deny("CreateFleet", true)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "denied", Namespace: "default"}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelCapacityType: "on-demand"},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
+		}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "event AccessDenied on pod denied", func() (bool, error) {
+			reasons, err := podEventReasons(ctx, cs, "default", "denied")
+			return contains(reasons, "AccessDenied"), err
+		})
+		before := sb.EC2.Calls("CreateFleet")
+		time.Sleep(5 * time.Second) // several reconciles of the claim, none of which may call EC2
+		if n := sb.EC2.Calls("CreateFleet") - before; n != 0 {
+			t.Errorf("CreateFleet retried %d times after it was denied", n)
+		}
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(ctx, &claims); err != nil {
+			t.Fatal(err)
+		}
+		denied := 0
+		for _, nc := range claims.Items {
+			if c := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); c != nil && c.Reason == "AccessDenied" && strings.Contains(c.Message, "UnauthorizedOperation") {
+				denied++
+			}
+		}
+		if denied != 1 {
+			t.Errorf("%d claims say AccessDenied with EC2's message, want 1", denied)
+		}
+		sb.EC2.Deny("CreateFleet", false)
+		poll(t, "pod denied Running once the policy is fixed and the claim expired", func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, "denied", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning, err
+		})
+	})
+
+	t.Run("a class whose subnets match nothing: its pool is not Ready and says why, and its pods get an Event", func(t *testing.T) {
+		class := &v1alpha1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: v1alpha1.EC2NodeClassSpec{
+			InstanceProfile:            "p",
+			SubnetSelectorTerms:        []v1alpha1.SelectorTerm{{Tags: map[string]string{ec2fake.DiscoveryTag: "elsewhere"}}},
+			SecurityGroupSelectorTerms: []v1alpha1.SecurityGroupSelectorTerm{{Tags: map[string]string{ec2fake.DiscoveryTag: "sandbox"}}},
+			AMISelectorTerms:           []v1alpha1.AMISelectorTerm{{Alias: "al2023@latest"}},
+		}}
+		if err := kube.Create(ctx, class); err != nil {
+			t.Fatal(err)
+		}
+		pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: v1alpha1.NodePoolSpec{Template: v1alpha1.NodeClaimTemplate{
+			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]string{"intent": "nowhere"}},
+			Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "nowhere"}},
+		}, Disruption: v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: "30s"}}}
+		if err := kube.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "NodePool nowhere not Ready, naming the subnets", func() (bool, error) {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(pool.Status.Conditions, "Ready")
+			return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "no subnet matches subnetSelectorTerms"), nil
+		})
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nowhere", Namespace: "default"}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"intent": "nowhere"},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}},
+		}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "event NoInstanceType on pod nowhere", func() (bool, error) {
+			reasons, err := podEventReasons(ctx, cs, "default", "nowhere")
+			return contains(reasons, "NoInstanceType"), err
+		})
+	})
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
