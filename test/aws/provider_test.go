@@ -298,9 +298,9 @@ func TestLaunch(t *testing.T) {
 		f := req.Form
 		for key, want := range map[string]string{
 			"Type": "instant", "ClientToken": "nodeforge-" + l.ClaimUID,
-			"TargetCapacitySpecification.TotalTargetCapacity":       "1",
-			"TargetCapacitySpecification.DefaultTargetCapacityType": "spot",
-			"SpotOptions.AllocationStrategy":                        "price-capacity-optimized",
+			"TargetCapacitySpecification.TotalTargetCapacity":             "1",
+			"TargetCapacitySpecification.DefaultTargetCapacityType":       "spot",
+			"SpotOptions.AllocationStrategy":                              "price-capacity-optimized",
 			"LaunchTemplateConfigs.1.LaunchTemplateSpecification.Version": "$Latest",
 		} {
 			if got := f.Get(key); got != want {
@@ -654,5 +654,3 @@ func claim(t *testing.T, name, providerID string) *v1alpha1.NodeClaim {
 	}
 	return nc
 }
-
-

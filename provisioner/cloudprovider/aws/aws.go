@@ -151,15 +151,15 @@ var (
 	}
 	// deniedCodes need an operator: credentials or policy are wrong.
 	deniedCodes = map[string]bool{
-		"UnauthorizedOperation":  true,
-		"AuthFailure":            true,
-		"AccessDenied":           true,
-		"AccessDeniedException":  true,
-		"InvalidClientTokenId":   true,
-		"SignatureDoesNotMatch":  true,
-		"OptInRequired":          true,
-		"Blocked":                true,
-		"PendingVerification":    true,
+		"UnauthorizedOperation":       true,
+		"AuthFailure":                 true,
+		"AccessDenied":                true,
+		"AccessDeniedException":       true,
+		"InvalidClientTokenId":        true,
+		"SignatureDoesNotMatch":       true,
+		"OptInRequired":               true,
+		"Blocked":                     true,
+		"PendingVerification":         true,
 		"UnrecognizedClientException": true,
 	}
 )

@@ -142,4 +142,6 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 }
 
 // String for logs.
-func (p *Provider) String() string { return fmt.Sprintf("aws(%s, cluster %s)", p.opts.Region, p.opts.ClusterName) }
+func (p *Provider) String() string {
+	return fmt.Sprintf("aws(%s, cluster %s)", p.opts.Region, p.opts.ClusterName)
+}

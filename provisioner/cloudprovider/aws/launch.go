@@ -209,7 +209,7 @@ func (p *Provider) tags(class *v1alpha1.EC2NodeClass, l cloudprovider.Launch) []
 		m = map[string]string{}
 	}
 	maps.Copy(m, map[string]string{
-		"Name":                     l.NodeClaim,
+		"Name": l.NodeClaim,
 		"kubernetes.io/cluster/" + p.opts.ClusterName: "owned",
 		TagCluster:      p.opts.ClusterName,
 		TagNodePool:     l.NodePool,

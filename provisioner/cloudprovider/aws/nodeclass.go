@@ -212,7 +212,9 @@ func (p *Provider) subnets(ctx context.Context, terms []v1alpha1.SelectorTerm) (
 	for _, s := range found {
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b v1alpha1.ResolvedSubnet) int { return cmp.Or(cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(out, func(a, b v1alpha1.ResolvedSubnet) int {
+		return cmp.Or(cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.ID, b.ID))
+	})
 	return out, nil
 }
 
