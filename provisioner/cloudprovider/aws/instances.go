@@ -3,7 +3,6 @@ package aws
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -139,9 +138,4 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 		out.Price, _ = p.onDemandPrice(out.InstanceType)
 	}
 	return out
-}
-
-// String for logs.
-func (p *Provider) String() string {
-	return fmt.Sprintf("aws(%s, cluster %s)", p.opts.Region, p.opts.ClusterName)
 }
