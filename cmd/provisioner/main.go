@@ -39,6 +39,7 @@ type options struct {
 	batchMax                time.Duration
 	registrationTTL         time.Duration
 	unavailableTTL          time.Duration
+	nodeClaimWorkers        int
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -66,6 +67,7 @@ func run(args []string) error {
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
+	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (launch, register, bind, drain), so one slow cloud call does not hold up the others.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -79,8 +81,8 @@ func run(args []string) error {
 	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
 		return err
 	}
-	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {
-		return fmt.Errorf("--cloud-provider=%q: choose simulated or aws", o.cloudProvider)
+	if err := o.validate(); err != nil {
+		return err
 	}
 	ctrl.SetLogger(klog.NewKlogr())
 
@@ -148,7 +150,7 @@ func run(args []string) error {
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
-		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL,
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, Workers: o.nodeClaimWorkers,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -172,6 +174,42 @@ func run(args []string) error {
 	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect,
 		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "registrationTTL", o.registrationTTL)
 	return mgr.Start(ctx)
+}
+
+// validate refuses flag values the provisioner cannot act on sensibly,
+// naming the flag: a zero --registration-ttl would delete every launched
+// claim before its node could join, a zero batch window would launch a
+// node per pod.
+func (o *options) validate() error {
+	var errs []error
+	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {
+		errs = append(errs, fmt.Errorf("--cloud-provider=%q: choose simulated or aws", o.cloudProvider))
+	}
+	positive := []struct {
+		flag string
+		d    time.Duration
+	}{
+		{"batch-idle-duration", o.batchIdle}, {"batch-max-duration", o.batchMax},
+		{"registration-ttl", o.registrationTTL}, {"unavailable-offering-ttl", o.unavailableTTL},
+	}
+	for _, f := range positive {
+		if f.d <= 0 {
+			errs = append(errs, fmt.Errorf("--%s=%s: must be more than 0", f.flag, f.d))
+		}
+	}
+	if o.batchMax < o.batchIdle {
+		errs = append(errs, fmt.Errorf("--batch-max-duration=%s: must not be less than --batch-idle-duration=%s", o.batchMax, o.batchIdle))
+	}
+	if o.registrationTTL > 0 && o.registrationTTL < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--registration-ttl=%s: must be at least 10s, or nodes are deleted before they can join", o.registrationTTL))
+	}
+	if o.nodeClaimWorkers < 1 || o.nodeClaimWorkers > 64 {
+		errs = append(errs, fmt.Errorf("--nodeclaim-workers=%d: must be from 1 to 64", o.nodeClaimWorkers))
+	}
+	if o.qps <= 0 || o.burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be more than 0", o.qps, o.burst))
+	}
+	return errors.Join(errs...)
 }
 
 // flagsFromEnv sets every flag not given on the command line from the

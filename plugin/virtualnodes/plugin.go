@@ -63,6 +63,10 @@ type VirtualNodes struct {
 	order     []*claim // open claims, oldest first
 	nominated map[types.UID]*claim
 	hints     map[string]*claim
+	// committed are the NodeClaims the provisioner has closed (launching,
+	// launched, registered or going), as the informer last saw them: they
+	// count against their pool's limits until they are gone.
+	committed map[string]*v1alpha1.NodeClaim
 }
 
 var _ fwk.PostFilterPlugin = &VirtualNodes{}
@@ -140,6 +144,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		nominated: map[types.UID]*claim{},
 		hints:     map[string]*claim{},
 		refused:   map[types.UID]*v1.Pod{},
+		committed: map[string]*v1alpha1.NodeClaim{},
 		synced:    make(chan struct{}),
 	}, nil
 }
@@ -292,9 +297,8 @@ func (p *VirtualNodes) daemonSetPods(node *v1.Node) []*v1.Pod {
 	return p.daemonSets(node)
 }
 
-// withinLimits drops the options that would take the pool past its limits,
-// counting the pool's nodes and launching claims (from its status) and the
-// open claims held here (at their cheapest option).
+// withinLimits drops the options that would take the pool past its limits
+// (see poolUsage), except claim except's own share when it grows.
 func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*option {
 	limits := pl.np.Spec.Limits
 	if len(limits) == 0 {
@@ -304,7 +308,7 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
 		for name, limit := range limits {
 			u := used[name]
-			u.Add(o.allocatable[name])
+			u.Add(o.capacity[name])
 			if u.Cmp(limit) > 0 {
 				return true
 			}
@@ -313,22 +317,44 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 	})
 }
 
-// poolUsage is the pool's capacity in use or launching, from its status,
-// plus the open claims held here at their cheapest option, except one.
+// poolUsage forecasts the pool's capacity in use or on its way, in the
+// units the provisioner's hard ceiling counts (capacity, not allocatable):
+// every claim the provisioner has closed, at its launched capacity or,
+// before launch, at its cheapest option; and every open claim held here,
+// at its cheapest option. Claims are matched to the pool by name, so a
+// pool rebuilt from a changed NodePool or catalog still counts the claims
+// made before. The provisioner checks again before each launch; this
+// forecast keeps pods it would refuse from being nominated at all.
 func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
-	used := pl.np.Status.Resources.DeepCopy()
-	if used == nil {
-		used = v1.ResourceList{}
-	}
-	for _, c := range p.order {
-		if c.group.pool != pl || c == except {
-			continue
-		}
-		for name, q := range c.options[0].allocatable {
+	used := v1.ResourceList{}
+	add := func(rl v1.ResourceList) {
+		for name, q := range rl {
 			u := used[name]
 			u.Add(q)
 			used[name] = u
 		}
+	}
+	for _, nc := range p.committed {
+		if nc.Spec.NodePool != pl.np.Name {
+			continue
+		}
+		if len(nc.Status.Capacity) > 0 {
+			add(nc.Status.Capacity)
+			continue
+		}
+		for _, r := range nc.Spec.Requirements {
+			if r.Key == v1.LabelInstanceTypeStable && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
+				// Options are written cheapest first.
+				add(pl.capacity[r.Values[0]])
+				break
+			}
+		}
+	}
+	for _, c := range p.order {
+		if c.group.pool.np.Name != pl.np.Name || c == except {
+			continue
+		}
+		add(c.options[0].capacity)
 	}
 	return used
 }
@@ -339,7 +365,7 @@ func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
 	used := p.poolUsage(pl, nil)
 	var parts []string
 	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
-		l, u, add := pl.np.Spec.Limits[name], used[name], o.allocatable[name]
+		l, u, add := pl.np.Spec.Limits[name], used[name], o.capacity[name]
 		parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, human(name, u), human(name, add), o.name, human(name, l)))
 	}
 	return "limits reached: " + strings.Join(parts, ", ")

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -131,5 +133,55 @@ func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {
 	other, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
 	if !s.IsSuccess() || other == c {
 		t.Fatalf("a new pod joined the launching claim %s", c.name)
+	}
+}
+
+// TestClosedClaimsCountAgainstLimits: a claim the provisioner has closed
+// keeps counting against its pool's limit while it launches, also after
+// the pool is rebuilt from a changed NodePool, and stops counting once it
+// is deleted.
+func TestClosedClaimsCountAgainstLimits(t *testing.T) {
+	limited := func() *pool {
+		pl := benchPool(t)
+		pl.np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("4")}
+		return pl
+	}
+	h := newHarness(t, []*pool{limited()})
+	ctx := context.Background()
+	first, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	// The provisioner closes it: phase Launching, no capacity yet.
+	closed := first.object()
+	closed.Status.Phase = v1alpha1.NodeClaimLaunching
+	h.plugin.claimChanged(closed)
+	// A NodePool event rebuilds every pool object.
+	h.plugin.setPools([]*pool{limited()})
+
+	if _, s := h.schedule(ctx, testPod("b", "3", "1Gi")); !s.IsSuccess() {
+		t.Fatalf("3 cpu beside a launching 1-cpu claim under a 4-cpu limit: %s", s.Message())
+	}
+	_, s = h.schedule(ctx, testPod("c", "1", "1Gi"))
+	if s.IsSuccess() {
+		t.Fatal("a fifth cpu was nominated under a 4-cpu limit: the launching claim was not counted")
+	}
+	if want := "limits reached: cpu 4 in use or launching + 1 for t0 > limit 4"; !strings.Contains(s.Message(), want) {
+		t.Errorf("refusal %q does not say %q", s.Message(), want)
+	}
+
+	// Launched at a larger type than its cheapest option: the launched
+	// capacity counts.
+	launched := closed.DeepCopy()
+	launched.Status.Phase = v1alpha1.NodeClaimLaunched
+	launched.Status.Capacity = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
+	h.plugin.claimChanged(launched)
+	if used := h.plugin.poolUsage(h.plugin.pools["bench"], nil); used.Cpu().Cmp(resource.MustParse("5")) != 0 {
+		t.Errorf("usage with a claim launched at 2 cpu and an open 3-cpu claim: %s cpu, want 5", used.Cpu())
+	}
+
+	h.plugin.claimDeleted(first.name)
+	if _, s := h.schedule(ctx, testPod("c", "1", "1Gi")); !s.IsSuccess() {
+		t.Errorf("after the launching claim was deleted the pod still does not fit: %s", s.Message())
 	}
 }

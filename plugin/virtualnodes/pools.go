@@ -18,6 +18,7 @@ import (
 type option struct {
 	name        string
 	labels      map[string]string
+	capacity    v1.ResourceList // what pool limits count
 	allocatable v1.ResourceList
 	alloc       *framework.Resource
 	price       float64
@@ -46,11 +47,14 @@ type pool struct {
 	// what the Event quotes when a pod asks for more.
 	maxAllocatable map[v1.ResourceName]resource.Quantity
 	maxType        map[v1.ResourceName]string
+	// capacity of each instance type in the catalog, for counting claims
+	// the provisioner has closed but not launched yet.
+	capacity map[string]v1.ResourceList
 }
 
 // newPool groups a catalog's available offerings.
 func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, error) {
-	p := &pool{np: np, maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}}
+	p := &pool{np: np, maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}, capacity: map[string]v1.ResourceList{}}
 	if np.Spec.Weight != nil {
 		p.weight = *np.Spec.Weight
 	}
@@ -62,6 +66,7 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 				p.maxAllocatable[name], p.maxType[name] = q, it.Name
 			}
 		}
+		p.capacity[it.Name] = it.Capacity
 		arch := it.Labels[v1.LabelArchStable]
 		for _, o := range it.Offerings {
 			if !o.Available {
@@ -77,7 +82,7 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 				g = &group{pool: p, zone: o.Zone, capacityType: string(o.CapacityType), arch: arch}
 				groups[key] = g
 			}
-			g.options = append(g.options, &option{name: it.Name, labels: it.Labels, allocatable: it.Allocatable, alloc: framework.NewResource(it.Allocatable), price: price})
+			g.options = append(g.options, &option{name: it.Name, labels: it.Labels, capacity: it.Capacity, allocatable: it.Allocatable, alloc: framework.NewResource(it.Allocatable), price: price})
 		}
 	}
 	for _, g := range groups {
@@ -108,8 +113,7 @@ func (g *group) node(name string, o *option) *v1.Node {
 	if o == nil {
 		o = g.largest
 	}
-	labels := map[string]string{}
-	maps.Copy(labels, g.pool.np.Spec.Template.ObjectMeta.Labels)
+	labels := g.pool.np.Spec.Template.ObjectMeta.NodeLabels()
 	maps.Copy(labels, o.labels)
 	maps.Copy(labels, map[string]string{
 		v1alpha1.LabelNodePool:     g.pool.np.Name,
@@ -127,7 +131,7 @@ func (g *group) node(name string, o *option) *v1.Node {
 	}
 	return &v1.Node{
 		ObjectMeta: metaName(name, labels),
-		Spec:       v1.NodeSpec{Taints: slices.Clone(g.pool.np.Spec.Template.Spec.Taints)},
+		Spec:       v1.NodeSpec{Taints: v1alpha1.CoreTaints(g.pool.np.Spec.Template.Spec.Taints)},
 		Status:     v1.NodeStatus{Allocatable: o.allocatable.DeepCopy(), Capacity: o.allocatable.DeepCopy()},
 	}
 }

@@ -69,6 +69,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return err
 	}
 	if _, err := claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.claimChanged(obj.(*v1alpha1.NodeClaim)) },
 		UpdateFunc: func(_, obj any) { p.claimChanged(obj.(*v1alpha1.NodeClaim)) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
@@ -285,13 +286,15 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 	return nil
 }
 
-// claimChanged closes a claim the provisioner has closed to nominations.
+// claimChanged closes a claim the provisioner has closed to nominations,
+// and counts it against its pool's limits from then on.
 func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	if nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.committed[nc.Name] = nc
 	if c := p.claims[nc.Name]; c != nil && c.open {
 		p.close(c)
 	}
@@ -301,6 +304,11 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 func (p *VirtualNodes) claimDeleted(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if _, ok := p.committed[name]; ok {
+		delete(p.committed, name)
+		// Capacity it held is free again: pods refused at a limit may fit.
+		p.retryRefused("nodeclaim " + name + " deleted")
+	}
 	c := p.claims[name]
 	if c == nil {
 		return

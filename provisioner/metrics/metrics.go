@@ -33,7 +33,7 @@ var (
 	// ClaimsDeleted counts deleted NodeClaims by pool and reason.
 	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_deleted_total",
-		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, Empty, RegistrationTimeout, NoOptions).",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, Empty, RegistrationTimeout, NoOptions, LimitReached, AccessDenied).",
 	}, []string{"nodepool", "reason"})
 	// PodTimeToBound is the time from a pod's creation to the provisioner
 	// binding it to the node launched for it.

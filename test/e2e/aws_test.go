@@ -188,7 +188,7 @@ func TestAWSProvider(t *testing.T) {
 			t.Fatal(err)
 		}
 		pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: v1alpha1.NodePoolSpec{Template: v1alpha1.NodeClaimTemplate{
-			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]string{"intent": "nowhere"}},
+			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"intent": "nowhere"}},
 			Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "nowhere"}},
 		}, Disruption: v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: "30s"}}}
 		if err := kube.Create(ctx, pool); err != nil {

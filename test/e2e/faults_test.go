@@ -157,7 +157,7 @@ func TestPoolLimits(t *testing.T) {
 	kube := nodeforgeClient(t, kubeconfig)
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: v1alpha1.NodePoolSpec{
 		Template: v1alpha1.NodeClaimTemplate{
-			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]string{"team": "capped"}},
+			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"team": "capped"}},
 			Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
 		},
 		Limits:     v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("4")},

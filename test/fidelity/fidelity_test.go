@@ -25,9 +25,9 @@ const (
 
 func labels(kv ...string) func(*v1alpha1.NodePool) {
 	return func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]string{}
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{}
 		for i := 0; i < len(kv); i += 2 {
-			np.Spec.Template.ObjectMeta.Labels[kv[i]] = kv[i+1]
+			np.Spec.Template.ObjectMeta.Labels[kv[i]] = v1alpha1.LabelValue(kv[i+1])
 		}
 	}
 }
@@ -40,7 +40,7 @@ func require(key string, op v1.NodeSelectorOperator, values ...string) func(*v1a
 
 func taint(key, value string, effect v1.TaintEffect) func(*v1alpha1.NodePool) {
 	return func(np *v1alpha1.NodePool) {
-		np.Spec.Template.Spec.Taints = append(np.Spec.Template.Spec.Taints, v1.Taint{Key: key, Value: value, Effect: effect})
+		np.Spec.Template.Spec.Taints = append(np.Spec.Template.Spec.Taints, v1alpha1.Taint{Key: key, Value: value, Effect: effect})
 	}
 }
 
@@ -111,7 +111,7 @@ func TestFidelity(t *testing.T) {
 		{name: "pods that tolerate a pool's taint may use it; others go elsewhere", pools: []*v1alpha1.NodePool{def, gpu},
 			pods: append(times(2, podOf("tol").Req("1", "1Gi").Toleration("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule).Extended(simulated.ResourceGPU, "1")), times(2, podOf("notol").Req("1", "1Gi"))...)},
 		{name: "startup taints need no toleration", pools: []*v1alpha1.NodePool{pool("startup", func(np *v1alpha1.NodePool) {
-			np.Spec.Template.Spec.StartupTaints = []v1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoSchedule}}
+			np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoSchedule}}
 		})}, pods: times(2, podOf("st").Req("1", "1Gi"))},
 		{name: "zone spread maxSkew 1 spreads over the zones", pools: []*v1alpha1.NodePool{def},
 			pods: times(6, podOf("zs").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule)), check: atLeastZones(3)},

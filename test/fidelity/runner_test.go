@@ -302,7 +302,7 @@ func nodeFor(t *testing.T, nc v1alpha1.NodeClaim, pools []*v1alpha1.NodePool) *v
 	labels := map[string]string{}
 	for _, np := range pools {
 		if np.Name == nc.Spec.NodePool {
-			maps.Copy(labels, np.Spec.Template.ObjectMeta.Labels)
+			maps.Copy(labels, np.Spec.Template.ObjectMeta.NodeLabels())
 		}
 	}
 	maps.Copy(labels, it.Labels)

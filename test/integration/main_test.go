@@ -7,13 +7,18 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
-// kube is an admin client of the package's control plane.
-var kube client.Client
+// kube is an admin client of the package's control plane, restConfig its
+// connection for controllers the tests run in-process.
+var (
+	kube       client.Client
+	restConfig *rest.Config
+)
 
 func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
 
@@ -23,6 +28,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer stop()
+	restConfig = sb.Config
 	if kube, err = sb.Client(); err != nil {
 		return 0, err
 	}

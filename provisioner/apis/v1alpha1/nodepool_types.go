@@ -18,6 +18,7 @@ import (
 // +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:message="nodepool names must be at most 57 characters, so that its nodeclaims' names (the pool's name and 6 more) fit in a label value",rule="self.metadata.name.size() <= 57"
 type NodePool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -70,13 +71,29 @@ type NodeClaimTemplateObjectMeta struct {
 	// or node affinity.
 	// +kubebuilder:validation:XValidation:message="label domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/'))"
 	// +kubebuilder:validation:XValidation:message="label keys must be qualified names, such as intent or example.com/team",rule="self.all(k, k.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
-	// +kubebuilder:validation:XValidation:message="label values must be at most 63 characters",rule="self.all(k, size(self[k]) <= 63)"
+	// +kubebuilder:validation:XValidation:message="label keys in the kubernetes.io and k8s.io domains are set by Kubernetes and Nodeforge, and a kubelet may not set node-role or node-restriction labels; only node.kubernetes.io/ and kubelet.kubernetes.io/ keys (other than node.kubernetes.io/instance-type) may be set",rule="self.all(k, !k.matches('^([^/]*\\\\.)?(kubernetes\\\\.io|k8s\\\\.io)/') || ((k.startsWith('node.kubernetes.io/') || k.startsWith('kubelet.kubernetes.io/')) && k != 'node.kubernetes.io/instance-type'))"
 	// +kubebuilder:validation:MaxProperties=100
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 	// Annotations put on every node of the pool.
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// LabelValue is the value of a label on the pool's nodes, checked as the
+// API server checks a Node's label values. It is a type of its own so that
+// the schema bounds its length, which keeps the rule cheap to evaluate.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:message="label values must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit",rule="self.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')"
+type LabelValue string
+
+// NodeLabels returns the template's labels as a Node carries them.
+func (m NodeClaimTemplateObjectMeta) NodeLabels() map[string]string {
+	out := make(map[string]string, len(m.Labels))
+	for k, v := range m.Labels {
+		out[k] = string(v)
+	}
+	return out
 }
 
 // NodeClaimTemplateSpec is the spec part of a NodeClaimTemplate.
@@ -95,7 +112,7 @@ type NodeClaimTemplateSpec struct {
 	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic
 	// +optional
-	Taints []corev1.Taint `json:"taints,omitempty"`
+	Taints []Taint `json:"taints,omitempty"`
 	// StartupTaints are put on a node when it starts and removed by someone
 	// else (a CNI or a node agent) when the node is ready for work. Pods need
 	// not tolerate them to be provisioned for.
@@ -103,7 +120,7 @@ type NodeClaimTemplateSpec struct {
 	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic
 	// +optional
-	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
+	StartupTaints []Taint `json:"startupTaints,omitempty"`
 	// NodeClassRef names the provider-specific launch settings.
 	// +required
 	NodeClassRef NodeClassReference `json:"nodeClassRef"`
@@ -114,9 +131,48 @@ type NodeClaimTemplateSpec struct {
 	// TerminationGracePeriod caps how long draining a node may take; pods
 	// still there after it are deleted regardless of PDBs. Unset: no cap.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=12
 	// +optional
 	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
+}
+
+// Taint is a taint on the pool's nodes: corev1.Taint's key, value and
+// effect, bounded and checked as the API server checks a Node's taints, so
+// a pool whose nodes could never register is refused when it is created.
+type Taint struct {
+	// Key is a qualified name, such as dedicated or example.com/gpu.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:XValidation:message="taint keys must be qualified names, such as dedicated or example.com/gpu",rule="self.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')"
+	// +required
+	Key string `json:"key"`
+	// Value, like a label value: empty, or letters, digits, '-', '_' and '.'.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:message="taint values must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit",rule="self.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')"
+	// +optional
+	Value string `json:"value,omitempty"`
+	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
+	// +kubebuilder:validation:Enum=NoSchedule;PreferNoSchedule;NoExecute
+	// +required
+	Effect corev1.TaintEffect `json:"effect"`
+}
+
+// Core returns the taint as a Node carries it.
+func (t Taint) Core() corev1.Taint {
+	return corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}
+}
+
+// CoreTaints returns taints as a Node carries them.
+func CoreTaints(taints []Taint) []corev1.Taint {
+	if taints == nil {
+		return nil
+	}
+	out := make([]corev1.Taint, len(taints))
+	for i, t := range taints {
+		out[i] = t.Core()
+	}
+	return out
 }
 
 // ConsolidationPolicy says which nodes consolidation may remove.
@@ -174,7 +230,8 @@ type Budget struct {
 	Schedule *string `json:"schedule,omitempty"`
 	// Duration is how long the budget applies after each scheduled start.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=12
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
 }

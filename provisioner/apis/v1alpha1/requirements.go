@@ -56,10 +56,13 @@ type NodeClassReference struct {
 }
 
 // NillableDuration is a duration such as "30s", "1h30m" or "720h", or
-// "Never" for no duration at all. Parse it with ParseNillableDuration.
-// +kubebuilder:validation:Pattern=`^(([0-9]+(s|m|h))+|Never)$`
-// +kubebuilder:validation:MaxLength=32
-// +kubebuilder:validation:XValidation:message="must be a duration in hours, minutes and seconds, such as 30s, 15m or 1h30m, or Never",rule="self.matches('^(([0-9]+(s|m|h))+|Never)$')"
+// "Never" for no duration at all. Read it with Duration. Each number has
+// at most 6 digits and the whole at most 12 characters, so every accepted
+// value parses (the most is 999999h9999h, about 115 years; Go durations
+// end at about 292 years).
+// +kubebuilder:validation:Pattern=`^(([0-9]{1,6}(s|m|h))+|Never)$`
+// +kubebuilder:validation:MaxLength=12
+// +kubebuilder:validation:XValidation:message="must be a duration in hours, minutes and seconds of at most 6 digits each and 12 characters in all, such as 30s, 15m or 1h30m, or Never",rule="self.matches('^(([0-9]{1,6}(s|m|h))+|Never)$')"
 type NillableDuration string
 
 // Never is the NillableDuration that disables what it configures.

@@ -1,15 +1,18 @@
 // Package garbage keeps the cloud and the cluster consistent: instances of
 // ours that no NodeClaim accounts for are terminated after a grace period
 // (a crash between launch and recording the claim's status can leave one),
-// and NodeClaims whose instance vanished are deleted.
+// and NodeClaims whose instance vanished (not listed, not found by ID, and
+// launched longer ago than the grace period) are deleted.
 package garbage
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,6 +94,19 @@ func (g *Collector) Collect(ctx context.Context) error {
 	}
 	for _, nc := range claims.Items {
 		if nc.Status.ProviderID == "" || live[nc.Status.ProviderID] || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		// The instance list was taken before the claims were read, and a
+		// cloud's list may lag a launch (EC2's Describe is eventually
+		// consistent): a claim launched within the grace period, or whose
+		// instance the cloud still finds when asked by ID, is kept.
+		if launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); launched == nil || g.now().Sub(launched.LastTransitionTime.Time) < g.Grace {
+			continue
+		}
+		if _, err := g.cloud.Get(ctx, nc.Status.ProviderID); !errors.Is(err, cloudprovider.ErrNotFound) {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("looking up instance %s of nodeclaim %s: %w", nc.Status.ProviderID, nc.Name, err))
+			}
 			continue
 		}
 		logger.Info("Deleting nodeclaim whose instance is gone", "nodeClaim", nc.Name, "providerID", nc.Status.ProviderID)

@@ -27,12 +27,14 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -55,6 +57,9 @@ type Options struct {
 	// RegistrationTTL: a launched claim whose node has not registered by
 	// then is deleted and its instance terminated.
 	RegistrationTTL time.Duration
+	// Workers is how many claims are reconciled at once, so one slow cloud
+	// call does not hold up every other claim's launch, bind or drain.
+	Workers int
 }
 
 // Controller reconciles NodeClaims.
@@ -63,6 +68,7 @@ type Controller struct {
 	unavailable *cloudprovider.UnavailableOfferings
 	pods        kubernetes.Interface // for the Binding API
 	cloud       cloudprovider.CloudProvider
+	limits      *limits.Ledger
 	recorder    events.EventRecorder
 	opts        Options
 	now         func() time.Time
@@ -70,7 +76,7 @@ type Controller struct {
 
 // NewController returns the NodeClaim lifecycle controller.
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
-	return &Controller{kube: kube, pods: cs, cloud: cloud, unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
+	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
 }
 
 // SetupWithManager registers the controller and the indexes it uses.
@@ -106,6 +112,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.lifecycle").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.opts.Workers)}).
 		For(&v1alpha1.NodeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimOfNode)).
@@ -286,10 +293,18 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
-	labels := map[string]string{v1alpha1.LabelNodePool: pool.Name, corev1.LabelOSStable: "linux"}
-	for k, v := range pool.Spec.Template.ObjectMeta.Labels {
-		labels[k] = v
+	// The hard ceiling: only offers that keep the pool within its limits,
+	// counting every launched and in-flight claim, even at the largest
+	// offer the cloud may fall back to.
+	if offers, err = c.limits.Reserve(ctx, &pool, nc, offers); err != nil {
+		var exceeded *limits.ExceededError
+		if !errors.As(err, &exceeded) {
+			return reconcile.Result{}, err
+		}
+		return c.refuseForLimits(ctx, nc, exceeded)
 	}
+	labels := pool.Spec.Template.ObjectMeta.NodeLabels()
+	labels[v1alpha1.LabelNodePool], labels[corev1.LabelOSStable] = pool.Name, "linux"
 	taints := append(slices.Clone(nc.Spec.Taints), nc.Spec.StartupTaints...)
 	taints = append(taints, corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule})
 	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
@@ -297,6 +312,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
 	})
 	if err != nil {
+		c.limits.Release(nc.UID)
 		reason := "LaunchFailed"
 		var ice *cloudprovider.InsufficientCapacityError
 		if errors.As(err, &ice) {
@@ -321,6 +337,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
+	c.limits.Launched(nc.UID, in)
 	if len(in.Refused) > 0 {
 		c.unavailable.Mark(in.Refused...)
 		logger.Info("Cheaper options had no capacity; marked them unavailable", "refused", len(in.Refused))
@@ -339,6 +356,25 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
 	c.podEvents(ctx, nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("nodeclaim %s launched %s (%s, %s, %s) for this pod", nc.Name, in.ProviderID, in.InstanceType, in.Zone, in.CapacityType))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+// refuseForLimits handles a claim none of whose offers fits under its
+// pool's limits. While other launches of the pool are in flight it waits
+// for them (they may end smaller than they reserved); otherwise the claim
+// is deleted unlaunched, with Events saying which limit, and its pods go
+// back to the scheduler, whose forecast then refuses them with the same
+// reason until capacity is freed.
+func (c *Controller) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, exceeded *limits.ExceededError) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	if exceeded.InFlight {
+		logger.V(2).Info("Waiting for the pool's in-flight launches before checking its limits again", "reason", exceeded.Reason)
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	logger.Info("Deleting nodeclaim: launching it would pass the pool's limits", "reason", exceeded.Reason)
+	c.event(nc, corev1.EventTypeWarning, "LimitReached", "Launch", exceeded.Error()+"; not launched")
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, "LimitReached", "Launch", fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "LimitReached").Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 }
 
 // reasonAccessDenied marks a claim whose launch the cloud refused for lack
@@ -521,7 +557,11 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		}
 	}
 	controllerutil.RemoveFinalizer(nc, v1alpha1.FinalizerTermination)
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Update(ctx, nc))
+	if err := c.kube.Update(ctx, nc); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, err
+	}
+	c.limits.Release(nc.UID)
+	return reconcile.Result{}, nil
 }
 
 // drain taints the claim's node nodeforge.dev/disrupted:NoSchedule and

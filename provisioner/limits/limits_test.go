@@ -1,0 +1,194 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+)
+
+func offer(cpu int) cloudprovider.Offer {
+	c := corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(int64(cpu), resource.DecimalSI)}
+	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: fmt.Sprintf("c%d", cpu), Capacity: c, Allocatable: c}, Zone: "z", CapacityType: "on-demand", Price: float64(cpu)}
+}
+
+func cappedPool(cpu string) *v1alpha1.NodePool {
+	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: v1alpha1.NodePoolSpec{Limits: v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)}}}
+}
+
+func claim(name string) *v1alpha1.NodeClaim {
+	return &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}, Spec: v1alpha1.NodeClaimSpec{NodePool: "capped"}}
+}
+
+func newKube(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
+	return crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+}
+
+func names(offers []cloudprovider.Offer) []string {
+	var out []string
+	for _, o := range offers {
+		out = append(out, o.InstanceType.Name)
+	}
+	return out
+}
+
+// TestReserveCountsInFlightLaunchesAtTheirLargestOffer: a launch that may
+// fall back up to 4 cpu holds 4 cpu until it returns, then what it got.
+func TestReserveCountsInFlightLaunchesAtTheirLargestOffer(t *testing.T) {
+	ctx := context.Background()
+	a, b := claim("a"), claim("b")
+	kube := newKube(t, a, b)
+	l := NewLedger(kube, fake.New())
+	pool := cappedPool("6")
+
+	got, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(2), offer(4), offer(8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(names(got)) != "[c2 c4]" {
+		t.Errorf("offers within a 6-cpu limit: %v, want [c2 c4]", names(got))
+	}
+	// While a is in flight at up to 4 cpu, b may take 2 at most.
+	got, err = l.Reserve(ctx, pool, b, []cloudprovider.Offer{offer(2), offer(4)})
+	if err != nil || fmt.Sprint(names(got)) != "[c2]" {
+		t.Fatalf("second claim beside a 4-cpu reservation: %v, %v; want [c2]", names(got), err)
+	}
+	l.Release(b.UID)
+	// a launched 2 cpu: b may now take 4.
+	l.Launched(a.UID, &cloudprovider.Instance{ProviderID: "fake:///z/a", Capacity: offer(2).InstanceType.Capacity})
+	got, err = l.Reserve(ctx, pool, b, []cloudprovider.Offer{offer(2), offer(4), offer(8)})
+	if err != nil || fmt.Sprint(names(got)) != "[c2 c4]" {
+		t.Fatalf("after a launched 2 cpu: %v, %v; want [c2 c4]", names(got), err)
+	}
+	used, err := l.Usage(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used.Cpu().Value() != 6 {
+		t.Errorf("usage %s cpu, want 6 (a launched 2 + b reserved 4)", used.Cpu())
+	}
+}
+
+// TestReserveRefusesPastTheLimit: nothing fits, and the error says which
+// limit and whether waiting could help.
+func TestReserveRefusesPastTheLimit(t *testing.T) {
+	ctx := context.Background()
+	a, b := claim("a"), claim("b")
+	l := NewLedger(newKube(t, a, b), fake.New())
+	pool := cappedPool("4")
+	if _, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(4)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Reserve(ctx, pool, b, []cloudprovider.Offer{offer(2)})
+	var exceeded *ExceededError
+	if !errors.As(err, &exceeded) {
+		t.Fatalf("second 2-cpu launch under a 4-cpu limit with 4 in flight: %v", err)
+	}
+	if want := "nodepool capped limits reached: cpu 4 in use or launching + 2 for c2 > limit 4"; exceeded.Error() != want || !exceeded.InFlight {
+		t.Errorf("got %q inFlight=%v, want %q inFlight=true", exceeded.Error(), exceeded.InFlight, want)
+	}
+	l.Launched(a.UID, &cloudprovider.Instance{ProviderID: "fake:///z/a", Capacity: offer(4).InstanceType.Capacity})
+	if _, err := l.Reserve(ctx, pool, b, []cloudprovider.Offer{offer(2)}); !errors.As(err, &exceeded) || exceeded.InFlight {
+		t.Errorf("after a returned: %v, want a refusal with nothing in flight", err)
+	}
+}
+
+// TestCacheCatchesUpWithoutDoubleCounting: once the cache shows the
+// claim's providerID the reservation goes and the claim counts once.
+func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
+	ctx := context.Background()
+	a := claim("a")
+	kube := newKube(t, a)
+	l := NewLedger(kube, fake.New())
+	if _, err := l.Reserve(ctx, cappedPool("10"), a, []cloudprovider.Offer{offer(2), offer(4)}); err != nil {
+		t.Fatal(err)
+	}
+	in := &cloudprovider.Instance{ProviderID: "fake:///z/a", Capacity: offer(2).InstanceType.Capacity}
+	l.Launched(a.UID, in)
+	a.Status.ProviderID, a.Status.Capacity = in.ProviderID, in.Capacity
+	if err := kube.Status().Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	used, err := l.Usage(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used.Cpu().Value() != 2 || len(l.reserved) != 0 {
+		t.Errorf("usage %s cpu with %d reservations left, want 2 and none", used.Cpu(), len(l.reserved))
+	}
+	// The node registers reporting more than the catalog said: the larger
+	// figure counts, once.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{v1alpha1.LabelNodePool: "capped"}},
+		Spec:   corev1.NodeSpec{ProviderID: in.ProviderID},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}
+	if err := kube.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ = l.Usage(ctx, "capped"); used.Cpu().Value() != 3 {
+		t.Errorf("usage with its node reporting 3 cpu: %s, want 3", used.Cpu())
+	}
+}
+
+// TestRestartCountsInstancesTheStatusDoesNotName: a provisioner that died
+// between Create and the status write left an instance; the next process
+// counts it before launching anything else.
+func TestRestartCountsInstancesTheStatusDoesNotName(t *testing.T) {
+	ctx := context.Background()
+	a, b := claim("a"), claim("b")
+	cloud := fake.New()
+	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///z/a", NodeClaim: "a", NodePool: "capped", Capacity: offer(4).InstanceType.Capacity})
+	l := NewLedger(newKube(t, a, b), cloud)
+	_, err := l.Reserve(ctx, cappedPool("4"), b, []cloudprovider.Offer{offer(2)})
+	var exceeded *ExceededError
+	if !errors.As(err, &exceeded) {
+		t.Errorf("a launch beside an unrecorded 4-cpu instance under a 4-cpu limit: %v", err)
+	}
+}
+
+// TestConcurrentReservationsStayUnderTheLimit reserves from many
+// goroutines at once: what is reserved never adds up past the limit.
+func TestConcurrentReservationsStayUnderTheLimit(t *testing.T) {
+	ctx := context.Background()
+	var objs []client.Object
+	var claims []*v1alpha1.NodeClaim
+	for i := range 40 {
+		c := claim(fmt.Sprintf("c%d", i))
+		claims = append(claims, c)
+		objs = append(objs, c)
+	}
+	l := NewLedger(newKube(t, objs...), fake.New())
+	pool := cappedPool("10")
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			_, _ = l.Reserve(ctx, pool, c, []cloudprovider.Offer{offer(1), offer(2), offer(3)})
+		})
+	}
+	wg.Wait()
+	used, err := l.Usage(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used.Cpu().Value() > 10 || used.Cpu().Value() < 8 {
+		t.Errorf("40 concurrent launches under a 10-cpu limit reserved %s cpu; want at most 10, and at least 8 (no offer of 3 left unused)", used.Cpu())
+	}
+}
