@@ -40,6 +40,7 @@ type options struct {
 	registrationTTL         time.Duration
 	unavailableTTL          time.Duration
 	nodeClaimWorkers        int
+	cloudCallTimeout        time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -68,6 +69,7 @@ func run(args []string) error {
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
 	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (launch, register, bind, drain), so one slow cloud call does not hold up the others.")
+	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -139,7 +141,7 @@ func run(args []string) error {
 		}
 		cloud = sim
 	}
-	measured := cloudprovider.WithMetrics(cloud)
+	measured := cloudprovider.WithMetrics(cloudprovider.WithDeadline(cloud, o.cloudCallTimeout))
 	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -191,6 +193,7 @@ func (o *options) validate() error {
 	}{
 		{"batch-idle-duration", o.batchIdle}, {"batch-max-duration", o.batchMax},
 		{"registration-ttl", o.registrationTTL}, {"unavailable-offering-ttl", o.unavailableTTL},
+		{"cloud-call-timeout", o.cloudCallTimeout},
 	}
 	for _, f := range positive {
 		if f.d <= 0 {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestFlagsFromEnv(t *testing.T) {
@@ -31,5 +33,32 @@ func TestFlagsFromEnv(t *testing.T) {
 	t.Setenv("NODEFORGE_KUBE_API_QPS", "fast")
 	if err := flagsFromEnv(fresh, "NODEFORGE_"); err == nil {
 		t.Error("a malformed environment value was accepted")
+	}
+}
+
+// TestValidateRefusesFlagsItCannotActOn: each bad value is named in the
+// error; the defaults pass.
+func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
+	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute,
+		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, qps: 200, burst: 300}
+	if err := good.validate(); err != nil {
+		t.Fatalf("the defaults were refused: %v", err)
+	}
+	for want, edit := range map[string]func(*options){
+		`--cloud-provider="gce": choose simulated or aws`:                            func(o *options) { o.cloudProvider = "gce" },
+		"--registration-ttl=0s: must be more than 0":                                 func(o *options) { o.registrationTTL = 0 },
+		"--registration-ttl=5s: must be at least 10s":                                func(o *options) { o.registrationTTL = 5 * time.Second },
+		"--batch-idle-duration=-1s: must be more than 0":                             func(o *options) { o.batchIdle = -time.Second },
+		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s": func(o *options) { o.batchMax = 500 * time.Millisecond },
+		"--unavailable-offering-ttl=0s: must be more than 0":                         func(o *options) { o.unavailableTTL = 0 },
+		"--cloud-call-timeout=0s: must be more than 0":                               func(o *options) { o.cloudCallTimeout = 0 },
+		"--nodeclaim-workers=0: must be from 1 to 64":                                func(o *options) { o.nodeClaimWorkers = 0 },
+		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":            func(o *options) { o.qps = 0 },
+	} {
+		o := good
+		edit(&o)
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want an error saying %q", err, want)
+		}
 	}
 }

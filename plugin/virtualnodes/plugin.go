@@ -33,6 +33,13 @@ import (
 // Name is the plugin's name in the scheduler configuration.
 const Name = "VirtualNodes"
 
+// syncWait is the longest PostFilter waits for the plugin's first sync
+// with the API server before it refuses the pod for now.
+const syncWait = 2 * time.Second
+
+// notSyncedMessage is why a pod is refused while the plugin has not synced.
+const notSyncedMessage = Name + " has not read NodePools, catalogs and NodeClaims from the API server yet"
+
 // VirtualNodes is the PostFilter plugin.
 type VirtualNodes struct {
 	args     *Args
@@ -173,8 +180,16 @@ func simulationProfile(p *config.KubeSchedulerProfile) *config.KubeSchedulerProf
 // PostFilter nominates a pod that fits no real node to a virtual node.
 func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx)
+	// Wait for the rebuild, but never hold the scheduling loop long: a
+	// plugin that cannot read the API (RBAC, a down server) refuses the
+	// pod for now, which the scheduler retries with backoff.
+	wait := time.NewTimer(syncWait)
+	defer wait.Stop()
 	select {
 	case <-p.synced:
+	case <-wait.C:
+		logger.Info("Not synced with the API server yet; the pod will be retried", "pod", klog.KObj(pod), "waited", syncWait)
+		return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage)
 	case <-ctx.Done():
 		return nil, fwk.AsStatus(ctx.Err())
 	}

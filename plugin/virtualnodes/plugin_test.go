@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
@@ -183,5 +184,20 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	h.plugin.claimDeleted(first.name)
 	if _, s := h.schedule(ctx, testPod("c", "1", "1Gi")); !s.IsSuccess() {
 		t.Errorf("after the launching claim was deleted the pod still does not fit: %s", s.Message())
+	}
+}
+
+// TestUnsyncedPluginRefusesForNow: a plugin that has not synced with the
+// API server (it cannot list, say) gives the pod back to the scheduler,
+// which retries it, instead of holding the scheduling loop.
+func TestUnsyncedPluginRefusesForNow(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	h.plugin.synced = make(chan struct{}) // as if the first sync never ended
+	_, s := h.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if s.Code() != fwk.Unschedulable || s.Message() != notSyncedMessage {
+		t.Errorf("got %v %q, want Unschedulable %q", s.Code(), s.Message(), notSyncedMessage)
+	}
+	if len(h.plugin.claims) != 0 {
+		t.Errorf("an unsynced plugin made %d claims", len(h.plugin.claims))
 	}
 }

@@ -2,6 +2,7 @@ package virtualnodes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -309,19 +310,23 @@ func (p *VirtualNodes) claimDeleted(name string) {
 		// Capacity it held is free again: pods refused at a limit may fit.
 		p.retryRefused("nodeclaim " + name + " deleted")
 	}
-	c := p.claims[name]
-	if c == nil {
-		return
+	if c := p.claims[name]; c != nil {
+		p.forget(c, "nodeclaim "+name+" deleted")
 	}
+}
+
+// forget drops a claim and sends its pods back to be decided again at
+// once, not after minutes. Callers hold p.mu.
+func (p *VirtualNodes) forget(c *claim, why string) {
 	p.close(c)
-	delete(p.claims, name)
+	delete(p.claims, c.name)
 	for uid, pod := range c.pods {
 		if p.nominated[uid] == c {
 			delete(p.nominated, uid)
-			p.refused[uid] = pod // decided again at once, not after minutes
+			p.refused[uid] = pod
 		}
 	}
-	p.retryRefused("nodeclaim " + name + " deleted")
+	p.retryRefused(why)
 }
 
 // nominationCleared forgets the claim of a pod whose nomination the
@@ -351,6 +356,28 @@ func (p *VirtualNodes) podGone(pod *v1.Pod) {
 	if c.open {
 		c.remove(pod)
 	}
+}
+
+// errNotOurs says a claim's name is taken by a claim this plugin did not
+// make.
+var errNotOurs = errors.New("a nodeclaim of that name already exists and is not this one")
+
+// adoptExisting handles a create that found the claim already there. When
+// it is this claim (an earlier create whose answer was lost, same UID not
+// known yet but still open and nominating), the write goes on as an
+// update of it; anything else is a conflict, so the claim is forgotten
+// and its pods are retried (errNotOurs).
+func (p *VirtualNodes) adoptExisting(ctx context.Context, c client.Client, obj *v1alpha1.NodeClaim) error {
+	var existing v1alpha1.NodeClaim
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &existing); err != nil {
+		return err
+	}
+	if existing.Spec.NodePool != obj.Spec.NodePool || existing.DeletionTimestamp != nil ||
+		(existing.Status.Phase != "" && existing.Status.Phase != v1alpha1.NodeClaimNominating) {
+		return fmt.Errorf("%w: pool %s, phase %q", errNotOurs, existing.Spec.NodePool, existing.Status.Phase)
+	}
+	obj.ResourceVersion, obj.UID = existing.ResourceVersion, existing.UID
+	return c.Update(ctx, obj)
 }
 
 // writeLoop writes dirty claims every WriteInterval until ctx ends.
@@ -393,6 +420,9 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 		var err error
 		if w.create {
 			err = c.Create(ctx, w.obj)
+			if apierrors.IsAlreadyExists(err) {
+				err = p.adoptExisting(ctx, c, w.obj)
+			}
 		} else {
 			err = c.Update(ctx, w.obj)
 		}
@@ -409,6 +439,9 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 		case apierrors.IsConflict(err):
 			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name)
 			p.close(w.cl)
+		case errors.Is(err, errNotOurs):
+			logger.Info("Nodeclaim name taken by another claim; its pods will be nominated again", "nodeClaim", w.cl.name, "reason", err.Error())
+			p.forget(w.cl, "nodeclaim name "+w.cl.name+" taken")
 		default:
 			logger.Error(err, "Writing nodeclaim; will retry", "nodeClaim", w.cl.name)
 			w.cl.dirty = true

@@ -236,7 +236,7 @@ func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.Cloud
 	// then sees the larger ones, is refused at the limit and deleted,
 	// instead of retrying the empty offering forever.
 	unavailable := cloudprovider.NewUnavailableOfferings(500 * time.Millisecond)
-	c := nodeclaim.NewController(mgr.GetClient(), cs, cloud, unavailable, nil, nodeclaim.Options{
+	c := nodeclaim.NewController(mgr.GetClient(), cs, cloud, unavailable, mgr.GetEventRecorder("nodeforge-provisioner"), nodeclaim.Options{
 		// The closer below closes claims; the batch window never does.
 		BatchIdle: time.Hour, BatchMax: time.Hour, RegistrationTTL: time.Hour, Workers: 4,
 	})

@@ -432,6 +432,13 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	// The providerID in the claim's status is only trusted once the cloud
+	// says the instance was launched for this claim: whoever can write
+	// nodeclaims/status must not be able to make the provisioner adopt,
+	// bind pods to and later drain a node that is not ours.
+	if ok, err := c.launchedFor(ctx, nc); err != nil || !ok {
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
+	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
 	// boot configuration did not set them all.
@@ -454,6 +461,25 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
 	c.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
 	return reconcile.Result{Requeue: true}, nil
+}
+
+// launchedFor reports whether the cloud's instance for the claim's
+// providerID was launched for this claim, by the claim name the instance
+// carries (a tag on EC2). A mismatch is logged and recorded as an Event.
+func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
+	in, err := c.cloud.Get(ctx, nc.Status.ProviderID)
+	if errors.Is(err, cloudprovider.ErrNotFound) {
+		return false, nil // the garbage collector deletes claims whose instance is gone
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up instance %s: %w", nc.Status.ProviderID, err)
+	}
+	if in.NodeClaim != nc.Name {
+		klog.FromContext(ctx).Error(nil, "Not adopting node: its instance was not launched for this nodeclaim", "providerID", nc.Status.ProviderID, "instanceNodeClaim", in.NodeClaim)
+		c.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
+		return false, nil
+	}
+	return true, nil
 }
 
 // initialize binds the nominated pods once the node is Ready, clears the
