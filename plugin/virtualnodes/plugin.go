@@ -51,9 +51,10 @@ type VirtualNodes struct {
 	// node; nil means none.
 	daemonSets func(*v1.Node) []*v1.Pod
 
-	// synced is closed once pools and open claims are rebuilt from the API
-	// server; until then PostFilter waits, so that a restart never makes a
-	// second claim for a pod that already has one.
+	// synced is closed once pools are read from the API server and the
+	// caches claims are rebuilt from have synced; until then PostFilter
+	// waits, so that a restart never makes a second claim for a pod that
+	// already has one.
 	synced chan struct{}
 
 	// activate moves pods back to the scheduler's active queue. Pods
@@ -70,6 +71,11 @@ type VirtualNodes struct {
 	order     []*claim // open claims, oldest first
 	nominated map[types.UID]*claim
 	hints     map[string]*claim
+	// rebuildFrom restores the claims from the API server; it runs once,
+	// before the first decision (see rebuild). Nil in unit tests that
+	// start from an empty cluster.
+	rebuildFrom func(context.Context) error
+	rebuilt     bool
 	// committed are the NodeClaims the provisioner has closed (launching,
 	// launched, registered or going), as the informer last saw them: they
 	// count against their pool's limits until they are gone.
@@ -195,6 +201,13 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.rebuilt && p.rebuildFrom != nil {
+		if err := p.rebuildFrom(ctx); err != nil {
+			logger.Error(err, "Rebuilding nodeclaims before the first decision; the pod will be retried", "pod", klog.KObj(pod))
+			return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage)
+		}
+		p.rebuilt = true
+	}
 	// A pod retried while its claim is open, or launching, keeps it: its
 	// node is coming, and a second claim would launch a second node.
 	if c, ok := p.nominated[pod.UID]; ok {

@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
@@ -199,5 +201,42 @@ func TestUnsyncedPluginRefusesForNow(t *testing.T) {
 	}
 	if len(h.plugin.claims) != 0 {
 		t.Errorf("an unsynced plugin made %d claims", len(h.plugin.claims))
+	}
+}
+
+// TestTakeoverRebuildsFromTheAPI: a standby scheduler started before the
+// old leader nominated pod a to a claim; when it takes over (its first
+// decision), it finds that claim and keeps the pod on it instead of
+// making a second claim, and a new pod joins the same claim.
+func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	// What the old leader wrote: the claim, then the pod's nomination.
+	old := newHarness(t, []*pool{benchPool(t)})
+	oldClaim, s := old.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	written := oldClaim.object()
+	written.CreationTimestamp = metav1.Now()
+	nominated := testPod("a", "1", "1Gi")
+	nominated.Status.NominatedNodeName = oldClaim.name
+
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	api := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+	h.plugin.rebuildFrom = func(ctx context.Context) error {
+		return h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
+	}
+
+	got, s := h.schedule(ctx, nominated)
+	if !s.IsSuccess() || got == nil || got.name != oldClaim.name {
+		t.Fatalf("pod a after takeover: %v on %v, want it kept on %s", s.Message(), got, oldClaim.name)
+	}
+	other, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
+	if !s.IsSuccess() || other != got || len(h.plugin.claims) != 1 {
+		t.Errorf("pod b after takeover went to %v (%d claims); want the restored claim %s", other, len(h.plugin.claims), got.name)
 	}
 }

@@ -146,7 +146,9 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 			return
 		}
 		p.resyncPools(ctx, c)
-		p.rebuild(ctx, c, pods.Lister().List)
+		p.mu.Lock()
+		p.rebuildFrom = func(ctx context.Context) error { return p.rebuild(ctx, c, pods.Lister().List) }
+		p.mu.Unlock()
 		close(p.synced)
 		p.writeLoop(ctx, c)
 	}()
@@ -180,29 +182,34 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
 	klog.FromContext(ctx).V(2).Info("Pools updated", "pools", len(pools))
 }
 
-// rebuild restores the open claims and their nominated pods after a
-// scheduler restart, from the NodeClaims still Nominating and the pods whose
-// nominatedNodeName names them.
-func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods func(labels.Selector) ([]*v1.Pod, error)) {
+// rebuild replaces the claims held in memory with the ones in the API
+// server: the NodeClaims still Nominating and the pods whose
+// nominatedNodeName names them. It runs before this process makes its
+// first decision, which is after it became the leader: a standby that
+// takes over rebuilds from what the old leader wrote, not from what it saw
+// when it started. Callers hold p.mu.
+func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods func(labels.Selector) ([]*v1.Pod, error)) error {
 	logger := klog.FromContext(ctx)
 	var ncs v1alpha1.NodeClaimList
 	if err := c.List(ctx, &ncs); err != nil {
-		logger.Error(err, "Listing nodeclaims to rebuild")
-		return
+		return fmt.Errorf("listing nodeclaims to rebuild: %w", err)
 	}
 	pods, err := listPods(labels.Everything())
 	if err != nil {
-		logger.Error(err, "Listing pods to rebuild")
-		return
+		return fmt.Errorf("listing pods to rebuild: %w", err)
 	}
+	for _, c := range p.claims {
+		p.close(c)
+	}
+	clear(p.claims)
+	clear(p.nominated)
+	clear(p.hints)
 	byClaim := map[string][]*v1.Pod{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 			byClaim[pod.Status.NominatedNodeName] = append(byClaim[pod.Status.NominatedNodeName], pod)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	restored := 0
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
@@ -221,7 +228,8 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 		}
 		restored++
 	}
-	logger.Info("Restored open nodeclaims", "nodeClaims", restored)
+	logger.Info("Restored open nodeclaims", "nodeClaims", restored, "nominatedPods", len(p.nominated))
+	return nil
 }
 
 // restoreClosed remembers a claim closed to nominations, for its pods.
