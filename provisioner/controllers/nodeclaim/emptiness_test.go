@@ -1,6 +1,20 @@
 package nodeclaim
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
 
 func TestBudgetNodes(t *testing.T) {
 	for _, tc := range []struct {
@@ -13,5 +27,66 @@ func TestBudgetNodes(t *testing.T) {
 		if got := budgetNodes(tc.nodes, tc.total); got != tc.want {
 			t.Errorf("budgetNodes(%q, %d) = %d, want %d", tc.nodes, tc.total, got, tc.want)
 		}
+	}
+}
+
+// TestBudgetOfOneHoldsAcrossWorkers: ten workers ask at once to disrupt
+// ten nodes of a pool whose budget is one node: exactly one may, and the
+// budget stays spent until that claim is gone from the cache.
+func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "1"}}}}}
+	var claims []*v1alpha1.NodeClaim
+	var objs []client.Object
+	for i := range 10 {
+		nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
+		nc.Status.NodeName = fmt.Sprintf("n%d", i)
+		claims, objs = append(claims, nc), append(objs, nc)
+	}
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	var b budgets
+	var allowed atomic.Int32
+	var wg sync.WaitGroup
+	for _, nc := range claims {
+		wg.Go(func() {
+			if ok, err := b.reserve(ctx, kube, pool, nc, "Empty"); err != nil {
+				t.Error(err)
+			} else if ok {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 1 {
+		t.Fatalf("%d of 10 concurrent disruptions passed a budget of one node", allowed.Load())
+	}
+	var chosen *v1alpha1.NodeClaim
+	for _, nc := range claims {
+		if b.pending[nc.UID] != "" {
+			chosen = nc
+		}
+	}
+	// The cache catches up: the chosen claim is Disrupting. Still spent.
+	chosen.Status.Phase = v1alpha1.NodeClaimDisrupting
+	if err := kube.Status().Update(ctx, chosen); err != nil {
+		t.Fatal(err)
+	}
+	other := claims[0]
+	if other == chosen {
+		other = claims[1]
+	}
+	if ok, _ := b.reserve(ctx, kube, pool, other, "Empty"); ok {
+		t.Error("a second node was disrupted while the first is still disrupting")
+	}
+	// The chosen claim is gone: the budget is free again.
+	if err := kube.Delete(ctx, chosen); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.reserve(ctx, kube, pool, other, "Empty"); !ok {
+		t.Error("the budget stayed spent after the disrupted claim was gone")
 	}
 }

@@ -69,6 +69,7 @@ type Controller struct {
 	pods        kubernetes.Interface // for the Binding API
 	cloud       cloudprovider.CloudProvider
 	limits      *limits.Ledger
+	budgets     budgets
 	recorder    events.EventRecorder
 	opts        Options
 	now         func() time.Time
