@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -50,7 +51,18 @@ const mimeBoundary = "//nodeforge//"
 // the class's own user data first (a shell script, or a NodeConfig of its
 // own, which nodeadm merges) and then the NodeConfig that joins the node to
 // the cluster with the pool's labels and taints.
+//
+// Labels and taints are checked as the API server checks a Node's, and the
+// class's own part may not contain the MIME boundary: the API already
+// refuses such pools, and this keeps a value that reached here some other
+// way from adding labels, taints or parts of its own.
 func UserData(opts Options, class *v1alpha1.EC2NodeClass, labels map[string]string, taints []corev1.Taint) (string, error) {
+	if err := checkLabelsAndTaints(labels, taints); err != nil {
+		return "", err
+	}
+	if class.Spec.UserData != nil && strings.Contains(*class.Spec.UserData, mimeBoundary) {
+		return "", fmt.Errorf("EC2NodeClass %s: userData contains %q, the boundary Nodeforge separates its parts with", class.Name, mimeBoundary)
+	}
 	nc := NodeConfig{APIVersion: "node.eks.aws/v1alpha1", Kind: "NodeConfig", Spec: NodeConfigSpec{
 		Cluster: NodeConfigCluster{Name: opts.ClusterName, APIServerEndpoint: opts.ClusterEndpoint, CertificateAuthority: opts.ClusterCA, CIDR: opts.ClusterServiceCIDR},
 	}}
@@ -113,26 +125,57 @@ func UserData(opts Options, class *v1alpha1.EC2NodeClass, labels map[string]stri
 	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
 }
 
+// checkLabelsAndTaints refuses what the kubelet's --node-labels and
+// --register-with-taints could not carry as given.
+func checkLabelsAndTaints(labels map[string]string, taints []corev1.Taint) error {
+	var errs []string
+	for k, v := range labels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, fmt.Sprintf("label key %q: %s", k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, fmt.Sprintf("label %s value %q: %s", k, v, msg))
+		}
+	}
+	for _, t := range taints {
+		for _, msg := range validation.IsQualifiedName(t.Key) {
+			errs = append(errs, fmt.Sprintf("taint key %q: %s", t.Key, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(t.Value) {
+			errs = append(errs, fmt.Sprintf("taint %s value %q: %s", t.Key, t.Value, msg))
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, fmt.Sprintf("taint %s effect %q: must be NoSchedule, PreferNoSchedule or NoExecute", t.Key, t.Effect))
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return fmt.Errorf("user data: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // ParseNodeConfig finds the NodeConfig part Nodeforge wrote in decoded user
 // data (the last node.eks.aws part), and reads the labels and taints its
 // kubelet flags register the node with. The sandbox's simulated kubelets
 // boot instances with it, so what they join with is what the user data says.
 func ParseNodeConfig(userData string) (*NodeConfig, map[string]string, []corev1.Taint, error) {
 	parts := strings.Split(userData, "--"+mimeBoundary)
-	var found *NodeConfig
+	last := ""
 	for _, part := range parts {
 		head, body, ok := strings.Cut(part, "\n\n")
-		if !ok || !strings.Contains(head, "application/node.eks.aws") {
-			continue
+		if ok && strings.Contains(head, "application/node.eks.aws") {
+			last = body // a class's own NodeConfig comes before Nodeforge's
 		}
-		var nc NodeConfig
-		if err := yaml.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(body), "---\n")), &nc); err != nil {
-			return nil, nil, nil, fmt.Errorf("parsing NodeConfig: %w", err)
-		}
-		found = &nc
 	}
-	if found == nil {
+	if last == "" {
 		return nil, nil, nil, fmt.Errorf("user data has no application/node.eks.aws part")
+	}
+	found := &NodeConfig{}
+	if err := yaml.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(last), "---\n")), found); err != nil {
+		return nil, nil, nil, fmt.Errorf("parsing NodeConfig: %w", err)
 	}
 	labels := map[string]string{}
 	var taints []corev1.Taint

@@ -3,6 +3,9 @@ package nodeclaim
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,4 +92,30 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 	if ok, _ := b.reserve(ctx, kube, pool, other, "Empty"); !ok {
 		t.Error("the budget stayed spent after the disrupted claim was gone")
 	}
+}
+
+// FuzzBudgetNodes: for every budget the API accepts (pattern and length
+// as in the CRD) and any pool size, the count is a whole number of nodes,
+// a percentage never more than the pool, rounded up.
+func FuzzBudgetNodes(f *testing.F) {
+	for _, seed := range []string{"10%", "0%", "100%", "3", "0", "99999999", "101%", "1e3", "-1"} {
+		f.Add(seed, 7)
+	}
+	accepted := regexp.MustCompile(`^((100|[0-9]{1,2})%|[0-9]+)$`)
+	f.Fuzz(func(t *testing.T, nodes string, total int) {
+		if len(nodes) > 8 || !accepted.MatchString(nodes) || total < 0 || total > 1_000_000 {
+			return
+		}
+		got := budgetNodes(nodes, total)
+		if pct, isPct := strings.CutSuffix(nodes, "%"); isPct {
+			n, _ := strconv.Atoi(pct)
+			if got < 0 || got > total || got*100 < n*total || (got-1)*100 >= n*total && got > 0 {
+				t.Errorf("budgetNodes(%q, %d) = %d, want %d%% of %d rounded up", nodes, total, got, n, total)
+			}
+			return
+		}
+		if n, _ := strconv.Atoi(nodes); got != n {
+			t.Errorf("budgetNodes(%q, %d) = %d, want %d", nodes, total, got, n)
+		}
+	})
 }
