@@ -203,9 +203,6 @@ func (o *options) validate() error {
 	if o.batchMax < o.batchIdle {
 		errs = append(errs, fmt.Errorf("--batch-max-duration=%s: must not be less than --batch-idle-duration=%s", o.batchMax, o.batchIdle))
 	}
-	if o.registrationTTL > 0 && o.registrationTTL < 10*time.Second {
-		errs = append(errs, fmt.Errorf("--registration-ttl=%s: must be at least 10s, or nodes are deleted before they can join", o.registrationTTL))
-	}
 	if o.nodeClaimWorkers < 1 || o.nodeClaimWorkers > 64 {
 		errs = append(errs, fmt.Errorf("--nodeclaim-workers=%d: must be from 1 to 64", o.nodeClaimWorkers))
 	}

@@ -47,7 +47,6 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	for want, edit := range map[string]func(*options){
 		`--cloud-provider="gce": choose simulated or aws`:                            func(o *options) { o.cloudProvider = "gce" },
 		"--registration-ttl=0s: must be more than 0":                                 func(o *options) { o.registrationTTL = 0 },
-		"--registration-ttl=5s: must be at least 10s":                                func(o *options) { o.registrationTTL = 5 * time.Second },
 		"--batch-idle-duration=-1s: must be more than 0":                             func(o *options) { o.batchIdle = -time.Second },
 		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s": func(o *options) { o.batchMax = 500 * time.Millisecond },
 		"--unavailable-offering-ttl=0s: must be more than 0":                         func(o *options) { o.unavailableTTL = 0 },

@@ -649,6 +649,8 @@ func claim(t *testing.T, name, providerID string) *v1alpha1.NodeClaim {
 	t.Cleanup(func() { _ = kube.Delete(context.Background(), nc) })
 	nc.Status.ProviderID = providerID
 	nc.Status.Phase = v1alpha1.NodeClaimLaunched
+	// Launched an hour ago: past the collector's grace period.
+	nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: providerID, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}
 	if err := kube.Status().Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}

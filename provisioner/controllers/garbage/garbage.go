@@ -100,7 +100,11 @@ func (g *Collector) Collect(ctx context.Context) error {
 		// cloud's list may lag a launch (EC2's Describe is eventually
 		// consistent): a claim launched within the grace period, or whose
 		// instance the cloud still finds when asked by ID, is kept.
-		if launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); launched == nil || g.now().Sub(launched.LastTransitionTime.Time) < g.Grace {
+		since := nc.CreationTimestamp.Time
+		if launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); launched != nil {
+			since = launched.LastTransitionTime.Time
+		}
+		if g.now().Sub(since) < g.Grace {
 			continue
 		}
 		if _, err := g.cloud.Get(ctx, nc.Status.ProviderID); !errors.Is(err, cloudprovider.ErrNotFound) {
