@@ -219,15 +219,15 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.ControlPlaneOnly {
 		return s, nil
 	}
-	defaults := "examples/default.yaml"
+	defaults := []string{"provisioner/simulated-rbac.yaml", "examples/default.yaml"}
 	if o.CloudProvider == "aws" {
 		if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
 			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
 		}
 		s.EC2 = s.region.EC2
-		defaults = "examples/aws.yaml"
+		defaults = []string{"examples/aws.yaml"}
 	}
-	if err := applyFiles(ctx, s.Config, defaults); err != nil {
+	if err := applyFiles(ctx, s.Config, defaults...); err != nil {
 		return nil, err
 	}
 
