@@ -297,7 +297,7 @@ func TestLaunch(t *testing.T) {
 		req := r.lastRequest(t, "CreateFleet")
 		f := req.Form
 		for key, want := range map[string]string{
-			"Type": "instant", "ClientToken": "nodeforge-" + l.ClaimUID,
+			"Type": "instant",
 			"TargetCapacitySpecification.TotalTargetCapacity":             "1",
 			"TargetCapacitySpecification.DefaultTargetCapacityType":       "spot",
 			"SpotOptions.AllocationStrategy":                              "price-capacity-optimized",
@@ -306,6 +306,9 @@ func TestLaunch(t *testing.T) {
 			if got := f.Get(key); got != want {
 				t.Errorf("%s = %q, want %q", key, got, want)
 			}
+		}
+		if token := f.Get("ClientToken"); !strings.HasPrefix(token, "nodeforge-"+l.ClaimUID+"-") || len(token) > 64 {
+			t.Errorf("ClientToken = %q, want nodeforge-<claim UID>-<request hash>, at most 64 characters", token)
 		}
 		if f.Get("OnDemandOptions.AllocationStrategy") != "" {
 			t.Errorf("a spot fleet sent on-demand options")
@@ -552,17 +555,41 @@ func TestRetries(t *testing.T) {
 		}
 		var tokens []string
 		for _, req := range r.ec2.Requests() {
-			if req.Action == "CreateFleet" && req.Form.Get("ClientToken") == "nodeforge-"+l.ClaimUID {
+			if req.Action == "CreateFleet" && strings.HasPrefix(req.Form.Get("ClientToken"), "nodeforge-"+l.ClaimUID+"-") {
 				tokens = append(tokens, req.Form.Get("ClientToken"))
 			}
 		}
-		if len(tokens) != 2 {
-			t.Errorf("CreateFleet with the claim's token sent %d times, want 2 (the lost one and the retry)", len(tokens))
+		if len(tokens) != 2 || tokens[0] != tokens[1] {
+			t.Errorf("CreateFleet with the claim's tokens %v, want the same token twice (the lost one and the retry)", tokens)
 		}
 		if n := len(r.ec2.Instances()) - before; n != 1 {
 			t.Errorf("%d instances launched, want 1 (%s)", n, in.ProviderID)
 		}
 	})
+}
+
+// TestRetryWithOtherOffersIsANewRequest: a claim whose first fleet
+// completed without an instance (no capacity) is retried with other offers,
+// as the provisioner does once it has marked the first ones unavailable; the
+// retry is a new request that launches, not the first one's answer again
+// or IdempotentParameterMismatch.
+func TestRetryWithOtherOffersIsANewRequest(t *testing.T) {
+	ctx := context.Background()
+	r := newRegion(t, nil, nil)
+	r.ec2.FailCapacity(ec2fake.CapacityFault{InstanceType: "m5.large", CapacityType: "spot"})
+	t.Cleanup(r.ec2.ClearFaults)
+	l := r.launch(r.offers(t, "spot", "m5.large"))
+	if _, err := r.provider.Create(ctx, l); !cloudprovider.IsInsufficientCapacity(err) {
+		t.Fatalf("first fleet: %v, want insufficient capacity", err)
+	}
+	l.Offers = r.offers(t, "spot", "m5.xlarge")
+	in, err := r.provider.Create(ctx, l)
+	if err != nil {
+		t.Fatalf("retry with other offers: %v", err)
+	}
+	if in.InstanceType != "m5.xlarge" {
+		t.Errorf("retry launched %s, want m5.xlarge", in.InstanceType)
+	}
 }
 
 // providerVia is the test region's provider reaching EC2 through url.

@@ -29,8 +29,12 @@ const MaxOverrides = 60
 
 // Create launches one instance for the claim with CreateFleet. It first
 // looks for an instance already launched for the claim's UID (a retry
-// after a crash), and sends a ClientToken derived from the UID, so that EC2
-// itself returns the first launch's result to a retried request.
+// after a crash), and sends a ClientToken derived from the UID and the
+// request, so that EC2 itself returns the first launch's result to a
+// retried request (the SDK retrying a lost response), while a later call
+// with other offers or another launch template (after capacity errors, or
+// a changed node class) is a new request rather than one EC2 answers with
+// the old failure or IdempotentParameterMismatch for ever.
 func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovider.Instance, error) {
 	logger := klog.FromContext(ctx)
 	if existing, err := p.launchedFor(ctx, l.ClaimUID); err != nil {
@@ -73,8 +77,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	overrides, byOverride := p.overrides(class, offers)
 	tags := p.tags(class, l)
 	in := &ec2.CreateFleetInput{
-		Type:        ec2types.FleetTypeInstant,
-		ClientToken: aws.String(clientToken(l.ClaimUID)),
+		Type: ec2types.FleetTypeInstant,
 		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
 			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
 			Overrides:                   overrides,
@@ -94,6 +97,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	} else {
 		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
 	}
+	in.ClientToken = aws.String(clientToken(l.ClaimUID, template, capacityType, overrides))
 	logger.V(2).Info("Creating fleet", "nodeClaim", l.NodeClaim, "launchTemplate", template, "capacityType", capacityType, "overrides", len(overrides))
 	out, err := p.ec2.CreateFleet(ctx, in)
 	if err != nil {
@@ -148,9 +152,19 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	return nil, fmt.Errorf("CreateFleet launched no instance: %w", errors.Join(other...))
 }
 
-// clientToken is the CreateFleet idempotency token of a claim: at most 64
-// ASCII characters (EC2 API reference, "Ensuring idempotency").
-func clientToken(claimUID string) string { return "nodeforge-" + claimUID }
+// clientToken is the CreateFleet idempotency token of one request of a
+// claim: "nodeforge-<claim UID>-<16 hex digits of the request's hash>", at
+// most 64 ASCII characters (EC2 API reference, "Ensuring idempotency").
+// The hash covers what changes between attempts: the launch template, the
+// capacity type and the overrides in order.
+func clientToken(claimUID, template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", template, capacityType)
+	for _, o := range overrides {
+		fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToFloat64(o.Priority))
+	}
+	return "nodeforge-" + claimUID + "-" + hex.EncodeToString(h.Sum(nil))[:16]
+}
 
 type overrideKey struct{ instanceType, subnet string }
 
