@@ -27,6 +27,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -242,7 +243,7 @@ func (l *Ledger) seed(ctx context.Context, claims []v1alpha1.NodeClaim) error {
 // "cpu 3 in use or launching + 2 for c7.large > limit 4".
 func exceeds(limits, used, more corev1.ResourceList, what string) string {
 	var parts []string
-	for _, name := range sortedNames(limits) {
+	for _, name := range slices.Sorted(maps.Keys(limits)) {
 		limit := limits[name]
 		total := used[name].DeepCopy()
 		total.Add(more[name])
@@ -252,15 +253,6 @@ func exceeds(limits, used, more corev1.ResourceList, what string) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sortedNames(rl corev1.ResourceList) []corev1.ResourceName {
-	names := make([]corev1.ResourceName, 0, len(rl))
-	for n := range rl {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // maxOf is the larger of a and b per resource.
