@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 )
 
 // startSync connects the plugin to the API server: it watches NodePools,
@@ -435,6 +436,9 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 			err = c.Update(ctx, w.obj)
 		}
 		if err == nil {
+			if w.create {
+				crashpoint.Hit(crashpoint.SchedulerAfterClaimCreate)
+			}
 			w.obj.Status = status
 			err = c.Status().Update(ctx, w.obj)
 		}

@@ -17,46 +17,69 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
-// TestCrashes kills one component at a time mid-scale-up, then restarts
-// it with the same command line, and checks that the scale-up finishes as
-// if nothing happened: every pod Running and none of them replaced (no pod
-// deleted), each claim with exactly one instance, no instance without a
-// claim. The node class delays registration by 3s, so there is a window
-// with claims launched and nodes not yet registered.
-//
-//   - nodeforge-provisioner, SIGKILLed while a claim is Launched and its
-//     node has not registered;
-//   - nodeforge-scheduler, SIGKILLed while a claim is still Nominating (its
-//     nominations partly written);
-//   - kube-apiserver, SIGKILLed and started again while a claim is Launched.
+// crashCase is one crash: a component killed from outside when a claim
+// reaches a phase, or killing itself at a crash point; during a scale-up
+// of 8 pods, or while the node they run on is drained.
+type crashCase struct {
+	name      string
+	component string
+	// point is the crash point the component dies at; empty: it is
+	// SIGKILLed from outside once a claim is in phase.
+	point string
+	phase v1alpha1.NodeClaimPhase
+	// drain: once the 8 pods run, their claim is deleted, and the crash
+	// falls in the drain and termination that follow.
+	drain bool
+	// provisionerArgs widen the window a kill from outside must fall in.
+	provisionerArgs []string
+}
+
+// TestCrashes kills one component at a time, at a named step or from
+// outside, then starts it again with the same command line, and checks
+// that the work finishes as if nothing had happened: every pod Running,
+// none replaced unless it was on the node being drained, each claim with
+// exactly one instance, no instance without a claim, a drained claim gone
+// with its instance. The node class delays registration by 3s, so there is
+// a window with claims launched and nodes not yet registered.
 func TestCrashes(t *testing.T) {
-	for _, tc := range []struct {
-		component string
-		when      string
-		phase     v1alpha1.NodeClaimPhase
-		// provisionerArgs widen the window the kill must fall in.
-		provisionerArgs []string
-	}{
-		{"nodeforge-provisioner", "a nodeclaim Launched, its node not registered yet", v1alpha1.NodeClaimLaunched, nil},
-		{"nodeforge-scheduler", "a nodeclaim still Nominating", v1alpha1.NodeClaimNominating, []string{"--batch-idle-duration=5s", "--batch-max-duration=10s"}},
-		{"kube-apiserver", "a nodeclaim Launched, its node not registered yet", v1alpha1.NodeClaimLaunched, nil},
+	widerBatch := []string{"--batch-idle-duration=5s", "--batch-max-duration=10s"}
+	for _, tc := range []crashCase{
+		{name: "provisioner SIGKILLed while a claim is Launched", component: "nodeforge-provisioner", phase: v1alpha1.NodeClaimLaunched},
+		{name: "scheduler SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch},
+		{name: "kube-apiserver SIGKILLed while a claim is Launched", component: "kube-apiserver", phase: v1alpha1.NodeClaimLaunched},
+		{name: "provisioner after Create, before the status write", component: "nodeforge-provisioner", point: crashpoint.AfterCreate},
+		{name: "provisioner after the launch status write", component: "nodeforge-provisioner", point: crashpoint.AfterLaunchStatus},
+		{name: "provisioner mid-bind", component: "nodeforge-provisioner", point: crashpoint.MidBind},
+		{name: "scheduler after creating a claim, before its status", component: "nodeforge-scheduler", point: crashpoint.SchedulerAfterClaimCreate},
+		{name: "provisioner mid-drain", component: "nodeforge-provisioner", point: crashpoint.MidDrain, drain: true},
+		{name: "provisioner after terminating, before deleting the node", component: "nodeforge-provisioner", point: crashpoint.AfterTerminate, drain: true},
 	} {
-		t.Run(tc.component, func(t *testing.T) {
-			crashMidScaleUp(t, tc.component, tc.when, tc.phase, tc.provisionerArgs)
-		})
+		t.Run(tc.name, func(t *testing.T) { crash(t, tc) })
 	}
 }
 
-func crashMidScaleUp(t *testing.T, component, when string, phase v1alpha1.NodeClaimPhase, provisionerArgs []string) {
+func crash(t *testing.T, tc crashCase) {
 	ctx := context.Background()
 	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: t.TempDir(), Binaries: bins, ProvisionerArgs: provisionerArgs})
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "crashed")
+	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs}
+	if tc.point != "" {
+		env := []string{"NODEFORGE_CRASH_POINT=" + tc.point, "NODEFORGE_CRASH_MARKER=" + marker}
+		if tc.component == "nodeforge-scheduler" {
+			opts.SchedulerEnv = env
+		} else {
+			opts.ProvisionerEnv = env
+		}
+	}
+	sb, err := sandbox.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,25 +117,56 @@ func crashMidScaleUp(t *testing.T, component, when string, phase v1alpha1.NodeCl
 		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=crash"})
 		return err == nil && len(pods.Items) == 8, err
 	})
-	poll(t, when, func() (bool, error) {
-		var claims v1alpha1.NodeClaimList
-		if err := kube.List(ctx, &claims); err != nil {
-			return false, err
-		}
-		for _, nc := range claims.Items {
-			if nc.Status.Phase == phase {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	if tc.drain {
+		poll(t, "8 crash pods Running", func() (bool, error) {
+			n, err := runningPods(ctx, cs, "app=crash")
+			return n == 8, err
+		})
+	}
 	before, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=crash"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.KillAndRestart(ctx, component); err != nil {
+	// drained are the nodes being drained: their pods may be replaced.
+	drained := map[string]bool{}
+	var gone []v1alpha1.NodeClaim
+	if tc.drain {
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(ctx, &claims); err != nil {
+			t.Fatal(err)
+		}
+		for _, nc := range claims.Items {
+			drained[nc.Status.NodeName] = true
+			gone = append(gone, nc)
+			if err := kube.Delete(ctx, &nc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	if tc.point != "" {
+		poll(t, tc.component+" crashed at "+tc.point, func() (bool, error) {
+			_, err := os.Stat(marker)
+			return err == nil, nil
+		})
+	} else {
+		poll(t, "a nodeclaim in phase "+string(tc.phase), func() (bool, error) {
+			var claims v1alpha1.NodeClaimList
+			if err := kube.List(ctx, &claims); err != nil {
+				return false, err
+			}
+			for _, nc := range claims.Items {
+				if nc.Status.Phase == tc.phase {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	if err := sb.KillAndRestart(ctx, tc.component); err != nil {
 		t.Fatal(err)
 	}
+
 	poll(t, "8 crash pods Running", func() (bool, error) {
 		n, err := runningPods(ctx, cs, "app=crash")
 		return n == 8, err
@@ -121,14 +175,29 @@ func crashMidScaleUp(t *testing.T, component, when string, phase v1alpha1.NodeCl
 	if err != nil {
 		t.Fatal(err)
 	}
-	uids := map[string]bool{}
-	for _, p := range before.Items {
-		uids[string(p.UID)] = true
-	}
+	still := map[string]bool{}
 	for _, p := range after.Items {
-		if !uids[string(p.UID)] {
-			t.Errorf("pod %s was created after the crash: one of the pods was deleted", p.Name)
+		still[string(p.UID)] = true
+	}
+	replaced := 0
+	for _, p := range before.Items {
+		if still[string(p.UID)] {
+			continue
 		}
+		replaced++
+		if !drained[p.Spec.NodeName] {
+			t.Errorf("pod %s (node %q) was deleted, and its node was not being drained", p.Name, p.Spec.NodeName)
+		}
+	}
+	for _, nc := range gone {
+		poll(t, "drained nodeclaim "+nc.Name+" gone", func() (bool, error) {
+			err := kube.Get(ctx, client.ObjectKeyFromObject(&nc), &v1alpha1.NodeClaim{})
+			return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+		})
+		poll(t, "node "+nc.Status.NodeName+" of the drained claim gone", func() (bool, error) {
+			err := kube.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, &corev1.Node{})
+			return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+		})
 	}
 	// A claim written by a scheduler killed before its pods' nominations
 	// were has no pods: it is deleted unlaunched after its batch window.
@@ -167,5 +236,5 @@ func crashMidScaleUp(t *testing.T, component, when string, phase v1alpha1.NodeCl
 	if len(perClaim) > 0 {
 		t.Errorf("instances without a claim: %v", perClaim)
 	}
-	t.Logf("%s killed: %d claims, %d instances, %d pods Running, none replaced", component, len(claims.Items), len(inventory), len(after.Items))
+	t.Logf("%s: %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, len(claims.Items), len(inventory), replaced)
 }

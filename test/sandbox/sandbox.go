@@ -41,6 +41,9 @@ type Options struct {
 	ControlPlaneOnly bool
 	// ProvisionerArgs are added to the provisioner's command line.
 	ProvisionerArgs []string
+	// ProvisionerEnv and SchedulerEnv are added to those components'
+	// environments (crash points: see provisioner/crashpoint).
+	ProvisionerEnv, SchedulerEnv []string
 	// CloudProvider of the provisioner: "simulated" (the default) or
 	// "aws", which runs a fake EC2 region on loopback (test/ec2fake) that
 	// the provisioner reaches through the real AWS SDK; its instances
@@ -292,7 +295,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler); err != nil {
+	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv); err != nil {
 		return nil, err
 	}
 
@@ -322,7 +325,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		// that requests are signed, not by whom.
 		provEnv = []string{"AWS_ACCESS_KEY_ID=AKIASANDBOX", "AWS_SECRET_ACCESS_KEY=sandbox", "AWS_EC2_METADATA_DISABLED=true"}
 	}
-	prov, err := s.startWithEnv(logDir, "nodeforge-provisioner", bin.Provisioner, provEnv, append(provArgs, o.ProvisionerArgs...)...)
+	prov, err := s.startWithEnv(logDir, "nodeforge-provisioner", bin.Provisioner, append(provEnv, o.ProvisionerEnv...), append(provArgs, o.ProvisionerArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -458,14 +461,14 @@ func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config [
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.startScheduler(ctx, name, bin, config, pp[0])
+	p, err := s.startScheduler(ctx, name, bin, config, pp[0], nil)
 	if err != nil {
 		return nil, err
 	}
 	return func() { p.stop(stopGrace) }, nil
 }
 
-func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int) (*process, error) {
+func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string) (*process, error) {
 	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig")
 	var cfg map[string]any
 	if err := yaml.Unmarshal(config, &cfg); err != nil {
@@ -480,7 +483,7 @@ func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config [
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		return nil, err
 	}
-	p, err := s.start(filepath.Join(s.Dir, "logs"), name, bin,
+	p, err := s.startWithEnv(filepath.Join(s.Dir, "logs"), name, bin, env,
 		"--config="+path,
 		"--authentication-kubeconfig="+kubeconfig,
 		"--authorization-kubeconfig="+kubeconfig,

@@ -34,6 +34,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
@@ -338,6 +339,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
+	crashpoint.Hit(crashpoint.AfterCreate)
 	c.limits.Launched(nc.UID, in)
 	if len(in.Refused) > 0 {
 		c.unavailable.Mark(in.Refused...)
@@ -352,6 +354,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
+	crashpoint.Hit(crashpoint.AfterLaunchStatus)
 	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
 	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
 	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
@@ -527,6 +530,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		if err == nil {
+			crashpoint.Hit(crashpoint.MidBind)
 			subtract(free, req)
 			bound++
 			// Bound directly, not by the scheduler: say so where kubectl
@@ -565,6 +569,7 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		switch err := c.cloud.Delete(ctx, nc.Status.ProviderID); {
 		case err == nil:
 			klog.FromContext(ctx).Info("Terminated instance", "providerID", nc.Status.ProviderID, "instanceType", nc.Status.InstanceType)
+			crashpoint.Hit(crashpoint.AfterTerminate)
 		case !errors.Is(err, cloudprovider.ErrNotFound):
 			return reconcile.Result{}, fmt.Errorf("terminating %s: %w", nc.Status.ProviderID, err)
 		}
@@ -627,6 +632,7 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 			return reconcile.Result{}, fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
 		default:
 			klog.FromContext(ctx).Info("Evicted pod", "pod", klog.KObj(p), "node", node.Name)
+			crashpoint.Hit(crashpoint.MidDrain)
 		}
 	}
 	if remaining > 0 {

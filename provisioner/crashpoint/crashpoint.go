@@ -1,0 +1,53 @@
+// Package crashpoint lets tests kill a component at a named step of its
+// work, the way a crash or an OOM kill would, to prove that a crash at that
+// step loses nothing and launches nothing twice.
+//
+// It is off unless both environment variables are set, which only the
+// sandbox does: NODEFORGE_CRASH_POINT names the step, and
+// NODEFORGE_CRASH_MARKER a file that records the crash, so the process that
+// is started again after it runs on. A process that reaches the named step
+// creates the marker and sends itself SIGKILL: no deferred function, no
+// flush, no graceful shutdown runs.
+package crashpoint
+
+import (
+	"os"
+	"syscall"
+)
+
+// The steps a component can be killed at.
+const (
+	// AfterCreate: the cloud launched the instance; the claim's status does
+	// not name it yet.
+	AfterCreate = "launch/after-create"
+	// AfterLaunchStatus: the claim's status names the instance.
+	AfterLaunchStatus = "launch/after-status"
+	// MidBind: the first nominated pod is bound, the others not yet.
+	MidBind = "bind/after-first"
+	// MidDrain: the first pod of a node being drained is evicted.
+	MidDrain = "drain/after-first-eviction"
+	// AfterTerminate: the instance is terminated; its Node and the claim's
+	// finalizer are still there.
+	AfterTerminate = "terminate/after-delete"
+	// SchedulerAfterClaimCreate: the scheduler created a claim; its status
+	// (nominated pods, last nomination) is not written yet.
+	SchedulerAfterClaimCreate = "claims/after-create"
+)
+
+var point, marker = os.Getenv("NODEFORGE_CRASH_POINT"), os.Getenv("NODEFORGE_CRASH_MARKER")
+
+// Hit kills the process if it is the named crash point and the process
+// has not crashed there before.
+func Hit(name string) {
+	if point != name || marker == "" {
+		return
+	}
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // crashed here once already, or cannot record it: run on
+	}
+	_, _ = f.WriteString(name + "\n")
+	_ = f.Close()
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is not delivered synchronously everywhere
+}
