@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,9 @@ type crashCase struct {
 	drain bool
 	// provisionerArgs widen the window a kill from outside must fall in.
 	provisionerArgs []string
+	// schedulerReplicas run; with more than one, component
+	// "nodeforge-scheduler" means whichever replica leads.
+	schedulerReplicas int
 }
 
 // TestCrashes kills one component at a time, at a named step or from
@@ -50,6 +55,7 @@ func TestCrashes(t *testing.T) {
 	for _, tc := range []crashCase{
 		{name: "provisioner SIGKILLed while a claim is Launched", component: "nodeforge-provisioner", phase: v1alpha1.NodeClaimLaunched},
 		{name: "scheduler SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch},
+		{name: "leading scheduler of two SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch, schedulerReplicas: 2},
 		{name: "kube-apiserver SIGKILLed while a claim is Launched", component: "kube-apiserver", phase: v1alpha1.NodeClaimLaunched},
 		{name: "provisioner after Create, before the status write", component: "nodeforge-provisioner", point: crashpoint.AfterCreate},
 		{name: "provisioner after the launch status write", component: "nodeforge-provisioner", point: crashpoint.AfterLaunchStatus},
@@ -70,7 +76,7 @@ func crash(t *testing.T, tc crashCase) {
 	}
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
-	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs}
+	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs, SchedulerReplicas: tc.schedulerReplicas}
 	if tc.point != "" {
 		env := []string{"NODEFORGE_CRASH_POINT=" + tc.point, "NODEFORGE_CRASH_MARKER=" + marker}
 		if tc.component == "nodeforge-scheduler" {
@@ -163,7 +169,16 @@ func crash(t *testing.T, tc crashCase) {
 			return false, nil
 		})
 	}
-	if err := sb.KillAndRestart(ctx, tc.component); err != nil {
+	victim := tc.component
+	if tc.schedulerReplicas > 1 {
+		// Failover: the leader is gone for good; a standby must take over.
+		victim = leadingScheduler(t, sb, tc.schedulerReplicas, "")
+		if err := sb.Kill(victim); err != nil {
+			t.Fatal(err)
+		}
+		successor := leadingScheduler(t, sb, tc.schedulerReplicas, victim)
+		t.Logf("%s took over from %s", successor, victim)
+	} else if err := sb.KillAndRestart(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 
@@ -213,6 +228,22 @@ func crash(t *testing.T, tc crashCase) {
 		}
 		return true, nil
 	})
+	if tc.component == "nodeforge-scheduler" {
+		// A second claim for a pod already nominated would launch a node
+		// that ends up running none of them.
+		for _, nc := range claims.Items {
+			if nc.Status.NodeName == "" {
+				continue
+			}
+			pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=crash", FieldSelector: "spec.nodeName=" + nc.Status.NodeName})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pods.Items) == 0 {
+				t.Errorf("nodeclaim %s launched node %s, which runs none of the pods", nc.Name, nc.Status.NodeName)
+			}
+		}
+	}
 	raw, err := os.ReadFile(filepath.Join(sb.Dir, "simulated-cloud.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -236,5 +267,34 @@ func crash(t *testing.T, tc crashCase) {
 	if len(perClaim) > 0 {
 		t.Errorf("instances without a claim: %v", perClaim)
 	}
-	t.Logf("%s: %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, len(claims.Items), len(inventory), replaced)
+	t.Logf("%s (%s): %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, victim, len(claims.Items), len(inventory), replaced)
+}
+
+// leadingScheduler names the nodeforge-scheduler replica, other than
+// except, that acquired the lease, by the line client-go's leader election
+// logs when it does.
+func leadingScheduler(t *testing.T, sb *sandbox.Sandbox, replicas int, except string) string {
+	t.Helper()
+	var leader string
+	poll(t, "a nodeforge-scheduler replica other than "+except+" leading", func() (bool, error) {
+		for i := 1; i <= replicas; i++ {
+			name := "nodeforge-scheduler"
+			if i > 1 {
+				name = fmt.Sprintf("nodeforge-scheduler-%d", i)
+			}
+			if name == except {
+				continue
+			}
+			raw, err := os.ReadFile(sb.Log(name))
+			if err != nil {
+				return false, err
+			}
+			if strings.Contains(string(raw), "Successfully acquired lease") {
+				leader = name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return leader
 }

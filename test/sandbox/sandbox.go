@@ -44,6 +44,10 @@ type Options struct {
 	// ProvisionerEnv and SchedulerEnv are added to those components'
 	// environments (crash points: see provisioner/crashpoint).
 	ProvisionerEnv, SchedulerEnv []string
+	// SchedulerReplicas of nodeforge-scheduler run, with the shipped
+	// configuration and so one leader election lease; 0 means 1. The
+	// first is "nodeforge-scheduler", the others "nodeforge-scheduler-2"...
+	SchedulerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
 	// "aws", which runs a fake EC2 region on loopback (test/ec2fake) that
 	// the provisioner reaches through the real AWS SDK; its instances
@@ -298,6 +302,15 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv); err != nil {
 		return nil, err
 	}
+	for i := 2; i <= o.SchedulerReplicas; i++ {
+		port, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.startScheduler(ctx, fmt.Sprintf("nodeforge-scheduler-%d", i), bin.Scheduler, shipped, port[0], o.SchedulerEnv); err != nil {
+			return nil, err
+		}
+	}
 
 	// nodeforge-provisioner, with the simulated cloud or the fake EC2 region.
 	provArgs := []string{
@@ -366,6 +379,21 @@ func (s *Sandbox) Exited() <-chan string {
 		}()
 	}
 	return ch
+}
+
+// Kill kills a component with SIGKILL and leaves it dead, as a lost
+// machine would: failover tests use it on the leader of several replicas.
+func (s *Sandbox) Kill(component string) error {
+	for _, p := range s.procs {
+		if p.name == component {
+			if !p.exited() {
+				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+				<-p.done
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no component %q in the sandbox", component)
 }
 
 // KillAndRestart kills a component with SIGKILL, as a crash or an OOM kill
