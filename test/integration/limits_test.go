@@ -155,6 +155,52 @@ func TestLimitsAreAHardCeiling(t *testing.T) {
 	t.Logf("%d instances launched in all", cloud.Creates())
 }
 
+// TestLostLaunchAnswerStillCounts: a launch whose answer is lost (the
+// instance runs, Create returned an error) keeps counting against its
+// pool's limit until the retry finds the instance, so a second claim
+// launched meanwhile cannot take the pool past it.
+func TestLostLaunchAnswerStillCounts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	types := []v1alpha1.InstanceType{instanceType("l4", 4)}
+	cloud := fake.New(types...)
+	cloud.LoseAnswers(1)
+	createLimitedPool(t, "lost-answer", 4, types)
+	startLifecycle(t, ctx, cloud)
+	first := launchingClaim("lost-answer-first", "lost-answer", types)
+	if err := kube.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(context.Background(), first) })
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cloud.Creates() == 1, nil
+	}); err != nil {
+		t.Fatal("the first claim's instance was never launched")
+	}
+	second := launchingClaim("lost-answer-second", "lost-answer", types)
+	if err := kube.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(context.Background(), second) })
+	// The retry (5s later) finds the first instance; the second claim is
+	// then refused at the limit and deleted.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var nc v1alpha1.NodeClaim
+		err := kube.Get(ctx, client.ObjectKeyFromObject(second), &nc)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatal("the second claim was neither refused nor deleted")
+	}
+	instances, _ := cloud.List(ctx)
+	if len(instances) != 1 {
+		t.Errorf("%d instances under a 4-cpu limit of 4-cpu types, want 1", len(instances))
+	}
+	var nc v1alpha1.NodeClaim
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(first), &nc); err != nil || nc.Status.ProviderID != instances[0].ProviderID {
+		t.Errorf("the first claim does not name the instance launched for it: %v, %q", err, nc.Status.ProviderID)
+	}
+}
+
 func instanceType(name string, cpu int64) v1alpha1.InstanceType {
 	c := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(cpu, resource.DecimalSI),

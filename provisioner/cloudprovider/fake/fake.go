@@ -22,13 +22,14 @@ type Cloud struct {
 	// launches the way a slow cloud does.
 	CreateDelay time.Duration
 
-	mu         sync.Mutex
-	instances  map[string]*cloudprovider.Instance // by providerID
-	byClaim    map[string]string                  // claim UID → providerID
-	noCapacity map[string]bool                    // instance type names
-	types      []v1alpha1.InstanceType
-	next       int
-	creates    int
+	mu          sync.Mutex
+	instances   map[string]*cloudprovider.Instance // by providerID
+	byClaim     map[string]string                  // claim UID → providerID
+	noCapacity  map[string]bool                    // instance type names
+	loseAnswers int
+	types       []v1alpha1.InstanceType
+	next        int
+	creates     int
 }
 
 var _ cloudprovider.CloudProvider = &Cloud{}
@@ -46,6 +47,14 @@ func (c *Cloud) SetCapacity(name string, has bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.noCapacity[name] = !has
+}
+
+// LoseAnswers makes the next n Creates that launch an instance return an
+// error instead of it, as when the cloud's answer is lost on the way back.
+func (c *Cloud) LoseAnswers(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loseAnswers = n
 }
 
 // Add puts an instance in the inventory, as if launched earlier.
@@ -95,6 +104,10 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 		c.instances[in.ProviderID] = in
 		c.byClaim[l.ClaimUID] = in.ProviderID
 		c.creates++
+		if c.loseAnswers > 0 {
+			c.loseAnswers--
+			return nil, fmt.Errorf("fake: the answer to launching %s for %s was lost", in.ProviderID, l.NodeClaim)
+		}
 		out := *in
 		out.Refused = refused
 		return &out, nil

@@ -314,9 +314,16 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
 	})
 	if err != nil {
-		c.limits.Release(nc.UID)
+		// A capacity error, a denial or a class not ready launched nothing:
+		// the reservation goes. Any other error (a timeout, a 5xx) may
+		// have launched an instance whose answer was lost, so it keeps
+		// counting until the retry's idempotent Create settles it.
 		reason := "LaunchFailed"
 		var ice *cloudprovider.InsufficientCapacityError
+		var notReady *cloudprovider.NodeClassNotReadyError
+		if errors.As(err, &ice) || errors.As(err, &notReady) || cloudprovider.IsAccessDenied(err) {
+			c.limits.Release(nc.UID)
+		}
 		if errors.As(err, &ice) {
 			reason = "InsufficientCapacity"
 			c.unavailable.Mark(ice.Offers...)
@@ -328,7 +335,6 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		if cloudprovider.IsAccessDenied(err) {
 			return c.refuse(ctx, nc, err)
 		}
-		var notReady *cloudprovider.NodeClassNotReadyError
 		if errors.As(err, &notReady) {
 			logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
 			c.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
