@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,14 +162,19 @@ func demo(ctx context.Context, args []string) error {
 	return nil
 }
 
+// scale sets the Deployment's replicas. The deployment controller writes
+// the Deployment too (status, revision annotation), so a read-modify-write
+// can meet a newer version: read again and retry, as kubectl scale does.
 func scale(ctx context.Context, cs kubernetes.Interface, replicas int32) error {
-	s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "inflate", metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "inflate", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = replicas
+		_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "inflate", s, metav1.UpdateOptions{})
 		return err
-	}
-	s.Spec.Replicas = replicas
-	_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "inflate", s, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 func runningPods(ctx context.Context, cs kubernetes.Interface, want int) (bool, error) {

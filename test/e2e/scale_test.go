@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -44,15 +45,20 @@ func BenchmarkScaleUp1000(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "scale", metav1.GetOptions{})
-		if err != nil {
+		// The deployment controller writes the Deployment too: retry a
+		// read-modify-write that meets a newer version.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "scale", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Spec.Replicas = replicas
+			_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "scale", s, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			b.Fatal(err)
 		}
-		s.Spec.Replicas = replicas
-		if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "scale", s, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := runningPods(ctx, cs, "app=scale")
 			return err == nil && n == replicas, nil
 		})
