@@ -80,6 +80,11 @@ type VirtualNodes struct {
 	// launched, registered or going), as the informer last saw them: they
 	// count against their pool's limits until they are gone.
 	committed map[string]*v1alpha1.NodeClaim
+	// committedUsage memoises poolUsage's sum over committed, per pool
+	// name: limits are checked several times per scheduling cycle, and
+	// committed changes far less often. Cleared when committed or the
+	// pools change.
+	committedUsage map[string]v1.ResourceList
 }
 
 var _ fwk.PostFilterPlugin = &VirtualNodes{}
@@ -147,18 +152,19 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
 	}
 	return &VirtualNodes{
-		args:      args,
-		fw:        fw,
-		view:      v,
-		recorder:  h.EventRecorder(),
-		now:       time.Now,
-		pools:     map[string]*pool{},
-		claims:    map[string]*claim{},
-		nominated: map[types.UID]*claim{},
-		hints:     map[string]*claim{},
-		refused:   map[types.UID]*v1.Pod{},
-		committed: map[string]*v1alpha1.NodeClaim{},
-		synced:    make(chan struct{}),
+		args:           args,
+		fw:             fw,
+		view:           v,
+		recorder:       h.EventRecorder(),
+		now:            time.Now,
+		pools:          map[string]*pool{},
+		claims:         map[string]*claim{},
+		nominated:      map[types.UID]*claim{},
+		hints:          map[string]*claim{},
+		refused:        map[types.UID]*v1.Pod{},
+		committed:      map[string]*v1alpha1.NodeClaim{},
+		committedUsage: map[string]v1.ResourceList{},
+		synced:         make(chan struct{}),
 	}, nil
 }
 
@@ -280,6 +286,7 @@ func (p *VirtualNodes) close(c *claim) {
 
 // setPools replaces the pools, as their NodePools and catalogs change.
 func (p *VirtualNodes) setPools(pools []*pool) {
+	clear(p.committedUsage) // options' capacities may have changed
 	p.pools = map[string]*pool{}
 	p.ordered = slices.Clone(pools)
 	slices.SortFunc(p.ordered, func(a, b *pool) int {
@@ -354,37 +361,44 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 // made before. The provisioner checks again before each launch; this
 // forecast keeps pods it would refuse from being nominated at all.
 func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
-	used := v1.ResourceList{}
-	add := func(rl v1.ResourceList) {
-		for name, q := range rl {
-			u := used[name]
-			u.Add(q)
-			used[name] = u
-		}
-	}
-	for _, nc := range p.committed {
-		if nc.Spec.NodePool != pl.np.Name {
-			continue
-		}
-		if len(nc.Status.Capacity) > 0 {
-			add(nc.Status.Capacity)
-			continue
-		}
-		for _, r := range nc.Spec.Requirements {
-			if r.Key == v1.LabelInstanceTypeStable && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
-				// Options are written cheapest first.
-				add(pl.capacity[r.Values[0]])
-				break
+	committed, ok := p.committedUsage[pl.np.Name]
+	if !ok {
+		committed = v1.ResourceList{}
+		for _, nc := range p.committed {
+			if nc.Spec.NodePool != pl.np.Name {
+				continue
+			}
+			if len(nc.Status.Capacity) > 0 {
+				addTo(committed, nc.Status.Capacity)
+				continue
+			}
+			for _, r := range nc.Spec.Requirements {
+				if r.Key == v1.LabelInstanceTypeStable && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
+					// Options are written cheapest first.
+					addTo(committed, pl.capacity[r.Values[0]])
+					break
+				}
 			}
 		}
+		p.committedUsage[pl.np.Name] = committed
 	}
+	used := committed.DeepCopy()
 	for _, c := range p.order {
 		if c.group.pool.np.Name != pl.np.Name || c == except {
 			continue
 		}
-		add(c.options[0].capacity)
+		addTo(used, c.options[0].capacity)
 	}
 	return used
+}
+
+// addTo adds more to sum, resource by resource.
+func addTo(sum, more v1.ResourceList) {
+	for name, q := range more {
+		u := sum[name]
+		u.Add(q)
+		sum[name] = u
+	}
 }
 
 // limitReason says which limit a new node (the cheapest that would hold

@@ -305,6 +305,7 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.committed[nc.Name] = nc
+	delete(p.committedUsage, nc.Spec.NodePool)
 	if c := p.claims[nc.Name]; c != nil && c.open {
 		p.close(c)
 	}
@@ -314,14 +315,17 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 func (p *VirtualNodes) claimDeleted(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.committed[name]; ok {
+	why := "nodeclaim " + name + " deleted"
+	if nc, ok := p.committed[name]; ok {
 		delete(p.committed, name)
-		// Capacity it held is free again: pods refused at a limit may fit.
-		p.retryRefused("nodeclaim " + name + " deleted")
+		delete(p.committedUsage, nc.Spec.NodePool)
 	}
 	if c := p.claims[name]; c != nil {
-		p.forget(c, "nodeclaim "+name+" deleted")
+		p.forget(c, why)
+		return
 	}
+	// Capacity it held is free again: pods refused at a limit may fit.
+	p.retryRefused(why)
 }
 
 // forget drops a claim and sends its pods back to be decided again at

@@ -166,11 +166,15 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 		}
 		l.seeded = true
 	}
+	used := corev1.ResourceList{}
 	nodeCapacity := map[string]corev1.ResourceList{}
 	for i := range nodes.Items {
-		nodeCapacity[nodes.Items[i].Spec.ProviderID] = nodes.Items[i].Status.Capacity
+		if id := nodes.Items[i].Spec.ProviderID; id != "" {
+			nodeCapacity[id] = nodes.Items[i].Status.Capacity
+		} else {
+			add(used, nodes.Items[i].Status.Capacity) // no claim can name it
+		}
 	}
-	used := corev1.ResourceList{}
 	seen := map[types.UID]bool{}
 	for i := range claims.Items {
 		nc := &claims.Items[i]

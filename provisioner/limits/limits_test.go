@@ -146,6 +146,17 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 	if used, _ = l.Usage(ctx, "capped"); used.Cpu().Value() != 3 {
 		t.Errorf("usage with its node reporting 3 cpu: %s, want 3", used.Cpu())
 	}
+	// Two nodes of the pool that no claim names (no providerID): each counts.
+	for _, name := range []string{"bare-1", "bare-2"} {
+		bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: "capped"}},
+			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}
+		if err := kube.Create(ctx, bare); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if used, _ = l.Usage(ctx, "capped"); used.Cpu().Value() != 5 {
+		t.Errorf("usage with two more 1-cpu nodes no claim names: %s, want 5", used.Cpu())
+	}
 }
 
 // TestRestartCountsInstancesTheStatusDoesNotName: a provisioner that died

@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -74,8 +75,9 @@ func (c *Controller) removeWhenEmpty(ctx context.Context, nc *v1alpha1.NodeClaim
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "Empty").Inc()
 	nc.Status.Phase = v1alpha1.NodeClaimDisrupting
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		// Not disrupting after all (this time): the node takes pods again.
 		c.budgets.release(nc.UID)
-		return reconcile.Result{}, err
+		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 }
@@ -103,10 +105,24 @@ func (c *Controller) taintAndRecheck(ctx context.Context, name string) (bool, er
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || ownedByDaemonSet(p) {
 			continue
 		}
-		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, isDisruptedTaint)
-		return false, c.kube.Update(ctx, &node)
+		return false, c.untaint(ctx, name)
 	}
 	return true, nil
+}
+
+// untaint lifts nodeforge.dev/disrupted from a node whose disruption was
+// called off.
+func (c *Controller) untaint(ctx context.Context, name string) error {
+	var node corev1.Node
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), isDisruptedTaint)
+	if len(taints) == len(node.Spec.Taints) {
+		return nil
+	}
+	node.Spec.Taints = taints
+	return c.kube.Update(ctx, &node)
 }
 
 func isDisruptedTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }
