@@ -34,13 +34,15 @@ import (
 type options struct {
 	cloudProvider           string
 	catalog                 string
-	simulatedState          string
+	simulatedNamespace      string
 	batchIdle               time.Duration
 	batchMax                time.Duration
 	registrationTTL         time.Duration
 	unavailableTTL          time.Duration
 	nodeClaimWorkers        int
 	cloudCallTimeout        time.Duration
+	gcInterval              time.Duration
+	gcGrace                 time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -63,13 +65,15 @@ func run(args []string) error {
 	var o options
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated or aws.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
-	fs.StringVar(&o.simulatedState, "simulated-state", "simulated-cloud.json", "File that holds the simulated cloud's instances across restarts.")
+	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
 	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (launch, register, bind, drain), so one slow cloud call does not hold up the others.")
 	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
+	fs.DurationVar(&o.gcInterval, "garbage-collection-interval", 30*time.Second, "How often instances no NodeClaim accounts for, claims whose instance is gone and nodes whose instance is gone are looked for.")
+	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -131,10 +135,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		sim, err := simulated.NewCloud(catalogSource, mgr.GetClient(), o.simulatedState)
-		if err != nil {
-			return err
-		}
+		sim := simulated.NewCloud(catalogSource, mgr.GetClient(), mgr.GetAPIReader(), o.simulatedNamespace)
 		// The simulated instances' kubelets: only the leader registers nodes.
 		if err := mgr.Add(manager.RunnableFunc(sim.Run)); err != nil {
 			return err
@@ -147,7 +148,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(garbage.New(mgr.GetClient(), measured)); err != nil {
+	collector := garbage.New(mgr.GetClient(), measured)
+	collector.Interval, collector.Grace = o.gcInterval, o.gcGrace
+	if err := mgr.Add(collector); err != nil {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
@@ -194,6 +197,7 @@ func (o *options) validate() error {
 		{"batch-idle-duration", o.batchIdle}, {"batch-max-duration", o.batchMax},
 		{"registration-ttl", o.registrationTTL}, {"unavailable-offering-ttl", o.unavailableTTL},
 		{"cloud-call-timeout", o.cloudCallTimeout},
+		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
 	}
 	for _, f := range positive {
 		if f.d <= 0 {

@@ -40,7 +40,7 @@ func TestFlagsFromEnv(t *testing.T) {
 // error; the defaults pass.
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute,
-		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, qps: 200, burst: 300}
+		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, qps: 200, burst: 300}
 	if err := good.validate(); err != nil {
 		t.Fatalf("the defaults were refused: %v", err)
 	}
@@ -51,6 +51,7 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s": func(o *options) { o.batchMax = 500 * time.Millisecond },
 		"--unavailable-offering-ttl=0s: must be more than 0":                         func(o *options) { o.unavailableTTL = 0 },
 		"--cloud-call-timeout=0s: must be more than 0":                               func(o *options) { o.cloudCallTimeout = 0 },
+		"--garbage-collection-grace=0s: must be more than 0":                         func(o *options) { o.gcGrace = 0 },
 		"--nodeclaim-workers=0: must be from 1 to 64":                                func(o *options) { o.nodeClaimWorkers = 0 },
 		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":            func(o *options) { o.qps = 0 },
 	} {

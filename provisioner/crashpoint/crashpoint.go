@@ -29,6 +29,9 @@ const (
 	// AfterTerminate: the instance is terminated; its Node and the claim's
 	// finalizer are still there.
 	AfterTerminate = "terminate/after-delete"
+	// AfterCollectTerminate: garbage collection terminated an instance no
+	// claim accounts for; its Node is still there.
+	AfterCollectTerminate = "gc/after-terminate"
 	// SchedulerAfterClaimCreate: the scheduler created a claim; its status
 	// (nominated pods, last nomination) is not written yet.
 	SchedulerAfterClaimCreate = "claims/after-create"

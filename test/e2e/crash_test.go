@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
@@ -30,7 +30,8 @@ type crashCase struct {
 	name      string
 	component string
 	// point is the crash point the component dies at; empty: it is
-	// SIGKILLed from outside once a claim is in phase.
+	// SIGKILLed from outside once a claim is in phase (no phase: at once,
+	// which for a drain is as the claims are deleted).
 	point string
 	phase v1alpha1.NodeClaimPhase
 	// drain: once the 8 pods run, their claim is deleted, and the crash
@@ -38,9 +39,9 @@ type crashCase struct {
 	drain bool
 	// provisionerArgs widen the window a kill from outside must fall in.
 	provisionerArgs []string
-	// schedulerReplicas run; with more than one, component
-	// "nodeforge-scheduler" means whichever replica leads.
-	schedulerReplicas int
+	// replicas of the component run; with more than one, the component
+	// means whichever replica leads, and it is killed for good.
+	replicas int
 }
 
 // TestCrashes kills one component at a time, at a named step or from
@@ -55,8 +56,11 @@ func TestCrashes(t *testing.T) {
 	for _, tc := range []crashCase{
 		{name: "provisioner SIGKILLed while a claim is Launched", component: "nodeforge-provisioner", phase: v1alpha1.NodeClaimLaunched},
 		{name: "scheduler SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch},
-		{name: "leading scheduler of two SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch, schedulerReplicas: 2},
+		{name: "leading scheduler of two SIGKILLed while a claim is Nominating", component: "nodeforge-scheduler", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch, replicas: 2},
+		{name: "leading provisioner of two SIGKILLed while a claim is Launched", component: "nodeforge-provisioner", phase: v1alpha1.NodeClaimLaunched, replicas: 2},
+		{name: "kube-apiserver SIGKILLed while a claim is Nominating", component: "kube-apiserver", phase: v1alpha1.NodeClaimNominating, provisionerArgs: widerBatch},
 		{name: "kube-apiserver SIGKILLed while a claim is Launched", component: "kube-apiserver", phase: v1alpha1.NodeClaimLaunched},
+		{name: "kube-apiserver SIGKILLed as a drain starts", component: "kube-apiserver", drain: true},
 		{name: "provisioner after Create, before the status write", component: "nodeforge-provisioner", point: crashpoint.AfterCreate},
 		{name: "provisioner after the launch status write", component: "nodeforge-provisioner", point: crashpoint.AfterLaunchStatus},
 		{name: "provisioner mid-bind", component: "nodeforge-provisioner", point: crashpoint.MidBind},
@@ -76,7 +80,12 @@ func crash(t *testing.T, tc crashCase) {
 	}
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
-	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs, SchedulerReplicas: tc.schedulerReplicas}
+	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs}
+	if tc.component == "nodeforge-scheduler" {
+		opts.SchedulerReplicas = tc.replicas
+	} else {
+		opts.ProvisionerReplicas = tc.replicas
+	}
 	if tc.point != "" {
 		env := []string{"NODEFORGE_CRASH_POINT=" + tc.point, "NODEFORGE_CRASH_MARKER=" + marker}
 		if tc.component == "nodeforge-scheduler" {
@@ -90,6 +99,7 @@ func crash(t *testing.T, tc crashCase) {
 		t.Fatal(err)
 	}
 	defer sb.Stop()
+	defer keepLogsOnFailure(t, sb)
 	cs, err := kubernetes.NewForConfig(sb.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +165,7 @@ func crash(t *testing.T, tc crashCase) {
 			_, err := os.Stat(marker)
 			return err == nil, nil
 		})
-	} else {
+	} else if tc.phase != "" {
 		poll(t, "a nodeclaim in phase "+string(tc.phase), func() (bool, error) {
 			var claims v1alpha1.NodeClaimList
 			if err := kube.List(ctx, &claims); err != nil {
@@ -170,13 +180,13 @@ func crash(t *testing.T, tc crashCase) {
 		})
 	}
 	victim := tc.component
-	if tc.schedulerReplicas > 1 {
+	if tc.replicas > 1 {
 		// Failover: the leader is gone for good; a standby must take over.
-		victim = leadingScheduler(t, sb, tc.schedulerReplicas, "")
+		victim = leading(t, sb, tc.component, tc.replicas, "")
 		if err := sb.Kill(victim); err != nil {
 			t.Fatal(err)
 		}
-		successor := leadingScheduler(t, sb, tc.schedulerReplicas, victim)
+		successor := leading(t, sb, tc.component, tc.replicas, victim)
 		t.Logf("%s took over from %s", successor, victim)
 	} else if err := sb.KillAndRestart(ctx, victim); err != nil {
 		t.Fatal(err)
@@ -193,6 +203,13 @@ func crash(t *testing.T, tc crashCase) {
 	still := map[string]bool{}
 	for _, p := range after.Items {
 		still[string(p.UID)] = true
+		// A pod left on a node that is gone looks Running to the API
+		// (no kubelet reports otherwise): it was never drained.
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			if err := kube.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &corev1.Node{}); err != nil {
+				t.Errorf("pod %s is Running on node %s, which is gone (%v): its node was removed without draining it", p.Name, p.Spec.NodeName, err)
+			}
+		}
 	}
 	replaced := 0
 	for _, p := range before.Items {
@@ -244,14 +261,8 @@ func crash(t *testing.T, tc crashCase) {
 			}
 		}
 	}
-	raw, err := os.ReadFile(filepath.Join(sb.Dir, "simulated-cloud.json"))
+	inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
 	if err != nil {
-		t.Fatal(err)
-	}
-	var inventory map[string]struct {
-		NodeClaim string `json:"NodeClaim"`
-	}
-	if err := json.Unmarshal(raw, &inventory); err != nil {
 		t.Fatal(err)
 	}
 	perClaim := map[string]int{}
@@ -270,17 +281,17 @@ func crash(t *testing.T, tc crashCase) {
 	t.Logf("%s (%s): %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, victim, len(claims.Items), len(inventory), replaced)
 }
 
-// leadingScheduler names the nodeforge-scheduler replica, other than
-// except, that acquired the lease, by the line client-go's leader election
-// logs when it does.
-func leadingScheduler(t *testing.T, sb *sandbox.Sandbox, replicas int, except string) string {
+// leading names the replica of component, other than except, that
+// acquired its lease, by the line client-go's leader election logs when it
+// does (both components elect leaders with it).
+func leading(t *testing.T, sb *sandbox.Sandbox, component string, replicas int, except string) string {
 	t.Helper()
 	var leader string
-	poll(t, "a nodeforge-scheduler replica other than "+except+" leading", func() (bool, error) {
+	poll(t, "a "+component+" replica other than "+except+" leading", func() (bool, error) {
 		for i := 1; i <= replicas; i++ {
-			name := "nodeforge-scheduler"
+			name := component
 			if i > 1 {
-				name = fmt.Sprintf("nodeforge-scheduler-%d", i)
+				name = fmt.Sprintf("%s-%d", component, i)
 			}
 			if name == except {
 				continue
@@ -289,7 +300,7 @@ func leadingScheduler(t *testing.T, sb *sandbox.Sandbox, replicas int, except st
 			if err != nil {
 				return false, err
 			}
-			if strings.Contains(string(raw), "Successfully acquired lease") {
+			if strings.Contains(strings.ToLower(string(raw)), "successfully acquired lease") {
 				leader = name
 				return true, nil
 			}
@@ -297,4 +308,122 @@ func leadingScheduler(t *testing.T, sb *sandbox.Sandbox, replicas int, except st
 		return false, nil
 	})
 	return leader
+}
+
+// TestCrashInGarbageCollection force-deletes a running pod's claim while
+// the provisioner is down, so its instance becomes an orphan, and has the
+// provisioner crash right after garbage collection terminated that
+// instance, before it deleted its Node. Started again, the provisioner
+// must still remove the Node (whose instance is now in no list), and the
+// workload must end Running on a claimed node with one instance per claim
+// and no instance without a claim.
+func TestCrashInGarbageCollection(t *testing.T) {
+	ctx := context.Background()
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "crashed")
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins,
+		ProvisionerArgs: []string{"--garbage-collection-interval=1s", "--garbage-collection-grace=5s"},
+		ProvisionerEnv:  []string{"NODEFORGE_CRASH_POINT=" + crashpoint.AfterCollectTerminate, "NODEFORGE_CRASH_MARKER=" + marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Stop()
+	cs, err := kubernetes.NewForConfig(sb.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := sb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "gc"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gc", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler",
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
+		}},
+	}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the gc pod Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app=gc")
+		return n == 1, err
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) != 1 {
+		t.Fatalf("%d nodeclaims (err %v), want 1", len(claims.Items), err)
+	}
+	orphan := claims.Items[0]
+
+	// The provisioner is down while someone removes the claim's finalizer
+	// and deletes it: its instance and Node are left without a claim.
+	if err := sb.Kill("nodeforge-provisioner"); err != nil {
+		t.Fatal(err)
+	}
+	orphan.Finalizers = nil
+	if err := kube.Update(ctx, &orphan); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Delete(ctx, &orphan); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if err := sb.KillAndRestart(ctx, "nodeforge-provisioner"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the provisioner crashed after terminating the orphan", func() (bool, error) {
+		_, err := os.Stat(marker)
+		return err == nil, nil
+	})
+	inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inventory[orphan.Status.ProviderID]; ok {
+		t.Fatalf("the orphan instance %s is still there at the crash point", orphan.Status.ProviderID)
+	}
+	if err := kube.Get(ctx, client.ObjectKey{Name: orphan.Status.NodeName}, &corev1.Node{}); err != nil {
+		t.Fatalf("node %s should still be there when the provisioner crashed: %v", orphan.Status.NodeName, err)
+	}
+	if err := sb.KillAndRestart(ctx, "nodeforge-provisioner"); err != nil {
+		t.Fatal(err)
+	}
+
+	poll(t, "node "+orphan.Status.NodeName+", whose instance is gone, deleted", func() (bool, error) {
+		err := kube.Get(ctx, client.ObjectKey{Name: orphan.Status.NodeName}, &corev1.Node{})
+		return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+	})
+	poll(t, "the gc pod Running on a claimed node", func() (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=gc"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return false, err
+		}
+		return pods.Items[0].Spec.NodeName != orphan.Status.NodeName, nil
+	})
+	poll(t, "one instance per nodeclaim, none without one", func() (bool, error) {
+		if err := kube.List(ctx, &claims); err != nil {
+			return false, err
+		}
+		inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
+		if err != nil {
+			return false, err
+		}
+		perClaim := map[string]int{}
+		for _, in := range inventory {
+			perClaim[in.NodeClaim]++
+		}
+		for _, nc := range claims.Items {
+			if perClaim[nc.Name] != 1 {
+				return false, nil
+			}
+			delete(perClaim, nc.Name)
+		}
+		return len(perClaim) == 0, nil
+	})
 }

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 )
 
 // TestCloudFaults injects faults through the SimulatedNodeClass and checks
@@ -129,14 +127,8 @@ func TestCloudFaults(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKey{Name: timedOut}, &nc); err == nil {
 			t.Errorf("nodeclaim %s still exists after its registration timed out", timedOut)
 		}
-		raw, err := os.ReadFile(filepath.Join(dir, "simulated-cloud.json"))
+		inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
 		if err != nil {
-			t.Fatal(err)
-		}
-		var inventory map[string]struct {
-			NeverRegister bool `json:"neverRegister"`
-		}
-		if err := json.Unmarshal(raw, &inventory); err != nil {
 			t.Fatal(err)
 		}
 		for providerID, in := range inventory {

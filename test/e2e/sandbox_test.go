@@ -517,3 +517,34 @@ func TestDemo(t *testing.T) {
 		})
 	}
 }
+
+// keepLogsOnFailure, when a test failed, logs the last lines of
+// Nodeforge's own component logs (CI shows only the test output) and,
+// when $NODEFORGE_E2E_LOGS is set, copies every component log to
+// $NODEFORGE_E2E_LOGS/<test name>, since the sandbox's directory is
+// removed with the test.
+func keepLogsOnFailure(t *testing.T, sb *sandbox.Sandbox) {
+	if !t.Failed() {
+		return
+	}
+	logs := filepath.Join(sb.Dir, "logs")
+	names, _ := filepath.Glob(filepath.Join(logs, "nodeforge-*.log"))
+	for _, name := range names {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		t.Logf("last lines of %s:\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-25):], "\n"))
+	}
+	root := os.Getenv("NODEFORGE_E2E_LOGS")
+	if root == "" {
+		return
+	}
+	dst := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	if err := os.CopyFS(dst, os.DirFS(logs)); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	t.Logf("component logs kept in %s", dst)
+}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ type Options struct {
 	// configuration and so one leader election lease; 0 means 1. The
 	// first is "nodeforge-scheduler", the others "nodeforge-scheduler-2"...
 	SchedulerReplicas int
+	// ProvisionerReplicas of nodeforge-provisioner run, with leader
+	// election on one lease; 0 means 1. Named like the scheduler's.
+	ProvisionerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
 	// "aws", which runs a fake EC2 region on loopback (test/ec2fake) that
 	// the provisioner reaches through the real AWS SDK; its instances
@@ -99,7 +103,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "simulated-cloud.json", "endpoints"} {
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "endpoints"} {
 		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
 			return nil, err
 		}
@@ -316,11 +320,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	provArgs := []string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
 		"--cloud-provider=simulated",
-		"--simulated-state=" + filepath.Join(dir, "simulated-cloud.json"),
+		"--simulated-namespace=" + namespace,
 		"--leader-elect=true",
 		"--leader-election-namespace=" + namespace,
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", p.provisionerHealth),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", p.provisionerMetrics),
 	}
 	var provEnv []string
 	if s.region != nil {
@@ -338,12 +340,25 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		// that requests are signed, not by whom.
 		provEnv = []string{"AWS_ACCESS_KEY_ID=AKIASANDBOX", "AWS_SECRET_ACCESS_KEY=sandbox", "AWS_EC2_METADATA_DISABLED=true"}
 	}
-	prov, err := s.startWithEnv(logDir, "nodeforge-provisioner", bin.Provisioner, append(provEnv, o.ProvisionerEnv...), append(provArgs, o.ProvisionerArgs...)...)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.ready(ctx, prov, httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", p.provisionerHealth))); err != nil {
-		return nil, err
+	for i := 1; i <= max(o.ProvisionerReplicas, 1); i++ {
+		name, health, metrics := "nodeforge-provisioner", p.provisionerHealth, p.provisionerMetrics
+		if i > 1 {
+			pp, err := freePorts(2)
+			if err != nil {
+				return nil, err
+			}
+			name, health, metrics = fmt.Sprintf("nodeforge-provisioner-%d", i), pp[0], pp[1]
+		}
+		args := append(slices.Clone(provArgs),
+			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics))
+		prov, err := s.startWithEnv(logDir, name, bin.Provisioner, append(provEnv, o.ProvisionerEnv...), append(args, o.ProvisionerArgs...)...)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.ready(ctx, prov, httpOK(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))); err != nil {
+			return nil, err
+		}
 	}
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)

@@ -5,12 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,25 +22,40 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
-// Cloud is the simulated cloud. Its inventory is a JSON file, as a real
-// cloud's lives outside the cluster: it survives a provisioner restart.
-// Instances "boot" for the node class's registrationDelay and then register
-// as Nodes that kwok runs (annotation kwok.x-k8s.io/node=fake), with the
-// labels and taints of the launch, like a kubelet would.
+// Cloud is the simulated cloud. Its inventory lives in the cluster, one
+// ConfigMap per instance in one namespace, as a real cloud's lives outside
+// any one provisioner: it survives a restart, and every replica sees the
+// same instances, so a standby that takes over neither launches a second
+// instance for a claim nor mistakes the old leader's instances for
+// orphans. Reads go to the API server, not a cache, as a cloud's API
+// answers from its own state. Instances "boot" for the node class's
+// registrationDelay and then register as Nodes that kwok runs (annotation
+// kwok.x-k8s.io/node=fake), with the labels and taints of the launch, like
+// a kubelet would.
 type Cloud struct {
 	*Catalog
 	kube      client.Client
-	statePath string
+	api       client.Reader
+	namespace string
 	now       func() time.Time
 
-	mu        sync.Mutex
-	instances map[string]*instance // by provider ID
+	// mu serialises Create, so that one process never launches twice for a
+	// claim; across replicas only the leader launches.
+	mu sync.Mutex
 }
 
 var _ cloudprovider.CloudProvider = &Cloud{}
 
-// instance is one simulated machine, as stored in the state file.
-type instance struct {
+// Labels of the inventory's ConfigMaps.
+const (
+	labelInstance   = "simulated.nodeforge.dev/instance"
+	labelClaimUID   = "simulated.nodeforge.dev/claim-uid"
+	labelRegistered = "simulated.nodeforge.dev/registered"
+	dataKey         = "instance.json"
+)
+
+// Record is one simulated machine as the inventory keeps it.
+type Record struct {
 	cloudprovider.Instance
 	ClaimUID      string            `json:"claimUID"`
 	NodeName      string            `json:"nodeName"`
@@ -50,51 +63,69 @@ type instance struct {
 	Taints        []corev1.Taint    `json:"taints"`
 	RegisterAt    time.Time         `json:"registerAt"`
 	NeverRegister bool              `json:"neverRegister,omitempty"`
-	Registered    bool              `json:"registered,omitempty"`
 }
 
 // NewCloud returns the simulated cloud serving catalog, keeping its
-// inventory in statePath and registering nodes through kube.
-func NewCloud(catalog *Catalog, kube client.Client, statePath string) (*Cloud, error) {
-	c := &Cloud{Catalog: catalog, kube: kube, statePath: statePath, now: time.Now, instances: map[string]*instance{}}
-	raw, err := os.ReadFile(statePath)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("reading simulated cloud state: %w", err)
-	default:
-		if err := json.Unmarshal(raw, &c.instances); err != nil {
-			return nil, fmt.Errorf("parsing simulated cloud state %s: %w", statePath, err)
-		}
-	}
-	return c, nil
+// inventory in namespace: written through kube, read through api (the
+// manager's uncached reader), and registering nodes through kube.
+func NewCloud(catalog *Catalog, kube client.Client, api client.Reader, namespace string) *Cloud {
+	return &Cloud{Catalog: catalog, kube: kube, api: api, namespace: namespace, now: time.Now}
 }
 
-// save writes the inventory atomically. Callers hold c.mu.
-func (c *Cloud) save() error {
-	raw, err := json.MarshalIndent(c.instances, "", "  ")
-	if err != nil {
-		return err
+// Inventory lists the simulated cloud's instances in namespace, by
+// provider ID: tests use it to compare what runs with what was claimed.
+func Inventory(ctx context.Context, api client.Reader, namespace string) (map[string]Record, error) {
+	var list corev1.ConfigMapList
+	if err := api.List(ctx, &list, client.InNamespace(namespace), client.HasLabels{labelInstance}); err != nil {
+		return nil, fmt.Errorf("listing the simulated cloud's instances: %w", err)
 	}
-	tmp := c.statePath + ".tmp"
-	if err := os.MkdirAll(filepath.Dir(c.statePath), 0o755); err != nil {
-		return err
+	out := make(map[string]Record, len(list.Items))
+	for i := range list.Items {
+		r, err := decode(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out[r.ProviderID] = r
 	}
-	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return err
+	return out, nil
+}
+
+func decode(cm *corev1.ConfigMap) (Record, error) {
+	var r Record
+	if err := json.Unmarshal([]byte(cm.Data[dataKey]), &r); err != nil {
+		return r, fmt.Errorf("parsing simulated instance %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
-	return os.Rename(tmp, c.statePath)
+	return r, nil
+}
+
+// objectName is the ConfigMap of the instance with providerID
+// simulated:///<zone>/<id>: its node's name.
+func objectName(providerID string) (string, bool) {
+	rest, ok := strings.CutPrefix(providerID, "simulated:///")
+	if !ok {
+		return "", false
+	}
+	_, id, ok := strings.Cut(rest, "/")
+	if !ok || id == "" {
+		return "", false
+	}
+	return "sim-" + id, true
 }
 
 // Create launches an instance for the claim, or returns the one it already has.
 func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovider.Instance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, in := range c.instances {
-		if in.ClaimUID == l.ClaimUID {
-			out := in.Instance
-			return &out, nil
+	var existing corev1.ConfigMapList
+	if err := c.api.List(ctx, &existing, client.InNamespace(c.namespace), client.MatchingLabels{labelClaimUID: l.ClaimUID}); err != nil {
+		return nil, fmt.Errorf("looking up the claim's instance: %w", err)
+	}
+	for i := range existing.Items {
+		r, err := decode(&existing.Items[i])
+		if err != nil {
+			return nil, err
 		}
+		return &r.Instance, nil
 	}
 	var class v1alpha1.SimulatedNodeClass
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: l.NodeClass.Name}, &class); err != nil {
@@ -126,7 +157,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 			continue
 		}
 		id := "i-" + randomHex(8)
-		in := &instance{
+		r := Record{
 			Instance: cloudprovider.Instance{
 				ProviderID: "simulated:///" + o.Zone + "/" + id, InstanceType: o.InstanceType.Name, Zone: o.Zone, CapacityType: o.CapacityType,
 				Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable,
@@ -135,17 +166,28 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: maps.Clone(l.Labels), Taints: slices.Clone(l.Taints),
 			RegisterAt: c.now().Add(delay), NeverRegister: never,
 		}
-		in.Labels[corev1.LabelInstanceTypeStable] = o.InstanceType.Name
-		in.Labels[corev1.LabelTopologyZone] = o.Zone
-		in.Labels[v1alpha1.LabelCapacityType] = o.CapacityType
-		in.Labels[corev1.LabelHostname] = in.NodeName
-		maps.Copy(in.Labels, o.InstanceType.Labels)
-		c.instances[in.ProviderID] = in
-		if err := c.save(); err != nil {
-			delete(c.instances, in.ProviderID)
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		r.Labels[corev1.LabelInstanceTypeStable] = o.InstanceType.Name
+		r.Labels[corev1.LabelTopologyZone] = o.Zone
+		r.Labels[v1alpha1.LabelCapacityType] = o.CapacityType
+		r.Labels[corev1.LabelHostname] = r.NodeName
+		maps.Copy(r.Labels, o.InstanceType.Labels)
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: r.NodeName, Namespace: c.namespace, Labels: map[string]string{
+				labelInstance: "true", labelClaimUID: l.ClaimUID, labelRegistered: "false",
+			}},
+			Data: map[string]string{dataKey: string(raw)},
+		}
+		if err := c.kube.Create(ctx, cm); err != nil {
 			return nil, fmt.Errorf("recording instance: %w", err)
 		}
-		out := in.Instance
+		out := r.Instance
 		out.Refused = refused
 		return &out, nil
 	}
@@ -159,36 +201,48 @@ func faultMatches(f v1alpha1.SimulatedFault, o cloudprovider.Offer) bool {
 }
 
 // Delete terminates an instance; ErrNotFound once it is gone.
-func (c *Cloud) Delete(_ context.Context, providerID string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.instances[providerID]; !ok {
+func (c *Cloud) Delete(ctx context.Context, providerID string) error {
+	name, ok := objectName(providerID)
+	if !ok {
 		return cloudprovider.ErrNotFound
 	}
-	delete(c.instances, providerID)
-	return c.save()
+	err := c.kube.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.namespace}})
+	if apierrors.IsNotFound(err) {
+		return cloudprovider.ErrNotFound
+	}
+	return err
 }
 
 // Get returns an instance or ErrNotFound.
-func (c *Cloud) Get(_ context.Context, providerID string) (*cloudprovider.Instance, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	in, ok := c.instances[providerID]
+func (c *Cloud) Get(ctx context.Context, providerID string) (*cloudprovider.Instance, error) {
+	name, ok := objectName(providerID)
 	if !ok {
 		return nil, cloudprovider.ErrNotFound
 	}
-	out := in.Instance
-	return &out, nil
+	var cm corev1.ConfigMap
+	err := c.api.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil, cloudprovider.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err := decode(&cm)
+	if err != nil {
+		return nil, err
+	}
+	return &r.Instance, nil
 }
 
 // List returns every instance.
-func (c *Cloud) List(context.Context) ([]*cloudprovider.Instance, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*cloudprovider.Instance, 0, len(c.instances))
-	for _, in := range c.instances {
-		i := in.Instance
-		out = append(out, &i)
+func (c *Cloud) List(ctx context.Context) ([]*cloudprovider.Instance, error) {
+	inv, err := Inventory(ctx, c.api, c.namespace)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*cloudprovider.Instance, 0, len(inv))
+	for _, r := range inv {
+		out = append(out, &r.Instance)
 	}
 	return out, nil
 }
@@ -203,39 +257,45 @@ func (c *Cloud) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.register(ctx)
+			if err := c.register(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Registering simulated nodes")
+			}
 		}
 	}
 }
 
-func (c *Cloud) register(ctx context.Context) {
-	c.mu.Lock()
-	var due []*instance
-	for _, in := range c.instances {
-		if !in.Registered && !in.NeverRegister && !c.now().Before(in.RegisterAt) {
-			due = append(due, in)
-		}
+func (c *Cloud) register(ctx context.Context) error {
+	var pending corev1.ConfigMapList
+	if err := c.api.List(ctx, &pending, client.InNamespace(c.namespace), client.MatchingLabels{labelRegistered: "false"}); err != nil {
+		return err
 	}
-	c.mu.Unlock()
-	for _, in := range due {
+	for i := range pending.Items {
+		cm := &pending.Items[i]
+		in, err := decode(cm)
+		if err != nil {
+			return err
+		}
+		if in.NeverRegister || c.now().Before(in.RegisterAt) {
+			continue
+		}
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: in.NodeName, Labels: in.Labels, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
 			Spec:       corev1.NodeSpec{ProviderID: in.ProviderID, Taints: in.Taints},
 			Status:     corev1.NodeStatus{Capacity: in.Capacity, Allocatable: in.Allocatable},
 		}
-		err := c.kube.Create(ctx, node)
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.kube.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			klog.FromContext(ctx).Error(err, "Registering simulated node", "node", in.NodeName, "providerID", in.ProviderID)
 			continue
 		}
-		c.mu.Lock()
-		if cur, ok := c.instances[in.ProviderID]; ok {
-			cur.Registered = true
-			_ = c.save()
+		cm.Labels[labelRegistered] = "true"
+		// A conflict or NotFound means the instance changed or was
+		// terminated meanwhile; the next round sees it as it is now.
+		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
 		}
-		c.mu.Unlock()
 		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim)
 	}
+	return nil
 }
 
 func randomHex(n int) string {

@@ -3,34 +3,38 @@ package simulated
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
-func testCloud(t *testing.T, state string, faults ...v1alpha1.SimulatedFault) (*Cloud, cloudprovider.Launch) {
+func testCloud(t *testing.T, kube client.WithWatch, faults ...v1alpha1.SimulatedFault) (*Cloud, cloudprovider.Launch) {
 	t.Helper()
 	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	class := &v1alpha1.SimulatedNodeClass{}
-	class.Name = "default"
-	class.Spec.Faults = faults
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(class).Build()
+	if kube == nil {
+		class := &v1alpha1.SimulatedNodeClass{}
+		class.Name = "default"
+		class.Spec.Faults = faults
+		kube = fake.NewClientBuilder().WithScheme(scheme).WithObjects(class).Build()
+	}
 	cat, err := NewCatalog("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewCloud(cat, kube, state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := NewCloud(cat, kube, kube, "nodeforge")
 	var offers []cloudprovider.Offer
 	for _, it := range cat.types[:3] {
 		offers = append(offers, cloudprovider.Offer{InstanceType: it, Zone: "zone-a", CapacityType: "spot", Price: 1})
@@ -40,16 +44,16 @@ func testCloud(t *testing.T, state string, faults ...v1alpha1.SimulatedFault) (*
 }
 
 // TestCreateIsIdempotentAcrossRestarts launches for a claim, "restarts" the
-// provider from its state file, and launches again: one instance.
+// provider (a new Cloud over the same cluster), and launches again: one
+// instance.
 func TestCreateIsIdempotentAcrossRestarts(t *testing.T) {
 	ctx := context.Background()
-	state := filepath.Join(t.TempDir(), "state.json")
-	c, l := testCloud(t, state)
+	c, l := testCloud(t, nil)
 	first, err := c.Create(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restarted, _ := testCloud(t, state)
+	restarted, _ := testCloud(t, c.kube.(client.WithWatch))
 	second, err := restarted.Create(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +74,7 @@ func TestCreateIsIdempotentAcrossRestarts(t *testing.T) {
 // next launches and the refused one is reported; all refused is a typed error.
 func TestCapacityFaultsFallThrough(t *testing.T) {
 	ctx := context.Background()
-	c, l := testCloud(t, filepath.Join(t.TempDir(), "s.json"),
+	c, l := testCloud(t, nil,
 		v1alpha1.SimulatedFault{Kind: v1alpha1.FaultInsufficientCapacity, InstanceTypes: []string{"c7.12xlarge"}})
 	if l.Offers[0].InstanceType.Name != "c7.12xlarge" {
 		t.Fatalf("catalog order changed: first offer %s", l.Offers[0].InstanceType.Name)
@@ -82,8 +86,51 @@ func TestCapacityFaultsFallThrough(t *testing.T) {
 	if in.InstanceType != l.Offers[1].InstanceType.Name || len(in.Refused) != 1 || in.Refused[0].InstanceType.Name != "c7.12xlarge" {
 		t.Fatalf("launched %s, refused %v", in.InstanceType, in.Refused)
 	}
-	c2, l2 := testCloud(t, filepath.Join(t.TempDir(), "s.json"), v1alpha1.SimulatedFault{Kind: v1alpha1.FaultInsufficientCapacity, Zones: []string{"zone-a"}})
+	c2, l2 := testCloud(t, nil, v1alpha1.SimulatedFault{Kind: v1alpha1.FaultInsufficientCapacity, Zones: []string{"zone-a"}})
 	if _, err := c2.Create(ctx, l2); !cloudprovider.IsInsufficientCapacity(err) {
 		t.Fatalf("every offer refused: got %v, want an InsufficientCapacityError", err)
+	}
+}
+
+// TestRegistersEachBootedInstanceOnce registers a booted instance's Node,
+// with the launch's labels and the instance's provider ID, exactly once;
+// an instance that never registers stays unregistered, and a terminated
+// one leaves the inventory every replica reads.
+func TestRegistersEachBootedInstanceOnce(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	l.Labels = map[string]string{"team": "a"}
+	in, err := c.Create(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.register(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var nodes corev1.NodeList
+	if err := c.kube.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 1 || nodes.Items[0].Spec.ProviderID != in.ProviderID || nodes.Items[0].Labels["team"] != "a" {
+		t.Fatalf("registered nodes %+v, want one with providerID %s and label team=a", nodes.Items, in.ProviderID)
+	}
+	var pending corev1.ConfigMapList
+	if err := c.kube.List(ctx, &pending, client.MatchingLabels{labelRegistered: "false"}); err != nil || len(pending.Items) != 0 {
+		t.Fatalf("instances still waiting to register: %d (err %v)", len(pending.Items), err)
+	}
+	if err := c.Delete(ctx, in.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, in.ProviderID); !errors.Is(err, cloudprovider.ErrNotFound) {
+		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	inv, err := Inventory(ctx, c.api, "nodeforge")
+	if err != nil || len(inv) != 0 {
+		t.Fatalf("inventory after Delete: %v (err %v)", inv, err)
+	}
+	if _, err := c.Get(ctx, "aws:///zone-a/i-1"); !errors.Is(err, cloudprovider.ErrNotFound) {
+		t.Fatalf("Get of a foreign provider ID: %v, want ErrNotFound", err)
 	}
 }

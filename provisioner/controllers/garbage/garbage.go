@@ -2,7 +2,8 @@
 // ours that no NodeClaim accounts for are terminated after a grace period
 // (a crash between launch and recording the claim's status can leave one),
 // and NodeClaims whose instance vanished (not listed, not found by ID, and
-// launched longer ago than the grace period) are deleted.
+// launched longer ago than the grace period) are deleted, as are the Nodes
+// of our pools whose instance is gone and that no claim accounts for.
 package garbage
 
 import (
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -68,7 +71,7 @@ func (g *Collector) Collect(ctx context.Context) error {
 	for i := range claims.Items {
 		byName[claims.Items[i].Name] = &claims.Items[i]
 	}
-	live := map[string]bool{}
+	live, terminated := map[string]bool{}, map[string]bool{}
 	var errs []error
 	for _, in := range instances {
 		live[in.ProviderID] = true
@@ -82,16 +85,12 @@ func (g *Collector) Collect(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		var nodes corev1.NodeList
-		if err := g.kube.List(ctx, &nodes); err == nil {
-			for i := range nodes.Items {
-				if nodes.Items[i].Spec.ProviderID == in.ProviderID {
-					errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, &nodes.Items[i])))
-				}
-			}
-		}
+		delete(live, in.ProviderID)
+		terminated[in.ProviderID] = true
+		crashpoint.Hit(crashpoint.AfterCollectTerminate)
 		metrics.ClaimsDeleted.WithLabelValues(in.NodePool, "OrphanInstance").Inc()
 	}
+	errs = append(errs, g.deleteNodesWithoutInstance(ctx, live, terminated, byName))
 	for _, nc := range claims.Items {
 		if nc.Status.ProviderID == "" || live[nc.Status.ProviderID] || !nc.DeletionTimestamp.IsZero() {
 			continue
@@ -116,6 +115,55 @@ func (g *Collector) Collect(ctx context.Context) error {
 		logger.Info("Deleting nodeclaim whose instance is gone", "nodeClaim", nc.Name, "providerID", nc.Status.ProviderID)
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "InstanceGone").Inc()
 		errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, &nc)))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteNodesWithoutInstance deletes the Nodes of our pools whose instance
+// is gone and that no claim accounts for: the Node of an orphan just
+// terminated, and one left behind when a crash fell between terminating an
+// instance and deleting its Node (the instance is then in no list, so only
+// the Node tells). A Node a claim names is left to that claim's own
+// termination; one younger than the grace period, or whose instance the
+// cloud still finds by ID, is kept, as a cloud's list may lag a launch.
+func (g *Collector) deleteNodesWithoutInstance(ctx context.Context, live, terminated map[string]bool, claims map[string]*v1alpha1.NodeClaim) error {
+	var nodes corev1.NodeList
+	if err := g.kube.List(ctx, &nodes); err != nil {
+		return err
+	}
+	claimed := map[string]bool{}
+	for _, nc := range claims {
+		claimed[nc.Status.ProviderID] = true
+		claimed[nc.Status.NodeName] = true
+	}
+	var errs []error
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		id := node.Spec.ProviderID
+		_, ours := node.Labels[v1alpha1.LabelNodePool]
+		if id == "" || live[id] || (!terminated[id] && (!ours || claimed[id] || claimed[node.Name] || g.now().Sub(node.CreationTimestamp.Time) < g.Grace)) {
+			continue
+		}
+		if !terminated[id] {
+			if _, err := g.cloud.Get(ctx, id); !errors.Is(err, cloudprovider.ErrNotFound) {
+				if err != nil {
+					errs = append(errs, fmt.Errorf("looking up instance %s of node %s: %w", id, node.Name, err))
+				}
+				continue
+			}
+		}
+		klog.FromContext(ctx).Info("Deleting node whose instance is gone", "node", klog.KObj(node), "providerID", id, "nodePool", node.Labels[v1alpha1.LabelNodePool])
+		// The termination finalizer waits for an instance that is gone and
+		// a claim that no longer exists: nothing else would lift it.
+		if controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerTermination) {
+			if err := g.kube.Update(ctx, node); err != nil {
+				errs = append(errs, client.IgnoreNotFound(err))
+				continue
+			}
+		}
+		if node.DeletionTimestamp.IsZero() {
+			errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, node)))
+		}
 	}
 	return errors.Join(errs...)
 }

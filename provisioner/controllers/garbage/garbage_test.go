@@ -2,6 +2,7 @@ package garbage
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +17,14 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	fakecloud "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
+
+func node(name, providerID string, ours bool, created time.Time) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created), Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	if ours {
+		n.Labels = map[string]string{v1alpha1.LabelNodePool: "default"}
+	}
+	return n
+}
 
 func TestCollect(t *testing.T) {
 	now := time.Now()
@@ -42,6 +51,12 @@ func TestCollect(t *testing.T) {
 		// Launched after the cloud was listed: not in the list, but young.
 		claim("fresh", "sim:///a/fresh", now.Add(-time.Second)),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "orphan-node"}, Spec: corev1.NodeSpec{ProviderID: "sim:///a/orphan"}},
+		// Left behind by a crash after its orphan instance was terminated.
+		node("leftover", "sim:///a/terminated-earlier", true, now.Add(-time.Hour)),
+		// Not ours, or named by a claim, or too young to judge: kept.
+		node("foreign", "other:///x", false, now.Add(-time.Hour)),
+		node("fresh-node", "sim:///a/fresh", true, now.Add(-time.Hour)),
+		node("just-registered", "sim:///a/not-listed-yet", true, now.Add(-time.Second)),
 	).Build()
 	g := New(kube, cloud)
 	g.now = func() time.Time { return now }
@@ -55,8 +70,12 @@ func TestCollect(t *testing.T) {
 	}
 	var nodes corev1.NodeList
 	_ = kube.List(context.Background(), &nodes)
-	if len(nodes.Items) != 0 {
-		t.Errorf("the orphan's node was kept")
+	var kept []string
+	for _, n := range nodes.Items {
+		kept = append(kept, n.Name)
+	}
+	if want := []string{"foreign", "fresh-node", "just-registered"}; !slices.Equal(kept, want) {
+		t.Errorf("nodes kept %v, want %v (the orphan's and the leftover deleted)", kept, want)
 	}
 	var nc v1alpha1.NodeClaim
 	if err := kube.Get(context.Background(), client.ObjectKey{Name: "vanished"}, &nc); err == nil {
