@@ -37,6 +37,15 @@ type harness struct {
 	live   framework.Framework
 	plugin *VirtualNodes
 	real   []fwk.NodeInfo
+	// snapshot is the scheduler's snapshot both frameworks read; setReal
+	// replaces its contents, as a new scheduling cycle would.
+	snapshot *cache.Snapshot
+}
+
+// setReal makes the real cluster nodes with pods, for the cycles to come.
+func (h *harness) setReal(pods []*v1.Pod, nodes ...*v1.Node) {
+	*h.snapshot = *cache.NewSnapshot(pods, append([]*v1.Node{controlPlaneNode()}, nodes...))
+	h.real, _ = h.snapshot.NodeInfos().List()
 }
 
 // controlPlaneNode is the one real node: tainted, so no workload fits it.
@@ -87,7 +96,7 @@ func newHarness(tb testing.TB, pools []*pool) *harness {
 	p.setPools(pools)
 	close(p.synced)
 	real, _ := snapshot.NodeInfos().List()
-	return &harness{live: live, plugin: p, real: real}
+	return &harness{live: live, plugin: p, real: real, snapshot: snapshot}
 }
 
 // schedule runs one pod; it returns the claim it was nominated to, or nil.

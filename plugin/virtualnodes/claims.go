@@ -33,6 +33,10 @@ type claim struct {
 	created   time.Time
 	lastAdded time.Time
 	open      bool
+	// bound are pods of a closed claim that were bound, by the node they
+	// were bound to; they count on the claim's node until the scheduler's
+	// snapshot shows them there.
+	bound map[types.UID]string
 	// written is the object as last read from or written to the API
 	// server, nil until it exists there; dirty says it lags behind.
 	written *v1alpha1.NodeClaim

@@ -31,6 +31,7 @@ type decision struct {
 // the view that includes every virtual node. Callers hold p.mu.
 func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	logger := klog.FromContext(ctx)
+	p.settle()
 	p.view.reset()
 	defer p.view.reset()
 	state := framework.NewCycleState()

@@ -71,6 +71,9 @@ type VirtualNodes struct {
 	order     []*claim // open claims, oldest first
 	nominated map[types.UID]*claim
 	hints     map[string]*claim
+	// settling are the closed claims with pods bound but not yet seen on
+	// their real node in the scheduler's snapshot (see settle).
+	settling map[*claim]struct{}
 	// rebuildFrom restores the claims from the API server; it runs once,
 	// before the first decision (see rebuild). Nil in unit tests that
 	// start from an empty cluster.
@@ -161,6 +164,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		claims:         map[string]*claim{},
 		nominated:      map[types.UID]*claim{},
 		hints:          map[string]*claim{},
+		settling:       map[*claim]struct{}{},
 		refused:        map[types.UID]*v1.Pod{},
 		committed:      map[string]*v1alpha1.NodeClaim{},
 		committedUsage: map[string]v1.ResourceList{},
@@ -265,23 +269,86 @@ func (p *VirtualNodes) register(c *claim) {
 	p.view.byName[c.name] = c.info
 }
 
-// close takes a claim out of the view: it no longer takes nominations.
+// close stops a claim taking nominations. Its node stays in the view, with
+// the pods nominated to it, through launch and registration: until each pod
+// is seen bound on its real node in the scheduler's snapshot (settle), its
+// nomination is cleared, or the claim is deleted (drop). Pods counted
+// nowhere would let topology spread and inter-pod (anti-)affinity place a
+// pod the scheduler will refuse once they are bound.
 func (p *VirtualNodes) close(c *claim) {
 	if !c.open {
 		return
 	}
 	c.open = false
 	p.order = slices.DeleteFunc(p.order, func(o *claim) bool { return o == c })
-	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
-	delete(p.view.byName, c.name)
 	for sig, h := range p.hints {
 		if h == c {
 			delete(p.hints, sig)
 		}
 	}
-	// A closed claim only answers which pods it holds; its node view and
-	// options are not needed again, so they are not kept for the node's life.
-	c.info, c.dsPods, c.options = nil, nil, nil
+	// A closed claim takes no pods: its options are not needed again.
+	c.options = nil
+	if len(c.pods) == 0 {
+		p.drop(c)
+	}
+}
+
+// drop takes a claim's node out of the view.
+func (p *VirtualNodes) drop(c *claim) {
+	delete(p.settling, c)
+	if c.info == nil {
+		return
+	}
+	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
+	if p.view.byName[c.name] == fwk.NodeInfo(c.info) {
+		delete(p.view.byName, c.name)
+	}
+	c.info, c.dsPods = nil, nil
+}
+
+// unview takes a pod off a closed claim's node; the node leaves the view
+// with its last pod.
+func (p *VirtualNodes) unview(c *claim, pod *v1.Pod) {
+	if p.nominated[pod.UID] == c {
+		delete(p.nominated, pod.UID)
+	}
+	if _, ok := c.pods[pod.UID]; !ok {
+		return
+	}
+	delete(c.pods, pod.UID)
+	delete(c.bound, pod.UID)
+	if c.info != nil {
+		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
+	}
+	if len(c.bound) == 0 {
+		delete(p.settling, c)
+	}
+	if len(c.pods) == 0 {
+		p.drop(c)
+	}
+}
+
+// settle takes off the closed claims' nodes the bound pods the scheduler's
+// snapshot now shows on their real nodes, so each pod counts exactly once.
+// It runs at the start of each decision, when the snapshot is this cycle's.
+func (p *VirtualNodes) settle() {
+	if p.view.real == nil {
+		return
+	}
+	for c := range p.settling {
+		for uid, nodeName := range c.bound {
+			ni, err := p.view.real.Get(nodeName)
+			if err != nil || ni.Node() == nil {
+				continue
+			}
+			for _, pi := range ni.GetPods() {
+				if pi.GetPod().UID == uid {
+					p.unview(c, c.pods[uid])
+					break
+				}
+			}
+		}
+	}
 }
 
 // setPools replaces the pools, as their NodePools and catalogs change.

@@ -240,3 +240,98 @@ func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
 		t.Errorf("pod b after takeover went to %v (%d claims); want the restored claim %s", other, len(h.plugin.claims), got.name)
 	}
 }
+
+// zoneAntiAffinePod refuses to share a zone with another app=t pod.
+func zoneAntiAffinePod(name string) *v1.Pod {
+	p := testPod(name, "1", "1Gi")
+	p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "t"}}, TopologyKey: v1.LabelTopologyZone,
+	}}}}
+	return p
+}
+
+// TestClosedClaimPodsCountUntilSeenBound: four pods that refuse to share
+// a zone, three zones. The first pod's claim is closed by the provisioner
+// (launching) and its pod bound before the scheduler's snapshot shows it:
+// through all of it, the pod counts in its zone, so the fourth pod is
+// refused every time, and counted once the snapshot has it on the real
+// node. The claim's node leaves the view then.
+func TestClosedClaimPodsCountUntilSeenBound(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	first, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	closed := first.object()
+	closed.Status.Phase = v1alpha1.NodeClaimLaunching
+	h.plugin.claimChanged(closed)
+	zones := map[string]bool{first.group.zone: true}
+	for _, name := range []string{"p2", "p3"} {
+		c, s := h.schedule(ctx, zoneAntiAffinePod(name))
+		if !s.IsSuccess() {
+			t.Fatalf("%s: %s", name, s.Message())
+		}
+		if zones[c.group.zone] {
+			t.Fatalf("%s nominated to zone %s, which already has a pod (the launching claim's pod was not counted)", name, c.group.zone)
+		}
+		zones[c.group.zone] = true
+	}
+	refused := func(when string) {
+		t.Helper()
+		c, s := h.schedule(ctx, zoneAntiAffinePod("p4"))
+		if s.IsSuccess() {
+			t.Fatalf("%s: the fourth pod was nominated to %s in zone %s, which has a pod already", when, c.name, c.group.zone)
+		}
+		if s.Code() != fwk.Unschedulable {
+			t.Fatalf("%s: the fourth pod got %v %q, want Unschedulable", when, s.Code(), s.Message())
+		}
+	}
+	refused("claim launching")
+
+	// The provisioner binds p1 to the claim's real node; the scheduler's
+	// snapshot does not show it yet.
+	bound := zoneAntiAffinePod("p1")
+	bound.Spec.NodeName = "real-1"
+	h.plugin.podGone(bound, false)
+	refused("p1 bound, not yet in the snapshot")
+	if first.info == nil {
+		t.Fatal("the claim's node left the view before the snapshot showed its pod")
+	}
+
+	// The snapshot catches up: p1 on real-1, in the claim's zone.
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{v1.LabelHostname: "real-1", v1.LabelTopologyZone: first.group.zone}},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
+	h.setReal([]*v1.Pod{bound}, node)
+	refused("p1 in the snapshot")
+	if first.info != nil || len(first.pods) != 0 {
+		t.Errorf("the claim's node is still in the view (%d pods) after its pod was seen on its real node", len(first.pods))
+	}
+	for _, n := range h.plugin.view.virtual {
+		if n.Node() != nil && n.Node().Name == first.name {
+			t.Errorf("claim %s is still a virtual node", first.name)
+		}
+	}
+}
+
+// TestDeletedClosedClaimLeavesTheViewAtOnce: the pods of a closed claim
+// that is deleted count nowhere and are decided again.
+func TestDeletedClosedClaimLeavesTheViewAtOnce(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	first, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	closed := first.object()
+	closed.Status.Phase = v1alpha1.NodeClaimLaunched
+	h.plugin.claimChanged(closed)
+	h.plugin.claimDeleted(first.name)
+	if first.info != nil {
+		t.Fatal("a deleted claim's node is still in the view")
+	}
+	c, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
+	if !s.IsSuccess() || c == first {
+		t.Fatalf("the deleted claim's pod was not nominated to a new claim: %v", s.Message())
+	}
+}

@@ -91,7 +91,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 			pod := obj.(*v1.Pod)
 			switch {
 			case pod.Spec.NodeName != "":
-				p.podGone(pod)
+				p.podGone(pod, false)
 			case pod.Status.NominatedNodeName == "":
 				// The provisioner cleared the nomination: the pod did not
 				// fit the node after all and must be decided again.
@@ -103,7 +103,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				p.podGone(pod)
+				p.podGone(pod, true)
 			}
 		},
 	}); err != nil {
@@ -201,6 +201,7 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 	}
 	for _, c := range p.claims {
 		p.close(c)
+		p.drop(c)
 	}
 	clear(p.claims)
 	clear(p.nominated)
@@ -218,8 +219,13 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			continue
 		}
 		if nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating {
-			// Closed: its pods keep their nomination while it launches.
-			p.restoreClosed(nc.Name, byClaim[nc.Name])
+			// Closed: its pods keep their nomination while it launches,
+			// and count on its node until they are bound.
+			if cl := p.restore(nc, byClaim[nc.Name]); cl != nil {
+				p.close(cl)
+			} else {
+				p.restoreClosed(nc.Name, byClaim[nc.Name])
+			}
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
@@ -332,6 +338,7 @@ func (p *VirtualNodes) claimDeleted(name string) {
 // once, not after minutes. Callers hold p.mu.
 func (p *VirtualNodes) forget(c *claim, why string) {
 	p.close(c)
+	p.drop(c)
 	delete(p.claims, c.name)
 	for uid, pod := range c.pods {
 		if p.nominated[uid] == c {
@@ -349,25 +356,35 @@ func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.nominated[pod.UID]; c != nil && !c.open {
-		delete(p.nominated, pod.UID)
-		delete(c.pods, pod.UID)
+		p.unview(c, pod)
 		p.refused[pod.UID] = pod
 		p.retryRefused("nomination cleared")
 	}
 }
 
-// podGone takes a pod that was bound or deleted off its claim.
-func (p *VirtualNodes) podGone(pod *v1.Pod) {
+// podGone takes a pod that was bound or deleted off its claim. A pod bound
+// from a closed claim keeps counting on the claim's node until the
+// scheduler's snapshot shows it on the node it was bound to (settle).
+func (p *VirtualNodes) podGone(pod *v1.Pod, deleted bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.nominated[pod.UID]
 	if c == nil {
 		return
 	}
-	delete(p.nominated, pod.UID)
 	delete(p.refused, pod.UID)
-	if c.open {
+	switch {
+	case c.open:
+		delete(p.nominated, pod.UID)
 		c.remove(pod)
+	case deleted || c.info == nil:
+		p.unview(c, pod)
+	default:
+		if c.bound == nil {
+			c.bound = map[types.UID]string{}
+		}
+		c.bound[pod.UID] = pod.Spec.NodeName
+		p.settling[c] = struct{}{}
 	}
 }
 
