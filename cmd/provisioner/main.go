@@ -38,6 +38,8 @@ type options struct {
 	batchIdle               time.Duration
 	batchMax                time.Duration
 	registrationTTL         time.Duration
+	launchTTL               time.Duration
+	initializationTTL       time.Duration
 	unavailableTTL          time.Duration
 	nodeClaimWorkers        int
 	cloudCallTimeout        time.Duration
@@ -69,6 +71,8 @@ func run(args []string) error {
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
+	fs.DurationVar(&o.launchTTL, "launch-ttl", 10*time.Minute, "Delete a NodeClaim not launched this long after it was made (every launch failed); its offerings are avoided for a while and its pods get another claim.")
+	fs.DurationVar(&o.initializationTTL, "initialization-ttl", 10*time.Minute, "Delete a NodeClaim, terminating its instance, when its node is not ready for pods (Ready, startup taints gone, promised extended resources in allocatable) this long after registering.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
 	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (launch, register, bind, drain), so one slow cloud call does not hold up the others.")
 	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
@@ -155,7 +159,7 @@ func run(args []string) error {
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
-		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, Workers: o.nodeClaimWorkers,
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -196,6 +200,7 @@ func (o *options) validate() error {
 	}{
 		{"batch-idle-duration", o.batchIdle}, {"batch-max-duration", o.batchMax},
 		{"registration-ttl", o.registrationTTL}, {"unavailable-offering-ttl", o.unavailableTTL},
+		{"launch-ttl", o.launchTTL}, {"initialization-ttl", o.initializationTTL},
 		{"cloud-call-timeout", o.cloudCallTimeout},
 		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
 	}

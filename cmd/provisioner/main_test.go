@@ -39,7 +39,7 @@ func TestFlagsFromEnv(t *testing.T) {
 // TestValidateRefusesFlagsItCannotActOn: each bad value is named in the
 // error; the defaults pass.
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
-	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute,
+	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
 		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, qps: 200, burst: 300}
 	if err := good.validate(); err != nil {
 		t.Fatalf("the defaults were refused: %v", err)
@@ -50,6 +50,8 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		"--batch-idle-duration=-1s: must be more than 0":                             func(o *options) { o.batchIdle = -time.Second },
 		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s": func(o *options) { o.batchMax = 500 * time.Millisecond },
 		"--unavailable-offering-ttl=0s: must be more than 0":                         func(o *options) { o.unavailableTTL = 0 },
+		"--launch-ttl=0s: must be more than 0":                                       func(o *options) { o.launchTTL = 0 },
+		"--initialization-ttl=-1s: must be more than 0":                              func(o *options) { o.initializationTTL = -time.Second },
 		"--cloud-call-timeout=0s: must be more than 0":                               func(o *options) { o.cloudCallTimeout = 0 },
 		"--garbage-collection-grace=0s: must be more than 0":                         func(o *options) { o.gcGrace = 0 },
 		"--nodeclaim-workers=0: must be from 1 to 64":                                func(o *options) { o.nodeClaimWorkers = 0 },

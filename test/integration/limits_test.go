@@ -262,7 +262,7 @@ func launchingClaim(name, pool string, types []v1alpha1.InstanceType) *v1alpha1.
 // package's API server, with cloud behind it. Claims skip the batch
 // window: a small controller moves every new claim to Launching, the
 // status the provisioner writes when it closes a claim.
-func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.CloudProvider) {
+func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.CloudProvider, edits ...func(*nodeclaim.Options)) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -287,10 +287,14 @@ func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.Cloud
 	// then sees the larger ones, is refused at the limit and deleted,
 	// instead of retrying the empty offering forever.
 	unavailable := cloudprovider.NewUnavailableOfferings(500 * time.Millisecond)
-	c := nodeclaim.NewController(mgr.GetClient(), cs, cloud, unavailable, mgr.GetEventRecorder("nodeforge-provisioner"), nodeclaim.Options{
+	opts := nodeclaim.Options{
 		// The closer below closes claims; the batch window never does.
-		BatchIdle: time.Hour, BatchMax: time.Hour, RegistrationTTL: time.Hour, Workers: 4,
-	})
+		BatchIdle: time.Hour, BatchMax: time.Hour, RegistrationTTL: time.Hour, LaunchTTL: time.Hour, InitializationTTL: time.Hour, Workers: 4,
+	}
+	for _, edit := range edits {
+		edit(&opts)
+	}
+	c := nodeclaim.NewController(mgr.GetClient(), cs, cloud, unavailable, mgr.GetEventRecorder("nodeforge-provisioner"), opts)
 	if err := c.SetupWithManager(ctx, mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ type Cloud struct {
 	byClaim     map[string]string                  // claim UID → providerID
 	noCapacity  map[string]bool                    // instance type names
 	loseAnswers int
+	failAll     error
 	types       []v1alpha1.InstanceType
 	next        int
 	creates     int
@@ -55,6 +56,14 @@ func (c *Cloud) LoseAnswers(n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.loseAnswers = n
+}
+
+// FailLaunches makes every Create launch nothing and return err (nil
+// restores launching), as a cloud whose launches keep failing.
+func (c *Cloud) FailLaunches(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failAll = err
 }
 
 // Add puts an instance in the inventory, as if launched earlier.
@@ -87,6 +96,9 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 		if in, ok := c.instances[id]; ok {
 			return in, nil
 		}
+	}
+	if c.failAll != nil {
+		return nil, c.failAll
 	}
 	var refused []cloudprovider.Offer
 	for _, o := range l.Offers {

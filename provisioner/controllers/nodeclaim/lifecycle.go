@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,15 @@ type Options struct {
 	// RegistrationTTL: a launched claim whose node has not registered by
 	// then is deleted and its instance terminated.
 	RegistrationTTL time.Duration
+	// LaunchTTL: a claim not launched this long after it was made (every
+	// launch failed) is deleted, its offerings avoided for a while, and
+	// its pods get another claim.
+	LaunchTTL time.Duration
+	// InitializationTTL: a registered node not ready for its pods this
+	// long after registering (not Ready, a startup taint still on, an
+	// extended resource its instance type promises not in allocatable) is
+	// given up the same way, its instance terminated.
+	InitializationTTL time.Duration
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
@@ -286,6 +296,11 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if age := c.now().Sub(nc.CreationTimestamp.Time); age > c.opts.LaunchTTL && len(offers) > 0 {
+		// An instance whose launch answer was lost is collected as an
+		// orphan once the claim is gone.
+		return c.giveUp(ctx, nc, "LaunchTimeout", "Launch", fmt.Sprintf("not launched within %s of being made", c.opts.LaunchTTL), offers...)
+	}
 	if len(offers) == 0 {
 		// Its pods get a new claim elsewhere: the scheduler plugin retries
 		// them when the claim goes, with these offerings now unavailable.
@@ -431,14 +446,7 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	if node == nil {
 		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
 		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
-			klog.FromContext(ctx).Info("Node did not register in time; deleting nodeclaim", "providerID", nc.Status.ProviderID, "ttl", c.opts.RegistrationTTL)
-			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
-			// Launch nothing more there for a while: its nodes do not join.
-			c.unavailable.Mark(cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType})
-			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "RegistrationTimeout").Inc()
-			c.event(nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s; terminating the instance", c.opts.RegistrationTTL))
-			c.podEvents(ctx, nc, corev1.EventTypeWarning, "RegistrationTimeout", "Register", fmt.Sprintf("the node of nodeclaim %s did not register within %s; the pod will get another claim", nc.Name, c.opts.RegistrationTTL))
-			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+			return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s", c.opts.RegistrationTTL), launchedOffer(nc))
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
@@ -500,7 +508,12 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	if err != nil || node == nil {
 		return reconcile.Result{RequeueAfter: time.Second}, err
 	}
-	if !ready(node) {
+	if waiting := notReadyForPods(node, nc); waiting != "" {
+		registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+		if registered != nil && c.now().Sub(registered.LastTransitionTime.Time) > c.opts.InitializationTTL {
+			return c.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, c.opts.InitializationTTL, waiting), launchedOffer(nc))
+		}
+		logger.V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
 	free := node.Status.Allocatable.DeepCopy()
@@ -725,6 +738,65 @@ func describe(rl corev1.ResourceList) string {
 		parts = append(parts, n+"="+q.String())
 	}
 	return strings.Join(parts, " ")
+}
+
+// notReadyForPods says what the node still lacks before pods may be bound
+// to it, or "" when nothing: Ready; none of the claim's startup taints
+// (a CNI or device agent lifts them when it is up; a pod bound before
+// would be evicted by a NoExecute one or refused by the kubelet); and
+// every extended resource its instance type promises in allocatable (a
+// device plugin registers them after the node is Ready; binding before
+// would find a GPU pod no room and launch a second node).
+func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
+	if !ready(node) {
+		return "condition Ready"
+	}
+	for _, st := range nc.Spec.StartupTaints {
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == st.Key && t.Effect == st.Effect }) {
+			return fmt.Sprintf("startup taint %s:%s to be removed", st.Key, st.Effect)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(nc.Status.Allocatable)) {
+		promised := nc.Status.Allocatable[name]
+		if !isExtended(name) || promised.IsZero() {
+			continue
+		}
+		if has, ok := node.Status.Allocatable[name]; !ok || has.Cmp(promised) < 0 {
+			return fmt.Sprintf("%s %s in allocatable", promised.String(), name)
+		}
+	}
+	return ""
+}
+
+// isExtended says whether a resource is an extended resource (a device
+// plugin's or an operator's, such as nvidia.com/gpu), by the API's rule: a
+// domain-qualified name outside kubernetes.io.
+func isExtended(name corev1.ResourceName) bool {
+	n := string(name)
+	return strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/") && !strings.HasPrefix(n, "requests.")
+}
+
+// launchedOffer is the offering the claim's instance was launched from.
+func launchedOffer(nc *v1alpha1.NodeClaim) cloudprovider.Offer {
+	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType}
+}
+
+// giveUp deletes a claim that missed a deadline, which terminates its
+// instance if it has one. Its offerings are avoided for a while (a node
+// that does not come up there would not the next time either), and Events
+// on the claim and its pods say why; the pods get another claim.
+func (c *Controller) giveUp(ctx context.Context, nc *v1alpha1.NodeClaim, reason, action, why string, avoid ...cloudprovider.Offer) (reconcile.Result, error) {
+	klog.FromContext(ctx).Info("Deleting nodeclaim that missed its deadline", "reason", reason, "why", why, "providerID", nc.Status.ProviderID)
+	c.unavailable.Mark(avoid...)
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+	what := "nothing was launched"
+	if nc.Status.ProviderID != "" {
+		what = "terminating instance " + nc.Status.ProviderID
+	}
+	c.event(nc, corev1.EventTypeWarning, reason, action, why+"; "+what)
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, reason, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 }
 
 func ready(n *corev1.Node) bool {
