@@ -250,6 +250,20 @@ func zoneAntiAffinePod(name string) *v1.Pod {
 	return p
 }
 
+// closedClaim nominates pod to a new claim and closes the claim in phase,
+// as the provisioner does when it takes it on.
+func (h *harness) closedClaim(t *testing.T, pod *v1.Pod, phase v1alpha1.NodeClaimPhase) *claim {
+	t.Helper()
+	c, s := h.schedule(context.Background(), pod)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	closed := c.object()
+	closed.Status.Phase = phase
+	h.plugin.claimChanged(closed)
+	return c
+}
+
 // TestClosedClaimPodsCountUntilSeenBound: four pods that refuse to share
 // a zone, three zones. The first pod's claim is closed by the provisioner
 // (launching) and its pod bound before the scheduler's snapshot shows it:
@@ -259,13 +273,7 @@ func zoneAntiAffinePod(name string) *v1.Pod {
 func TestClosedClaimPodsCountUntilSeenBound(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
-	first, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
-	if !s.IsSuccess() {
-		t.Fatal(s.Message())
-	}
-	closed := first.object()
-	closed.Status.Phase = v1alpha1.NodeClaimLaunching
-	h.plugin.claimChanged(closed)
+	first := h.closedClaim(t, zoneAntiAffinePod("p1"), v1alpha1.NodeClaimLaunching)
 	zones := map[string]bool{first.group.zone: true}
 	for _, name := range []string{"p2", "p3"} {
 		c, s := h.schedule(ctx, zoneAntiAffinePod(name))
@@ -319,13 +327,7 @@ func TestClosedClaimPodsCountUntilSeenBound(t *testing.T) {
 func TestDeletedClosedClaimLeavesTheViewAtOnce(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
-	first, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
-	if !s.IsSuccess() {
-		t.Fatal(s.Message())
-	}
-	closed := first.object()
-	closed.Status.Phase = v1alpha1.NodeClaimLaunched
-	h.plugin.claimChanged(closed)
+	first := h.closedClaim(t, zoneAntiAffinePod("p1"), v1alpha1.NodeClaimLaunched)
 	h.plugin.claimDeleted(first.name)
 	if first.info != nil {
 		t.Fatal("a deleted claim's node is still in the view")

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,26 +26,10 @@ import (
 // user data says.
 func TestAWSProvider(t *testing.T) {
 	ctx := context.Background()
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{
-		Dir: t.TempDir(), Binaries: bins, CloudProvider: "aws", AWSRegistrationDelay: 3 * time.Second,
+	sb, cs, kube := startSandbox(t, sandbox.Options{
+		CloudProvider: "aws", AWSRegistrationDelay: 3 * time.Second,
 		ProvisionerArgs: []string{"--registration-ttl=20s"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Stop()
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := sb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	t.Run("the default EC2NodeClass resolves and its pool is Ready", func(t *testing.T) {
 		poll(t, "EC2NodeClass default Ready", func() (bool, error) {

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,13 +73,9 @@ func TestCrashes(t *testing.T) {
 
 func crash(t *testing.T, tc crashCase) {
 	ctx := context.Background()
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
-	opts := sandbox.Options{Dir: dir, Binaries: bins, ProvisionerArgs: tc.provisionerArgs}
+	opts := sandbox.Options{Dir: dir, ProvisionerArgs: tc.provisionerArgs}
 	if tc.component == "nodeforge-scheduler" {
 		opts.SchedulerReplicas = tc.replicas
 	} else {
@@ -94,20 +89,7 @@ func crash(t *testing.T, tc crashCase) {
 			opts.ProvisionerEnv = env
 		}
 	}
-	sb, err := sandbox.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Stop()
-	defer keepLogsOnFailure(t, sb)
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := sb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb, cs, kube := startSandbox(t, opts)
 	var class v1alpha1.SimulatedNodeClass
 	if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
 		t.Fatal(err)
@@ -319,27 +301,11 @@ func leading(t *testing.T, sb *sandbox.Sandbox, component string, replicas int, 
 // and no instance without a claim.
 func TestCrashInGarbageCollection(t *testing.T) {
 	ctx := context.Background()
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins,
+	sb, cs, kube := startSandbox(t, sandbox.Options{Dir: dir,
 		ProvisionerArgs: []string{"--garbage-collection-interval=1s", "--garbage-collection-grace=5s"},
 		ProvisionerEnv:  []string{"NODEFORGE_CRASH_POINT=" + crashpoint.AfterCollectTerminate, "NODEFORGE_CRASH_MARKER=" + marker}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Stop()
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := sb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
 	labels := map[string]string{"app": "gc"}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gc", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
 		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},

@@ -548,3 +548,37 @@ func keepLogsOnFailure(t *testing.T, sb *sandbox.Sandbox) {
 	}
 	t.Logf("component logs kept in %s", dst)
 }
+
+// startSandbox starts a sandbox from the binaries under test with opts
+// (Dir and Binaries are filled in when empty) and returns it with a
+// clientset and a controller-runtime client. It is stopped when the test
+// ends, after its logs are kept if the test failed.
+func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kubernetes.Interface, client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if opts.Binaries == nil {
+		bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Binaries = bins
+	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	sb, err := sandbox.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sb.Stop)
+	t.Cleanup(func() { keepLogsOnFailure(t, sb) })
+	cs, err := kubernetes.NewForConfig(sb.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := sb.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, cs, kube
+}

@@ -38,25 +38,7 @@ const topologyRuns = 20
 // A pod nominated while a claim launches must see that claim's pods where
 // they will run, or the first case ends with two pods in one zone.
 func TestConstraintsThatCountPodsHoldWhileNodesLaunch(t *testing.T) {
-	ctx := context.Background()
-	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: t.TempDir(), Binaries: bins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Stop()
-	defer keepLogsOnFailure(t, sb)
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := sb.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs, kube := startSandbox(t, sandbox.Options{})
 	cases := []struct {
 		name string
 		run  func(t *testing.T, pool string) string

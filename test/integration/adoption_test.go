@@ -32,14 +32,7 @@ func TestForeignProviderIDIsNotAdopted(t *testing.T) {
 		if err := kube.Create(ctx, node); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx := context.Background()
-			if kube.Get(ctx, client.ObjectKeyFromObject(node), node) == nil {
-				node.Finalizers = nil
-				_ = kube.Update(ctx, node)
-			}
-			_ = kube.Delete(ctx, node)
-		})
+		deleteNodeAtEnd(t, node)
 	}
 	for name, id := range map[string]string{"adopt-foreign": "i-theirs", "adopt-own": "i-ours"} {
 		nc := launchingClaim(name, "adoption", []v1alpha1.InstanceType{instanceType("l2", 2)})

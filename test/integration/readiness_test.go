@@ -69,14 +69,7 @@ func registerNode(t *testing.T, ctx context.Context, name string, nc *v1alpha1.N
 	if err := kube.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if kube.Get(ctx, client.ObjectKeyFromObject(node), node) == nil {
-			node.Finalizers = nil
-			_ = kube.Update(ctx, node)
-		}
-		_ = kube.Delete(ctx, node)
-	})
+	deleteNodeAtEnd(t, node)
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
@@ -86,6 +79,18 @@ func registerNode(t *testing.T, ctx context.Context, name string, nc *v1alpha1.N
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	})
 	return node
+}
+
+// deleteNodeAtEnd removes the node, finalizers and all, when the test ends.
+func deleteNodeAtEnd(t *testing.T, node *corev1.Node) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if kube.Get(ctx, client.ObjectKeyFromObject(node), node) == nil {
+			node.Finalizers = nil
+			_ = kube.Update(ctx, node)
+		}
+		_ = kube.Delete(ctx, node)
+	})
 }
 
 // setNode edits the node (its spec, then its status) on the latest
