@@ -100,17 +100,22 @@ func up(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "directory for the sandbox's kubeconfig, logs and data (required)")
 	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: the provisioner launches through the AWS SDK into a fake EC2 region on loopback")
 	delay := fs.Duration("aws-registration-delay", 2*time.Second, "with aws: how long an instance takes to join as a node")
+	replicas := fs.Int("replicas", 1, "replicas of nodeforge-scheduler and of nodeforge-provisioner; each elects a leader, the others stand by (logs: nodeforge-scheduler-2.log...)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return errors.New("up: --dir is required")
 	}
+	if *replicas < 1 || *replicas > 5 {
+		return fmt.Errorf("up: --replicas=%d: must be from 1 to 5", *replicas)
+	}
 	b, err := binaries(ctx)
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay})
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay,
+		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas})
 	if err != nil {
 		return err
 	}
