@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -121,11 +122,22 @@ func up(ctx context.Context, args []string) error {
 	}
 	defer sb.Stop()
 	fmt.Printf("ready kubeconfig=%s\n", sb.Kubeconfig)
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(os.Stderr, "stopping the sandbox")
-		return nil
-	case name := <-sb.Exited():
-		return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
+	exited := sb.Exited()
+	lost := map[string]int{}
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "stopping the sandbox")
+			return nil
+		case name := <-exited:
+			// A replicated component runs on while a replica is left.
+			component := strings.TrimRight(strings.TrimRight(name, "0123456789"), "-")
+			if *replicas > 1 && (component == "nodeforge-scheduler" || component == "nodeforge-provisioner") && lost[component] < *replicas-1 {
+				lost[component]++
+				fmt.Fprintf(os.Stderr, "%s exited (see %s); a standby takes over\n", name, sb.Log(name))
+				continue
+			}
+			return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
+		}
 	}
 }
