@@ -13,9 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
