@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 func main() {
@@ -27,7 +28,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nodeforge-scheduler:", err)
 		os.Exit(1)
 	}
-	command := app.NewSchedulerCommand(app.WithPlugin(virtualnodes.Name, virtualnodes.NewFactory(cfg)))
+	// VirtualNodes, and every out-of-tree plugin the simulator knows, so a
+	// profile that enables one is run the same by the scheduler and in
+	// VirtualNodes' simulation.
+	opts := []app.Option{app.WithPlugin(virtualnodes.Name, virtualnodes.NewFactory(cfg))}
+	for name, factory := range simulator.OutOfTree() {
+		opts = append(opts, app.WithPlugin(name, factory))
+	}
+	command := app.NewSchedulerCommand(opts...)
 	os.Exit(cli.Run(command))
 }
 

@@ -16,10 +16,10 @@ import (
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // harness runs pods through the path the scheduler runs for a pending pod:
@@ -59,6 +60,12 @@ func controlPlaneNode() *v1.Node {
 
 func newHarness(tb testing.TB, pools []*pool) *harness {
 	tb.Helper()
+	return newHarnessWith(tb, pools, nil)
+}
+
+// newHarnessWith is newHarness with the default profile edited first.
+func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedulerProfile)) *harness {
+	tb.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	metrics.Register() // as the scheduler does at start
 	cfg, err := latest.Default()
@@ -66,6 +73,9 @@ func newHarness(tb testing.TB, pools []*pool) *harness {
 		tb.Fatal(err)
 	}
 	profile := &cfg.Profiles[0]
+	if edit != nil {
+		edit(profile)
+	}
 	cs := fake.NewClientset()
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	snapshot := cache.NewSnapshot(nil, []*v1.Node{controlPlaneNode()})
@@ -75,7 +85,7 @@ func newHarness(tb testing.TB, pools []*pool) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	live, err := frameworkruntime.NewFramework(ctx, plugins.NewInTreeRegistry(), profile,
+	live, err := frameworkruntime.NewFramework(ctx, simulator.Registry(), profile,
 		frameworkruntime.WithClientSet(cs), frameworkruntime.WithInformerFactory(inf),
 		frameworkruntime.WithSharedDRAManager(dynamicresources.NewDRAManager(ctx, claims, slices, inf)),
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),

@@ -24,10 +24,10 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -138,7 +138,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
-	fw, err := frameworkruntime.NewFramework(ctx, plugins.NewInTreeRegistry(), simulationProfile(profile),
+	fw, err := simulator.New(ctx, simulator.Profile(profile, strings.ToLower(Name), Name),
 		frameworkruntime.WithClientSet(h.ClientSet()),
 		frameworkruntime.WithKubeConfig(h.KubeConfig()),
 		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),
@@ -170,27 +170,6 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		committedUsage: map[string]v1.ResourceList{},
 		synced:         make(chan struct{}),
 	}, nil
-}
-
-// simulationProfile is the profile with no PostFilter plugins (neither
-// preemption nor VirtualNodes itself): fit on virtual nodes is decided by
-// the profile's PreFilter and Filter plugins with their own arguments.
-func simulationProfile(p *config.KubeSchedulerProfile) *config.KubeSchedulerProfile {
-	out := p.DeepCopy()
-	// A name of its own: plugins register informer indexers per profile.
-	out.SchedulerName = p.SchedulerName + "-" + strings.ToLower(Name)
-	if out.Plugins == nil {
-		out.Plugins = &config.Plugins{}
-	}
-	drop := func(ps []config.Plugin) []config.Plugin {
-		return slices.DeleteFunc(ps, func(pl config.Plugin) bool { return pl.Name == Name })
-	}
-	for _, set := range []*config.PluginSet{&out.Plugins.MultiPoint, &out.Plugins.PreFilter, &out.Plugins.Filter, &out.Plugins.PostFilter, &out.Plugins.PreScore, &out.Plugins.Score, &out.Plugins.Reserve, &out.Plugins.Permit, &out.Plugins.PreBind, &out.Plugins.Bind, &out.Plugins.PostBind, &out.Plugins.PreEnqueue, &out.Plugins.QueueSort} {
-		set.Enabled = drop(set.Enabled)
-	}
-	out.Plugins.PostFilter = config.PluginSet{Disabled: []config.Plugin{{Name: "*"}}}
-	out.PluginConfig = slices.DeleteFunc(out.PluginConfig, func(pc config.PluginConfig) bool { return pc.Name == Name })
-	return out
 }
 
 // PostFilter nominates a pod that fits no real node to a virtual node.

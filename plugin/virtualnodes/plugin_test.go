@@ -2,6 +2,7 @@ package virtualnodes
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
@@ -335,5 +338,31 @@ func TestDeletedClosedClaimLeavesTheViewAtOnce(t *testing.T) {
 	c, s := h.schedule(ctx, zoneAntiAffinePod("p1"))
 	if !s.IsSuccess() || c == first {
 		t.Fatalf("the deleted claim's pod was not nominated to a new claim: %v", s.Message())
+	}
+}
+
+// TestOutOfTreeFilterCountsInNomination enables the project's own
+// out-of-tree Filter plugin, RefuseNodes, refusing zone-a: no pod is
+// nominated there, though zone-a is where the cheapest spot capacity is.
+func TestOutOfTreeFilterCountsInNomination(t *testing.T) {
+	refuseZoneA := func(p *config.KubeSchedulerProfile) {
+		p.Plugins.Filter.Enabled = append(p.Plugins.Filter.Enabled, config.Plugin{Name: refusenodes.Name})
+		p.PluginConfig = append(p.PluginConfig, config.PluginConfig{Name: refusenodes.Name, Args: &runtime.Unknown{
+			ContentType: runtime.ContentTypeJSON, Raw: []byte(`{"nodeSelector":{"matchLabels":{"topology.kubernetes.io/zone":"zone-a"}}}`)}})
+	}
+	without := newHarness(t, []*pool{benchPool(t)})
+	c, s := without.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() || c.group.zone != "zone-a" {
+		t.Fatalf("without RefuseNodes the pod went to %v (%s); the test expects zone-a to be the cheapest", c, s.Message())
+	}
+	h := newHarnessWith(t, []*pool{benchPool(t)}, refuseZoneA)
+	for i := range 10 {
+		c, s := h.schedule(context.Background(), zoneAntiAffinePod(fmt.Sprintf("p%d", i)))
+		if s.IsSuccess() && c.group.zone == "zone-a" {
+			t.Fatalf("pod p%d nominated to %s in zone-a, which RefuseNodes refuses", i, c.name)
+		}
+		if i >= 2 && s.IsSuccess() {
+			t.Fatalf("pod p%d nominated to %s in %s: with zone-a refused only two zones are left for pods that refuse to share one", i, c.name, c.group.zone)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -276,3 +277,57 @@ func podEventsUntil(t *testing.T, cs kubernetes.Interface, pod string, reasons .
 // sleepBriefly spaces the looks of settled: a claim is written every
 // 200 ms and launched after a 1 s quiet batch.
 func sleepBriefly() { time.Sleep(600 * time.Millisecond) }
+
+// TestOutOfTreeFilterPlugin runs a second nodeforge-scheduler whose
+// profile enables the project's out-of-tree Filter plugin RefuseNodes,
+// refusing zone-b: the binary starts with it, VirtualNodes' simulation runs
+// it, so no claim is made in zone-b and no pod bound there (the provisioner
+// binds what was nominated), and of three pods that refuse to share a zone
+// two run, in zone-a and zone-c.
+func TestOutOfTreeFilterPlugin(t *testing.T) {
+	sb, cs, kube := startSandbox(t, sandbox.Options{})
+	config := []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: refusing-scheduler
+  plugins:
+    filter:
+      enabled:
+      - name: RefuseNodes
+    postFilter:
+      enabled:
+      - name: VirtualNodes
+  pluginConfig:
+  - name: RefuseNodes
+    args:
+      nodeSelector:
+        matchLabels:
+          topology.kubernetes.io/zone: zone-b
+`)
+	stop, err := sb.StartScheduler(context.Background(), "refusing-scheduler", filepath.Join(binDir, "nodeforge-scheduler"), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	createZonalPool(t, kube, "refusing")
+	topologyPods(t, cs, "refusing", 3, func(s *corev1.PodSpec) {
+		antiAffinity("refusing", corev1.LabelTopologyZone)(s)
+		s.SchedulerName = "refusing-scheduler"
+	})
+	p := settled(t, cs, kube, "refusing", 2)
+	zones := p.perZone()
+	if p.running() != 2 || zones["zone-a"] != 1 || zones["zone-c"] != 1 {
+		t.Errorf("pods Running per zone %v, want one in zone-a and one in zone-c", zones)
+	}
+	for _, nc := range p.claims {
+		if nc.Status.Zone == "zone-b" {
+			t.Errorf("nodeclaim %s launched in zone-b, which RefuseNodes refuses", nc.Name)
+		}
+	}
+	if len(p.pending) != 1 {
+		t.Fatalf("%d pods pending, want 1", len(p.pending))
+	}
+	podEventsUntil(t, cs, p.pending[0].Name, "FailedScheduling", "NoInstanceType")
+}

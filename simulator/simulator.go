@@ -1,0 +1,67 @@
+// Package simulator decides where a pod fits the way the scheduler does:
+// a scheduling framework built from a profile of the scheduler's own
+// KubeSchedulerConfiguration, with the scheduler's whole plugin registry
+// (in-tree and every out-of-tree plugin nodeforge-scheduler registers),
+// the profile's PreFilter and Filter plugins with their arguments, and no
+// PostFilter plugin (no preemption, and not the plugin that asks). The
+// caller supplies the cluster view it runs on (WithSnapshotSharedLister):
+// VirtualNodes' view of real and virtual nodes when it nominates.
+package simulator
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/nodeforge/nodeforge/plugin/refusenodes"
+)
+
+// OutOfTree are the plugins nodeforge-scheduler registers beside the
+// in-tree ones, in one place: cmd/scheduler registers each, and the
+// simulator runs whichever a profile enables. (VirtualNodes is registered
+// apart: it is the PostFilter that calls the simulator.)
+func OutOfTree() frameworkruntime.Registry {
+	return frameworkruntime.Registry{
+		refusenodes.Name: refusenodes.New,
+	}
+}
+
+// Registry is the scheduler's whole registry: in-tree plus OutOfTree.
+func Registry() frameworkruntime.Registry {
+	r := plugins.NewInTreeRegistry()
+	if err := r.Merge(OutOfTree()); err != nil {
+		panic(err) // a name clash is a programming error, caught by the tests
+	}
+	return r
+}
+
+// Profile is p as the simulator runs it: named p's name plus "-"+suffix
+// (plugins register informer indexers per profile, so the name must not
+// clash with the scheduler's), without the plugins in exclude, and with
+// every PostFilter plugin disabled.
+func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *config.KubeSchedulerProfile {
+	out := p.DeepCopy()
+	out.SchedulerName = p.SchedulerName + "-" + suffix
+	if out.Plugins == nil {
+		out.Plugins = &config.Plugins{}
+	}
+	drop := func(ps []config.Plugin) []config.Plugin {
+		return slices.DeleteFunc(ps, func(pl config.Plugin) bool { return slices.Contains(exclude, pl.Name) })
+	}
+	for _, set := range []*config.PluginSet{&out.Plugins.MultiPoint, &out.Plugins.PreFilter, &out.Plugins.Filter, &out.Plugins.PostFilter, &out.Plugins.PreScore, &out.Plugins.Score, &out.Plugins.Reserve, &out.Plugins.Permit, &out.Plugins.PreBind, &out.Plugins.Bind, &out.Plugins.PostBind, &out.Plugins.PreEnqueue, &out.Plugins.QueueSort} {
+		set.Enabled = drop(set.Enabled)
+	}
+	out.Plugins.PostFilter = config.PluginSet{Disabled: []config.Plugin{{Name: "*"}}}
+	out.PluginConfig = slices.DeleteFunc(out.PluginConfig, func(pc config.PluginConfig) bool { return slices.Contains(exclude, pc.Name) })
+	return out
+}
+
+// New builds the simulation framework for profile (already passed through
+// Profile) with the scheduler's whole registry.
+func New(ctx context.Context, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
+	return frameworkruntime.NewFramework(ctx, Registry(), profile, opts...)
+}
