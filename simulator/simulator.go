@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 )
@@ -63,5 +64,8 @@ func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *
 // New builds the simulation framework for profile (already passed through
 // Profile) with the scheduler's whole registry.
 func New(ctx context.Context, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
+	// The framework counts into the scheduler's metrics; kube-scheduler
+	// registers them at start, and registering is done once per process.
+	metrics.Register()
 	return frameworkruntime.NewFramework(ctx, Registry(), profile, opts...)
 }

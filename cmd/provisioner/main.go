@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,6 +33,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 type options struct {
@@ -44,6 +49,8 @@ type options struct {
 	nodeClaimWorkers        int
 	cloudCallTimeout        time.Duration
 	gcInterval              time.Duration
+	schedulerConfig         string
+	schedulerProfile        string
 	gcGrace                 time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -78,6 +85,8 @@ func run(args []string) error {
 	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
 	fs.DurationVar(&o.gcInterval, "garbage-collection-interval", 30*time.Second, "How often instances no NodeClaim accounts for, claims whose instance is gone and nodes whose instance is gone are looked for.")
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
+	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration of nodeforge-scheduler (the file or ConfigMap the scheduler is given): pods are bound only where its profile's PreFilter and Filter plugins accept them. Empty: the scheduler's defaults.")
+	fs.StringVar(&o.schedulerProfile, "scheduler-profile", "nodeforge-scheduler", "Profile of --scheduler-config to judge binds by (ignored without --scheduler-config).")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -152,6 +161,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	gate, err := o.bindGate(ctx, cs)
+	if err != nil {
+		return err
+	}
 	collector := garbage.New(mgr.GetClient(), measured)
 	collector.Interval, collector.Grace = o.gcInterval, o.gcGrace
 	if err := mgr.Add(collector); err != nil {
@@ -159,7 +172,7 @@ func run(args []string) error {
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
-		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers,
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, Gate: gate,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -189,6 +202,36 @@ func run(args []string) error {
 // naming the flag: a zero --registration-ttl would delete every launched
 // claim before its node could join, a zero batch window would launch a
 // node per pod.
+// bindGate builds the scheduler's verdict on binds from --scheduler-config
+// and starts its informers.
+func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simulator.Gate, error) {
+	var cfg *config.KubeSchedulerConfiguration
+	var err error
+	name := o.schedulerProfile
+	if o.schedulerConfig == "" {
+		name = "" // the defaults' one profile
+		if cfg, err = latest.Default(); err != nil {
+			return nil, err
+		}
+	} else if cfg, err = schedulerOptions.LoadConfigFromFile(klog.Background(), o.schedulerConfig); err != nil {
+		return nil, fmt.Errorf("--scheduler-config: %w", err)
+	}
+	profile, err := simulator.FindProfile(cfg, name)
+	if err != nil {
+		return nil, fmt.Errorf("--scheduler-profile: %w", err)
+	}
+	// VirtualNodes is the scheduler's PostFilter, not a plugin that judges fit.
+	gate, err := simulator.NewGate(ctx, cs, profile, v1alpha1.TaintBinding, "VirtualNodes")
+	if err != nil {
+		return nil, err
+	}
+	if err := gate.Start(ctx, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	klog.InfoS("Bind gate ready", "schedulerConfig", o.schedulerConfig, "profile", profile.SchedulerName)
+	return gate, nil
+}
+
 func (o *options) validate() error {
 	var errs []error
 	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {

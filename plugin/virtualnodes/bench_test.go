@@ -13,18 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
-	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -79,17 +75,11 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 	cs := fake.NewClientset()
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	snapshot := cache.NewSnapshot(nil, []*v1.Node{controlPlaneNode()})
-	// The shared DRA and CSI state, made as kube-scheduler makes it.
-	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
-	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{SliceInformer: inf.Resource().V1().ResourceSlices(), KubeClient: cs})
+	shared, err := simulator.SharedState(ctx, cs, inf)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	live, err := frameworkruntime.NewFramework(ctx, simulator.Registry(), profile,
-		frameworkruntime.WithClientSet(cs), frameworkruntime.WithInformerFactory(inf),
-		frameworkruntime.WithSharedDRAManager(dynamicresources.NewDRAManager(ctx, claims, slices, inf)),
-		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
-		frameworkruntime.WithSnapshotSharedLister(snapshot))
+	live, err := frameworkruntime.NewFramework(ctx, simulator.Registry(), profile, append(shared, frameworkruntime.WithSnapshotSharedLister(snapshot))...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +26,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // limitRounds is how many bursts TestLimitsAreAHardCeiling fires.
@@ -287,9 +289,22 @@ func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.Cloud
 	// then sees the larger ones, is refused at the limit and deleted,
 	// instead of retrying the empty offering forever.
 	unavailable := cloudprovider.NewUnavailableOfferings(500 * time.Millisecond)
+	// Binds are judged by the scheduler's default profile.
+	defaults, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := simulator.NewGate(ctx, cs, &defaults.Profiles[0], v1alpha1.TaintBinding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gate.Start(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	opts := nodeclaim.Options{
 		// The closer below closes claims; the batch window never does.
 		BatchIdle: time.Hour, BatchMax: time.Hour, RegistrationTTL: time.Hour, LaunchTTL: time.Hour, InitializationTTL: time.Hour, Workers: 4,
+		Gate: gate,
 	}
 	for _, edit := range edits {
 		edit(&opts)

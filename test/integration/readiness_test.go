@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func gpuType() v1alpha1.InstanceType {
 
 // nominatedPod makes a pending pod nominated to claim, as the scheduler
 // leaves it after VirtualNodes' PostFilter.
-func nominatedPod(t *testing.T, ctx context.Context, name, claim string, requests corev1.ResourceList) *corev1.Pod {
+func nominatedPod(t *testing.T, ctx context.Context, name, claim string, requests corev1.ResourceList, edits ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}
 	if err := kube.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -48,6 +49,9 @@ func nominatedPod(t *testing.T, ctx context.Context, name, claim string, request
 	}}
 	// The toleration for zero seconds is what a pod gets evicted by: it
 	// tolerates being scheduled onto the tainted node, not staying there.
+	for _, edit := range edits {
+		edit(pod)
+	}
 	if err := kube.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +81,11 @@ func registerNode(t *testing.T, ctx context.Context, name string, nc *v1alpha1.N
 	setNode(t, ctx, node, func(n *corev1.Node) {
 		n.Status.Capacity, n.Status.Allocatable = allocatable, allocatable
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		if ready {
+			// The node lifecycle controller's part: lift the not-ready
+			// taint the API server put on the new node.
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		}
 	})
 	return node
 }
@@ -265,4 +274,65 @@ func TestDeadlines(t *testing.T) {
 			t.Errorf("instance %s still runs (err %v)", providerID, err)
 		}
 	})
+}
+
+// TestBindGateIsTheSchedulers registers a ready node for a claim with
+// three nominated pods: two that both want host port 80, and one whose
+// node affinity the node does not meet. The first port-80 pod is bound;
+// the second is refused by NodePorts, counting the pod just bound, and the
+// third by NodeAffinity: both go back to the scheduler with an Event
+// naming the plugin, as kube-scheduler itself would refuse them there.
+func TestBindGateIsTheSchedulers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	types := []v1alpha1.InstanceType{instanceType("b1", 8)}
+	createLimitedPool(t, "bind-gate", 100, types)
+	startLifecycle(t, ctx, fake.New())
+	nc := launchingClaim("bind-gate-1", "bind-gate", types)
+	if err := kube.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(context.Background(), nc) })
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	withPort := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80, Protocol: corev1.ProtocolTCP}}
+	}
+	first := nominatedPod(t, ctx, "port-1", nc.Name, small, withPort)
+	second := nominatedPod(t, ctx, "port-2", nc.Name, small, withPort)
+	picky := nominatedPod(t, ctx, "picky", nc.Name, small, func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "team", Operator: corev1.NodeSelectorOpIn, Values: []string{"x"}}}}},
+		}}}
+	})
+	waitFor(t, ctx, "the claim launched", claimIn(nc.Name, v1alpha1.NodeClaimLaunched, nc))
+	node := registerNode(t, ctx, "bind-gate-node", nc, []corev1.Taint{{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}}, types[0].Allocatable, true)
+	waitFor(t, ctx, "the claim initialized", claimIn(nc.Name, v1alpha1.NodeClaimInitialized, nc))
+	for _, want := range []struct {
+		pod    *corev1.Pod
+		bound  bool
+		plugin string
+	}{{first, true, ""}, {second, false, "NodePorts"}, {picky, false, "NodeAffinity"}} {
+		var p corev1.Pod
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(want.pod), &p); err != nil {
+			t.Fatal(err)
+		}
+		if (p.Spec.NodeName == node.Name) != want.bound {
+			t.Errorf("pod %s bound to %q; want bound=%v", p.Name, p.Spec.NodeName, want.bound)
+		}
+		if want.bound {
+			continue
+		}
+		if p.Status.NominatedNodeName != "" {
+			t.Errorf("pod %s is still nominated to %s", p.Name, p.Status.NominatedNodeName)
+		}
+		waitFor(t, ctx, "a NominationCleared event naming "+want.plugin+" on "+p.Name, func(ctx context.Context) (bool, error) {
+			var evs eventsv1.EventList
+			if err := kube.List(ctx, &evs); err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Name == p.Name && e.Reason == "NominationCleared" && strings.Contains(e.Note, "scheduler plugin "+want.plugin)
+			}), nil
+		})
+	}
 }

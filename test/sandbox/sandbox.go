@@ -321,6 +321,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
 		"--cloud-provider=simulated",
 		"--simulated-namespace=" + namespace,
+		// Binds are judged by the scheduler's own profile.
+		"--scheduler-config=" + filepath.Join(dir, "nodeforge-scheduler-config.yaml"),
 		"--leader-elect=true",
 		"--leader-election-namespace=" + namespace,
 	}

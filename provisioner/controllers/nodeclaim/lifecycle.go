@@ -19,13 +19,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -68,9 +67,18 @@ type Options struct {
 	// extended resource its instance type promises not in allocatable) is
 	// given up the same way, its instance terminated.
 	InitializationTTL time.Duration
+	// Gate says whether the scheduler would accept a pod on a node as the
+	// cluster is now (simulator.Gate: the scheduler profile's PreFilter and
+	// Filter plugins). Only pods it accepts are bound.
+	Gate Gate
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
+}
+
+// Gate is the scheduler's verdict on a pod and a node; see simulator.Gate.
+type Gate interface {
+	Check(ctx context.Context, pod *corev1.Pod, nodeName string, justBound []*corev1.Pod) *fwk.Status
 }
 
 // Controller reconciles NodeClaims.
@@ -516,25 +524,24 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		logger.V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
-	free := node.Status.Allocatable.DeepCopy()
-	var onNode corev1.PodList
-	if err := c.kube.List(ctx, &onNode, client.MatchingFields{indexPodNode: node.Name}); err != nil {
-		return reconcile.Result{}, err
-	}
-	for _, p := range onNode.Items {
-		subtract(free, podRequests(&p))
-	}
 	pods, err := c.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	bound := 0
+	var justBound []*corev1.Pod
 	for i := range pods {
 		p := &pods[i]
-		req := podRequests(p)
-		if !fitsIn(free, req) {
-			logger.Info("Pod no longer fits the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name)
-			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("does not fit node %s as registered (allocatable %s); the pod will be scheduled again", node.Name, describe(node.Status.Allocatable)))
+		// The scheduler's own verdict, with the pods already there and
+		// the ones just bound: what it would refuse is not bound.
+		s := c.opts.Gate.Check(ctx, p, node.Name, justBound)
+		if s.Code() == fwk.Error {
+			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
+			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		}
+		if !s.IsSuccess() {
+			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
+			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", node.Name, s.Plugin(), s.Message()))
 			p.Status.NominatedNodeName = ""
 			if err := c.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 				return reconcile.Result{}, err
@@ -550,7 +557,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 		if err == nil {
 			crashpoint.Hit(crashpoint.MidBind)
-			subtract(free, req)
+			justBound = append(justBound, p)
 			bound++
 			// Bound directly, not by the scheduler: say so where kubectl
 			// describe pod shows the scheduler's own "Scheduled" event.
@@ -725,21 +732,6 @@ func (c *Controller) recordPod(p *corev1.Pod, typ, reason, action, note string) 
 	}
 }
 
-// describe prints a resource list compactly, e.g. "cpu=1930m memory=7Gi".
-func describe(rl corev1.ResourceList) string {
-	names := make([]string, 0, len(rl))
-	for n := range rl {
-		names = append(names, string(n))
-	}
-	slices.Sort(names)
-	parts := make([]string, 0, len(names))
-	for _, n := range names {
-		q := rl[corev1.ResourceName(n)]
-		parts = append(parts, n+"="+q.String())
-	}
-	return strings.Join(parts, " ")
-}
-
 // notReadyForPods says what the node still lacks before pods may be bound
 // to it, or "" when nothing: Ready; none of the claim's startup taints
 // (a CNI or device agent lifts them when it is up; a pod bound before
@@ -750,6 +742,14 @@ func describe(rl corev1.ResourceList) string {
 func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 	if !ready(node) {
 		return "condition Ready"
+	}
+	// The API server taints every new node not-ready; the node lifecycle
+	// controller lifts it once the node is Ready. Until then the scheduler
+	// would refuse every pod there.
+	for _, t := range node.Spec.Taints {
+		if (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) && t.Effect != corev1.TaintEffectPreferNoSchedule {
+			return fmt.Sprintf("taint %s:%s to be lifted by the node lifecycle controller", t.Key, t.Effect)
+		}
 	}
 	for _, st := range nc.Spec.StartupTaints {
 		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == st.Key && t.Effect == st.Effect }) {
@@ -808,25 +808,3 @@ func ready(n *corev1.Node) bool {
 	return false
 }
 
-func podRequests(p *corev1.Pod) corev1.ResourceList {
-	r := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	r[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
-	return r
-}
-
-func subtract(free, req corev1.ResourceList) {
-	for name, q := range req {
-		f := free[name]
-		f.Sub(q)
-		free[name] = f
-	}
-}
-
-func fitsIn(free, req corev1.ResourceList) bool {
-	for name, q := range req {
-		if f, ok := free[name]; (!ok && !q.IsZero()) || (ok && q.Cmp(f) > 0) {
-			return false
-		}
-	}
-	return true
-}

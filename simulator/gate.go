@@ -1,0 +1,208 @@
+package simulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+)
+
+// SharedState returns the framework options that carry the state the
+// scheduler shares between its plugins (clientset, informers, the DRA and
+// CSI managers), made as kube-scheduler makes them from inf.
+func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.SharedInformerFactory) ([]frameworkruntime.Option, error) {
+	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{SliceInformer: inf.Resource().V1().ResourceSlices(), KubeClient: cs})
+	if err != nil {
+		return nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
+	}
+	return []frameworkruntime.Option{
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithInformerFactory(inf),
+		frameworkruntime.WithSharedDRAManager(dynamicresources.NewDRAManager(ctx, claims, slices, inf)),
+		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
+	}, nil
+}
+
+// Gate answers, for the provisioner, whether the scheduler would accept a
+// pod on a node as the cluster is now: the profile's PreFilter and Filter
+// plugins, run over a snapshot of every node and every pod bound to one
+// (plus the pods the caller has just bound, which the informers may not
+// show yet). The node is judged without ignore, the taint the provisioner
+// holds new nodes under until their pods are bound.
+type Gate struct {
+	fw      framework.Framework
+	inf     informers.SharedInformerFactory
+	nodes   corelisters.NodeLister
+	pods    corelisters.PodLister
+	ignore  string
+	current *switchable
+
+	mu sync.Mutex // one check at a time: the snapshot is the framework's
+}
+
+// NewGate builds a gate for profile (as it is in the scheduler's
+// configuration) that reads the cluster through cs. exclude are plugins
+// the scheduler registers that the simulator does not run (VirtualNodes).
+// Start it before the first Check.
+func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeSchedulerProfile, ignoreTaint string, exclude ...string) (*Gate, error) {
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	opts, err := SharedState(ctx, cs, inf)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &switchable{}}
+	g.current.set(cache.NewEmptySnapshot())
+	g.fw, err = New(ctx, Profile(profile, "bind-gate", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(g.current))...)
+	if err != nil {
+		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
+	}
+	return g, nil
+}
+
+// Start starts the informers the profile's plugins use and waits, at most
+// timeout, until they are synced; it names those that are not (RBAC).
+func (g *Gate) Start(ctx context.Context, timeout time.Duration) error {
+	g.inf.Start(ctx.Done())
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var unsynced []string
+	for typ, ok := range g.inf.WaitForCacheSync(wait.Done()) {
+		if !ok {
+			unsynced = append(unsynced, typ.String())
+		}
+	}
+	if len(unsynced) > 0 {
+		slices.Sort(unsynced)
+		return fmt.Errorf("the bind gate's informers did not sync within %s (can the provisioner list and watch them?): %v", timeout, unsynced)
+	}
+	return nil
+}
+
+// Check runs the profile's PreFilter and Filter plugins for pod on the
+// node named nodeName, with justBound counted on it. A nil or Success
+// status means the scheduler would accept the pod there; otherwise the
+// status says which plugin refused and why.
+func (g *Gate) Check(ctx context.Context, pod *v1.Pod, nodeName string, justBound []*v1.Pod) *fwk.Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	nodes, err := g.nodes.List(labels.Everything())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	var found bool
+	nodes = slices.Clone(nodes)
+	for i, n := range nodes {
+		if n.Name != nodeName {
+			continue
+		}
+		found = true
+		if g.ignore != "" && slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore }) {
+			n = n.DeepCopy()
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
+			nodes[i] = n
+		}
+	}
+	if !found {
+		return fwk.AsStatus(fmt.Errorf("node %s is not in the bind gate's cache yet", nodeName))
+	}
+	all, err := g.pods.List(labels.Everything())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	seen := map[types.UID]bool{}
+	var bound []*v1.Pod
+	for _, p := range all {
+		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && p.UID != pod.UID {
+			bound = append(bound, p)
+			seen[p.UID] = true
+		}
+	}
+	for _, p := range justBound {
+		if !seen[p.UID] {
+			p = p.DeepCopy()
+			p.Spec.NodeName = nodeName
+			bound = append(bound, p)
+		}
+	}
+	snapshot := cache.NewSnapshot(bound, nodes)
+	g.current.set(snapshot)
+	state := framework.NewCycleState()
+	pre, s, _ := g.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !s.IsSuccess() && !s.IsSkip() {
+		return s
+	}
+	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(nodeName) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter")
+	}
+	ni, err := snapshot.NodeInfos().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	return g.fw.RunFilterPlugins(ctx, state, pod, ni)
+}
+
+// switchable is a SharedLister whose snapshot the gate replaces before
+// each check; the framework holds it from its creation.
+type switchable struct {
+	mu sync.RWMutex
+	s  *cache.Snapshot
+}
+
+func (w *switchable) set(s *cache.Snapshot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.s = s
+}
+
+func (w *switchable) get() *cache.Snapshot {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.s
+}
+
+var _ fwk.SharedLister = &switchable{}
+
+func (w *switchable) NodeInfos() fwk.NodeInfoLister           { return w.get().NodeInfos() }
+func (w *switchable) StorageInfos() fwk.StorageInfoLister     { return w.get().StorageInfos() }
+func (w *switchable) PodGroupStates() fwk.PodGroupStateLister { return w.get().PodGroupStates() }
+func (w *switchable) PodGroups() fwk.PodGroupLister           { return w.get().PodGroups() }
+func (w *switchable) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
+	return w.get().CompositePodGroupStates()
+}
+func (w *switchable) CompositePodGroups() fwk.CompositePodGroupLister {
+	return w.get().CompositePodGroups()
+}
+
+// ErrNoProfile says the scheduler configuration has no profile of that name.
+var ErrNoProfile = errors.New("no such profile")
+
+// FindProfile returns the profile named name in cfg; with name empty and a
+// single profile, that one.
+func FindProfile(cfg *config.KubeSchedulerConfiguration, name string) (*config.KubeSchedulerProfile, error) {
+	for i := range cfg.Profiles {
+		if cfg.Profiles[i].SchedulerName == name || (name == "" && len(cfg.Profiles) == 1) {
+			return &cfg.Profiles[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q in the scheduler configuration", ErrNoProfile, name)
+}
