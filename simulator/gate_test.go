@@ -29,7 +29,6 @@ func gatePod(name string, port int32) *v1.Pod {
 	return p
 }
 
-
 // TestGateJudgesAsTheScheduler: the binding taint is not held against a
 // pod; other taints are; a pod just bound counts (its host port is taken).
 func TestGateJudgesAsTheScheduler(t *testing.T) {

@@ -807,4 +807,3 @@ func ready(n *corev1.Node) bool {
 	}
 	return false
 }
-
