@@ -98,49 +98,47 @@ func (g *Gate) Start(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// Check runs the profile's PreFilter and Filter plugins for pod on the
-// node named nodeName, with justBound counted on it. A nil or Success
+// Check runs the profile's PreFilter and Filter plugins for pod on node,
+// with onNode counted on it. The caller's node and pods are the ones it
+// has just judged ready (its own cache, or pods it has just bound): they
+// replace the gate's informer copies, which may lag behind (a not-ready
+// taint already lifted, a pod bound a moment ago), so lag in the gate's
+// own informers never refuses a pod the node can take. A nil or Success
 // status means the scheduler would accept the pod there; otherwise the
 // status says which plugin refused and why.
-func (g *Gate) Check(ctx context.Context, pod *v1.Pod, nodeName string, justBound []*v1.Pod) *fwk.Status {
+func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*v1.Pod) *fwk.Status {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	nodes, err := g.nodes.List(labels.Everything())
+	cached, err := g.nodes.List(labels.Everything())
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	var found bool
-	nodes = slices.Clone(nodes)
-	for i, n := range nodes {
-		if n.Name != nodeName {
-			continue
-		}
-		found = true
-		if g.ignore != "" && slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore }) {
-			n = n.DeepCopy()
-			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
-			nodes[i] = n
-		}
+	judged := node.DeepCopy()
+	if g.ignore != "" {
+		judged.Spec.Taints = slices.DeleteFunc(judged.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
 	}
-	if !found {
-		return fwk.AsStatus(fmt.Errorf("node %s is not in the bind gate's cache yet", nodeName))
+	nodes := []*v1.Node{judged}
+	for _, n := range cached {
+		if n.Name != node.Name {
+			nodes = append(nodes, n)
+		}
 	}
 	all, err := g.pods.List(labels.Everything())
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	seen := map[types.UID]bool{}
+	seen := map[types.UID]bool{pod.UID: true}
 	var bound []*v1.Pod
-	for _, p := range all {
-		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && p.UID != pod.UID {
-			bound = append(bound, p)
+	for _, p := range onNode {
+		if !seen[p.UID] {
 			seen[p.UID] = true
+			p = p.DeepCopy()
+			p.Spec.NodeName = node.Name
+			bound = append(bound, p)
 		}
 	}
-	for _, p := range justBound {
-		if !seen[p.UID] {
-			p = p.DeepCopy()
-			p.Spec.NodeName = nodeName
+	for _, p := range all {
+		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && !seen[p.UID] {
 			bound = append(bound, p)
 		}
 	}
@@ -151,10 +149,10 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, nodeName string, justBoun
 	if !s.IsSuccess() && !s.IsSkip() {
 		return s
 	}
-	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(nodeName) {
+	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(node.Name) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter")
 	}
-	ni, err := snapshot.NodeInfos().Get(nodeName)
+	ni, err := snapshot.NodeInfos().Get(node.Name)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

@@ -78,7 +78,7 @@ type Options struct {
 
 // Gate is the scheduler's verdict on a pod and a node; see simulator.Gate.
 type Gate interface {
-	Check(ctx context.Context, pod *corev1.Pod, nodeName string, justBound []*corev1.Pod) *fwk.Status
+	Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) *fwk.Status
 }
 
 // Controller reconciles NodeClaims.
@@ -528,13 +528,24 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// The pods on the node as this controller sees them, and those it
+	// binds below: the gate counts them even before its own informers do.
+	var onNode corev1.PodList
+	if err := c.kube.List(ctx, &onNode, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	justBound := make([]*corev1.Pod, 0, len(onNode.Items)+len(pods))
+	for i := range onNode.Items {
+		if p := &onNode.Items[i]; p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			justBound = append(justBound, p)
+		}
+	}
 	bound := 0
-	var justBound []*corev1.Pod
 	for i := range pods {
 		p := &pods[i]
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
-		s := c.opts.Gate.Check(ctx, p, node.Name, justBound)
+		s := c.opts.Gate.Check(ctx, p, node, justBound)
 		if s.Code() == fwk.Error {
 			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
 			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
