@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +93,43 @@ type Controller struct {
 	recorder    events.EventRecorder
 	opts        Options
 	now         func() time.Time
+	refusals    refusals
+}
+
+// refusalConfirm is how long the bind gate must keep refusing a pod
+// before its nomination is cleared: the gate's informers may lag the
+// cluster by a moment (a pod its affinity needs, bound elsewhere just
+// now), and a cleared nomination costs a new node.
+const refusalConfirm = 2 * time.Second
+
+// refusals remembers when the gate first refused each pod, across workers.
+type refusals struct {
+	mu    sync.Mutex
+	first map[types.UID]time.Time
+}
+
+// confirmed records a refusal of pod at now and says whether the pod has
+// been refused for refusalConfirm; a pod the gate accepts is forgotten.
+func (r *refusals) confirmed(pod types.UID, refused bool, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !refused {
+		delete(r.first, pod)
+		return false
+	}
+	if r.first == nil {
+		r.first = map[types.UID]time.Time{}
+	}
+	first, ok := r.first[pod]
+	if !ok {
+		r.first[pod] = now
+		return false
+	}
+	if now.Sub(first) < refusalConfirm {
+		return false
+	}
+	delete(r.first, pod)
+	return true
 }
 
 // NewController returns the NodeClaim lifecycle controller.
@@ -549,6 +587,10 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		if s.Code() == fwk.Error {
 			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
 			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		}
+		if !c.refusals.confirmed(p.UID, !s.IsSuccess(), c.now()) && !s.IsSuccess() {
+			logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
+			return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
 		}
 		if !s.IsSuccess() {
 			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
