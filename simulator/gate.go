@@ -45,9 +45,8 @@ func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.Sha
 
 // Gate answers, for the provisioner, whether the scheduler would accept a
 // pod on a node as the cluster is now: the profile's PreFilter and Filter
-// plugins, run over a snapshot of every node and every pod bound to one
-// (plus the pods the caller has just bound, which the informers may not
-// show yet). The node is judged without ignore, the taint the provisioner
+// plugins, run over a snapshot of every node and every pod bound to one,
+// with the judged node and its pods as the caller sees them. The node is judged without ignore, the taint the provisioner
 // holds new nodes under until their pods are bound.
 type Gate struct {
 	fw      framework.Framework
@@ -138,7 +137,8 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 		}
 	}
 	for _, p := range all {
-		if p.Spec.NodeName != "" && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && !seen[p.UID] {
+		// The judged node's pods are the caller's alone.
+		if p.Spec.NodeName != "" && p.Spec.NodeName != node.Name && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && !seen[p.UID] {
 			bound = append(bound, p)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 )
@@ -59,6 +60,22 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 	}
 	if s := g.Check(ctx, gatePod("b", 80), held, []*v1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
 		t.Fatalf("second pod on host port 80 beside one just bound: %v %s %s", s.Code(), s.Plugin(), s.Message())
+	}
+	// A pod the gate's informer still shows on the node, which the caller
+	// knows is gone, does not count there.
+	stale := gatePod("stale", 80)
+	stale.Spec.NodeName = "held"
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := g.pods.Pods("default").Get("stale")
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the gate's informer never saw the pod")
+	}
+	if s := g.Check(ctx, gatePod("b", 80), held, nil); !s.IsSuccess() {
+		t.Fatalf("pod refused for a pod the caller no longer sees on the node: %s %s", s.Plugin(), s.Message())
 	}
 	// The caller saw the taint lifted before the gate's informer did: the
 	// caller's node is judged, not the stale copy.

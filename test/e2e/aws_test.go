@@ -63,18 +63,7 @@ func TestAWSProvider(t *testing.T) {
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "a nodeclaim Launched, its node not registered yet", func() (bool, error) {
-			var claims v1alpha1.NodeClaimList
-			if err := kube.List(ctx, &claims); err != nil {
-				return false, err
-			}
-			for _, nc := range claims.Items {
-				if nc.Status.Phase == v1alpha1.NodeClaimLaunched {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		claimInPhase(t, kube, v1alpha1.NodeClaimLaunched) // its node not registered yet
 		if err := sb.KillAndRestart(ctx, "nodeforge-provisioner"); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,18 +149,7 @@ func crash(t *testing.T, tc crashCase) {
 			return err == nil, nil
 		})
 	} else if tc.phase != "" {
-		poll(t, "a nodeclaim in phase "+string(tc.phase), func() (bool, error) {
-			var claims v1alpha1.NodeClaimList
-			if err := kube.List(ctx, &claims); err != nil {
-				return false, err
-			}
-			for _, nc := range claims.Items {
-				if nc.Status.Phase == tc.phase {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		claimInPhase(t, kube, tc.phase)
 	}
 	victim := tc.component
 	if tc.replicas > 1 {
@@ -391,5 +381,17 @@ func TestCrashInGarbageCollection(t *testing.T) {
 			delete(perClaim, nc.Name)
 		}
 		return len(perClaim) == 0, nil
+	})
+}
+
+// claimInPhase waits until some nodeclaim is in phase.
+func claimInPhase(t *testing.T, kube client.Client, phase v1alpha1.NodeClaimPhase) {
+	t.Helper()
+	poll(t, "a nodeclaim in phase "+string(phase), func() (bool, error) {
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(context.Background(), &claims); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(claims.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Status.Phase == phase }), nil
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -109,17 +109,15 @@ type refusals struct {
 }
 
 // confirmed records a refusal of pod at now and says whether the pod has
-// been refused for refusalConfirm; a pod the gate accepts is forgotten.
-func (r *refusals) confirmed(pod types.UID, refused bool, now time.Time) bool {
+// been refused for refusalConfirm. Entries far older than that belong to
+// pods that went away mid-confirmation; they are dropped.
+func (r *refusals) confirmed(pod types.UID, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !refused {
-		delete(r.first, pod)
-		return false
-	}
 	if r.first == nil {
 		r.first = map[types.UID]time.Time{}
 	}
+	maps.DeleteFunc(r.first, func(_ types.UID, t time.Time) bool { return now.Sub(t) > 10*refusalConfirm })
 	first, ok := r.first[pod]
 	if !ok {
 		r.first[pod] = now
@@ -130,6 +128,13 @@ func (r *refusals) confirmed(pod types.UID, refused bool, now time.Time) bool {
 	}
 	delete(r.first, pod)
 	return true
+}
+
+// forget drops the pod's refusal: the gate accepted it.
+func (r *refusals) forget(pod types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.first, pod)
 }
 
 // NewController returns the NodeClaim lifecycle controller.
@@ -568,14 +573,14 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	}
 	// The pods on the node as this controller sees them, and those it
 	// binds below: the gate counts them even before its own informers do.
-	var onNode corev1.PodList
-	if err := c.kube.List(ctx, &onNode, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+	var cached corev1.PodList
+	if err := c.kube.List(ctx, &cached, client.MatchingFields{indexPodNode: node.Name}); err != nil {
 		return reconcile.Result{}, err
 	}
-	justBound := make([]*corev1.Pod, 0, len(onNode.Items)+len(pods))
-	for i := range onNode.Items {
-		if p := &onNode.Items[i]; p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			justBound = append(justBound, p)
+	onNode := make([]*corev1.Pod, 0, len(cached.Items)+len(pods))
+	for i := range cached.Items {
+		if p := &cached.Items[i]; p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			onNode = append(onNode, p)
 		}
 	}
 	bound := 0
@@ -583,16 +588,16 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		p := &pods[i]
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
-		s := c.opts.Gate.Check(ctx, p, node, justBound)
+		s := c.opts.Gate.Check(ctx, p, node, onNode)
 		if s.Code() == fwk.Error {
 			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
 			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 		}
-		if !c.refusals.confirmed(p.UID, !s.IsSuccess(), c.now()) && !s.IsSuccess() {
-			logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
-			return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
-		}
 		if !s.IsSuccess() {
+			if !c.refusals.confirmed(p.UID, c.now()) {
+				logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
+				return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
+			}
 			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
 			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", node.Name, s.Plugin(), s.Message()))
 			p.Status.NominatedNodeName = ""
@@ -601,6 +606,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			}
 			continue
 		}
+		c.refusals.forget(p.UID)
 		err := c.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
@@ -610,7 +616,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 		if err == nil {
 			crashpoint.Hit(crashpoint.MidBind)
-			justBound = append(justBound, p)
+			onNode = append(onNode, p)
 			bound++
 			// Bound directly, not by the scheduler: say so where kubectl
 			// describe pod shows the scheduler's own "Scheduled" event.
@@ -811,7 +817,7 @@ func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(nc.Status.Allocatable)) {
 		promised := nc.Status.Allocatable[name]
-		if !isExtended(name) || promised.IsZero() {
+		if !v1helper.IsExtendedResourceName(name) || promised.IsZero() {
 			continue
 		}
 		if has, ok := node.Status.Allocatable[name]; !ok || has.Cmp(promised) < 0 {
@@ -819,14 +825,6 @@ func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 		}
 	}
 	return ""
-}
-
-// isExtended says whether a resource is an extended resource (a device
-// plugin's or an operator's, such as nvidia.com/gpu), by the API's rule: a
-// domain-qualified name outside kubernetes.io.
-func isExtended(name corev1.ResourceName) bool {
-	n := string(name)
-	return strings.Contains(n, "/") && !strings.Contains(n, "kubernetes.io/") && !strings.HasPrefix(n, "requests.")
 }
 
 // launchedOffer is the offering the claim's instance was launched from.

@@ -7,25 +7,27 @@ import (
 
 // TestRefusalIsConfirmedBeforeItCounts: the gate's refusal of a pod sends
 // it back only once it has lasted refusalConfirm; an acceptance between
-// starts the count again.
+// starts the count again; a pod gone mid-confirmation is not kept forever.
 func TestRefusalIsConfirmedBeforeItCounts(t *testing.T) {
 	var r refusals
 	t0 := time.Now()
-	steps := []struct {
-		refused bool
-		at      time.Duration
-		want    bool
-	}{
-		{true, 0, false},
-		{true, refusalConfirm / 2, false},
-		{false, refusalConfirm, false}, // accepted: forgotten
-		{true, refusalConfirm + time.Second, false},
-		{true, 2*refusalConfirm + time.Second, true},
-		{true, 2*refusalConfirm + 2*time.Second, false}, // confirmed once, then counted afresh
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	if r.confirmed("pod", at(0)) || r.confirmed("pod", at(refusalConfirm/2)) {
+		t.Fatal("a refusal counted before it lasted refusalConfirm")
 	}
-	for i, s := range steps {
-		if got := r.confirmed("pod", s.refused, t0.Add(s.at)); got != s.want {
-			t.Errorf("step %d (refused=%v at %s): confirmed=%v, want %v", i, s.refused, s.at, got, s.want)
-		}
+	r.forget("pod") // accepted
+	if r.confirmed("pod", at(refusalConfirm+time.Second)) {
+		t.Fatal("a refusal counted from before an acceptance")
+	}
+	if !r.confirmed("pod", at(2*refusalConfirm+time.Second)) {
+		t.Fatal("a refusal that lasted refusalConfirm did not count")
+	}
+	if r.confirmed("pod", at(2*refusalConfirm+2*time.Second)) {
+		t.Fatal("a confirmed refusal was not counted afresh")
+	}
+	r.confirmed("gone", at(0))
+	r.confirmed("other", at(20*refusalConfirm))
+	if _, ok := r.first["gone"]; ok {
+		t.Error("the refusal of a pod never seen again was kept")
 	}
 }
