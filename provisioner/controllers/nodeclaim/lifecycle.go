@@ -20,8 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -248,14 +250,26 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	return reconcile.Result{}, nil
 }
 
-// nominatedPods are the pending pods nominated to the claim, oldest first.
+// nominatedPods are the pending pods nominated to the claim in the order
+// the scheduler's queue takes them (higher priority first, then older),
+// ties broken by namespace and name so that which of two pods that cannot
+// share the node is bound does not depend on the cache's order.
 func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexNominated: name}); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	slices.SortFunc(pods.Items, bindOrder)
 	return pods.Items, nil
+}
+
+func bindOrder(a, b corev1.Pod) int {
+	return cmp.Or(
+		cmp.Compare(corev1helpers.PodPriority(&b), corev1helpers.PodPriority(&a)),
+		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+	)
 }
 
 // closeWhenBatched closes the claim to nominations once the batch window
@@ -571,21 +585,30 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// The pods on the node as this controller sees them, and those it
-	// binds below: the gate counts them even before its own informers do.
-	var cached corev1.PodList
-	if err := c.kube.List(ctx, &cached, client.MatchingFields{indexPodNode: node.Name}); err != nil {
-		return reconcile.Result{}, err
+	// The pods on the node as the API server has them now, not as a
+	// cache does: a pod this controller bound on an earlier pass may not
+	// have reached the cache yet, and the gate must count it (two pods
+	// wanting one host port were both bound when it did not). Those bound
+	// below are added as they are bound.
+	live, err := c.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing the pods on node %s: %w", node.Name, err)
 	}
-	onNode := make([]*corev1.Pod, 0, len(cached.Items)+len(pods))
-	for i := range cached.Items {
-		if p := &cached.Items[i]; p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+	onNode := make([]*corev1.Pod, 0, len(live.Items)+len(pods))
+	already := make(map[types.UID]bool, len(live.Items))
+	for i := range live.Items {
+		p := &live.Items[i]
+		already[p.UID] = true
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			onNode = append(onNode, p)
 		}
 	}
 	bound := 0
 	for i := range pods {
 		p := &pods[i]
+		if already[p.UID] {
+			continue // bound on an earlier pass; the cache has not seen it yet
+		}
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
 		s := c.opts.Gate.Check(ctx, p, node, onNode)

@@ -1,8 +1,13 @@
 package nodeclaim
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestRefusalIsConfirmedBeforeItCounts: the gate's refusal of a pod sends
@@ -29,5 +34,41 @@ func TestRefusalIsConfirmedBeforeItCounts(t *testing.T) {
 	r.confirmed("other", at(20*refusalConfirm))
 	if _, ok := r.first["gone"]; ok {
 		t.Error("the refusal of a pod never seen again was kept")
+	}
+}
+
+// TestBindOrderIsTheQueuesAndStable: pods are bound higher priority first,
+// then older first, and pods alike in both by namespace and name, whatever
+// order the cache lists them in (which of two pods wanting one host port
+// is bound must not be left to chance).
+func TestBindOrderIsTheQueuesAndStable(t *testing.T) {
+	t0 := time.Now().Truncate(time.Second)
+	pod := func(ns, name string, prio int32, age time.Duration) corev1.Pod {
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-age))},
+			Spec:       corev1.PodSpec{Priority: &prio},
+		}
+	}
+	want := []corev1.Pod{
+		pod("b", "urgent", 1000, 0),
+		pod("b", "old", 0, time.Minute),
+		pod("a", "z", 0, 0),
+		pod("b", "port-1", 0, 0),
+		pod("b", "port-2", 0, 0),
+	}
+	names := func(ps []corev1.Pod) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+		return out
+	}
+	for range 50 {
+		got := slices.Clone(want)
+		rand.Shuffle(len(got), func(i, j int) { got[i], got[j] = got[j], got[i] })
+		slices.SortFunc(got, bindOrder)
+		if !slices.Equal(names(got), names(want)) {
+			t.Fatalf("bind order %v; want %v", names(got), names(want))
+		}
 	}
 }
