@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ type Gate struct {
 	pods    corelisters.PodLister
 	ignore  string
 	current *switchable
+	// always names the profile's plugins a direct bind would skip for
+	// every pod (Permit, PostBind, a Bind other than DefaultBinder, a
+	// Reserve without a PreBind); empty when there are none.
+	always string
 
 	mu sync.Mutex // one check at a time: the snapshot is the framework's
 }
@@ -75,7 +80,41 @@ func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeS
 	if err != nil {
 		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
 	}
+	g.always = bindingCycleOnly(g.fw.ListPlugins())
 	return g, nil
+}
+
+// bindingCycleOnly names the plugins of a profile that act in the
+// scheduler's binding cycle whatever the pod, which a direct bind would
+// skip: Permit (it may hold or reject a pod), PostBind, a Bind plugin
+// other than DefaultBinder, and a Reserve plugin that is not also a
+// PreBind plugin (whose work for a pod PreBindPreFlight tells).
+func bindingCycleOnly(ps *config.Plugins) string {
+	if ps == nil {
+		return ""
+	}
+	names := func(set config.PluginSet) []string {
+		var out []string
+		for _, pl := range set.Enabled {
+			out = append(out, pl.Name)
+		}
+		return out
+	}
+	prebind := names(ps.PreBind)
+	var why []string
+	if p := names(ps.Permit); len(p) > 0 {
+		why = append(why, fmt.Sprintf("Permit plugins %v", p))
+	}
+	if p := slices.DeleteFunc(names(ps.Reserve), func(n string) bool { return slices.Contains(prebind, n) }); len(p) > 0 {
+		why = append(why, fmt.Sprintf("Reserve plugins %v", p))
+	}
+	if p := names(ps.Bind); len(p) > 0 && !slices.Equal(p, []string{"DefaultBinder"}) {
+		why = append(why, fmt.Sprintf("Bind plugins %v", p))
+	}
+	if p := names(ps.PostBind); len(p) > 0 {
+		why = append(why, fmt.Sprintf("PostBind plugins %v", p))
+	}
+	return strings.Join(why, ", ")
 }
 
 // Start starts the informers the profile's plugins use and waits, at most
@@ -98,19 +137,23 @@ func (g *Gate) Start(ctx context.Context, timeout time.Duration) error {
 }
 
 // Check runs the profile's PreFilter and Filter plugins for pod on node,
-// with onNode counted on it. The caller's node and pods are the ones it
+// with onNode counted on it; handOff, for a pod accepted, names what only
+// the scheduler's binding cycle would do for it there (volumes to bind,
+// devices to allocate: PreBind plugins with work, as their
+// PreBindPreFlight says; Permit, Reserve, Bind and PostBind plugins
+// beyond the defaults), and is empty when a direct bind is all it would do. The caller's node and pods are the ones it
 // has just judged ready (its own cache, or pods it has just bound): they
 // replace the gate's informer copies, which may lag behind (a not-ready
 // taint already lifted, a pod bound a moment ago), so lag in the gate's
 // own informers never refuses a pod the node can take. A nil or Success
 // status means the scheduler would accept the pod there; otherwise the
 // status says which plugin refused and why.
-func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*v1.Pod) *fwk.Status {
+func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*v1.Pod) (s *fwk.Status, handOff string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cached, err := g.nodes.List(labels.Everything())
 	if err != nil {
-		return fwk.AsStatus(err)
+		return fwk.AsStatus(err), ""
 	}
 	judged := node.DeepCopy()
 	if g.ignore != "" {
@@ -124,7 +167,7 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	}
 	all, err := g.pods.List(labels.Everything())
 	if err != nil {
-		return fwk.AsStatus(err)
+		return fwk.AsStatus(err), ""
 	}
 	seen := map[types.UID]bool{pod.UID: true}
 	var bound []*v1.Pod
@@ -147,16 +190,43 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	state := framework.NewCycleState()
 	pre, s, _ := g.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !s.IsSuccess() && !s.IsSkip() {
-		return s
+		return s, ""
 	}
 	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(node.Name) {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter")
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter"), ""
 	}
 	ni, err := snapshot.NodeInfos().Get(node.Name)
 	if err != nil {
-		return fwk.AsStatus(err)
+		return fwk.AsStatus(err), ""
 	}
-	return g.fw.RunFilterPlugins(ctx, state, pod, ni)
+	if s := g.fw.RunFilterPlugins(ctx, state, pod, ni); !s.IsSuccess() {
+		return s, ""
+	}
+	// PreBindPreFlight reads what Reserve decided (VolumeBinding: whether
+	// every volume is bound once assumed); Reserve assumes in the gate's
+	// own caches only, and Unreserve takes it back.
+	if s := g.fw.RunReservePluginsReserve(ctx, state, pod, node.Name); !s.IsSuccess() {
+		g.fw.RunReservePluginsUnreserve(ctx, state, pod, node.Name)
+		return s, ""
+	}
+	defer g.fw.RunReservePluginsUnreserve(ctx, state, pod, node.Name)
+	var why []string
+	switch s := g.fw.RunPreBindPreFlights(ctx, state, pod, node.Name); {
+	case s.Code() == fwk.Error:
+		return s, ""
+	case s.IsSuccess():
+		var working []string
+		for _, pl := range g.fw.ListPlugins().PreBind.Enabled {
+			if !state.GetSkipPreBindPlugins().Has(pl.Name) {
+				working = append(working, pl.Name)
+			}
+		}
+		why = append(why, fmt.Sprintf("PreBind plugins %v have work for it", working))
+	}
+	if g.always != "" {
+		why = append(why, "the profile has "+g.always)
+	}
+	return nil, strings.Join(why, "; ")
 }
 
 // switchable is a SharedLister whose snapshot the gate replaces before

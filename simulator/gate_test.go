@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	apitypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 )
 
@@ -52,13 +55,13 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 	}
 	held := gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule})
 	tainted := gateNode("tainted", v1.Taint{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule})
-	if s := g.Check(ctx, gatePod("a", 80), held, nil); !s.IsSuccess() {
+	if s, _ := g.Check(ctx, gatePod("a", 80), held, nil); !s.IsSuccess() {
 		t.Fatalf("pod refused on a node held only by the binding taint: %s %s", s.Plugin(), s.Message())
 	}
-	if s := g.Check(ctx, gatePod("a", 0), tainted, nil); s.IsSuccess() || s.Plugin() != "TaintToleration" {
+	if s, _ := g.Check(ctx, gatePod("a", 0), tainted, nil); s.IsSuccess() || s.Plugin() != "TaintToleration" {
 		t.Fatalf("pod accepted on a node with an untolerated taint: %v %s", s.Code(), s.Plugin())
 	}
-	if s := g.Check(ctx, gatePod("b", 80), held, []*v1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
+	if s, _ := g.Check(ctx, gatePod("b", 80), held, []*v1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
 		t.Fatalf("second pod on host port 80 beside one just bound: %v %s %s", s.Code(), s.Plugin(), s.Message())
 	}
 	// A pod the gate's informer still shows on the node, which the caller
@@ -74,12 +77,100 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the gate's informer never saw the pod")
 	}
-	if s := g.Check(ctx, gatePod("b", 80), held, nil); !s.IsSuccess() {
+	if s, _ := g.Check(ctx, gatePod("b", 80), held, nil); !s.IsSuccess() {
 		t.Fatalf("pod refused for a pod the caller no longer sees on the node: %s %s", s.Plugin(), s.Message())
 	}
 	// The caller saw the taint lifted before the gate's informer did: the
 	// caller's node is judged, not the stale copy.
-	if s := g.Check(ctx, gatePod("a", 0), gateNode("tainted"), nil); !s.IsSuccess() {
+	if s, _ := g.Check(ctx, gatePod("a", 0), gateNode("tainted"), nil); !s.IsSuccess() {
 		t.Fatalf("pod refused by the gate's stale copy of the node: %s %s", s.Plugin(), s.Message())
 	}
 }
+
+// TestGateSaysWhatOnlyTheBindingCycleDoes: a pod whose claim waits for its
+// first consumer is accepted but must be handed to the scheduler
+// (VolumeBinding has a volume to provision); a pod whose claim is bound,
+// or that has none, may be bound directly.
+func TestGateSaysWhatOnlyTheBindingCycleDoes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	pvc := func(name, volume string) *v1.PersistentVolumeClaim {
+		c := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: v1.PersistentVolumeClaimSpec{
+			StorageClassName: ptrTo("wffc"), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, VolumeName: volume,
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if volume != "" {
+			c.Status.Phase = v1.ClaimBound
+			c.Annotations = map[string]string{"pv.kubernetes.io/bind-completed": "yes"}
+		}
+		return c
+	}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-bound"}, Spec: v1.PersistentVolumeSpec{
+		StorageClassName: "wffc", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef: &v1.ObjectReference{Namespace: "default", Name: "bound"}, PersistentVolumeSource: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/tmp/x"}}},
+		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound}}
+	cs := fake.NewClientset(gateNode("n"), pvc("unbound", ""), pvc("bound", "pv-bound"), pv,
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "wffc"}, Provisioner: "example.com/fake", VolumeBindingMode: &wffc})
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(ctx, cs, &cfg.Profiles[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	withClaim := func(name, claim string) *v1.Pod {
+		p := gatePod(name, 0)
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		return p
+	}
+	node := gateNode("n")
+	if s, handOff := g.Check(ctx, withClaim("a", "unbound"), node, nil); !s.IsSuccess() || !strings.Contains(handOff, "VolumeBinding") {
+		t.Errorf("pod with a claim waiting for its first consumer: status %v %s, handOff %q; want accepted and handed off for VolumeBinding", s.Code(), s.Message(), handOff)
+	}
+	if s, handOff := g.Check(ctx, withClaim("b", "bound"), node, nil); !s.IsSuccess() || handOff != "" {
+		t.Errorf("pod with a bound claim: status %v %s, handOff %q; want accepted, bound directly", s.Code(), s.Message(), handOff)
+	}
+	if s, handOff := g.Check(ctx, gatePod("c", 0), node, nil); !s.IsSuccess() || handOff != "" {
+		t.Errorf("pod without volumes: status %v %s, handOff %q; want accepted, bound directly", s.Code(), s.Message(), handOff)
+	}
+}
+
+// TestBindingCycleOnlyNamesWhatADirectBindSkips: the default profile
+// leaves nothing to the binding cycle but what PreBindPreFlight reports;
+// a Permit plugin, another binder or a Reserve plugin without PreBind
+// sends every pod through the scheduler.
+func TestBindingCycleOnlyNamesWhatADirectBindSkips(t *testing.T) {
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bindingCycleOnly(cfg.Profiles[0].Plugins); got != "" {
+		t.Errorf("default profile: %q, want nothing", got)
+	}
+	set := func(names ...string) config.PluginSet {
+		var s config.PluginSet
+		for _, n := range names {
+			s.Enabled = append(s.Enabled, config.Plugin{Name: n})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		plugins config.Plugins
+		want    string
+	}{
+		{config.Plugins{Permit: set("Gang")}, "Permit plugins [Gang]"},
+		{config.Plugins{Bind: set("OtherBinder")}, "Bind plugins [OtherBinder]"},
+		{config.Plugins{Reserve: set("VolumeBinding", "Quota"), PreBind: set("VolumeBinding")}, "Reserve plugins [Quota]"},
+		{config.Plugins{PostBind: set("Audit")}, "PostBind plugins [Audit]"},
+	} {
+		if got := bindingCycleOnly(&tc.plugins); got != tc.want {
+			t.Errorf("bindingCycleOnly(%+v) = %q, want %q", tc.plugins, got, tc.want)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -200,8 +200,22 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	// A pod retried while its claim is open, or launching, keeps it: its
 	// node is coming, and a second claim would launch a second node.
 	if c, ok := p.nominated[pod.UID]; ok {
-		logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
-		return nominateTo(c), fwk.NewStatus(fwk.Success)
+		node := pod.Status.NominatedNodeName
+		if c.open || node == "" || node == c.name {
+			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
+			return nominateTo(c), fwk.NewStatus(fwk.Success)
+		}
+		// The provisioner handed the pod to the scheduler, nominated to
+		// its claim's node, for a binding cycle (volumes to provision,
+		// devices to allocate). While the node is held for binding it
+		// keeps that nomination; once the node is open and still refuses
+		// the pod, the pod is decided afresh.
+		if p.heldForBinding(node) {
+			logger.V(4).Info("Pod keeps its nomination to its claim's node until the node is open", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
+			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
+		}
+		logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
+		p.unview(c, pod)
 	}
 	d := p.nominate(ctx, pod)
 	if d.claim == nil {
@@ -328,6 +342,19 @@ func (p *VirtualNodes) settle() {
 			}
 		}
 	}
+}
+
+// heldForBinding: the real node still carries the provisioner's binding
+// taint in the scheduler's snapshot (or the snapshot is not known yet).
+func (p *VirtualNodes) heldForBinding(name string) bool {
+	if p.view.real == nil {
+		return true
+	}
+	ni, err := p.view.real.Get(name)
+	if err != nil || ni.Node() == nil {
+		return false
+	}
+	return slices.ContainsFunc(ni.Node().Spec.Taints, func(t v1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
 }
 
 // setPools replaces the pools, as their NodePools and catalogs change.

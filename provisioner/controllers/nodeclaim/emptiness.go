@@ -184,8 +184,17 @@ func (b *budgets) release(uid types.UID) {
 	delete(b.pending, uid)
 }
 
-// nodeEmpty: no pod on the node but daemonset pods and finished pods.
+// nodeEmpty: no pod on the node but daemonset pods and finished pods, and
+// none nominated to it (handed to the scheduler to bind, their volumes
+// perhaps still being provisioned).
 func (c *Controller) nodeEmpty(ctx context.Context, node string) (bool, error) {
+	var handed corev1.PodList
+	if err := c.kube.List(ctx, &handed, client.MatchingFields{indexNominated: node}); err != nil {
+		return false, err
+	}
+	if len(handed.Items) > 0 {
+		return false, nil
+	}
 	var pods corev1.PodList
 	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node}); err != nil {
 		return false, err

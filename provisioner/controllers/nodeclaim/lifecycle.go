@@ -79,9 +79,10 @@ type Options struct {
 	Workers int
 }
 
-// Gate is the scheduler's verdict on a pod and a node; see simulator.Gate.
+// Gate is the scheduler's verdict on a pod and a node, and what only its
+// binding cycle would do for the pod there; see simulator.Gate.
 type Gate interface {
-	Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) *fwk.Status
+	Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) (s *fwk.Status, handOff string)
 }
 
 // Controller reconciles NodeClaims.
@@ -603,15 +604,27 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			onNode = append(onNode, p)
 		}
 	}
-	bound := 0
+	// Pods handed to the scheduler on an earlier pass are nominated to
+	// the node itself: they count there as they will once bound.
+	var handed corev1.PodList
+	if err := c.kube.List(ctx, &handed, client.MatchingFields{indexNominated: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	for i := range handed.Items {
+		if p := &handed.Items[i]; !already[p.UID] {
+			already[p.UID] = true
+			onNode = append(onNode, p)
+		}
+	}
+	bound, handedOff := 0, 0
 	for i := range pods {
 		p := &pods[i]
 		if already[p.UID] {
-			continue // bound on an earlier pass; the cache has not seen it yet
+			continue // bound or handed off on an earlier pass; the cache has not seen it yet
 		}
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
-		s := c.opts.Gate.Check(ctx, p, node, onNode)
+		s, handOff := c.opts.Gate.Check(ctx, p, node, onNode)
 		if s.Code() == fwk.Error {
 			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
 			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
@@ -630,6 +643,25 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			continue
 		}
 		c.refusals.forget(p.UID)
+		if handOff != "" {
+			// What only the scheduler's binding cycle does (provisioning
+			// its volumes, allocating its devices, a Permit plugin) must
+			// not be skipped: the pod is nominated to the node itself,
+			// which holds room for it there, and the scheduler binds it
+			// once the binding taint is lifted below.
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, node.Name))
+			if err := c.kube.Status().Patch(ctx, p, patch); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return reconcile.Result{}, fmt.Errorf("handing pod %s/%s to the scheduler: %w", p.Namespace, p.Name, err)
+			}
+			logger.Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", handOff)
+			c.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, handOff))
+			onNode = append(onNode, p)
+			handedOff++
+			continue
+		}
 		err := c.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
@@ -655,12 +687,12 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimInitialized
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound", bound)})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", bound, handedOff)})
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	logger.Info("Bound pods to node", "pods", bound, "node", node.Name)
-	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s", bound, node.Name))
+	logger.Info("Bound pods to node", "pods", bound, "handedOff", handedOff, "node", node.Name)
+	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", bound, node.Name, handedOff))
 	return reconcile.Result{}, nil
 }
 

@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+// The annotations a volume's life passes through: the PV controller names
+// the external provisioner on the claim, the scheduler's VolumeBinding
+// names the node it chose (both from the Kubernetes storage API).
+const (
+	annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
+	annSelectedNode       = "volume.kubernetes.io/selected-node"
+	fakeProvisioner       = "example.com/fake"
+)
+
+// TestPodsThatNeedTheBindingCycleAreBoundByTheScheduler: a pod whose
+// PersistentVolumeClaim waits for its first consumer, and one with a
+// generic ephemeral volume, get a node like any other pod, but the
+// provisioner does not bind them: it nominates them to the node and the
+// scheduler's binding cycle binds them, so VolumeBinding chooses the node
+// for their claims (selected-node) and a provisioner makes their volumes
+// there before the pod is bound. A pod without volumes, nominated beside
+// them, is bound directly. The external provisioner is simulated: it
+// makes a PersistentVolume on the selected node for each claim of its
+// StorageClass, as a CSI provisioner would.
+func TestPodsThatNeedTheBindingCycleAreBoundByTheScheduler(t *testing.T) {
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "wffc"}, Provisioner: fakeProvisioner, VolumeBindingMode: &wffc,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go provisionVolumes(ctx, t, cs, "wffc")
+	createZonalPool(t, kube, "volumes")
+
+	claimSpec := corev1.PersistentVolumeClaimSpec{
+		StorageClassName: ptr.To("wffc"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "default"}, Spec: claimSpec,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	volumes := map[string][]corev1.Volume{
+		"volumes-pvc": {{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+		"volumes-ephemeral": {{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: claimSpec}}}}},
+		"volumes-none": nil,
+	}
+	for name, vols := range volumes {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "volumes"}},
+			Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "volumes"}, Volumes: vols,
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}}},
+			}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := settled(t, cs, kube, "volumes", len(volumes))
+	if len(p.pending) != 0 {
+		t.Fatalf("%d pods pending", len(p.pending))
+	}
+
+	for name, vols := range volumes {
+		pod, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var node corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
+			t.Fatal(err)
+		}
+		if node.Labels[v1alpha1.LabelNodePool] != "volumes" {
+			t.Errorf("pod %s runs on %s, not a node of pool volumes", name, node.Name)
+		}
+		reasons, notes, err := podEvents(ctx, cs, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The provisioner's own Scheduled event names the claim; the
+		// scheduler's does not.
+		direct := slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "(nodeclaim ") })
+		if len(vols) == 0 {
+			if !direct || slices.Contains(reasons, "HandedOff") {
+				t.Errorf("pod %s without volumes: events %v; want it bound by the provisioner, not handed off", name, reasons)
+			}
+			continue
+		}
+		if direct || !slices.Contains(reasons, "HandedOff") {
+			t.Errorf("pod %s with a volume to provision: events %v %q; want it handed off and bound by the scheduler", name, reasons, notes)
+		}
+		claim := vols[0].Name
+		if vols[0].PersistentVolumeClaim != nil {
+			claim = vols[0].PersistentVolumeClaim.ClaimName
+		} else {
+			claim = name + "-" + claim // the ephemeral volume controller's name for it
+		}
+		pvc, err := cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pvc.Status.Phase != corev1.ClaimBound || pvc.Annotations[annSelectedNode] != node.Name {
+			t.Errorf("claim %s of pod %s: phase %s, selected node %q; want Bound, on %s", claim, name, pvc.Status.Phase, pvc.Annotations[annSelectedNode], node.Name)
+		}
+	}
+}
+
+// provisionVolumes is a simulated external provisioner for class: for
+// each claim the scheduler has chosen a node for, it makes a volume on
+// that node bound to the claim, as a CSI provisioner would; the PV
+// controller then binds the claim.
+func provisionVolumes(ctx context.Context, t *testing.T, cs kubernetes.Interface, class string) {
+	for ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		claims, err := cs.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, c := range claims.Items {
+			node := c.Annotations[annSelectedNode]
+			if c.Spec.VolumeName != "" || node == "" || c.Annotations[annStorageProvisioner] != fakeProvisioner || ptr.Deref(c.Spec.StorageClassName, "") != class {
+				continue
+			}
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pvc-%s", c.UID), Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": fakeProvisioner}},
+				Spec: corev1.PersistentVolumeSpec{
+					StorageClassName: class, AccessModes: c.Spec.AccessModes, Capacity: c.Spec.Resources.Requests,
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+					ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: c.Namespace, Name: c.Name, UID: c.UID},
+					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/fake/" + string(c.UID)}},
+					NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+					}}}},
+				},
+			}
+			if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
+				t.Logf("simulated provisioner: creating %s: %v", pv.Name, err)
+			}
+		}
+	}
+}
+
+// podEvents returns the reasons and notes of a pod's Events.
+func podEvents(ctx context.Context, cs kubernetes.Interface, pod string) (reasons, notes []string, err error) {
+	evs, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + pod})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range evs.Items {
+		reasons = append(reasons, e.Reason)
+		notes = append(notes, e.Note)
+	}
+	return reasons, notes, nil
+}
