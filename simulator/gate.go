@@ -47,8 +47,9 @@ func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.Sha
 // Gate answers, for the provisioner, whether the scheduler would accept a
 // pod on a node as the cluster is now: the profile's PreFilter and Filter
 // plugins, run over a snapshot of every node and every pod bound to one,
-// with the judged node and its pods as the caller sees them. The node is judged without ignore, the taint the provisioner
-// holds new nodes under until their pods are bound.
+// with the judged node and its pods as the caller sees them. Nodes are
+// judged without ignore, the taint the provisioner holds new nodes under
+// until their pods are bound.
 type Gate struct {
 	fw      framework.Framework
 	inf     informers.SharedInformerFactory
@@ -155,14 +156,23 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	if err != nil {
 		return fwk.AsStatus(err), ""
 	}
-	judged := node.DeepCopy()
-	if g.ignore != "" {
-		judged.Spec.Taints = slices.DeleteFunc(judged.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
+	// The taint held back is lifted from every node, not only the judged
+	// one: the other nodes that carry it are having their pods bound and
+	// will be open in a moment, and constraints that count only nodes a
+	// pod tolerates (topology spread with nodeTaintsPolicy Honor) must
+	// count them as they will be.
+	unheld := func(n *v1.Node) *v1.Node {
+		if g.ignore == "" || !slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore }) {
+			return n
+		}
+		n = n.DeepCopy()
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
+		return n
 	}
-	nodes := []*v1.Node{judged}
+	nodes := []*v1.Node{unheld(node)}
 	for _, n := range cached {
 		if n.Name != node.Name {
-			nodes = append(nodes, n)
+			nodes = append(nodes, unheld(n))
 		}
 	}
 	all, err := g.pods.List(labels.Everything())

@@ -198,10 +198,6 @@ func run(args []string) error {
 	return mgr.Start(ctx)
 }
 
-// validate refuses flag values the provisioner cannot act on sensibly,
-// naming the flag: a zero --registration-ttl would delete every launched
-// claim before its node could join, a zero batch window would launch a
-// node per pod.
 // bindGate builds the scheduler's verdict on binds from --scheduler-config
 // and starts its informers.
 func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simulator.Gate, error) {
@@ -232,6 +228,10 @@ func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simul
 	return gate, nil
 }
 
+// validate refuses flag values the provisioner cannot act on sensibly,
+// naming the flag: a zero --registration-ttl would delete every launched
+// claim before its node could join, a zero batch window would launch a
+// node per pod.
 func (o *options) validate() error {
 	var errs []error
 	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {

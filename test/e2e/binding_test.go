@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -132,7 +133,7 @@ func TestPodsThatNeedTheBindingCycleAreBoundByTheScheduler(t *testing.T) {
 // each claim the scheduler has chosen a node for, it makes a volume on
 // that node bound to the claim, as a CSI provisioner would; the PV
 // controller then binds the claim.
-func provisionVolumes(ctx context.Context, t *testing.T, cs kubernetes.Interface, class string) {
+func provisionVolumes(ctx context.Context, t testing.TB, cs kubernetes.Interface, class string) {
 	for ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
 		claims, err := cs.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
@@ -174,4 +175,109 @@ func podEvents(ctx context.Context, cs kubernetes.Interface, pod string) (reason
 		notes = append(notes, e.Note)
 	}
 	return reasons, notes, nil
+}
+
+// BenchmarkPodCreatedToRunning measures, in the sandbox, the time from a
+// pod's creation to its being seen Running, for the two ways a pod gets
+// to its new node: bound directly by the provisioner, or handed to the
+// scheduler's binding cycle (here for a generic ephemeral volume that a
+// simulated provisioner makes once the scheduler selects the node). Each
+// iteration creates 10 pods on a new pool, so each is measured through a
+// new node: nomination, the batch window, launch, registration, readiness
+// and the bind. It reports the p50 and p99 of all pods measured.
+func BenchmarkPodCreatedToRunning(b *testing.B) {
+	ctx := context.Background()
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: b.TempDir(), Binaries: bins})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Stop()
+	cs, err := kubernetes.NewForConfig(sb.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kube, err := sb.Client()
+	if err != nil {
+		b.Fatal(err)
+	}
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "wffc"}, Provisioner: fakeProvisioner, VolumeBindingMode: &wffc,
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	agent, stop := context.WithCancel(ctx)
+	defer stop()
+	go provisionVolumes(agent, b, cs, "wffc")
+	round := 0
+	for _, path := range []string{"direct", "handoff"} {
+		b.Run(path, func(b *testing.B) {
+			var latencies []time.Duration
+			for range b.N {
+				round++
+				pool := fmt.Sprintf("latency-%d", round)
+				np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: v1alpha1.NodePoolSpec{
+					Template: v1alpha1.NodeClaimTemplate{
+						ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"pool": v1alpha1.LabelValue(pool)}},
+						Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
+					},
+					Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
+				}}
+				if err := kube.Create(ctx, np); err != nil {
+					b.Fatal(err)
+				}
+				created := map[string]time.Time{}
+				for i := range 10 {
+					pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", pool, i), Namespace: "default"},
+						Spec: corev1.PodSpec{
+							SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": pool}, TerminationGracePeriodSeconds: ptr.To[int64](0),
+							Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+								Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}}},
+						}}
+					if path == "handoff" {
+						pod.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+							VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+								StorageClassName: ptr.To("wffc"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+								Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+							}}}}}}
+					}
+					if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					created[pod.Name] = time.Now()
+				}
+				running := map[string]time.Duration{}
+				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+					pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+					if err != nil {
+						return false, nil
+					}
+					for _, p := range pods.Items {
+						if t0, ok := created[p.Name]; ok && p.Status.Phase == corev1.PodRunning {
+							if _, seen := running[p.Name]; !seen {
+								running[p.Name] = time.Since(t0)
+							}
+						}
+					}
+					return len(running) == len(created), nil
+				}); err != nil {
+					b.Fatalf("%d of %d pods Running: %v", len(running), len(created), err)
+				}
+				for _, d := range running {
+					latencies = append(latencies, d)
+				}
+			}
+			slices.Sort(latencies)
+			quantile := func(q float64) float64 {
+				return latencies[min(len(latencies)-1, int(q*float64(len(latencies))))].Seconds()
+			}
+			b.ReportMetric(quantile(0.5), "p50-s")
+			b.ReportMetric(quantile(0.99), "p99-s")
+			b.ReportMetric(float64(len(latencies)), "pods")
+		})
+	}
 }

@@ -9,9 +9,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -88,12 +90,20 @@ func claimCount(n int) func(*testing.T, []v1alpha1.NodeClaim) {
 }
 
 func TestFidelity(t *testing.T) {
+	for i, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, i) })
+	}
+}
+
+// scenarios are the cases of the differential suite, each also run end to
+// end through a sandbox (TestFidelityEndToEnd).
+func scenarios() []scenario {
 	def := pool("default")
 	apps := pool("apps", labels("intent", "apps"), weight(50))
 	gpu := pool("gpu", taint("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule), require(v1.LabelInstanceTypeStable, v1.NodeSelectorOpIn, "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.12xlarge", "g6.24xlarge"))
 	web := podOf("web").Req("1", "1536Mi")
 
-	scenarios := []scenario{
+	return []scenario{
 		{name: "plain pods share one claim", pools: []*v1alpha1.NodePool{def}, pods: times(6, web), check: claimCount(1)},
 		{name: "nodeSelector on a pool label picks that pool", pools: []*v1alpha1.NodePool{def, apps},
 			pods: times(4, podOf("sel").Req("500m", "512Mi").Selector("intent", "apps")), check: onlyPool("apps")},
@@ -110,9 +120,15 @@ func TestFidelity(t *testing.T) {
 		{name: "preferred node affinity does not block", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("pref").Req("1", "1Gi").PreferNodeAffinityIn(zone, "zone-x"))},
 		{name: "pods that tolerate a pool's taint may use it; others go elsewhere", pools: []*v1alpha1.NodePool{def, gpu},
 			pods: append(times(2, podOf("tol").Req("1", "1Gi").Toleration("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule).Extended(simulated.ResourceGPU, "1")), times(2, podOf("notol").Req("1", "1Gi"))...)},
+		// End to end the taint is lifted 5 s after the node registers: a
+		// pod bound before that would be evicted by the taint manager.
 		{name: "startup taints need no toleration", pools: []*v1alpha1.NodePool{pool("startup", func(np *v1alpha1.NodePool) {
-			np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoSchedule}}
+			np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoExecute}}
 		})}, pods: times(2, podOf("st").Req("1", "1Gi"))},
+		{name: "a pod tolerating a pool's taint only for NoSchedule does not use its NoExecute pool", pools: []*v1alpha1.NodePool{
+			pool("evicting", taint("dedicated", "batch", v1.TaintEffectNoExecute), labels("intent", "batch"), weight(100)),
+			pool("holding", taint("dedicated", "batch", v1.TaintEffectNoSchedule), labels("intent", "batch")),
+		}, pods: times(2, podOf("tol").Req("1", "1Gi").Selector("intent", "batch").Toleration("dedicated", "batch", v1.TaintEffectNoSchedule)), check: onlyPool("holding")},
 		{name: "zone spread maxSkew 1 spreads over the zones", pools: []*v1alpha1.NodePool{def},
 			pods: times(6, podOf("zs").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule)), check: atLeastZones(3)},
 		{name: "hostname spread maxSkew 1", pools: []*v1alpha1.NodePool{def}, pods: times(5, podOf("hs").Req("500m", "512Mi").Spread(hostname, 1, v1.DoNotSchedule))},
@@ -125,6 +141,7 @@ func TestFidelity(t *testing.T) {
 				c.NodeAffinityPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
 			}))},
 		{name: "zone spread with nodeTaintsPolicy Honor", pools: []*v1alpha1.NodePool{def},
+			notEndToEnd: "a known gap: nodes held by nodeforge.dev/binding are not domains under nodeTaintsPolicy Honor, so the scheduler may bind a pod nominated to a held zone's claim on an open node in another zone, leaving 2/2/0 where the scheduler alone would place 2/1/1",
 			pods: times(4, podOf("ntp").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
 				c.NodeTaintsPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
 			}))},
@@ -174,8 +191,8 @@ func TestFidelity(t *testing.T) {
 		{name: "cluster default spread constraints of the profile apply", pools: []*v1alpha1.NodePool{def},
 			pluginConfig: []map[string]any{{"name": "PodTopologySpread", "args": map[string]any{"defaultingType": "List",
 				"defaultConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": zone, "whenUnsatisfiable": "DoNotSchedule"}}}}},
-			setup: func(t *testing.T, ns string) { replicaSet(t, ns, "spread") },
-			pods:  times(6, podOf("spread").Req("500m", "512Mi").Owner("ReplicaSet", "spread", "rs-spread-uid")),
+			setup: func(t *testing.T, ns string) { service(t, ns, "spread") },
+			pods:  times(6, podOf("spread").Req("500m", "512Mi")),
 			check: atLeastZones(3)},
 		{name: "a pod no instance type can hold gets no claim and an Event", pools: []*v1alpha1.NodePool{def},
 			pods: times(1, web), refused: []*v1.Pod{podOf("huge").Req("300", "1Gi").Obj()}, refusal: "pool default: no instance type has 300 cpu; the largest has"},
@@ -184,9 +201,6 @@ func TestFidelity(t *testing.T) {
 		{name: "a pool at its cpu limit makes no more claims", pools: []*v1alpha1.NodePool{pool("small", func(np *v1alpha1.NodePool) {
 			np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("2")}
 		})}, pods: times(1, podOf("lim").Req("1", "1Gi")), refused: []*v1.Pod{podOf("over").Req("1500m", "1Gi").PodAntiAffinity("lim", hostname).Obj()}, refusal: "limits reached"},
-	}
-	for i, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) { sc.run(t, i) })
 	}
 }
 
@@ -199,19 +213,29 @@ func mustCreateOnce(t *testing.T, obj *nodev1.RuntimeClass) {
 	mustCreate(t, obj)
 }
 
-// zonalVolume makes a PVC bound to a PV that only zone can reach.
+// zonalVolume makes a PVC bound to a PV that only zone can reach, as the
+// PV controller leaves them: the claim names the volume, the volume the
+// claim (with its UID), both Bound.
 func zonalVolume(t *testing.T, ns, name, z string) {
 	ctx := context.Background()
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "zonal-" + ns}, Provisioner: "none.example.com", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
 	mustCreate(t, sc)
 	t.Cleanup(func() { _ = cs.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns}, Spec: v1.PersistentVolumeSpec{
+	pvName := "pv-" + ns
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}},
+		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name), VolumeName: pvName,
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	createdPVC, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/bound-by-controller": "yes"}}, Spec: v1.PersistentVolumeSpec{
 		Capacity:                      v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
 		AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 		StorageClassName:              sc.Name,
 		PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
 		PersistentVolumeSource:        v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "none.example.com", VolumeHandle: "vol-1"}},
-		ClaimRef:                      &v1.ObjectReference{Namespace: ns, Name: name},
+		ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name, UID: createdPVC.UID},
 		NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
 			MatchExpressions: []v1.NodeSelectorRequirement{{Key: zone, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}},
 	}}
@@ -220,21 +244,32 @@ func zonalVolume(t *testing.T, ns, name, z string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}) })
-	created.Status.Phase = v1.VolumeBound
-	if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// End to end the PV controller writes both too: each write is retried
+	// on the object as it is now.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		created.Status.Phase = v1.VolumeBound
+		_, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{}); gerr == nil {
+				created = latest
+			}
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	// Bound as the PV controller would bind it.
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}},
-		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name), VolumeName: pv.Name,
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	createdPVC, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	createdPVC.Status.Phase = v1.ClaimBound
-	createdPVC.Status.Capacity = pv.Spec.Capacity
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		createdPVC.Status.Phase = v1.ClaimBound
+		createdPVC.Status.Capacity = pv.Spec.Capacity
+		createdPVC.Status.AccessModes = pv.Spec.AccessModes
+		_, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				createdPVC = latest
+			}
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -303,10 +338,13 @@ func daemonSet(t *testing.T, ns, name, cpu, mem string) {
 	}})
 }
 
-func replicaSet(t *testing.T, ns, app string) {
-	l := map[string]string{"app": app}
-	mustCreate(t, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: appsv1.ReplicaSetSpec{
-		Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: l},
-		Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: app, Image: "registry.k8s.io/pause:3.10"}}}},
+// service selects the pods labelled app=<app>: the scheduler's default
+// spread constraints count the pods of the same Service (or ReplicaSet,
+// StatefulSet, ReplicationController). A Service, not a ReplicaSet, so the
+// end-to-end runs' garbage collector and ReplicaSet controller leave the
+// pods alone.
+func service(t *testing.T, ns, app string) {
+	mustCreate(t, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: v1.ServiceSpec{
+		Selector: map[string]string{"app": app}, Ports: []v1.ServicePort{{Port: 80}},
 	}})
 }

@@ -31,6 +31,9 @@ var (
 	kube         client.Client
 	schedulerBin string
 	catalog      []v1alpha1.InstanceType
+	// source is the checkout; binDir holds nodeforge-scheduler and
+	// nodeforge-provisioner (the end-to-end runs start a whole sandbox).
+	source, binDir string
 )
 
 func typesUID(s string) types.UID { return types.UID(s) }
@@ -45,25 +48,25 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer stop()
-	if dir := os.Getenv("NODEFORGE_BIN_DIR"); dir != "" {
-		schedulerBin = filepath.Join(dir, "nodeforge-scheduler")
-	} else {
+	if source, err = sandbox.FindSource(); err != nil {
+		return 0, err
+	}
+	if binDir = os.Getenv("NODEFORGE_BIN_DIR"); binDir == "" {
 		tmp, err := os.MkdirTemp("", "nodeforge-fidelity-bin-")
 		if err != nil {
 			return 0, err
 		}
 		defer os.RemoveAll(tmp)
-		src, err := sandbox.FindSource()
-		if err != nil {
-			return 0, err
-		}
-		schedulerBin = filepath.Join(tmp, "nodeforge-scheduler")
-		build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/scheduler")
-		build.Dir, build.Stderr = src, os.Stderr
-		if err := build.Run(); err != nil {
-			return 0, fmt.Errorf("building nodeforge-scheduler: %w", err)
+		binDir = tmp
+		for _, c := range []string{"scheduler", "provisioner"} {
+			build := exec.Command("go", "build", "-o", filepath.Join(tmp, "nodeforge-"+c), "./cmd/"+c)
+			build.Dir, build.Stderr = source, os.Stderr
+			if err := build.Run(); err != nil {
+				return 0, fmt.Errorf("building nodeforge-%s: %w", c, err)
+			}
 		}
 	}
+	schedulerBin = filepath.Join(binDir, "nodeforge-scheduler")
 	if catalog, err = simulated.LoadCatalog(""); err != nil {
 		return 0, err
 	}

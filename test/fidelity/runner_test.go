@@ -44,6 +44,9 @@ type scenario struct {
 	onNode func(t *testing.T, ns string, node *v1.Node)
 	// check asserts on the claims made.
 	check func(t *testing.T, claims []v1alpha1.NodeClaim)
+	// notEndToEnd, when set, says why the scenario is not run end to end
+	// (TestFidelityEndToEnd skips it with this reason).
+	notEndToEnd string
 }
 
 // pool returns a NodePool over the simulated catalog.
@@ -180,6 +183,26 @@ func createPod(t *testing.T, ns string, p *v1.Pod) *v1.Pod {
 // without VirtualNodes, plus the scenario's plugin configuration.
 func startScheduler(t *testing.T, name string, virtualNodes bool, extra []map[string]any) func() {
 	t.Helper()
+	var cfg map[string]any
+	if err := yaml.Unmarshal(schedulerConfig(t, virtualNodes, extra), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := env.StartScheduler(context.Background(), name, schedulerBin, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
+// schedulerConfig is the shipped scheduler configuration with extra plugin
+// configuration in its profile, with or without VirtualNodes.
+func schedulerConfig(t *testing.T, virtualNodes bool, extra []map[string]any) []byte {
+	t.Helper()
 	raw, err := manifests.FS.ReadFile("scheduler/config.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +211,6 @@ func startScheduler(t *testing.T, name string, virtualNodes bool, extra []map[st
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
 	profile := cfg["profiles"].([]any)[0].(map[string]any)
 	pc, _ := profile["pluginConfig"].([]any)
 	for _, e := range extra {
@@ -203,11 +225,7 @@ func startScheduler(t *testing.T, name string, virtualNodes bool, extra []map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := env.StartScheduler(context.Background(), name, schedulerBin, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stop
+	return out
 }
 
 // waitNominated waits until every pod is nominated and every claim they
@@ -349,7 +367,7 @@ func cleanup(t *testing.T, ns string, pools []*v1alpha1.NodePool) {
 		_ = kube.Delete(ctx, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name}})
 	}
 	// Nothing of this scenario may remain for the next one.
-	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: scenarioNodes})
 		if err != nil {
 			return false, err
@@ -366,6 +384,14 @@ func cleanup(t *testing.T, ns string, pools []*v1alpha1.NodePool) {
 		if err != nil {
 			return false, err
 		}
+		for _, np := range pools {
+			err := kube.Get(ctx, client.ObjectKey{Name: np.Name}, &v1alpha1.NodePool{})
+			if !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
 		return len(nodes.Items) == 0 && len(ncs.Items) == 0 && len(pods.Items) == 0 && len(dss.Items) == 0, nil
-	})
+	}); err != nil {
+		t.Errorf("scenario namespace %s not cleaned up (nodes, claims, pods, daemonsets or pools remain): %v", ns, err)
+	}
 }

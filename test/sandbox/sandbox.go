@@ -60,6 +60,10 @@ type Options struct {
 	AWSRegistrationDelay time.Duration
 	// Progress gets one line per component as it comes up.
 	Progress io.Writer
+	// SchedulerConfig, when set, is the KubeSchedulerConfiguration of
+	// nodeforge-scheduler instead of the shipped one; the provisioner's
+	// bind gate reads the same.
+	SchedulerConfig []byte
 }
 
 // Sandbox is a running control plane.
@@ -302,6 +306,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	shipped, err := manifests.FS.ReadFile("scheduler/config.yaml")
 	if err != nil {
 		return nil, err
+	}
+	if o.SchedulerConfig != nil {
+		shipped = o.SchedulerConfig
 	}
 	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv); err != nil {
 		return nil, err
