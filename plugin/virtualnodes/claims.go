@@ -209,7 +209,7 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			Phase:               v1alpha1.NodeClaimNominating,
 			InstanceTypeOptions: int32(len(c.options)),
 			NominatedPods:       int32(len(c.pods)),
-			LastNominationTime:  &metav1.Time{Time: c.lastAdded},
+			LastNominationTime:  &metav1.MicroTime{Time: c.lastAdded},
 		},
 	}
 	if c.written != nil {

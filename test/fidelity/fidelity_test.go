@@ -157,6 +157,20 @@ func scenarios() []scenario {
 		{name: "host ports keep pods apart", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("port").Req("250m", "256Mi").HostPort(8080)), check: claimCount(3)},
 		{name: "extended resources only on types that have them", pools: []*v1alpha1.NodePool{def},
 			pods: times(2, podOf("gpu").Req("1", "1Gi").Extended(simulated.ResourceGPU, "1"))},
+		// End to end the node's GPUs appear 5 s after it registers (its
+		// device plugin is late): the pod is bound once they do, on the one
+		// node launched for it, not sent back for a second node.
+		{name: "a GPU that registers after the node gets one node, not two", pools: []*v1alpha1.NodePool{pool("late-gpu", func(np *v1alpha1.NodePool) {
+			np.Spec.Template.Spec.NodeClassRef.Name = "late-devices"
+		})},
+			setup: func(t *testing.T, ns string) {
+				class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "late-devices"},
+					Spec: v1alpha1.SimulatedNodeClassSpec{DevicePluginDelay: &metav1.Duration{Duration: 5 * time.Second}}}
+				if err := kube.Create(context.Background(), class); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+			},
+			pods: times(1, podOf("late").Req("1", "1Gi").Extended(simulated.ResourceGPU, "1")), check: claimCount(1)},
 		{name: "init containers, sidecars and pod overhead count", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) {
 				mustCreateOnce(t, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "sandboxed",

@@ -136,8 +136,10 @@ type NodeClaimStatus struct {
 	NominatedPods int32 `json:"nominatedPods,omitempty"`
 	// LastNominationTime is when a pod was last nominated to the claim; the
 	// provisioner launches once it is older than the batch idle duration.
+	// Microseconds, not seconds: a time truncated to the second would make
+	// the 1 s batch window anything from 0 to 1 s.
 	// +optional
-	LastNominationTime *metav1.Time `json:"lastNominationTime,omitempty"`
+	LastNominationTime *metav1.MicroTime `json:"lastNominationTime,omitempty"`
 	// Price of the launched instance in dollars per hour, e.g. "0.0416".
 	// +optional
 	Price string `json:"price,omitempty"`

@@ -32,6 +32,15 @@ type SimulatedNodeClassSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	// +optional
 	RegistrationDelay *metav1.Duration `json:"registrationDelay,omitempty"`
+	// DevicePluginDelay is how long after its node registers an instance's
+	// extended resources (nvidia.com/gpu and other devices) appear in the
+	// node's capacity and allocatable, as when a device plugin registers
+	// after the kubelet. Zero: at registration.
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	DevicePluginDelay *metav1.Duration `json:"devicePluginDelay,omitempty"`
 	// Faults to inject into launches whose offering matches.
 	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic

@@ -1095,6 +1095,11 @@ func (in *SimulatedNodeClassSpec) DeepCopyInto(out *SimulatedNodeClassSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.DevicePluginDelay != nil {
+		in, out := &in.DevicePluginDelay, &out.DevicePluginDelay
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Faults != nil {
 		in, out := &in.Faults, &out.Faults
 		*out = make([]SimulatedFault, len(*in))

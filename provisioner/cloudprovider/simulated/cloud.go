@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -51,7 +52,10 @@ const (
 	labelInstance   = "simulated.nodeforge.dev/instance"
 	labelClaimUID   = "simulated.nodeforge.dev/claim-uid"
 	labelRegistered = "simulated.nodeforge.dev/registered"
-	dataKey         = "instance.json"
+	// labelDevices is "pending" on an instance whose node has registered
+	// without its extended resources yet (devicePluginDelay).
+	labelDevices = "simulated.nodeforge.dev/devices"
+	dataKey      = "instance.json"
 )
 
 // Record is one simulated machine as the inventory keeps it.
@@ -63,6 +67,9 @@ type Record struct {
 	Taints        []corev1.Taint    `json:"taints"`
 	RegisterAt    time.Time         `json:"registerAt"`
 	NeverRegister bool              `json:"neverRegister,omitempty"`
+	// DevicesAt, when after RegisterAt, is when the node's extended
+	// resources appear (the node class's devicePluginDelay).
+	DevicesAt time.Time `json:"devicesAt,omitzero"`
 }
 
 // NewCloud returns the simulated cloud serving catalog, keeping its
@@ -131,9 +138,12 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: l.NodeClass.Name}, &class); err != nil {
 		return nil, fmt.Errorf("getting SimulatedNodeClass %s: %w", l.NodeClass.Name, err)
 	}
-	var delay time.Duration
+	var delay, devices time.Duration
 	if class.Spec.RegistrationDelay != nil {
 		delay = class.Spec.RegistrationDelay.Duration
+	}
+	if class.Spec.DevicePluginDelay != nil {
+		devices = class.Spec.DevicePluginDelay.Duration
 	}
 	var refused []cloudprovider.Offer
 	for _, o := range l.Offers {
@@ -165,6 +175,9 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 			},
 			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: maps.Clone(l.Labels), Taints: slices.Clone(l.Taints),
 			RegisterAt: c.now().Add(delay), NeverRegister: never,
+		}
+		if devices > 0 {
+			r.DevicesAt = r.RegisterAt.Add(devices)
 		}
 		if r.Labels == nil {
 			r.Labels = map[string]string{}
@@ -283,19 +296,86 @@ func (c *Cloud) register(ctx context.Context) error {
 			Spec:       corev1.NodeSpec{ProviderID: in.ProviderID, Taints: in.Taints},
 			Status:     corev1.NodeStatus{Capacity: in.Capacity, Allocatable: in.Allocatable},
 		}
+		late := c.now().Before(in.DevicesAt)
+		if late {
+			node.Status.Capacity, node.Status.Allocatable = withoutExtended(in.Capacity), withoutExtended(in.Allocatable)
+		}
 		if err := c.kube.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			klog.FromContext(ctx).Error(err, "Registering simulated node", "node", in.NodeName, "providerID", in.ProviderID)
 			continue
 		}
 		cm.Labels[labelRegistered] = "true"
+		if late {
+			cm.Labels[labelDevices] = "pending"
+		}
 		// A conflict or NotFound means the instance changed or was
 		// terminated meanwhile; the next round sees it as it is now.
 		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return err
 		}
-		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim)
+		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim, "devicesPending", late)
+	}
+	return c.registerDevices(ctx)
+}
+
+// registerDevices adds the extended resources of nodes registered without
+// them once their device plugin's delay has passed, as the kubelet does
+// when a device plugin registers.
+func (c *Cloud) registerDevices(ctx context.Context) error {
+	var pending corev1.ConfigMapList
+	if err := c.api.List(ctx, &pending, client.InNamespace(c.namespace), client.MatchingLabels{labelDevices: "pending"}); err != nil {
+		return err
+	}
+	for i := range pending.Items {
+		cm := &pending.Items[i]
+		in, err := decode(cm)
+		if err != nil {
+			return err
+		}
+		if c.now().Before(in.DevicesAt) {
+			continue
+		}
+		var node corev1.Node
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: in.NodeName}, &node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+		} else {
+			for name, q := range in.Capacity {
+				if v1helper.IsExtendedResourceName(name) {
+					node.Status.Capacity[name] = q
+				}
+			}
+			for name, q := range in.Allocatable {
+				if v1helper.IsExtendedResourceName(name) {
+					node.Status.Allocatable[name] = q
+				}
+			}
+			if err := c.kube.Status().Update(ctx, &node); err != nil {
+				if apierrors.IsConflict(err) {
+					continue // the next round reads it again
+				}
+				return err
+			}
+		}
+		cm.Labels[labelDevices] = "registered"
+		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Simulated device plugin registered", "node", in.NodeName, "providerID", in.ProviderID)
 	}
 	return nil
+}
+
+// withoutExtended is a node's resources before its device plugins register.
+func withoutExtended(l corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for name, q := range l {
+		if !v1helper.IsExtendedResourceName(name) {
+			out[name] = q
+		}
+	}
+	return out
 }
 
 func randomHex(n int) string {
