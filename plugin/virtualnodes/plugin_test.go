@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
@@ -364,5 +365,42 @@ func TestOutOfTreeFilterCountsInNomination(t *testing.T) {
 		if i >= 2 && s.IsSuccess() {
 			t.Fatalf("pod p%d nominated to %s in %s: with zone-a refused only two zones are left for pods that refuse to share one", i, c.name, c.group.zone)
 		}
+	}
+}
+
+// TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh: the
+// provisioner hands a pod to the scheduler by nominating it to its claim's
+// registered node. While that node still carries the binding taint, a
+// retry keeps the pod nominated to the node (not back to the claim); once
+// the node is open and still refuses the pod, the pod gets a new claim and
+// leaves the old one.
+func TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("p1", "1", "1Gi")
+	first := h.closedClaim(t, pod, v1alpha1.NodeClaimRegistered)
+	handed := pod.DeepCopy()
+	handed.Status.NominatedNodeName = "real-1"
+	node := func(cpu string, taints ...v1.Taint) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{v1.LabelHostname: "real-1", v1.LabelTopologyZone: first.group.zone}},
+			Spec:   v1.NodeSpec{Taints: taints},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
+	}
+	h.setReal(nil, node("8", v1.Taint{Key: v1alpha1.TaintBinding, Effect: v1.TaintEffectNoSchedule}))
+	res, s := h.plugin.PostFilter(ctx, framework.NewCycleState(), handed, nil)
+	if !s.IsSuccess() || res.NominatedNodeName != "real-1" {
+		t.Fatalf("pod handed to the scheduler, node held: nominated to %v (%s); want real-1", res, s.Message())
+	}
+	if _, ok := first.pods[pod.UID]; !ok {
+		t.Fatal("the handed-off pod left its claim's node in the view while the node is held")
+	}
+	// The node opens with too little room left for the pod.
+	h.setReal(nil, node("500m"))
+	c, s := h.schedule(ctx, handed)
+	if !s.IsSuccess() || c == nil || c == first {
+		t.Fatalf("pod refused by its open node: nominated to %v (%s); want a new claim", c, s.Message())
+	}
+	if _, ok := first.pods[pod.UID]; ok {
+		t.Error("the pod still counts on its old claim's node")
 	}
 }
