@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -196,11 +197,7 @@ func BenchmarkPodCreatedToRunning(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sb.Stop()
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kube, err := sb.Client()
+	cs, kube, err := sb.Clients()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -279,5 +276,73 @@ func BenchmarkPodCreatedToRunning(b *testing.B) {
 			b.ReportMetric(quantile(0.99), "p99-s")
 			b.ReportMetric(float64(len(latencies)), "pods")
 		})
+	}
+}
+
+// TestResourceClaimIsAllocatedByTheScheduler: a pod with a ResourceClaim
+// for a device of a fake DRA driver (a network-attached device, published
+// in a ResourceSlice for all nodes, so a node not yet launched can reach it)
+// is nominated, its node launched, and then handed to the scheduler, whose
+// DynamicResources allocates the device and reserves it for the pod before
+// binding: the claim ends allocated and reserved for the pod, the pod
+// Running, and the provisioner never bound it itself.
+func TestResourceClaimIsAllocatedByTheScheduler(t *testing.T) {
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	ctx := context.Background()
+	const driver = "fake.example.com"
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "fake-device"},
+		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "fake-network-devices"},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver: driver, Pool: resourcev1.ResourcePool{Name: "network", Generation: 1, ResourceSliceCount: 1},
+			AllNodes: ptr.To(true),
+			Devices:  []resourcev1.Device{{Name: "dev-0"}, {Name: "dev-1"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "device", Namespace: "default"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "device", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "fake-device"},
+		}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createZonalPool(t, kube, "devices")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "devices-0", Namespace: "default", Labels: map[string]string{"app": "devices"}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "devices"},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "device", ResourceClaimName: ptr.To("device")}},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+				Claims:   []corev1.ResourceClaim{{Name: "device"}}}}},
+		}}
+	created, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := settled(t, cs, kube, "devices", 1)
+	if len(p.pending) != 0 || len(p.claims) != 1 {
+		t.Fatalf("%d pods pending, %d nodeclaims; want the pod Running on one node", len(p.pending), len(p.claims))
+	}
+	reasons, notes, err := podEvents(ctx, cs, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "(nodeclaim ") }) || !slices.Contains(reasons, "HandedOff") {
+		t.Errorf("pod with a ResourceClaim: events %v %q; want it handed off and bound by the scheduler", reasons, notes)
+	}
+	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "device", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || !slices.ContainsFunc(claim.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == created.UID }) {
+		t.Errorf("claim device: allocation %v, reserved for %v; want allocated and reserved for pod %s", claim.Status.Allocation, claim.Status.ReservedFor, created.UID)
 	}
 }

@@ -572,11 +572,7 @@ func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kuberne
 	}
 	t.Cleanup(sb.Stop)
 	t.Cleanup(func() { keepLogsOnFailure(t, sb) })
-	cs, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube, err := sb.Client()
+	cs, kube, err := sb.Clients()
 	if err != nil {
 		t.Fatal(err)
 	}

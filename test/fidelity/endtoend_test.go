@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,11 +84,7 @@ func startSandbox(t *testing.T, extra []map[string]any) *sandbox.Sandbox {
 			_ = os.CopyFS(filepath.Join(logs, "fidelity-"+filepath.Base(dir)), os.DirFS(filepath.Join(dir, "logs")))
 		}
 	})
-	sbCS, err := kubernetes.NewForConfig(sb.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbKube, err := sb.Client()
+	sbCS, sbKube, err := sb.Clients()
 	if err != nil {
 		t.Fatal(err)
 	}

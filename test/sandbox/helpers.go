@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,6 +50,17 @@ func (s *Sandbox) Client() (client.Client, error) {
 		return nil, err
 	}
 	return client.New(s.Config, client.Options{Scheme: scheme})
+}
+
+// Clients returns a clientset and a controller-runtime client (see
+// Client) for the sandbox's API server.
+func (s *Sandbox) Clients() (kubernetes.Interface, client.Client, error) {
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := s.Client()
+	return cs, kube, err
 }
 
 // KwokNode is a Node that kwok runs: it becomes Ready and runs the pods

@@ -278,16 +278,12 @@ func (c *Cloud) Run(ctx context.Context) error {
 }
 
 func (c *Cloud) register(ctx context.Context) error {
-	var pending corev1.ConfigMapList
-	if err := c.api.List(ctx, &pending, client.InNamespace(c.namespace), client.MatchingLabels{labelRegistered: "false"}); err != nil {
+	pending, err := c.labelled(ctx, labelRegistered, "false")
+	if err != nil {
 		return err
 	}
-	for i := range pending.Items {
-		cm := &pending.Items[i]
-		in, err := decode(cm)
-		if err != nil {
-			return err
-		}
+	for _, e := range pending {
+		cm, in := e.cm, e.in
 		if in.NeverRegister || c.now().Before(in.RegisterAt) {
 			continue
 		}
@@ -322,16 +318,12 @@ func (c *Cloud) register(ctx context.Context) error {
 // them once their device plugin's delay has passed, as the kubelet does
 // when a device plugin registers.
 func (c *Cloud) registerDevices(ctx context.Context) error {
-	var pending corev1.ConfigMapList
-	if err := c.api.List(ctx, &pending, client.InNamespace(c.namespace), client.MatchingLabels{labelDevices: "pending"}); err != nil {
+	pending, err := c.labelled(ctx, labelDevices, "pending")
+	if err != nil {
 		return err
 	}
-	for i := range pending.Items {
-		cm := &pending.Items[i]
-		in, err := decode(cm)
-		if err != nil {
-			return err
-		}
+	for _, e := range pending {
+		cm, in := e.cm, e.in
 		if c.now().Before(in.DevicesAt) {
 			continue
 		}
@@ -365,6 +357,29 @@ func (c *Cloud) registerDevices(ctx context.Context) error {
 		klog.FromContext(ctx).V(2).Info("Simulated device plugin registered", "node", in.NodeName, "providerID", in.ProviderID)
 	}
 	return nil
+}
+
+// entry is an instance's ConfigMap and the record it holds.
+type entry struct {
+	cm *corev1.ConfigMap
+	in Record
+}
+
+// labelled reads the inventory's instances labelled key=value.
+func (c *Cloud) labelled(ctx context.Context, key, value string) ([]entry, error) {
+	var list corev1.ConfigMapList
+	if err := c.api.List(ctx, &list, client.InNamespace(c.namespace), client.MatchingLabels{key: value}); err != nil {
+		return nil, err
+	}
+	out := make([]entry, 0, len(list.Items))
+	for i := range list.Items {
+		in, err := decode(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, entry{cm: &list.Items[i], in: in})
+	}
+	return out, nil
 }
 
 // withoutExtended is a node's resources before its device plugins register.
