@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -26,6 +27,9 @@ type postFilterStub struct{}
 func (postFilterStub) Name() string { return virtualnodes.Name }
 func (postFilterStub) PostFilter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	return nil, nil
+}
+func (postFilterStub) Filter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo) *fwk.Status {
+	return nil
 }
 
 // TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
@@ -62,5 +66,9 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	pre, vn := slices.Index(got, "DefaultPreemption"), slices.Index(got, virtualnodes.Name)
 	if pre < 0 || vn != len(got)-1 || pre > vn {
 		t.Errorf("PostFilter plugins %v: want DefaultPreemption before %s, and %s last", got, virtualnodes.Name, virtualnodes.Name)
+	}
+	// And its Filter, which keeps nominated pods for their claim's node.
+	if !slices.ContainsFunc(fw.ListPlugins().Filter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
+		t.Errorf("Filter plugins %v: want %s among them", fw.ListPlugins().Filter.Enabled, virtualnodes.Name)
 	}
 }

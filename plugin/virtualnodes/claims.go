@@ -37,6 +37,9 @@ type claim struct {
 	// were bound to; they count on the claim's node until the scheduler's
 	// snapshot shows them there.
 	bound map[types.UID]string
+	// nodeName is the claim's node once it has registered: its pods wait
+	// for it (Filter).
+	nodeName string
 	// written is the object as last read from or written to the API
 	// server, nil until it exists there; dirty says it lags behind.
 	written *v1alpha1.NodeClaim

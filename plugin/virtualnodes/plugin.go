@@ -90,7 +90,31 @@ type VirtualNodes struct {
 	committedUsage map[string]v1.ResourceList
 }
 
-var _ fwk.PostFilterPlugin = &VirtualNodes{}
+var (
+	_ fwk.PostFilterPlugin = &VirtualNodes{}
+	_ fwk.FilterPlugin     = &VirtualNodes{}
+)
+
+// Filter keeps a pod nominated to a nodeclaim for that claim's node: until
+// the claim is deleted or the pod's nomination cleared, no other real node
+// passes. The pod was placed on the claim with every other pod counted;
+// bound on whichever node opens first, it would break the spread and
+// affinity that placement kept (all pods of a zone spread in the zone
+// whose node registered first) and leave its own node empty. Pods
+// VirtualNodes has not nominated pass.
+func (p *VirtualNodes) Filter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	p.mu.Lock()
+	c := p.nominated[pod.UID]
+	var name, node string
+	if c != nil {
+		name, node = c.name, c.nodeName
+	}
+	p.mu.Unlock()
+	if c == nil || ni.Node() == nil || ni.Node().Name == node {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Unschedulable, "the pod waits for the node of nodeclaim "+name+", which it was nominated to")
+}
 
 // Name returns the plugin's name.
 func (p *VirtualNodes) Name() string { return Name }

@@ -404,3 +404,37 @@ func TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh(t *testing.T) {
 		t.Error("the pod still counts on its old claim's node")
 	}
 }
+
+// TestNominatedPodWaitsForItsClaimsNode: a pod nominated to a claim passes
+// no real node but the claim's own once it has registered; a pod not
+// nominated passes, and so does one whose claim was deleted.
+func TestNominatedPodWaitsForItsClaimsNode(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("p1", "1", "1Gi")
+	c := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
+	nodeInfo := func(name string) fwk.NodeInfo {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		return ni
+	}
+	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("other")); s.IsSuccess() {
+		t.Fatal("a pod nominated to a launching claim passed another node")
+	}
+	registered := c.object()
+	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "claim-node"
+	h.plugin.claimChanged(registered)
+	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("claim-node")); !s.IsSuccess() {
+		t.Fatalf("the pod did not pass its claim's node: %s", s.Message())
+	}
+	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("other")); s.IsSuccess() || !strings.Contains(s.Message(), c.name) {
+		t.Fatalf("the pod passed another node once its claim's registered (%v %q)", s.Code(), s.Message())
+	}
+	if s := h.plugin.Filter(ctx, nil, testPod("free", "1", "1Gi"), nodeInfo("other")); !s.IsSuccess() {
+		t.Fatalf("a pod not nominated was refused: %s", s.Message())
+	}
+	h.plugin.claimDeleted(c.name)
+	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("other")); !s.IsSuccess() {
+		t.Fatalf("a pod whose claim was deleted still waits for it: %s", s.Message())
+	}
+}

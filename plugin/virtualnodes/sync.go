@@ -312,8 +312,12 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	defer p.mu.Unlock()
 	p.committed[nc.Name] = nc
 	delete(p.committedUsage, nc.Spec.NodePool)
-	if c := p.claims[nc.Name]; c != nil && c.open {
+	c := p.claims[nc.Name]
+	if c != nil && c.open {
 		p.close(c)
+	}
+	if c != nil && nc.Status.NodeName != "" {
+		c.nodeName = nc.Status.NodeName
 	}
 }
 

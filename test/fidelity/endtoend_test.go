@@ -81,7 +81,19 @@ func startSandbox(t *testing.T, extra []map[string]any) *sandbox.Sandbox {
 			return
 		}
 		if logs := os.Getenv("NODEFORGE_E2E_LOGS"); logs != "" {
-			_ = os.CopyFS(filepath.Join(logs, "fidelity-"+filepath.Base(dir)), os.DirFS(filepath.Join(dir, "logs")))
+			if err := os.MkdirAll(logs, 0o755); err != nil {
+				t.Logf("keeping logs: %v", err)
+				return
+			}
+			kept, err := os.MkdirTemp(logs, t.Name()+"-")
+			if err == nil {
+				err = os.CopyFS(kept, os.DirFS(filepath.Join(dir, "logs")))
+			}
+			if err != nil {
+				t.Logf("keeping logs: %v", err)
+				return
+			}
+			t.Logf("sandbox logs kept in %s", kept)
 		}
 	})
 	sbCS, sbKube, err := sb.Clients()
@@ -107,9 +119,6 @@ func startSandbox(t *testing.T, extra []map[string]any) *sandbox.Sandbox {
 }
 
 func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
-	if sc.notEndToEnd != "" {
-		t.Skip(sc.notEndToEnd)
-	}
 	ctx := context.Background()
 	ns := fmt.Sprintf("e2e-%d-%s", index, utilrand.String(4))
 	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})

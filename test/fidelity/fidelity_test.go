@@ -141,7 +141,6 @@ func scenarios() []scenario {
 				c.NodeAffinityPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
 			}))},
 		{name: "zone spread with nodeTaintsPolicy Honor", pools: []*v1alpha1.NodePool{def},
-			notEndToEnd: "a known gap: nodes held by nodeforge.dev/binding are not domains under nodeTaintsPolicy Honor, so the scheduler may bind a pod nominated to a held zone's claim on an open node in another zone, leaving 2/2/0 where the scheduler alone would place 2/1/1",
 			pods: times(4, podOf("ntp").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
 				c.NodeTaintsPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
 			}))},

@@ -44,9 +44,6 @@ type scenario struct {
 	onNode func(t *testing.T, ns string, node *v1.Node)
 	// check asserts on the claims made.
 	check func(t *testing.T, claims []v1alpha1.NodeClaim)
-	// notEndToEnd, when set, says why the scenario is not run end to end
-	// (TestFidelityEndToEnd skips it with this reason).
-	notEndToEnd string
 }
 
 // pool returns a NodePool over the simulated catalog.
