@@ -153,7 +153,7 @@ func scenarios() []scenario {
 				}
 			}},
 		{name: "required pod anti-affinity per host", pools: []*v1alpha1.NodePool{def}, pods: times(4, podOf("anti").Req("500m", "512Mi").PodAntiAffinity("anti", hostname)), check: claimCount(4)},
-		{name: "host ports keep pods apart", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("port").Req("250m", "256Mi").HostPort(8080)), check: claimCount(3)},
+		{name: "host ports keep pods apart", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("port").Req("250m", "256Mi").HostPort(80)), check: claimCount(3)},
 		{name: "extended resources only on types that have them", pools: []*v1alpha1.NodePool{def},
 			pods: times(2, podOf("gpu").Req("1", "1Gi").Extended(simulated.ResourceGPU, "1"))},
 		// End to end the node's GPUs appear 5 s after it registers (its
