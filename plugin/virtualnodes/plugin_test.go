@@ -438,3 +438,43 @@ func TestNominatedPodWaitsForItsClaimsNode(t *testing.T) {
 		t.Fatalf("a pod whose claim was deleted still waits for it: %s", s.Message())
 	}
 }
+
+// TestTakeoverKeepsPodsWaitingForTheirClaimsNode: a scheduler that takes
+// over while a claim's node has registered restores the claim's node
+// name, so its pod still passes no other real node.
+func TestTakeoverKeepsPodsWaitingForTheirClaimsNode(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	old := newHarness(t, []*pool{benchPool(t)})
+	oldClaim, s := old.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	written := oldClaim.object()
+	written.CreationTimestamp = metav1.Now()
+	written.Status.Phase, written.Status.NodeName = v1alpha1.NodeClaimRegistered, "claim-node"
+	nominated := testPod("a", "1", "1Gi")
+	nominated.Status.NominatedNodeName = oldClaim.name
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	api := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+	h.plugin.mu.Lock()
+	err := h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
+	h.plugin.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ni := func(name string) fwk.NodeInfo {
+		n := framework.NewNodeInfo()
+		n.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		return n
+	}
+	if s := h.plugin.Filter(ctx, nil, nominated, ni("other")); s.IsSuccess() {
+		t.Error("after a takeover the pod passed a node other than its claim's")
+	}
+	if s := h.plugin.Filter(ctx, nil, nominated, ni("claim-node")); !s.IsSuccess() {
+		t.Errorf("after a takeover the pod did not pass its claim's node: %s", s.Message())
+	}
+}

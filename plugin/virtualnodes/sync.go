@@ -226,6 +226,8 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			} else {
 				p.restoreClosed(nc.Name, byClaim[nc.Name])
 			}
+			// Its pods wait for its node (Filter).
+			p.claims[nc.Name].nodeName = nc.Status.NodeName
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
