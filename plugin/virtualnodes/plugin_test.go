@@ -16,6 +16,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
@@ -215,22 +216,7 @@ func TestUnsyncedPluginRefusesForNow(t *testing.T) {
 func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
-	// What the old leader wrote: the claim, then the pod's nomination.
-	old := newHarness(t, []*pool{benchPool(t)})
-	oldClaim, s := old.schedule(ctx, testPod("a", "1", "1Gi"))
-	if !s.IsSuccess() {
-		t.Fatal(s.Message())
-	}
-	written := oldClaim.object()
-	written.CreationTimestamp = metav1.Now()
-	nominated := testPod("a", "1", "1Gi")
-	nominated.Status.NominatedNodeName = oldClaim.name
-
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	api := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+	oldClaim, nominated, api := oldLeaderWrote(t, nil)
 	h.plugin.rebuildFrom = func(ctx context.Context) error {
 		return h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
 	}
@@ -445,21 +431,9 @@ func TestNominatedPodWaitsForItsClaimsNode(t *testing.T) {
 func TestTakeoverKeepsPodsWaitingForTheirClaimsNode(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
-	old := newHarness(t, []*pool{benchPool(t)})
-	oldClaim, s := old.schedule(ctx, testPod("a", "1", "1Gi"))
-	if !s.IsSuccess() {
-		t.Fatal(s.Message())
-	}
-	written := oldClaim.object()
-	written.CreationTimestamp = metav1.Now()
-	written.Status.Phase, written.Status.NodeName = v1alpha1.NodeClaimRegistered, "claim-node"
-	nominated := testPod("a", "1", "1Gi")
-	nominated.Status.NominatedNodeName = oldClaim.name
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	api := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+	_, nominated, api := oldLeaderWrote(t, func(nc *v1alpha1.NodeClaim) {
+		nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimRegistered, "claim-node"
+	})
 	h.plugin.mu.Lock()
 	err := h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
 	h.plugin.mu.Unlock()
@@ -477,4 +451,28 @@ func TestTakeoverKeepsPodsWaitingForTheirClaimsNode(t *testing.T) {
 	if s := h.plugin.Filter(ctx, nil, nominated, ni("claim-node")); !s.IsSuccess() {
 		t.Errorf("after a takeover the pod did not pass its claim's node: %s", s.Message())
 	}
+}
+
+// oldLeaderWrote is what a scheduler that was leader left in the API
+// server: a claim for pod a (edited by edit, as the provisioner moved it
+// on), then the pod's nomination to it.
+func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *v1.Pod, client.Reader) {
+	t.Helper()
+	old := newHarness(t, []*pool{benchPool(t)})
+	oldClaim, s := old.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	written := oldClaim.object()
+	written.CreationTimestamp = metav1.Now()
+	if edit != nil {
+		edit(written)
+	}
+	nominated := testPod("a", "1", "1Gi")
+	nominated.Status.NominatedNodeName = oldClaim.name
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return oldClaim, nominated, crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
 }
