@@ -175,6 +175,24 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 	}); err != nil {
 		t.Fatalf("pods not all Running (%s): %v\n%s", last, err, schedulingEvents(t, ns, nil))
 	}
+	// The provisioner lifts a node's binding taint just after binding its
+	// pods (kwok may report them Running between the two): judge the
+	// cluster once every node is open.
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: scenarioNodes})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range nodes.Items {
+			if slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
+				last = "node " + n.Name + " still held for binding"
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("nodes not all open (%s): %v", last, err)
+	}
 	for _, p := range refused {
 		waitRefused(t, ns, p, sc.refusal)
 		got, err := cs.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
