@@ -61,6 +61,8 @@ type Gate struct {
 	// every pod (Permit, PostBind, a Bind other than DefaultBinder, a
 	// Reserve without a PreBind); empty when there are none.
 	always string
+	// prebind are the profile's PreBind plugins, in order.
+	prebind []string
 
 	mu sync.Mutex // one check at a time: the snapshot is the framework's
 }
@@ -81,7 +83,11 @@ func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeS
 	if err != nil {
 		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
 	}
-	g.always = bindingCycleOnly(g.fw.ListPlugins())
+	plugins := g.fw.ListPlugins()
+	g.always = bindingCycleOnly(plugins)
+	for _, pl := range plugins.PreBind.Enabled {
+		g.prebind = append(g.prebind, pl.Name)
+	}
 	return g, nil
 }
 
@@ -226,9 +232,10 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 		return s, ""
 	case s.IsSuccess():
 		var working []string
-		for _, pl := range g.fw.ListPlugins().PreBind.Enabled {
-			if !state.GetSkipPreBindPlugins().Has(pl.Name) {
-				working = append(working, pl.Name)
+		skipped := state.GetSkipPreBindPlugins()
+		for _, name := range g.prebind {
+			if !skipped.Has(name) {
+				working = append(working, name)
 			}
 		}
 		why = append(why, fmt.Sprintf("PreBind plugins %v have work for it", working))
