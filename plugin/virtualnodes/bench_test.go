@@ -121,7 +121,17 @@ func (h *harness) schedule(ctx context.Context, pod *v1.Pod) (*claim, *fwk.Statu
 // 0.025 per vCPU-hour plus 0.001 per GiB-hour on demand, spot at 0.7 of that.
 func benchPool(tb testing.TB) *pool {
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
-	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: benchCatalog()}}
+	pl, err := newPool(np, cat)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pl
+}
+
+// benchCatalog is benchPool's instance types.
+func benchCatalog() []v1alpha1.InstanceType {
+	var out []v1alpha1.InstanceType
 	for i := range 400 {
 		cpu, gib := i+1, 2*(i+1)
 		od := 0.025*float64(cpu) + 0.001*float64(gib)
@@ -137,13 +147,9 @@ func benchPool(tb testing.TB) *pool {
 		for _, z := range []string{"zone-a", "zone-b"} {
 			it.Offerings = append(it.Offerings, v1alpha1.Offering{Zone: z, CapacityType: "spot", Price: fmt.Sprintf("%.6f", 0.7*od), Available: true})
 		}
-		cat.Spec.InstanceTypes = append(cat.Spec.InstanceTypes, it)
+		out = append(out, it)
 	}
-	pl, err := newPool(np, cat)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pl
+	return out
 }
 
 // benchPods is the workload: n pods in five equal groups.

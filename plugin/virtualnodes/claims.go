@@ -17,13 +17,17 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // claim is a virtual node: an open NodeClaim with the pods nominated to it.
 type claim struct {
-	name    string
-	group   *group
-	options []*option // still open, cheapest first
+	name  string
+	group *group
+	// template is what the claim was nominated with: its pool's when it
+	// was made (a NodeClaim's own when restored).
+	template nodeshape.Template
+	options  []*option // still open, cheapest first
 	// info is the node the claim would be with its largest open option:
 	// the daemonset pods that would run there and the nominated pods. It is
 	// in the view, so other pods' topology spread and affinity see it.
@@ -63,21 +67,6 @@ func newClaimName(pool string) string {
 	return pool + "-" + string(b)
 }
 
-// fits reports whether option o can hold the requested resources of a
-// node with podCount pods, the test NodeResourcesFit applies.
-func fits(o *option, req *framework.Resource, podCount int) bool {
-	a := o.alloc
-	if req.MilliCPU > a.MilliCPU || req.Memory > a.Memory || req.EphemeralStorage > a.EphemeralStorage || int64(podCount) > int64(a.AllowedPodNumber) {
-		return false
-	}
-	for name, q := range req.ScalarResources {
-		if q > 0 && q > a.ScalarResources[name] {
-			return false
-		}
-	}
-	return true
-}
-
 // selectsOnNodeLabels reports whether the pod's placement depends on node
 // labels at all; only then do options need checking one by one.
 func selectsOnNodeLabels(pod *v1.Pod) bool {
@@ -85,8 +74,8 @@ func selectsOnNodeLabels(pod *v1.Pod) bool {
 }
 
 // narrow returns the options that can take the requested resources with
-// podCount pods and whose labels every pod in pods accepts.
-func (g *group) narrow(options []*option, req *framework.Resource, podCount int, pods ...*v1.Pod) []*option {
+// podCount pods and whose nodes (of template t) every pod in pods accepts.
+func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.Resource, podCount int, pods ...*v1.Pod) []*option {
 	var selective []nodeaffinity.RequiredNodeAffinity
 	for _, p := range pods {
 		if selectsOnNodeLabels(p) {
@@ -96,14 +85,11 @@ func (g *group) narrow(options []*option, req *framework.Resource, podCount int,
 	var out []*option
 	var probe *v1.Node
 	for _, o := range options {
-		if !fits(o, req, podCount) {
+		if !nodeshape.Fits(o.alloc, req, podCount) {
 			continue
 		}
 		if len(selective) > 0 {
-			if probe == nil {
-				probe = g.node("probe", o)
-			}
-			probe.Labels[v1.LabelInstanceTypeStable] = o.name
+			probe = g.node(t, "probe", o)
 			ok := true
 			for _, na := range selective {
 				if match, _ := na.Match(probe); !match {
@@ -143,8 +129,13 @@ func (c *claim) setOptions(options []*option) {
 	c.options = options
 	big := largest(options)
 	if c.info.Node() == nil || c.info.Node().Labels[v1.LabelInstanceTypeStable] != big.name {
-		c.info.SetNode(c.group.node(c.name, big))
+		c.info.SetNode(c.node(big))
 	}
+}
+
+// node is the claim's node with instance type o.
+func (c *claim) node(o *option) *v1.Node {
+	return c.group.node(c.template, c.name, o)
 }
 
 // remove takes a pod off the claim.
@@ -203,8 +194,9 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			NodePool:      np.Name,
 			Requirements:  reqs,
 			Resources:     v1alpha1.ResourceRequirements{Requests: c.requests()},
-			Taints:        v1alpha1.CoreTaints(np.Spec.Template.Spec.Taints),
-			StartupTaints: v1alpha1.CoreTaints(np.Spec.Template.Spec.StartupTaints),
+			Labels:        c.template.Labels,
+			Taints:        c.template.Taints,
+			StartupTaints: c.template.StartupTaints,
 			NodeClassRef:  np.Spec.Template.Spec.NodeClassRef,
 			ExpireAfter:   np.Spec.Template.Spec.ExpireAfter,
 		},

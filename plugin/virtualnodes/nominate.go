@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // decision is the outcome of nominate: a claim, or per pool why not.
@@ -50,7 +52,7 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	}
 	for i := len(p.order) - 1; i >= 0 && tried < p.args.MaxClaimsTried; i-- {
 		c := p.order[i]
-		if c == p.hints[sig] || !fits(largest(c.options), sum(c.info.Requested, req), len(c.info.Pods)+1) {
+		if c == p.hints[sig] || !nodeshape.Fits(largest(c.options).alloc, sum(c.info.Requested, req), len(c.info.Pods)+1) {
 			continue
 		}
 		tried++
@@ -79,7 +81,7 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 // tryClaim nominates pod to c if the options left can hold it and the
 // Filter plugins accept it on c's node.
 func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, c *claim) bool {
-	opts := c.group.narrow(c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
+	opts := c.group.narrow(c.template, c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
 	// Growing a claim may need a larger instance type: the pool's limits
 	// hold for that too.
 	if opts = p.withinLimits(c.group.pool, opts, c); len(opts) == 0 {
@@ -87,7 +89,7 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 	}
 	before := c.info.Node()
 	if big := largest(opts); big.name != before.Labels[v1.LabelInstanceTypeStable] {
-		c.info.SetNode(c.group.node(c.name, big))
+		c.info.SetNode(c.node(big))
 	}
 	if s := p.fw.RunFilterPlugins(ctx, state, pod, c.info); !s.IsSuccess() {
 		if c.info.Node() != before {
@@ -114,7 +116,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 	var candidates []candidate
 	noSize, noLabels := 0, 0
 	for _, g := range pl.groups {
-		node := g.node(name, g.largest)
+		node := g.node(pl.template, name, g.largest)
 		info := framework.NewNodeInfo()
 		info.SetNode(node)
 		ds := p.daemonSetPods(node)
@@ -122,13 +124,13 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			info.AddPod(d)
 		}
 		total := sum(info.Requested, req)
-		opts := g.narrow(g.options, total, len(info.Pods)+1)
+		opts := g.narrow(pl.template, g.options, total, len(info.Pods)+1)
 		if len(opts) == 0 {
 			noSize++
 			continue
 		}
 		if selectsOnNodeLabels(pod) {
-			if opts = g.narrow(opts, total, len(info.Pods)+1, pod); len(opts) == 0 {
+			if opts = g.narrow(pl.template, opts, total, len(info.Pods)+1, pod); len(opts) == 0 {
 				noLabels++
 				continue
 			}
@@ -144,7 +146,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 	filterReasons := map[string]bool{}
 	for _, cand := range candidates {
 		if big := largest(cand.opts); big != cand.g.largest {
-			cand.info.SetNode(cand.g.node(name, big))
+			cand.info.SetNode(cand.g.node(pl.template, name, big))
 		}
 		s := p.fw.RunFilterPlugins(ctx, state, pod, cand.info)
 		if !s.IsSuccess() {
@@ -153,7 +155,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			}
 			continue
 		}
-		c := &claim{name: name, group: cand.g, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
+		c := &claim{name: name, group: cand.g, template: pl.template, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
 		if len(cand.opts) > p.args.MaxInstanceTypes {
 			cand.opts = cand.opts[:p.args.MaxInstanceTypes]
 		}

@@ -440,7 +440,7 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
 		for name, limit := range limits {
 			u := used[name]
-			u.Add(o.capacity[name])
+			u.Add(o.it.Capacity[name])
 			if u.Cmp(limit) > 0 {
 				return true
 			}
@@ -484,7 +484,7 @@ func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
 		if c.group.pool.np.Name != pl.np.Name || c == except {
 			continue
 		}
-		addTo(used, c.options[0].capacity)
+		addTo(used, c.options[0].it.Capacity)
 	}
 	return used
 }
@@ -504,7 +504,7 @@ func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
 	used := p.poolUsage(pl, nil)
 	var parts []string
 	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
-		l, u, add := pl.np.Spec.Limits[name], used[name], o.capacity[name]
+		l, u, add := pl.np.Spec.Limits[name], used[name], o.it.Capacity[name]
 		parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, human(name, u), human(name, add), o.name, human(name, l)))
 	}
 	return "limits reached: " + strings.Join(parts, ", ")

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -475,4 +478,55 @@ func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *v1.P
 		t.Fatal(err)
 	}
 	return oldClaim, nominated, crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+}
+
+// TestJudgedNodeIsTheClaimsNode: the node a claim's pods were judged on is
+// nodeshape's node for the NodeClaim the plugin writes (its labels, taints
+// and requirements) at the claim's largest open option, in every field a
+// Filter plugin reads, so the provisioner, which launches from that
+// NodeClaim through nodeshape, launches the node the scheduler accepted.
+func TestJudgedNodeIsTheClaimsNode(t *testing.T) {
+	pl := benchPool(t)
+	pl.np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "a"}
+	pl.np.Spec.Template.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "a", Effect: v1.TaintEffectNoSchedule}}
+	pl, err := newPool(pl.np, &v1alpha1.InstanceTypeCatalog{Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: benchCatalog()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, []*pool{pl})
+	ctx := context.Background()
+	pod := testPod("a", "3", "1Gi")
+	pod.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpExists}}
+	c, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	nc := c.object()
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), benchCatalog(), nc.Spec.Requirements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(offers) != len(c.options) {
+		t.Fatalf("the NodeClaim's requirements admit %d offers; the claim has %d options", len(offers), len(c.options))
+	}
+	judged := c.info.Node()
+	big := largest(c.options)
+	want := nodeshape.ForClaim(nc).Node(c.name, big.it, c.group.zone, c.group.capacityType)
+	if diff := cmp.Diff(want.Labels, judged.Labels); diff != "" {
+		t.Errorf("labels (-claim's node,+judged):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.Spec.Taints, judged.Spec.Taints); diff != "" {
+		t.Errorf("taints (-claim's node,+judged):\n%s", diff)
+	}
+	for _, f := range []struct {
+		what         string
+		want, judged v1.ResourceList
+	}{{"allocatable", want.Status.Allocatable, judged.Status.Allocatable}, {"capacity", want.Status.Capacity, judged.Status.Capacity}} {
+		if !equality.Semantic.DeepEqual(f.want, f.judged) {
+			t.Errorf("%s: claim's node %v, judged %v", f.what, f.want, f.judged)
+		}
+	}
+	if judged.Labels["team"] != "a" || len(judged.Spec.Taints) != 1 {
+		t.Errorf("the judged node lacks the pool's label or taint: %v %v", judged.Labels, judged.Spec.Taints)
+	}
 }

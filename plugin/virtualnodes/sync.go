@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // startSync connects the plugin to the API server: it watches NodePools,
@@ -257,34 +258,21 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 	if pl == nil {
 		return nil
 	}
-	value := func(key string) (string, []string) {
-		for _, r := range nc.Spec.Requirements {
-			if r.Key == key && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
-				return r.Values[0], r.Values
-			}
-		}
-		return "", nil
-	}
-	zone, _ := value(v1.LabelTopologyZone)
-	ct, _ := value(v1alpha1.LabelCapacityType)
-	arch, _ := value(v1.LabelArchStable)
-	_, typeNames := value(v1.LabelInstanceTypeStable)
+	// The claim's requirements pin its zone, capacity type and
+	// architecture and list its open instance types: its options are the
+	// pool's that meet them, read as the scheduler reads node affinity.
+	template := nodeshape.ForClaim(nc)
 	for _, g := range pl.groups {
-		if g.zone != zone || g.capacityType != ct || g.arch != arch {
-			continue
-		}
 		var opts []*option
 		for _, o := range g.options {
-			for _, t := range typeNames {
-				if o.name == t {
-					opts = append(opts, o)
-				}
+			if ok, _ := nodeshape.Accepts(template, nc.Spec.Requirements, o.it, g.zone, g.capacityType); ok {
+				opts = append(opts, o)
 			}
 		}
 		if len(opts) == 0 {
-			return nil
+			continue
 		}
-		cl := &claim{name: nc.Name, group: g, info: framework.NewNodeInfo(), pods: map[types.UID]*v1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
+		cl := &claim{name: nc.Name, group: g, template: template, info: framework.NewNodeInfo(), pods: map[types.UID]*v1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
 		cl.setOptions(opts)
 		cl.dsPods = p.daemonSetPods(cl.info.Node())
 		for _, d := range cl.dsPods {

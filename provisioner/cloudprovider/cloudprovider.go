@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // Instance is a machine the cloud runs for a NodeClaim.
@@ -37,12 +38,7 @@ type Instance struct {
 
 // Offer is one launch option: an instance type in a zone with a capacity
 // type, at a price. Create tries offers cheapest first.
-type Offer struct {
-	InstanceType v1alpha1.InstanceType
-	Zone         string
-	CapacityType string
-	Price        float64
-}
+type Offer = nodeshape.Offer
 
 // Launch is what Create needs to know of the node to be.
 type Launch struct {
@@ -50,10 +46,12 @@ type Launch struct {
 	NodeClaim string
 	ClaimUID  string
 	NodePool  string
-	// Labels and Taints the node registers with (the binding startup
-	// taint among them).
-	Labels map[string]string
-	Taints []corev1.Taint
+	// Template is what the node registers with whichever offer is
+	// launched: its labels (with Template.NodeLabels for the offer) and
+	// taints (Template.RegistrationTaints, the binding startup taint
+	// among them). It is the claim's, as the scheduler plugin nominated
+	// it, not the pool's as it may be now.
+	Template nodeshape.Template
 	// NodeClass is the provider's node class object, by reference.
 	NodeClass v1alpha1.NodeClassReference
 	// Offers, cheapest first.

@@ -25,6 +25,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 	"github.com/nodeforge/nodeforge/test/ec2fake"
 )
 
@@ -248,8 +249,7 @@ func (r *region) launch(offers []cloudprovider.Offer) cloudprovider.Launch {
 	n := claims.Add(1)
 	return cloudprovider.Launch{
 		NodeClaim: fmt.Sprintf("claim-%d", n), ClaimUID: fmt.Sprintf("00000000-0000-0000-0000-%012d", n), NodePool: "pool",
-		Labels:    map[string]string{v1alpha1.LabelNodePool: "pool", "intent": "apps"},
-		Taints:    []corev1.Taint{{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}},
+		Template:  nodeshape.Template{Labels: map[string]string{v1alpha1.LabelNodePool: "pool", "intent": "apps"}},
 		NodeClass: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: r.class.Name},
 		Offers:    offers,
 	}

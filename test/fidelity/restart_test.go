@@ -9,7 +9,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/requirements"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // TestRestartKeepsNominations restarts the scheduler between two batches
@@ -24,7 +24,10 @@ func TestRestartKeepsNominations(t *testing.T) {
 	mustCreate(t, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
 	t.Cleanup(func() { cleanup(t, ns, []*v1alpha1.NodePool{np}) })
 	mustCreate(t, np.DeepCopy())
-	types := requirements.FilterInstanceTypes(nil, catalog)
+	types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(np), nil, catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name}, Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}})
 
 	b := podOf("restart").Req("1", "1Gi").Owner("ReplicaSet", "restart", "rs-restart-uid")

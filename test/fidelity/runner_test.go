@@ -19,7 +19,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/manifests"
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/requirements"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // scenarioNodes selects the nodes scenarios make: all but the control plane.
@@ -72,7 +72,10 @@ func (sc scenario) run(t *testing.T, index int) {
 	for _, np := range sc.pools {
 		np := np.DeepCopy()
 		mustCreate(t, np)
-		types := requirements.FilterInstanceTypes(np.Spec.Template.Spec.Requirements, catalog)
+		types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(np), np.Spec.Template.Spec.Requirements, catalog)
+		if err != nil {
+			t.Fatal(err)
+		}
 		mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name},
 			Spec: v1alpha1.InstanceTypeCatalogSpec{Provider: "simulated", InstanceTypeCount: int32(len(types)), InstanceTypes: types}})
 	}
@@ -109,7 +112,7 @@ func (sc scenario) run(t *testing.T, index int) {
 
 	// 2. The claims become nodes, as the provisioner would launch them.
 	for _, nc := range claims {
-		node := nodeFor(t, nc, sc.pools)
+		node := nodeFor(t, nc)
 		created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -292,47 +295,17 @@ func waitRefused(t *testing.T, ns string, p *v1.Pod, phrase string) {
 }
 
 // nodeFor is the node the provisioner would launch for a claim: its
-// cheapest instance type, in its zone, with the pool's labels and taints.
-func nodeFor(t *testing.T, nc v1alpha1.NodeClaim, pools []*v1alpha1.NodePool) *v1.Node {
+// cheapest offer, as nodeshape builds it for the claim's template.
+func nodeFor(t *testing.T, nc v1alpha1.NodeClaim) *v1.Node {
 	t.Helper()
-	in := func(key string) string {
-		for _, r := range nc.Spec.Requirements {
-			if r.Key == key && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
-				return r.Values[0]
-			}
-		}
-		t.Fatalf("nodeclaim %s has no requirement %s In", nc.Name, key)
-		return ""
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(&nc), catalog, nc.Spec.Requirements)
+	if err != nil || len(offers) == 0 {
+		t.Fatalf("nodeclaim %s: no offer in the catalog meets its requirements (err %v)", nc.Name, err)
 	}
-	typeName := in(v1.LabelInstanceTypeStable)
-	var it *v1alpha1.InstanceType
-	for i := range catalog {
-		if catalog[i].Name == typeName {
-			it = &catalog[i]
-		}
-	}
-	if it == nil {
-		t.Fatalf("nodeclaim %s: instance type %s is not in the catalog", nc.Name, typeName)
-	}
-	labels := map[string]string{}
-	for _, np := range pools {
-		if np.Name == nc.Spec.NodePool {
-			maps.Copy(labels, np.Spec.Template.ObjectMeta.NodeLabels())
-		}
-	}
-	maps.Copy(labels, it.Labels)
-	maps.Copy(labels, map[string]string{
-		v1.LabelHostname: nc.Name, v1.LabelInstanceTypeStable: typeName, v1.LabelTopologyZone: in(v1.LabelTopologyZone),
-		v1alpha1.LabelCapacityType: in(v1alpha1.LabelCapacityType), v1alpha1.LabelNodePool: nc.Spec.NodePool,
-	})
-	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nc.Name, Labels: labels},
-		Spec:       v1.NodeSpec{Taints: nc.Spec.Taints},
-		Status: v1.NodeStatus{
-			Capacity: it.Capacity, Allocatable: it.Allocatable,
-			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}},
-		},
-	}
+	o := offers[0]
+	node := nodeshape.ForClaim(&nc).Node(nc.Name, &o.InstanceType, o.Zone, o.CapacityType)
+	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
+	return node
 }
 
 // schedulingEvents prints the scheduling Events of the namespace (of the

@@ -50,6 +50,12 @@ type NodeClaimSpec struct {
 	// Resources requested by the nominated pods plus the daemonset overhead.
 	// +optional
 	Resources ResourceRequirements `json:"resources,omitempty"`
+	// Labels the node gets when it registers, beside the well-known labels
+	// of its instance type and offering: the pool's template labels as they
+	// were when the claim was made, so that a pool edited after nomination
+	// does not change the node the scheduler already judged.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
 	// Taints the node gets when it registers.
 	// +listType=atomic
 	// +optional

@@ -262,9 +262,13 @@ func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.
 	capacity := Capacity(info, kubelet, rootVolumeGiB(bdm), p.opts.VMMemoryOverheadPercent)
 	return v1alpha1.InstanceType{
 		Name: string(info.InstanceType),
+		// What the kubelet and the cloud's node controller label every
+		// node of the type with, beside its name and zone: a pod that
+		// selects on them must be judged on the node that will register.
 		Labels: map[string]string{
-			corev1.LabelArchStable: architecture(info),
-			corev1.LabelOSStable:   "linux",
+			corev1.LabelArchStable:     architecture(info),
+			corev1.LabelOSStable:       "linux",
+			corev1.LabelTopologyRegion: p.opts.Region,
 		},
 		Capacity:    capacity,
 		Allocatable: Allocatable(capacity, kubelet),

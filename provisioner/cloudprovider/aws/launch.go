@@ -68,9 +68,13 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	if ami == "" {
 		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: class.Name, Reason: "no image for architecture " + arch}
 	}
-	labels := maps.Clone(l.Labels)
+	// The kubelet sets the instance type's own labels (instance type,
+	// zone, region, architecture, operating system) when it registers;
+	// the user data carries the claim's and the capacity type, the same
+	// for every offer of the fleet.
+	labels := maps.Clone(l.Template.Labels)
 	labels[v1alpha1.LabelCapacityType] = capacityType
-	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Taints)
+	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Template.RegistrationTaints())
 	if err != nil {
 		return nil, err
 	}

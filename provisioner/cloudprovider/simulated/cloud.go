@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -173,20 +172,13 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 				Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable,
 				NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: c.now(),
 			},
-			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: maps.Clone(l.Labels), Taints: slices.Clone(l.Taints),
+			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Taints: l.Template.RegistrationTaints(),
 			RegisterAt: c.now().Add(delay), NeverRegister: never,
 		}
 		if devices > 0 {
 			r.DevicesAt = r.RegisterAt.Add(devices)
 		}
-		if r.Labels == nil {
-			r.Labels = map[string]string{}
-		}
-		r.Labels[corev1.LabelInstanceTypeStable] = o.InstanceType.Name
-		r.Labels[corev1.LabelTopologyZone] = o.Zone
-		r.Labels[v1alpha1.LabelCapacityType] = o.CapacityType
 		r.Labels[corev1.LabelHostname] = r.NodeName
-		maps.Copy(r.Labels, o.InstanceType.Labels)
 		raw, err := json.Marshal(r)
 		if err != nil {
 			return nil, err

@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 func testCloud(t *testing.T, kube client.WithWatch, faults ...v1alpha1.SimulatedFault) (*Cloud, cloudprovider.Launch) {
@@ -39,7 +40,7 @@ func testCloud(t *testing.T, kube client.WithWatch, faults ...v1alpha1.Simulated
 	for _, it := range cat.types[:3] {
 		offers = append(offers, cloudprovider.Offer{InstanceType: it, Zone: "zone-a", CapacityType: "spot", Price: 1})
 	}
-	return c, cloudprovider.Launch{NodeClaim: "c", ClaimUID: "uid-1", NodePool: "default", Labels: map[string]string{},
+	return c, cloudprovider.Launch{NodeClaim: "c", ClaimUID: "uid-1", NodePool: "default", Template: nodeshape.Template{Labels: map[string]string{v1alpha1.LabelNodePool: "default"}},
 		NodeClass: v1alpha1.NodeClassReference{Name: "default"}, Offers: offers}
 }
 
@@ -99,7 +100,7 @@ func TestCapacityFaultsFallThrough(t *testing.T) {
 func TestRegistersEachBootedInstanceOnce(t *testing.T) {
 	ctx := context.Background()
 	c, l := testCloud(t, nil)
-	l.Labels = map[string]string{"team": "a"}
+	l.Template.Labels["team"] = "a"
 	in, err := c.Create(ctx, l)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/requirements"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // Source is where instance types come from: the cloud provider.
@@ -94,7 +94,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing instance types: %w", err)
 	}
-	types := requirements.FilterInstanceTypes(pool.Spec.Template.Spec.Requirements, all)
+	types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(&pool), pool.Spec.Template.Spec.Requirements, all)
+	if err != nil {
+		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("applying the requirements of nodepool %s: %w", pool.Name, err))
+	}
 	var next time.Time // when the first unavailable offering comes back
 	for i := range types {
 		for j := range types[i].Offerings {

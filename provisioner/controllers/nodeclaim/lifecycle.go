@@ -40,6 +40,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // Field indexes the controller relies on.
@@ -311,40 +312,22 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	return reconcile.Result{Requeue: true}, nil
 }
 
-// offers are the claim's instance types in its zone and capacity type, from
-// the pool's catalog, cheapest first.
+// offers are the claim's offerings that meet its requirements (its open
+// instance types, its zone and capacity type), from the pool's catalog,
+// less those marked unavailable since, cheapest first.
 func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
 	var cat v1alpha1.InstanceTypeCatalog
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &cat); err != nil {
 		return nil, fmt.Errorf("getting catalog of nodepool %s: %w", nc.Spec.NodePool, err)
 	}
-	in := map[string][]string{}
-	for _, r := range nc.Spec.Requirements {
-		if r.Operator == corev1.NodeSelectorOpIn {
-			in[r.Key] = r.Values
-		}
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), cat.Spec.InstanceTypes, nc.Spec.Requirements)
+	if err != nil {
+		return nil, fmt.Errorf("offers of nodepool %s: %w", nc.Spec.NodePool, err)
 	}
-	var out []cloudprovider.Offer
-	for _, it := range cat.Spec.InstanceTypes {
-		if !slices.Contains(in[corev1.LabelInstanceTypeStable], it.Name) {
-			continue
-		}
-		for _, o := range it.Offerings {
-			if !o.Available || !slices.Contains(in[corev1.LabelTopologyZone], o.Zone) || !slices.Contains(in[v1alpha1.LabelCapacityType], string(o.CapacityType)) {
-				continue
-			}
-			if gone, _ := c.unavailable.Unavailable(it.Name, o.Zone, string(o.CapacityType)); gone {
-				continue
-			}
-			price, err := strconv.ParseFloat(o.Price, 64)
-			if err != nil {
-				continue
-			}
-			out = append(out, cloudprovider.Offer{InstanceType: it, Zone: o.Zone, CapacityType: string(o.CapacityType), Price: price})
-		}
-	}
-	slices.SortStableFunc(out, func(a, b cloudprovider.Offer) int { return cmp.Compare(a.Price, b.Price) })
-	return out, nil
+	return slices.DeleteFunc(offers, func(o cloudprovider.Offer) bool {
+		gone, _ := c.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType)
+		return gone
+	}), nil
 }
 
 // launch creates the instance; Create is idempotent per claim UID, so a
@@ -386,12 +369,8 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		}
 		return c.refuseForLimits(ctx, nc, exceeded)
 	}
-	labels := pool.Spec.Template.ObjectMeta.NodeLabels()
-	labels[v1alpha1.LabelNodePool], labels[corev1.LabelOSStable] = pool.Name, "linux"
-	taints := append(slices.Clone(nc.Spec.Taints), nc.Spec.StartupTaints...)
-	taints = append(taints, corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule})
 	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
-		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Labels: labels, Taints: taints,
+		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Template: nodeshape.ForClaim(nc),
 		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
 	})
 	if err != nil {
@@ -801,16 +780,12 @@ func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note str
 	}
 }
 
-// adopt sets the labels of the claim's pool, instance type, zone and
-// capacity type on its node where they are missing, and says whether it
-// changed anything.
+// adopt sets the labels of the node the claim stands for (nodeshape: its
+// template's, its pool, instance type, zone and capacity type) where the
+// node lacks them, and says whether it changed anything. Labels the node
+// has are left as they are: its kubelet's word on them stands.
 func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim) bool {
-	want := map[string]string{
-		v1alpha1.LabelNodePool:         nc.Spec.NodePool,
-		v1alpha1.LabelCapacityType:     nc.Status.CapacityType,
-		corev1.LabelInstanceTypeStable: nc.Status.InstanceType,
-		corev1.LabelTopologyZone:       nc.Status.Zone,
-	}
+	want := nodeshape.ForClaim(nc).NodeLabels(&v1alpha1.InstanceType{Name: nc.Status.InstanceType}, nc.Status.Zone, nc.Status.CapacityType)
 	changed := false
 	for k, v := range want {
 		if _, ok := node.Labels[k]; ok || v == "" {

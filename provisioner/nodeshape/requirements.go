@@ -1,0 +1,107 @@
+package nodeshape
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// Requirements are NodePool or NodeClaim requirements, read the way the
+// scheduler reads a pod's required node affinity (component-helpers'
+// nodeaffinity), so "does this node meet them" has one answer everywhere.
+type Requirements struct {
+	reqs []v1alpha1.NodeSelectorRequirementWithMinValues
+	sel  *nodeaffinity.NodeSelector // nil: no requirement, every node
+	// probe is reused across Matches calls, which are not concurrent.
+	probe corev1.Node
+}
+
+// NewRequirements reads reqs; an error says which the scheduler could not
+// read (the API server refuses such pools).
+func NewRequirements(reqs []v1alpha1.NodeSelectorRequirementWithMinValues) (*Requirements, error) {
+	r := &Requirements{reqs: reqs}
+	if len(reqs) == 0 {
+		return r, nil // an empty term matches nothing; no requirement matches everything
+	}
+	term := corev1.NodeSelectorTerm{MatchExpressions: make([]corev1.NodeSelectorRequirement, len(reqs))}
+	for i, q := range reqs {
+		term.MatchExpressions[i] = corev1.NodeSelectorRequirement{Key: q.Key, Operator: q.Operator, Values: q.Values}
+	}
+	sel, err := nodeaffinity.NewNodeSelector(&corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{term}})
+	if err != nil {
+		return nil, fmt.Errorf("reading requirements: %w", err)
+	}
+	r.sel = sel
+	return r, nil
+}
+
+// Matches reports whether a node with these labels meets every requirement.
+func (r *Requirements) Matches(labels map[string]string) bool {
+	if r.sel == nil {
+		return true
+	}
+	r.probe.ObjectMeta = metav1.ObjectMeta{Labels: labels}
+	return r.sel.Match(&r.probe)
+}
+
+// Accepts reports whether the node of template t launched as instance
+// type it in zone with capacityType meets reqs. A requirement on a key
+// that node would not carry at all (neither the template, the instance
+// type, nor the well-known labels define it) says nothing about instance
+// types and offerings and is not applied: it constrains labels other
+// components may add to the node, not what to launch.
+func Accepts(t Template, reqs []v1alpha1.NodeSelectorRequirementWithMinValues, it *v1alpha1.InstanceType, zone, capacityType string) (bool, error) {
+	labels := t.NodeLabels(it, zone, capacityType)
+	applicable := make([]v1alpha1.NodeSelectorRequirementWithMinValues, 0, len(reqs))
+	for _, q := range reqs {
+		if _, ok := labels[q.Key]; ok || wellKnown(q.Key) {
+			applicable = append(applicable, q)
+		}
+	}
+	r, err := NewRequirements(applicable)
+	if err != nil {
+		return false, err
+	}
+	return r.Matches(labels), nil
+}
+
+// FilterInstanceTypes returns the instance types with only the offerings
+// whose nodes (of template t) meet reqs (Accepts); types left with no
+// offering are dropped.
+func FilterInstanceTypes(t Template, reqs []v1alpha1.NodeSelectorRequirementWithMinValues, types []v1alpha1.InstanceType) ([]v1alpha1.InstanceType, error) {
+	var out []v1alpha1.InstanceType
+	for i := range types {
+		it := &types[i]
+		var offerings []v1alpha1.Offering
+		for _, o := range it.Offerings {
+			ok, err := Accepts(t, reqs, it, o.Zone, string(o.CapacityType))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				offerings = append(offerings, o)
+			}
+		}
+		if len(offerings) == 0 {
+			continue
+		}
+		kept := *it.DeepCopy()
+		kept.Offerings = offerings
+		out = append(out, kept)
+	}
+	return out, nil
+}
+
+// wellKnown labels every node Nodeforge launches carries, so a requirement
+// on one applies even to a type that does not define it.
+func wellKnown(key string) bool {
+	switch key {
+	case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable, corev1.LabelOSStable:
+		return true
+	}
+	return false
+}
