@@ -1,4 +1,4 @@
-package nodeclaim
+package disruption
 
 import (
 	"context"

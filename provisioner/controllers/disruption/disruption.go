@@ -1,0 +1,190 @@
+// Package disruption removes initialized nodes voluntarily, and safely.
+// Each Method says which claims it would disrupt and why: emptiness today;
+// consolidation, drift and expiration join the list. What every method
+// shares is here: the pool's budgets per reason, do-not-disrupt, and the
+// last check on live state after the node is tainted, so that a pod bound
+// meanwhile calls the disruption off. Draining and terminating the node
+// is the NodeClaim controller's termination step, once the claim is
+// deleted.
+package disruption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Field indexes on Pods that methods read through the cache; the manager
+// must have them (the NodeClaim controller registers them).
+const (
+	// IndexPodNominated: pending pods by status.nominatedNodeName.
+	IndexPodNominated = "status.nominatedNodeName"
+	// IndexPodNode: pods by spec.nodeName.
+	IndexPodNode = "spec.nodeName"
+)
+
+// Method is one reason to disrupt a node voluntarily.
+type Method interface {
+	// Reason names the method as budgets, Events and metrics count it.
+	Reason() v1alpha1.DisruptionReason
+	// Candidate says whether the claim's node is to be disrupted now
+	// and why; when not, after how long to ask again (zero: when the
+	// claim or its pods change). It may set conditions on nc's status,
+	// which the caller writes.
+	Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (Verdict, error)
+	// StillCandidate looks again, at live state rather than the cache,
+	// once the node is tainted nodeforge.dev/disrupted: false calls the
+	// disruption off.
+	StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error)
+}
+
+// Verdict is a method's answer for one claim.
+type Verdict struct {
+	Disrupt bool
+	// Why, for the log line and the Event: "empty for 31s (consolidateAfter 30s)".
+	Why string
+	// RequeueAfter: when to ask again if not now.
+	RequeueAfter time.Duration
+}
+
+// Controller disrupts the claims its methods choose, within budgets.
+type Controller struct {
+	kube     client.Client
+	pods     kubernetes.Interface // live reads, not the cache
+	recorder events.EventRecorder
+	methods  []Method
+	budgets  budgets
+}
+
+// New returns a Controller running the methods in order: the first that
+// chooses a claim disrupts it.
+func New(kube client.Client, pods kubernetes.Interface, recorder events.EventRecorder, methods ...Method) *Controller {
+	return &Controller{kube: kube, pods: pods, recorder: recorder, methods: methods}
+}
+
+// Reconcile disrupts an initialized claim when a method chooses it and
+// the pool's budget for that reason allows: it taints the node, asks the
+// method again on live state, marks the claim Disrupting and deletes it.
+func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return reconcile.Result{}, nil
+	}
+	var next time.Duration
+	for _, m := range c.methods {
+		before := slices.Clone(nc.Status.Conditions)
+		v, err := m.Candidate(ctx, nc, &pool)
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("%s: %w", m.Reason(), err)
+		}
+		if !equality.Semantic.DeepEqual(before, nc.Status.Conditions) {
+			return reconcile.Result{Requeue: true}, c.kube.Status().Update(ctx, nc)
+		}
+		if v.Disrupt {
+			return c.disrupt(ctx, nc, &pool, m, v)
+		}
+		if v.RequeueAfter > 0 && (next == 0 || v.RequeueAfter < next) {
+			next = v.RequeueAfter
+		}
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m Method, v Verdict) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	allowed, err := c.budgets.reserve(ctx, c.kube, pool, nc, m.Reason())
+	if err != nil || !allowed {
+		if err == nil {
+			logger.V(2).Info("Disruption budget spent; waiting", "nodeClaim", klog.KObj(nc), "reason", m.Reason())
+		}
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
+	}
+	// Taint first, then look again at live state: a pod bound meanwhile
+	// calls the disruption off, and none is bound after.
+	if err := c.taint(ctx, nc.Status.NodeName); err != nil {
+		c.budgets.release(nc.UID)
+		return reconcile.Result{}, err
+	}
+	still, err := m.StillCandidate(ctx, nc)
+	if err != nil || !still {
+		c.budgets.release(nc.UID)
+		if err == nil {
+			logger.Info("Not disrupting node: it changed while being disrupted", "node", nc.Status.NodeName, "reason", m.Reason())
+		}
+		return reconcile.Result{Requeue: true}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+	}
+	logger.Info("Disrupting node", "node", nc.Status.NodeName, "reason", m.Reason(), "why", v.Why)
+	if c.recorder != nil {
+		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Disrupting", string(m.Reason()), "node %s: %s", nc.Status.NodeName, v.Why)
+	}
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(m.Reason())).Inc()
+	nc.Status.Phase = v1alpha1.NodeClaimDisrupting
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		// Not disrupting after all (this time): the node takes pods again.
+		c.budgets.release(nc.UID)
+		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+}
+
+// taint puts nodeforge.dev/disrupted:NoSchedule on the node.
+func (c *Controller) taint(ctx context.Context, name string) error {
+	var node corev1.Node
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return err
+	}
+	if slices.ContainsFunc(node.Spec.Taints, isDisruptedTaint) {
+		return nil
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule})
+	return c.kube.Update(ctx, &node)
+}
+
+// untaint lifts nodeforge.dev/disrupted from a node whose disruption was
+// called off.
+func (c *Controller) untaint(ctx context.Context, name string) error {
+	var node corev1.Node
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), isDisruptedTaint)
+	if len(taints) == len(node.Spec.Taints) {
+		return nil
+	}
+	node.Spec.Taints = taints
+	return c.kube.Update(ctx, &node)
+}
+
+func isDisruptedTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }
+
+// OwnedByDaemonSet: a daemonset pod neither keeps a node nor is drained
+// from it; its daemonset runs it wherever there is a node.
+func OwnedByDaemonSet(p *corev1.Pod) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+// finished: a pod that will not run again holds nothing.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}

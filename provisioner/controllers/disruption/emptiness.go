@@ -1,0 +1,104 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// ConditionEmpty is True while the claim's node runs no pod but daemonset
+// pods; its LastTransitionTime is when it became empty.
+const ConditionEmpty = "Empty"
+
+// Emptiness disrupts a node that has run no pod (daemonset and finished
+// pods aside, and none nominated to it) for its pool's consolidateAfter.
+type Emptiness struct {
+	kube client.Reader        // the cache, for deciding
+	pods kubernetes.Interface // the API server, for the last look
+	now  func() time.Time
+}
+
+var _ Method = &Emptiness{}
+
+// NewEmptiness returns the emptiness method.
+func NewEmptiness(kube client.Reader, pods kubernetes.Interface, now func() time.Time) *Emptiness {
+	return &Emptiness{kube: kube, pods: pods, now: now}
+}
+
+// Reason is Empty.
+func (e *Emptiness) Reason() v1alpha1.DisruptionReason { return "Empty" }
+
+// Candidate keeps the claim's Empty condition and chooses the claim once
+// it has been empty for consolidateAfter. A pool whose consolidateAfter
+// is Never is left alone.
+func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (Verdict, error) {
+	after, ok, err := pool.Spec.Disruption.ConsolidateAfter.Duration()
+	if err != nil || !ok {
+		return Verdict{}, err
+	}
+	empty, err := e.empty(ctx, nc.Status.NodeName)
+	if err != nil {
+		return Verdict{}, err
+	}
+	status := metav1.ConditionFalse
+	if empty {
+		status = metav1.ConditionTrue
+	}
+	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: ConditionEmpty, Status: status, Reason: ConditionEmpty, ObservedGeneration: nc.Generation}) || !empty {
+		return Verdict{}, nil
+	}
+	since := meta.FindStatusCondition(nc.Status.Conditions, ConditionEmpty).LastTransitionTime.Time
+	emptyFor := e.now().Sub(since)
+	if wait := after - emptyFor; wait > 0 {
+		return Verdict{RequeueAfter: wait}, nil
+	}
+	return Verdict{Disrupt: true, Why: fmt.Sprintf("empty for %s (consolidateAfter %s)", emptyFor.Round(time.Second), after)}, nil
+}
+
+// empty reads the cache: no pod on the node but daemonset and finished
+// pods, and none nominated to it (handed to the scheduler to bind, their
+// volumes perhaps still being provisioned).
+func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
+	var handed corev1.PodList
+	if err := e.kube.List(ctx, &handed, client.MatchingFields{IndexPodNominated: node}); err != nil {
+		return false, err
+	}
+	if len(handed.Items) > 0 {
+		return false, nil
+	}
+	var pods corev1.PodList
+	if err := e.kube.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}); err != nil {
+		return false, err
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; !finished(p) && !OwnedByDaemonSet(p) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// StillCandidate lists the node's pods from the API server itself: is it
+// still empty?
+func (e *Emptiness) StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
+	name := nc.Status.NodeName
+	pods, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
+	if err != nil {
+		return false, fmt.Errorf("listing pods of node %s: %w", name, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; !finished(p) && !OwnedByDaemonSet(p) {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,78 @@
+package nodeclaim
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// nominatedPods are the pending pods nominated to the claim in the order
+// the scheduler's queue takes them (higher priority first, then older),
+// ties broken by namespace and name so that which of two pods that cannot
+// share the node is bound does not depend on the cache's order.
+func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexNominated: name}); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(pods.Items, bindOrder)
+	return pods.Items, nil
+}
+
+func bindOrder(a, b corev1.Pod) int {
+	return cmp.Or(
+		cmp.Compare(corev1helpers.PodPriority(&b), corev1helpers.PodPriority(&a)),
+		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+	)
+}
+
+// closeWhenBatched closes the claim to nominations once the batch window
+// has passed: no new nomination for BatchIdle, or open for BatchMax. The
+// status update carries the resourceVersion read, so a nomination the
+// scheduler writes meanwhile makes it fail and the window is judged again.
+func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	now := c.now()
+	last := nc.CreationTimestamp.Time
+	if nc.Status.LastNominationTime != nil {
+		last = nc.Status.LastNominationTime.Time
+	}
+	idle, open := now.Sub(last), now.Sub(nc.CreationTimestamp.Time)
+	if idle < c.opts.BatchIdle && open < c.opts.BatchMax {
+		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(pods) == 0 {
+		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
+		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
+		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	}
+	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
+		controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
+		if err := c.kube.Update(ctx, nc); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunching
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
+	return reconcile.Result{Requeue: true}, nil
+}

@@ -1,0 +1,259 @@
+// Package nodeclaim runs a NodeClaim's life after the scheduler has
+// nominated pods to it: it closes the claim when the batch window ends,
+// launches its instance, adopts the node that registers, binds the
+// nominated pods to it, and terminates the instance when the claim goes.
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Field indexes the controller relies on.
+const (
+	indexNominated  = disruption.IndexPodNominated
+	indexPodNode    = disruption.IndexPodNode
+	indexProviderID = "spec.providerID"
+	// On NodeClaims.
+	indexClaimNode       = "status.nodeName"
+	indexClaimProviderID = "status.providerID"
+)
+
+// Options are the batching and registration settings.
+type Options struct {
+	// BatchIdle: a claim launches once no pod was nominated to it for this long...
+	BatchIdle time.Duration
+	// BatchMax: ...or once it has been open this long.
+	BatchMax time.Duration
+	// RegistrationTTL: a launched claim whose node has not registered by
+	// then is deleted and its instance terminated.
+	RegistrationTTL time.Duration
+	// LaunchTTL: a claim not launched this long after it was made (every
+	// launch failed) is deleted, its offerings avoided for a while, and
+	// its pods get another claim.
+	LaunchTTL time.Duration
+	// InitializationTTL: a registered node not ready for its pods this
+	// long after registering (not Ready, a startup taint still on, an
+	// extended resource its instance type promises not in allocatable) is
+	// given up the same way, its instance terminated.
+	InitializationTTL time.Duration
+	// Gate says whether the scheduler would accept a pod on a node as the
+	// cluster is now (simulator.Gate: the scheduler profile's PreFilter and
+	// Filter plugins). Only pods it accepts are bound.
+	Gate Gate
+	// Workers is how many claims are reconciled at once, so one slow cloud
+	// call does not hold up every other claim's launch, bind or drain.
+	Workers int
+}
+
+// Gate is the scheduler's verdict on a pod and a node, and what only its
+// binding cycle would do for the pod there; see simulator.Gate.
+type Gate interface {
+	Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) (s *fwk.Status, handOff string)
+}
+
+// Controller reconciles NodeClaims.
+type Controller struct {
+	kube        client.Client
+	unavailable *cloudprovider.UnavailableOfferings
+	pods        kubernetes.Interface // for the Binding API
+	cloud       cloudprovider.CloudProvider
+	limits      *limits.Ledger
+	disruption  *disruption.Controller
+	recorder    events.EventRecorder
+	opts        Options
+	now         func() time.Time
+	refusals    refusals
+}
+
+// NewController returns the NodeClaim lifecycle controller.
+func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
+	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
+	c.disruption = disruption.New(kube, cs, recorder, disruption.NewEmptiness(kube, cs, func() time.Time { return c.now() }))
+	return c
+}
+
+// SetupWithManager registers the controller and the indexes it uses.
+func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexNominated, func(o client.Object) []string {
+		if p := o.(*corev1.Pod); p.Status.NominatedNodeName != "" && p.Spec.NodeName == "" {
+			return []string{p.Status.NominatedNodeName}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Spec.NodeName}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Node{}, indexProviderID, func(o client.Object) []string {
+		return []string{o.(*corev1.Node).Spec.ProviderID}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.NodeClaim).Status.NodeName}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodeclaim.lifecycle").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.opts.Workers)}).
+		For(&v1alpha1.NodeClaim{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimOfNode)).
+		Complete(c)
+}
+
+// claimOfPod: the claim a pod is nominated to, or the claim of its node.
+// Pod events are the most frequent the controller sees, so the lookup is
+// an index, not a scan of every claim.
+func (c *Controller) claimOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	pod := o.(*corev1.Pod)
+	if pod.Status.NominatedNodeName != "" && pod.Spec.NodeName == "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Status.NominatedNodeName}}}
+	}
+	return c.claimsWhere(ctx, indexClaimNode, pod.Spec.NodeName)
+}
+
+func (c *Controller) claimOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	return c.claimsWhere(ctx, indexClaimProviderID, o.(*corev1.Node).Spec.ProviderID)
+}
+
+// claimsWhere returns the claims whose indexed field equals value.
+func (c *Controller) claimsWhere(ctx context.Context, index, value string) []reconcile.Request {
+	if value == "" {
+		return nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims, client.MatchingFields{index: value}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(claims.Items))
+	for _, nc := range claims.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
+	}
+	return out
+}
+
+// Reconcile moves one claim a step forward.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var nc v1alpha1.NodeClaim
+	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))
+	res, err := c.step(ctx, &nc)
+	// Each step writes; the cache may lag a write, and the next step then
+	// meets a conflict. That is no error: read again.
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if !nc.DeletionTimestamp.IsZero() {
+		return c.finalize(ctx, nc)
+	}
+	switch nc.Status.Phase {
+	case "", v1alpha1.NodeClaimNominating:
+		return c.closeWhenBatched(ctx, nc)
+	case v1alpha1.NodeClaimLaunching:
+		return c.launch(ctx, nc)
+	case v1alpha1.NodeClaimLaunched:
+		return c.register(ctx, nc)
+	case v1alpha1.NodeClaimRegistered:
+		return c.initialize(ctx, nc)
+	case v1alpha1.NodeClaimInitialized:
+		return c.disruption.Reconcile(ctx, nc)
+	}
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) nodeOf(ctx context.Context, nc *v1alpha1.NodeClaim) (*corev1.Node, error) {
+	if nc.Status.ProviderID == "" {
+		return nil, nil
+	}
+	var nodes corev1.NodeList
+	if err := c.kube.List(ctx, &nodes, client.MatchingFields{indexProviderID: nc.Status.ProviderID}); err != nil {
+		return nil, err
+	}
+	if len(nodes.Items) == 0 {
+		return nil, nil
+	}
+	return &nodes.Items[0], nil
+}
+
+func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
+	if c.recorder != nil {
+		c.recorder.Eventf(nc, nil, typ, reason, action, "%s", note)
+	}
+}
+
+// podEvents records an event on every pod nominated to the claim.
+func (c *Controller) podEvents(ctx context.Context, nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
+	if c.recorder == nil {
+		return
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Listing nominated pods for events failed", "err", err)
+		return
+	}
+	for i := range pods {
+		c.recordPod(&pods[i], typ, reason, action, note)
+	}
+}
+
+func (c *Controller) recordPod(p *corev1.Pod, typ, reason, action, note string) {
+	if c.recorder != nil {
+		c.recorder.Eventf(p, nil, typ, reason, action, "%s", note)
+	}
+}
+
+// giveUp deletes a claim that missed a deadline, which terminates its
+// instance if it has one. Its offerings are avoided for a while (a node
+// that does not come up there would not the next time either), and Events
+// on the claim and its pods say why; the pods get another claim.
+func (c *Controller) giveUp(ctx context.Context, nc *v1alpha1.NodeClaim, reason, action, why string, avoid ...cloudprovider.Offer) (reconcile.Result, error) {
+	klog.FromContext(ctx).Info("Deleting nodeclaim that missed its deadline", "reason", reason, "why", why, "providerID", nc.Status.ProviderID)
+	c.unavailable.Mark(avoid...)
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+	what := "nothing was launched"
+	if nc.Status.ProviderID != "" {
+		what = "terminating instance " + nc.Status.ProviderID
+	}
+	c.event(nc, corev1.EventTypeWarning, reason, action, why+"; "+what)
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, reason, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+}

@@ -1,0 +1,242 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// refusalConfirm is how long the bind gate must keep refusing a pod
+// before its nomination is cleared: the gate's informers may lag the
+// cluster by a moment (a pod its affinity needs, bound elsewhere just
+// now), and a cleared nomination costs a new node.
+const refusalConfirm = 2 * time.Second
+
+// refusals remembers when the gate first refused each pod, across workers.
+type refusals struct {
+	mu    sync.Mutex
+	first map[types.UID]time.Time
+}
+
+// confirmed records a refusal of pod at now and says whether the pod has
+// been refused for refusalConfirm. Entries far older than that belong to
+// pods that went away mid-confirmation; they are dropped.
+func (r *refusals) confirmed(pod types.UID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first == nil {
+		r.first = map[types.UID]time.Time{}
+	}
+	maps.DeleteFunc(r.first, func(_ types.UID, t time.Time) bool { return now.Sub(t) > 10*refusalConfirm })
+	first, ok := r.first[pod]
+	if !ok {
+		r.first[pod] = now
+		return false
+	}
+	if now.Sub(first) < refusalConfirm {
+		return false
+	}
+	delete(r.first, pod)
+	return true
+}
+
+// forget drops the pod's refusal: the gate accepted it.
+func (r *refusals) forget(pod types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.first, pod)
+}
+
+// initialize binds the nominated pods once the node is Ready, clears the
+// nomination of those that no longer fit, and lifts the binding taint.
+func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	node, err := c.nodeOf(ctx, nc)
+	if err != nil || node == nil {
+		return reconcile.Result{RequeueAfter: time.Second}, err
+	}
+	if waiting := notReadyForPods(node, nc); waiting != "" {
+		registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+		if registered != nil && c.now().Sub(registered.LastTransitionTime.Time) > c.opts.InitializationTTL {
+			return c.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, c.opts.InitializationTTL, waiting), launchedOffer(nc))
+		}
+		logger.V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	pods, err := c.nominatedPods(ctx, nc.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// The pods on the node as the API server has them now, not as a
+	// cache does: a pod this controller bound on an earlier pass may not
+	// have reached the cache yet, and the gate must count it (two pods
+	// wanting one host port were both bound when it did not). Those bound
+	// below are added as they are bound.
+	live, err := c.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing the pods on node %s: %w", node.Name, err)
+	}
+	onNode := make([]*corev1.Pod, 0, len(live.Items)+len(pods))
+	already := make(map[types.UID]bool, len(live.Items))
+	for i := range live.Items {
+		p := &live.Items[i]
+		already[p.UID] = true
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			onNode = append(onNode, p)
+		}
+	}
+	// Pods handed to the scheduler on an earlier pass are nominated to
+	// the node itself: they count there as they will once bound.
+	var handed corev1.PodList
+	if err := c.kube.List(ctx, &handed, client.MatchingFields{indexNominated: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	for i := range handed.Items {
+		if p := &handed.Items[i]; !already[p.UID] {
+			already[p.UID] = true
+			onNode = append(onNode, p)
+		}
+	}
+	bound, handedOff := 0, 0
+	for i := range pods {
+		p := &pods[i]
+		if already[p.UID] {
+			continue // bound or handed off on an earlier pass; the cache has not seen it yet
+		}
+		// The scheduler's own verdict, with the pods already there and
+		// the ones just bound: what it would refuse is not bound.
+		s, handOff := c.opts.Gate.Check(ctx, p, node, onNode)
+		if s.Code() == fwk.Error {
+			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
+			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		}
+		if !s.IsSuccess() {
+			if !c.refusals.confirmed(p.UID, c.now()) {
+				logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
+				return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
+			}
+			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
+			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", node.Name, s.Plugin(), s.Message()))
+			p.Status.NominatedNodeName = ""
+			if err := c.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, err
+			}
+			continue
+		}
+		c.refusals.forget(p.UID)
+		if handOff != "" {
+			// What only the scheduler's binding cycle does (provisioning
+			// its volumes, allocating its devices, a Permit plugin) must
+			// not be skipped: the pod is nominated to the node itself,
+			// which holds room for it there, and the scheduler binds it
+			// once the binding taint is lifted below.
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, node.Name))
+			if err := c.kube.Status().Patch(ctx, p, patch); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return reconcile.Result{}, fmt.Errorf("handing pod %s/%s to the scheduler: %w", p.Namespace, p.Name, err)
+			}
+			logger.Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", handOff)
+			c.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, handOff))
+			onNode = append(onNode, p)
+			handedOff++
+			continue
+		}
+		err := c.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		if err == nil {
+			crashpoint.Hit(crashpoint.MidBind)
+			onNode = append(onNode, p)
+			bound++
+			// Bound directly, not by the scheduler: say so where kubectl
+			// describe pod shows the scheduler's own "Scheduled" event.
+			c.recordPod(p, corev1.EventTypeNormal, "Scheduled", "Binding", fmt.Sprintf("Successfully assigned %s/%s to %s (nodeclaim %s)", p.Namespace, p.Name, node.Name, nc.Name))
+			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
+		}
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+	if len(taints) != len(node.Spec.Taints) {
+		node.Spec.Taints = taints
+		if err := c.kube.Update(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimInitialized
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", bound, handedOff)})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	logger.Info("Bound pods to node", "pods", bound, "handedOff", handedOff, "node", node.Name)
+	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", bound, node.Name, handedOff))
+	return reconcile.Result{}, nil
+}
+
+// notReadyForPods says what the node still lacks before pods may be bound
+// to it, or "" when nothing: Ready; none of the claim's startup taints
+// (a CNI or device agent lifts them when it is up; a pod bound before
+// would be evicted by a NoExecute one or refused by the kubelet); and
+// every extended resource its instance type promises in allocatable (a
+// device plugin registers them after the node is Ready; binding before
+// would find a GPU pod no room and launch a second node).
+func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
+	if !ready(node) {
+		return "condition Ready"
+	}
+	// The API server taints every new node not-ready; the node lifecycle
+	// controller lifts it once the node is Ready. Until then the scheduler
+	// would refuse every pod there.
+	for _, t := range node.Spec.Taints {
+		if (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) && t.Effect != corev1.TaintEffectPreferNoSchedule {
+			return fmt.Sprintf("taint %s:%s to be lifted by the node lifecycle controller", t.Key, t.Effect)
+		}
+	}
+	for _, st := range nc.Spec.StartupTaints {
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == st.Key && t.Effect == st.Effect }) {
+			return fmt.Sprintf("startup taint %s:%s to be removed", st.Key, st.Effect)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(nc.Status.Allocatable)) {
+		promised := nc.Status.Allocatable[name]
+		if !v1helper.IsExtendedResourceName(name) || promised.IsZero() {
+			continue
+		}
+		if has, ok := node.Status.Allocatable[name]; !ok || has.Cmp(promised) < 0 {
+			return fmt.Sprintf("%s %s in allocatable", promised.String(), name)
+		}
+	}
+	return ""
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

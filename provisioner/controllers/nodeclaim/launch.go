@@ -1,0 +1,199 @@
+package nodeclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+)
+
+// offers are the claim's offerings that meet its requirements (its open
+// instance types, its zone and capacity type), from the pool's catalog,
+// less those marked unavailable since, cheapest first.
+func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
+	var cat v1alpha1.InstanceTypeCatalog
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &cat); err != nil {
+		return nil, fmt.Errorf("getting catalog of nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), cat.Spec.InstanceTypes, nc.Spec.Requirements)
+	if err != nil {
+		return nil, fmt.Errorf("offers of nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	return slices.DeleteFunc(offers, func(o cloudprovider.Offer) bool {
+		gone, _ := c.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType)
+		return gone
+	}), nil
+}
+
+// launch creates the instance; Create is idempotent per claim UID, so a
+// crash between Create and the status update launches nothing twice.
+func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
+		return c.expireRefused(ctx, nc)
+	}
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	offers, err := c.offers(ctx, nc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if age := c.now().Sub(nc.CreationTimestamp.Time); age > c.opts.LaunchTTL && len(offers) > 0 {
+		// An instance whose launch answer was lost is collected as an
+		// orphan once the claim is gone.
+		return c.giveUp(ctx, nc, "LaunchTimeout", "Launch", fmt.Sprintf("not launched within %s of being made", c.opts.LaunchTTL), offers...)
+	}
+	if len(offers) == 0 {
+		// Its pods get a new claim elsewhere: the scheduler plugin retries
+		// them when the claim goes, with these offerings now unavailable.
+		logger.Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
+		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
+		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	}
+	// The hard ceiling: only offers that keep the pool within its limits,
+	// counting every launched and in-flight claim, even at the largest
+	// offer the cloud may fall back to.
+	if offers, err = c.limits.Reserve(ctx, &pool, nc, offers); err != nil {
+		var exceeded *limits.ExceededError
+		if !errors.As(err, &exceeded) {
+			return reconcile.Result{}, err
+		}
+		return c.refuseForLimits(ctx, nc, exceeded)
+	}
+	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
+		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Template: nodeshape.ForClaim(nc),
+		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
+	})
+	if err != nil {
+		// A capacity error, a denial or a class not ready launched nothing:
+		// the reservation goes. Any other error (a timeout, a 5xx) may
+		// have launched an instance whose answer was lost, so it keeps
+		// counting until the retry's idempotent Create settles it.
+		reason := "LaunchFailed"
+		var ice *cloudprovider.InsufficientCapacityError
+		var notReady *cloudprovider.NodeClassNotReadyError
+		if errors.As(err, &ice) || errors.As(err, &notReady) || cloudprovider.IsAccessDenied(err) {
+			c.limits.Release(nc.UID)
+		}
+		if errors.As(err, &ice) {
+			reason = "InsufficientCapacity"
+			c.unavailable.Mark(ice.Offers...)
+			logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
+			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+			c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+			return reconcile.Result{Requeue: true}, nil
+		}
+		if cloudprovider.IsAccessDenied(err) {
+			return c.refuse(ctx, nc, err)
+		}
+		if errors.As(err, &notReady) {
+			logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
+			c.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
+			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
+		}
+		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
+		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	crashpoint.Hit(crashpoint.AfterCreate)
+	c.limits.Launched(nc.UID, in)
+	if len(in.Refused) > 0 {
+		c.unavailable.Mark(in.Refused...)
+		logger.Info("Cheaper options had no capacity; marked them unavailable", "refused", len(in.Refused))
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunched
+	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = in.ProviderID, in.InstanceType, in.Zone, in.CapacityType
+	nc.Status.Capacity, nc.Status.Allocatable = in.Capacity, in.Allocatable
+	nc.Status.InstanceTypeOptions = 1
+	nc.Status.Price = strconv.FormatFloat(in.Price, 'f', -1, 64)
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	crashpoint.Hit(crashpoint.AfterLaunchStatus)
+	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
+	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
+	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
+	c.podEvents(ctx, nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("nodeclaim %s launched %s (%s, %s, %s) for this pod", nc.Name, in.ProviderID, in.InstanceType, in.Zone, in.CapacityType))
+	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+// refuseForLimits handles a claim none of whose offers fits under its
+// pool's limits. While other launches of the pool are in flight it waits
+// for them (they may end smaller than they reserved); otherwise the claim
+// is deleted unlaunched, with Events saying which limit, and its pods go
+// back to the scheduler, whose forecast then refuses them with the same
+// reason until capacity is freed.
+func (c *Controller) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, exceeded *limits.ExceededError) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	if exceeded.InFlight {
+		logger.V(2).Info("Waiting for the pool's in-flight launches before checking its limits again", "reason", exceeded.Reason)
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	logger.Info("Deleting nodeclaim: launching it would pass the pool's limits", "reason", exceeded.Reason)
+	c.event(nc, corev1.EventTypeWarning, "LimitReached", "Launch", exceeded.Error()+"; not launched")
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, "LimitReached", "Launch", fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "LimitReached").Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+}
+
+// reasonAccessDenied marks a claim whose launch the cloud refused for lack
+// of permission.
+const reasonAccessDenied = "AccessDenied"
+
+// refuse records that the cloud denied the launch. Retrying cannot help
+// until an operator fixes the credentials or policy, so the claim is not
+// retried: it says why in its Launched condition and in Events on itself
+// and its pods, and is deleted after the registration TTL so that its pods
+// get a fresh claim, which tries once more.
+func (c *Controller) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
+	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", c.opts.RegistrationTTL)
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return reconcile.Result{}, err
+	}
+	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, c.opts.RegistrationTTL)
+	c.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
+	c.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)
+	return c.expireRefused(ctx, nc)
+}
+
+// expireRefused deletes a refused claim once the registration TTL has
+// passed since the refusal.
+func (c *Controller) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	cond := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
+	left := c.opts.RegistrationTTL - c.now().Sub(cond.LastTransitionTime.Time)
+	if left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", c.opts.RegistrationTTL)
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+}
+
+// launchedOffer is the offering the claim's instance was launched from.
+func launchedOffer(nc *v1alpha1.NodeClaim) cloudprovider.Offer {
+	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType}
+}
