@@ -129,7 +129,6 @@ func run(args []string) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	var cloud cloudprovider.CloudProvider
-	nodeClassKind := "SimulatedNodeClass"
 	switch o.cloudProvider {
 	case "aws":
 		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
@@ -142,8 +141,8 @@ func run(args []string) error {
 		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
 			return err
 		}
-		cloud, nodeClassKind = provider, "EC2NodeClass"
-	default:
+		cloud = provider
+	case "simulated":
 		catalogSource, err := simulated.NewCatalog(o.catalog)
 		if err != nil {
 			return err
@@ -176,7 +175,7 @@ func run(args []string) error {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := nodepool.NewStatusController(mgr.GetClient(), nodeClassKind).SetupWithManager(mgr); err != nil {
+	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses()).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {
@@ -193,7 +192,7 @@ func run(args []string) error {
 	}); err != nil {
 		return err
 	}
-	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect,
+	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(cloud.NodeClasses()), "leaderElect", o.leaderElect,
 		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "registrationTTL", o.registrationTTL)
 	return mgr.Start(ctx)
 }
