@@ -72,7 +72,7 @@ func run(args []string) error {
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
 	var o options
-	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated or aws.")
+	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
@@ -228,12 +228,18 @@ func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simul
 }
 
 // validate refuses flag values the provisioner cannot act on sensibly,
-// naming the flag: a zero --registration-ttl would delete every launched
+// naming the flag: no --cloud-provider (there is no default, so that a
+// manifest that forgot it fails at start rather than launching into the
+// wrong cloud), a zero --registration-ttl would delete every launched
 // claim before its node could join, a zero batch window would launch a
 // node per pod.
 func (o *options) validate() error {
 	var errs []error
-	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {
+	switch o.cloudProvider {
+	case "simulated", "aws":
+	case "":
+		errs = append(errs, errors.New("--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"))
+	default:
 		errs = append(errs, fmt.Errorf("--cloud-provider=%q: choose simulated or aws", o.cloudProvider))
 	}
 	positive := []struct {
