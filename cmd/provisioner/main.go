@@ -72,7 +72,7 @@ func run(args []string) error {
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
 	var o options
-	fs.StringVar(&o.cloudProvider, "cloud-provider", "simulated", "Cloud provider that launches instances: simulated or aws.")
+	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
@@ -129,7 +129,6 @@ func run(args []string) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	var cloud cloudprovider.CloudProvider
-	nodeClassKind := "SimulatedNodeClass"
 	switch o.cloudProvider {
 	case "aws":
 		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
@@ -142,8 +141,8 @@ func run(args []string) error {
 		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
 			return err
 		}
-		cloud, nodeClassKind = provider, "EC2NodeClass"
-	default:
+		cloud = provider
+	case "simulated":
 		catalogSource, err := simulated.NewCatalog(o.catalog)
 		if err != nil {
 			return err
@@ -176,7 +175,7 @@ func run(args []string) error {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := nodepool.NewStatusController(mgr.GetClient(), nodeClassKind).SetupWithManager(mgr); err != nil {
+	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses()).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {
@@ -193,7 +192,7 @@ func run(args []string) error {
 	}); err != nil {
 		return err
 	}
-	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "leaderElect", o.leaderElect,
+	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(cloud.NodeClasses()), "leaderElect", o.leaderElect,
 		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "registrationTTL", o.registrationTTL)
 	return mgr.Start(ctx)
 }
@@ -229,12 +228,18 @@ func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simul
 }
 
 // validate refuses flag values the provisioner cannot act on sensibly,
-// naming the flag: a zero --registration-ttl would delete every launched
+// naming the flag: no --cloud-provider (there is no default, so that a
+// manifest that forgot it fails at start rather than launching into the
+// wrong cloud), a zero --registration-ttl would delete every launched
 // claim before its node could join, a zero batch window would launch a
 // node per pod.
 func (o *options) validate() error {
 	var errs []error
-	if o.cloudProvider != "simulated" && o.cloudProvider != "aws" {
+	switch o.cloudProvider {
+	case "simulated", "aws":
+	case "":
+		errs = append(errs, errors.New("--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"))
+	default:
 		errs = append(errs, fmt.Errorf("--cloud-provider=%q: choose simulated or aws", o.cloudProvider))
 	}
 	positive := []struct {

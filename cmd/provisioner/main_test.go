@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -36,8 +37,8 @@ func TestFlagsFromEnv(t *testing.T) {
 	}
 }
 
-// TestValidateRefusesFlagsItCannotActOn: each bad value is named in the
-// error; the defaults pass.
+// TestValidateRefusesFlagsItCannotActOn: each bad or missing value is
+// named in the error; the defaults, with a cloud provider chosen, pass.
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
 		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, qps: 200, burst: 300}
@@ -45,22 +46,37 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		t.Fatalf("the defaults were refused: %v", err)
 	}
 	for want, edit := range map[string]func(*options){
-		`--cloud-provider="gce": choose simulated or aws`:                            func(o *options) { o.cloudProvider = "gce" },
-		"--registration-ttl=0s: must be more than 0":                                 func(o *options) { o.registrationTTL = 0 },
-		"--batch-idle-duration=-1s: must be more than 0":                             func(o *options) { o.batchIdle = -time.Second },
-		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s": func(o *options) { o.batchMax = 500 * time.Millisecond },
-		"--unavailable-offering-ttl=0s: must be more than 0":                         func(o *options) { o.unavailableTTL = 0 },
-		"--launch-ttl=0s: must be more than 0":                                       func(o *options) { o.launchTTL = 0 },
-		"--initialization-ttl=-1s: must be more than 0":                              func(o *options) { o.initializationTTL = -time.Second },
-		"--cloud-call-timeout=0s: must be more than 0":                               func(o *options) { o.cloudCallTimeout = 0 },
-		"--garbage-collection-grace=0s: must be more than 0":                         func(o *options) { o.gcGrace = 0 },
-		"--nodeclaim-workers=0: must be from 1 to 64":                                func(o *options) { o.nodeClaimWorkers = 0 },
-		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":            func(o *options) { o.qps = 0 },
+		`--cloud-provider="gce": choose simulated or aws`:                                     func(o *options) { o.cloudProvider = "gce" },
+		"--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws": func(o *options) { o.cloudProvider = "" },
+		"--registration-ttl=0s: must be more than 0":                                          func(o *options) { o.registrationTTL = 0 },
+		"--batch-idle-duration=-1s: must be more than 0":                                      func(o *options) { o.batchIdle = -time.Second },
+		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s":          func(o *options) { o.batchMax = 500 * time.Millisecond },
+		"--unavailable-offering-ttl=0s: must be more than 0":                                  func(o *options) { o.unavailableTTL = 0 },
+		"--launch-ttl=0s: must be more than 0":                                                func(o *options) { o.launchTTL = 0 },
+		"--initialization-ttl=-1s: must be more than 0":                                       func(o *options) { o.initializationTTL = -time.Second },
+		"--cloud-call-timeout=0s: must be more than 0":                                        func(o *options) { o.cloudCallTimeout = 0 },
+		"--garbage-collection-grace=0s: must be more than 0":                                  func(o *options) { o.gcGrace = 0 },
+		"--nodeclaim-workers=0: must be from 1 to 64":                                         func(o *options) { o.nodeClaimWorkers = 0 },
+		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":                     func(o *options) { o.qps = 0 },
 	} {
 		o := good
 		edit(&o)
 		if err := o.validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want an error saying %q", err, want)
 		}
+	}
+}
+
+// TestRunRefusesToStartWithoutCloudProvider runs the command as shipped
+// with no --cloud-provider: it stops before reaching any cluster, saying
+// the choices. (run registers its flags on the process's flag set, so this
+// is the one test that calls it.)
+func TestRunRefusesToStartWithoutCloudProvider(t *testing.T) {
+	t.Setenv("NODEFORGE_CLOUD_PROVIDER", "") // restored after the test...
+	os.Unsetenv("NODEFORGE_CLOUD_PROVIDER")  // ...and unset during it
+	t.Setenv("KUBECONFIG", "/nonexistent")
+	err := run([]string{"--leader-elect=false"})
+	if want := "--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("run without --cloud-provider = %v, want an error saying %q", err, want)
 	}
 }

@@ -1,6 +1,8 @@
 package virtualnodes
 
 import (
+	"fmt"
+
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -29,16 +31,21 @@ type view struct {
 // reset forgets the memoised lists; call it whenever a decision starts.
 func (v *view) reset() { clear(v.lists) }
 
-func (v *view) memo(key string, build func() []fwk.NodeInfo) []fwk.NodeInfo {
+// memo returns the list under key, building it the first time. A failed
+// build is not remembered: the next caller tries again.
+func (v *view) memo(key string, build func() ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
 	if l, ok := v.lists[key]; ok {
-		return l
+		return l, nil
+	}
+	l, err := build()
+	if err != nil {
+		return nil, err
 	}
 	if v.lists == nil {
 		v.lists = map[string][]fwk.NodeInfo{}
 	}
-	l := build()
 	v.lists[key] = l
-	return l
+	return l, nil
 }
 
 var _ fwk.NodeInfoLister = &view{}
@@ -46,58 +53,67 @@ var _ fwk.NodeInfoLister = &view{}
 // NodeInfos returns the combined node lister.
 func (v *view) NodeInfos() fwk.NodeInfoLister { return v }
 
-func (v *view) realList(f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error)) []fwk.NodeInfo {
+// realList lists the real nodes of the snapshot. Its error goes back to
+// the plugin that asked: a list without the real nodes would make every
+// zone look empty to topology spread and affinity, and so a wrong
+// decision, not a smaller one.
+func (v *view) realList(name string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
 	if v.real == nil {
-		return nil
+		return nil, nil
 	}
 	l, err := f(v.real)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing the snapshot's real nodes (%s): %w", name, err)
 	}
-	return l
+	return l, nil
 }
 
 // List returns real then virtual nodes.
 func (v *view) List() ([]fwk.NodeInfo, error) {
-	return v.memo("all", func() []fwk.NodeInfo {
-		real := v.realList(fwk.NodeInfoLister.List)
+	return v.memo("all", func() ([]fwk.NodeInfo, error) {
+		real, err := v.realList("all", fwk.NodeInfoLister.List)
+		if err != nil {
+			return nil, err
+		}
 		out := make([]fwk.NodeInfo, 0, len(real)+len(v.virtual))
-		return append(append(out, real...), v.virtual...)
-	}), nil
+		return append(append(out, real...), v.virtual...), nil
+	})
 }
 
-func (v *view) filtered(real []fwk.NodeInfo, keep func(fwk.NodeInfo) bool) []fwk.NodeInfo {
-	out := append([]fwk.NodeInfo(nil), real...)
-	for _, n := range v.virtual {
-		if keep(n) {
-			out = append(out, n)
+// filtered is the real nodes listed by f, then the virtual nodes keep
+// accepts.
+func (v *view) filtered(key string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error), keep func(fwk.NodeInfo) bool) ([]fwk.NodeInfo, error) {
+	return v.memo(key, func() ([]fwk.NodeInfo, error) {
+		real, err := v.realList(key, f)
+		if err != nil {
+			return nil, err
 		}
-	}
-	return out
+		out := append([]fwk.NodeInfo(nil), real...)
+		for _, n := range v.virtual {
+			if keep(n) {
+				out = append(out, n)
+			}
+		}
+		return out, nil
+	})
 }
 
 // HavePodsWithAffinityList returns the nodes with pods with inter-pod (anti-)affinity.
 func (v *view) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) {
-	return v.memo("affinity", func() []fwk.NodeInfo {
-		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithAffinity()) > 0 })
-	}), nil
+	return v.filtered("affinity", fwk.NodeInfoLister.HavePodsWithAffinityList, func(n fwk.NodeInfo) bool { return len(n.GetPodsWithAffinity()) > 0 })
 }
 
 // HavePodsWithRequiredAntiAffinityList returns the nodes with pods with required anti-affinity.
 func (v *view) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
-	return v.memo("antiAffinity", func() []fwk.NodeInfo {
-		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredAntiAffinityList), func(n fwk.NodeInfo) bool { return len(n.GetPodsWithRequiredAntiAffinity()) > 0 })
-	}), nil
+	return v.filtered("antiAffinity", fwk.NodeInfoLister.HavePodsWithRequiredAntiAffinityList, func(n fwk.NodeInfo) bool { return len(n.GetPodsWithRequiredAntiAffinity()) > 0 })
 }
 
 // HavePodsWithRequiredNonHostScopedAntiAffinityList returns the nodes with
 // pods whose required anti-affinity is wider than a host.
 func (v *view) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fwk.NodeInfo, error) {
-	return v.memo("nonHostAntiAffinity", func() []fwk.NodeInfo {
-		return v.filtered(v.realList(fwk.NodeInfoLister.HavePodsWithRequiredNonHostScopedAntiAffinityList), func(n fwk.NodeInfo) bool {
-			return len(n.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0
-		})
-	}), nil
+	return v.filtered("nonHostAntiAffinity", fwk.NodeInfoLister.HavePodsWithRequiredNonHostScopedAntiAffinityList, func(n fwk.NodeInfo) bool {
+		return len(n.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0
+	})
 }
 
 // Get returns a virtual or real node by name.

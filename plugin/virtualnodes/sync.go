@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -54,7 +55,12 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return fmt.Errorf("%s: creating client: %w", Name, err)
 	}
 
-	resync := func() { p.resyncPools(ctx, c) }
+	// Pool and catalog events ask for a resync through a queue of one
+	// key: a burst of events makes one resync, one runs at a time, and a
+	// failed one is retried with backoff.
+	resyncs := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute))
+	go func() { <-ctx.Done(); resyncs.ShutDown() }()
+	resync := func() { resyncs.Add(resyncPoolsKey) }
 	poolHandler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { resync() }, UpdateFunc: func(any, any) { resync() }, DeleteFunc: func(any) { resync() },
 	}
@@ -114,6 +120,9 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	p.daemonSets = func(node *v1.Node) []*v1.Pod {
 		dss, err := dsLister.List(labels.Everything())
 		if err != nil {
+			// An informer's lister reads its local store and does not
+			// fail today; were it to, say what the decision lacks.
+			logger.Error(err, "Listing daemonsets; sizing the node without their pods", "node", node.Name)
 			return nil
 		}
 		var out []*v1.Pod
@@ -147,7 +156,19 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		if !cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
 			return
 		}
-		p.resyncPools(ctx, c)
+		// No decision before the pools are known: resync until one
+		// succeeds, then keep resyncing on events in the background.
+		resync()
+		for !p.resyncNext(ctx, c, resyncs) {
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		go func() {
+			for ctx.Err() == nil {
+				p.resyncNext(ctx, c, resyncs)
+			}
+		}()
 		p.mu.Lock()
 		p.rebuildFrom = func(ctx context.Context) error { return p.rebuild(ctx, c, pods.Lister().List) }
 		p.mu.Unlock()
@@ -157,15 +178,36 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	return nil
 }
 
+// resyncPoolsKey is the one key of the pool resync queue.
+const resyncPoolsKey = "pools"
+
+// resyncNext takes the next resync request off q and runs it: whether it
+// succeeded. A failure is logged and put back with backoff; the pools stay
+// as they were meanwhile. It returns false at once when q is shut down.
+func (p *VirtualNodes) resyncNext(ctx context.Context, c client.Reader, q workqueue.TypedRateLimitingInterface[string]) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := p.resyncPools(ctx, c); err != nil {
+		klog.FromContext(ctx).Error(err, "Rebuilding pools from nodepools and catalogs; keeping the pools as they were and retrying", "retries", q.NumRequeues(key))
+		q.AddRateLimited(key)
+		return false
+	}
+	q.Forget(key)
+	return true
+}
+
 // resyncPools rebuilds the pools from the cached NodePools and catalogs.
-func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
+func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) error {
 	var nps v1alpha1.NodePoolList
 	var cats v1alpha1.InstanceTypeCatalogList
 	if err := c.List(ctx, &nps); err != nil {
-		return
+		return fmt.Errorf("listing nodepools: %w", err)
 	}
 	if err := c.List(ctx, &cats); err != nil {
-		return
+		return fmt.Errorf("listing instancetypecatalogs: %w", err)
 	}
 	byName := map[string]*v1alpha1.InstanceTypeCatalog{}
 	for i := range cats.Items {
@@ -182,6 +224,7 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
 	p.setPools(pools)
 	p.retryRefused("pools or catalogs changed")
 	klog.FromContext(ctx).V(2).Info("Pools updated", "pools", len(pools))
+	return nil
 }
 
 // rebuild replaces the claims held in memory with the ones in the API

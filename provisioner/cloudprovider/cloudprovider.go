@@ -1,16 +1,22 @@
 // Package cloudprovider is the narrow interface between the provisioner and
 // a cloud: launch, terminate, look up and list instances, and describe the
-// instance types on offer. The contract is in the doc comments; errors that
-// callers act on are typed.
+// instance types on offer, and declare the node class kinds it launches
+// from. The contract is in the doc comments; errors that callers act on are
+// typed.
 package cloudprovider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
@@ -83,6 +89,60 @@ type CloudProvider interface {
 	// every type the provider has, with default settings. A node class that
 	// is not ready yields a *NodeClassNotReadyError.
 	InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error)
+	// NodeClasses declares the node class kinds the provider launches
+	// from, at least one, each in the nodeforge.dev group. Generic code
+	// reads, watches and judges node classes only through it, so it never
+	// names a provider's kind: a NodePool whose nodeClassRef names a kind
+	// not declared here is not Ready. The answer is fixed for the
+	// provider's life and makes no cloud call.
+	NodeClasses() []NodeClass
+}
+
+// NodeClass declares one kind of node class a provider launches from: how
+// to read an object of the kind, whether instances can be launched from
+// it, and what of it, when changed, makes the nodes launched from it
+// drifted.
+type NodeClass struct {
+	// Kind as a nodeClassRef names it, such as "EC2NodeClass"; its group is
+	// v1alpha1.Group.
+	Kind string
+	// New returns an empty object of the kind, to Get into or to watch.
+	New func() client.Object
+	// Ready reads an object New returned, filled by a Get: whether
+	// instances can be launched from it now and, when not, a CamelCase
+	// reason and a message for people saying why. It reads only the
+	// object, never the cloud.
+	Ready func(class client.Object) (ready bool, reason, message string)
+	// Hash of what in the object, when changed, makes the nodes launched
+	// from it drifted (SpecHash of its spec, typically). A node whose
+	// recorded hash differs from its class's was launched from settings
+	// the class no longer has.
+	Hash func(class client.Object) (string, error)
+}
+
+// ServedKinds lists the kinds of classes, for messages: "EC2NodeClass" or
+// "SimulatedNodeClass, EC2NodeClass".
+func ServedKinds(classes []NodeClass) string {
+	kinds := make([]string, len(classes))
+	for i, c := range classes {
+		kinds[i] = c.Kind
+	}
+	return strings.Join(kinds, ", ")
+}
+
+// SpecHash hashes spec through its JSON encoding, which is stable:
+// encoding/json writes struct fields in declaration order and map keys
+// sorted, so equal specs hash equal whatever order their maps were built
+// in, and any change to a field that is encoded changes the hash. A field
+// the API gains later changes no hash while it is omitted (omitempty); one
+// encoded even when empty changes every hash once, on upgrade.
+func SpecHash(spec any) (string, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("hashing node class spec: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8]), nil
 }
 
 // ErrNotFound says an instance does not exist (any more).

@@ -18,6 +18,7 @@ func (s scripted) Create(context.Context, Launch) (*Instance, error) { return &I
 func (s scripted) Delete(context.Context, string) error              { return s.err }
 func (s scripted) Get(context.Context, string) (*Instance, error)    { return nil, s.err }
 func (s scripted) List(context.Context) ([]*Instance, error)         { return nil, s.err }
+func (s scripted) NodeClasses() []NodeClass                          { return nil }
 func (s scripted) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	return nil, s.err
 }

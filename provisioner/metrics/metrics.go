@@ -9,15 +9,15 @@ import (
 
 var (
 	// CloudCalls counts cloud provider calls by provider, method and result
-	// (ok, not_found, insufficient_capacity, error).
+	// (ok, not_found, insufficient_capacity, access_denied, error).
 	CloudCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_cloudprovider_calls_total",
-		Help: "Cloud provider calls by provider, method and result.",
+		Help: "Cloud provider calls by provider, method (Create, Delete, Get, List, InstanceTypes) and result (ok, not_found, insufficient_capacity, access_denied, error).",
 	}, []string{"provider", "method", "result"})
 	// CloudCallDuration is how long cloud provider calls take.
 	CloudCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "nodeforge_cloudprovider_call_duration_seconds",
-		Help:    "Duration of cloud provider calls by provider and method.",
+		Help:    "Duration of cloud provider calls by provider and method (Create, Delete, Get, List, InstanceTypes).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	}, []string{"provider", "method"})
 	// ClaimsLaunched counts NodeClaims launched by pool.
@@ -25,15 +25,18 @@ var (
 		Name: "nodeforge_nodeclaims_launched_total",
 		Help: "NodeClaims whose instance was launched, by pool.",
 	}, []string{"nodepool"})
-	// ClaimsFailed counts failed launch attempts by pool and reason.
+	// ClaimsFailed counts failed launch attempts, and claims that missed a
+	// deadline, by pool and reason.
 	ClaimsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_launch_failures_total",
-		Help: "Failed launch attempts by pool and reason (InsufficientCapacity, LaunchFailed, RegistrationTimeout).",
+		Help: "Failed launch attempts and claims that missed a deadline, by pool and reason (InsufficientCapacity, LaunchFailed, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout).",
 	}, []string{"nodepool", "reason"})
-	// ClaimsDeleted counts deleted NodeClaims by pool and reason.
+	// ClaimsDeleted counts NodeClaims the provisioner deleted by pool and
+	// reason; OrphanInstance counts instances terminated that no claim
+	// accounted for (no claim is deleted then).
 	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_deleted_total",
-		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, Empty, RegistrationTimeout, NoOptions, LimitReached, AccessDenied).",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, LimitReached, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
 	}, []string{"nodepool", "reason"})
 	// PodTimeToBound is the time from a pod's creation to the provisioner
 	// binding it to the node launched for it.

@@ -103,6 +103,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	switch o.CloudProvider {
+	case "", "simulated", "aws":
+	default:
+		return nil, fmt.Errorf("cloud provider %q: choose simulated or aws", o.CloudProvider)
+	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return nil, err
@@ -323,10 +328,15 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		}
 	}
 
-	// nodeforge-provisioner, with the simulated cloud or the fake EC2 region.
+	// nodeforge-provisioner, with the simulated cloud or the fake EC2 region:
+	// it has no default provider, so the sandbox always names one.
+	cloud := "simulated"
+	if s.region != nil {
+		cloud = "aws"
+	}
 	provArgs := []string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "nodeforge-provisioner.kubeconfig"),
-		"--cloud-provider=simulated",
+		"--cloud-provider=" + cloud,
 		"--simulated-namespace=" + namespace,
 		// Binds are judged by the scheduler's own profile.
 		"--scheduler-config=" + filepath.Join(dir, "nodeforge-scheduler-config.yaml"),
@@ -335,7 +345,6 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 	var provEnv []string
 	if s.region != nil {
-		provArgs[1] = "--cloud-provider=aws"
 		provArgs = append(provArgs,
 			"--aws-region=us-west-2",
 			"--aws-ec2-endpoint="+s.region.URL,

@@ -43,3 +43,17 @@ func TestFreePortsAreDistinct(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// TestStartRefusesAnUnknownCloudProvider: a provider the provisioner does
+// not know stops Start before anything runs, instead of falling back to
+// the simulated cloud.
+func TestStartRefusesAnUnknownCloudProvider(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sb")
+	_, err := Start(context.Background(), Options{Dir: dir, CloudProvider: "gce"})
+	if err == nil || !strings.Contains(err.Error(), `cloud provider "gce": choose simulated or aws`) {
+		t.Errorf("Start with cloud provider gce = %v, want a refusal naming the choices", err)
+	}
+	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+		t.Errorf("Start made %s before refusing: %v", dir, statErr)
+	}
+}

@@ -25,7 +25,10 @@ const (
 	// instance is terminated.
 	FinalizerTermination = Group + "/termination"
 
-	// AnnotationDoNotDisrupt on a pod or node keeps Nodeforge from disrupting it.
+	// AnnotationDoNotDisrupt "true" on a NodeClaim keeps the provisioner
+	// from removing its node when it is empty (emptiness is the only
+	// voluntary disruption so far). It is read on NodeClaims only, not
+	// yet on pods or Nodes.
 	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
 )
 

@@ -85,7 +85,8 @@ type ResourceRequirements struct {
 // +kubebuilder:validation:Enum=Nominating;Launching;Launched;Registered;Initialized;Disrupting
 type NodeClaimPhase string
 
-// The phases of a NodeClaim, in order. Disrupting can follow any of them.
+// The phases of a NodeClaim, in order. The provisioner acts on the phase:
+// each step moves the claim to the next one.
 const (
 	// NodeClaimNominating: the claim is open; the scheduler may nominate more pods.
 	NodeClaimNominating NodeClaimPhase = "Nominating"
@@ -98,16 +99,24 @@ const (
 	NodeClaimRegistered NodeClaimPhase = "Registered"
 	// NodeClaimInitialized: the node is ready and its nominated pods are bound.
 	NodeClaimInitialized NodeClaimPhase = "Initialized"
-	// NodeClaimDisrupting: the node is being drained and terminated.
+	// NodeClaimDisrupting: the provisioner is removing the node (today: an
+	// empty Initialized node); the claim is being deleted. A claim deleted
+	// for another reason (a deadline missed, garbage collection) keeps
+	// the phase it had.
 	NodeClaimDisrupting NodeClaimPhase = "Disrupting"
 )
 
 // NodeClaimStatus is what is known of the claim's instance and node.
 type NodeClaimStatus struct {
-	// Phase summarises the conditions.
+	// Phase is where the claim is in its life, and so what the provisioner
+	// does next: it acts on the phase, and records each step it completes
+	// as a condition. The conditions do not drive it.
 	// +optional
 	Phase NodeClaimPhase `json:"phase,omitempty"`
-	// Conditions: Launched, Registered, Initialized, Disrupting.
+	// Conditions record when each step happened: Launched (False, reason
+	// AccessDenied, when the cloud refused the launch), Registered,
+	// Initialized, and Empty (True while the node runs no pod but
+	// daemonset pods, set only under a pool's consolidateAfter).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
 // Condition types of an EC2NodeClass.
@@ -33,14 +34,41 @@ const (
 
 // notReady says why a class cannot be launched from yet, or "".
 func notReady(class *v1alpha1.EC2NodeClass) string {
-	ready := meta.FindStatusCondition(class.Status.Conditions, ConditionReady)
-	switch {
-	case ready == nil:
-		return "its subnets, security groups and images have not been resolved yet"
-	case ready.Status != metav1.ConditionTrue:
-		return ready.Message
+	if ready, reason, message := readiness(class); !ready {
+		return cmp.Or(message, reason)
 	}
 	return ""
+}
+
+// readiness reads the class's Ready condition, which NodeClassController
+// sets once it has resolved the selector terms; when it is not True, a
+// reason and a message say why.
+func readiness(class *v1alpha1.EC2NodeClass) (ready bool, reason, message string) {
+	cond := meta.FindStatusCondition(class.Status.Conditions, ConditionReady)
+	switch {
+	case cond == nil:
+		return false, "NotResolvedYet", "its subnets, security groups and images have not been resolved yet"
+	case cond.Status != metav1.ConditionTrue:
+		return false, cond.Reason, cond.Message
+	}
+	return true, cond.Reason, cond.Message
+}
+
+// NodeClasses declares EC2NodeClass: ready once its selector terms have
+// resolved (its Ready condition), drifted when its spec changes. What the
+// selectors resolve to (subnets, security groups, images) is status, not
+// spec, and not in the hash.
+func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
+	return []cloudprovider.NodeClass{{
+		Kind: "EC2NodeClass",
+		New:  func() client.Object { return &v1alpha1.EC2NodeClass{} },
+		Ready: func(o client.Object) (bool, string, string) {
+			return readiness(o.(*v1alpha1.EC2NodeClass))
+		},
+		Hash: func(o client.Object) (string, error) {
+			return cloudprovider.SpecHash(o.(*v1alpha1.EC2NodeClass).Spec)
+		},
+	}}
 }
 
 // NodeClassController resolves each EC2NodeClass's selector terms into its

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
@@ -31,13 +33,15 @@ type Cloud struct {
 	types       []v1alpha1.InstanceType
 	next        int
 	creates     int
+	// notReady: node classes a test said are not ready, by name, with why.
+	notReady map[string]string
 }
 
 var _ cloudprovider.CloudProvider = &Cloud{}
 
 // New returns a cloud that offers types.
 func New(types ...v1alpha1.InstanceType) *Cloud {
-	return &Cloud{instances: map[string]*cloudprovider.Instance{}, byClaim: map[string]string{}, noCapacity: map[string]bool{}, types: types}
+	return &Cloud{instances: map[string]*cloudprovider.Instance{}, byClaim: map[string]string{}, noCapacity: map[string]bool{}, types: types, notReady: map[string]string{}}
 }
 
 // Name is "fake".
@@ -165,4 +169,37 @@ func (c *Cloud) List(context.Context) ([]*cloudprovider.Instance, error) {
 // InstanceTypes returns the types New was given, for any pool.
 func (c *Cloud) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	return c.types, nil
+}
+
+// SetNodeClassReady says whether the node class called name is ready, and
+// when it is not, why; a class is ready unless a test says otherwise.
+func (c *Cloud) SetNodeClassReady(name string, ready bool, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ready {
+		delete(c.notReady, name)
+	} else {
+		c.notReady[name] = why
+	}
+}
+
+// NodeClasses declares SimulatedNodeClass, the class tests' pools refer
+// to: ready once it exists unless SetNodeClassReady says otherwise, and
+// hashed by its spec.
+func (c *Cloud) NodeClasses() []cloudprovider.NodeClass {
+	return []cloudprovider.NodeClass{{
+		Kind: "SimulatedNodeClass",
+		New:  func() client.Object { return &v1alpha1.SimulatedNodeClass{} },
+		Ready: func(o client.Object) (bool, string, string) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if why, ok := c.notReady[o.GetName()]; ok {
+				return false, "FakeNotReady", why
+			}
+			return true, "Exists", ""
+		},
+		Hash: func(o client.Object) (string, error) {
+			return cloudprovider.SpecHash(o.(*v1alpha1.SimulatedNodeClass).Spec)
+		},
+	}}
 }

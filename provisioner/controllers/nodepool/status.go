@@ -7,6 +7,7 @@ package nodepool
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -30,36 +32,31 @@ const ConditionReady = "Ready"
 // StatusController reconciles NodePool status.
 type StatusController struct {
 	client client.Client
-	// kind of node class the provisioner's cloud provider launches from.
-	kind string
+	// classes the provisioner's cloud provider launches from, by kind.
+	classes []cloudprovider.NodeClass
 }
 
 // NewStatusController returns a StatusController using c, for pools whose
-// node classes are of kind nodeClassKind (SimulatedNodeClass or
-// EC2NodeClass); pools referring to another kind are not Ready.
-func NewStatusController(c client.Client, nodeClassKind string) *StatusController {
-	return &StatusController{client: c, kind: nodeClassKind}
+// node classes are of a kind classes declares (the cloud provider's
+// NodeClasses); pools referring to another kind are not Ready.
+func NewStatusController(c client.Client, classes []cloudprovider.NodeClass) *StatusController {
+	return &StatusController{client: c, classes: classes}
 }
 
 // SetupWithManager registers the controller: a pool is reconciled when it,
 // one of its nodes or claims, or its node class changes.
 func (c *StatusController) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodepool.status").
 		For(&v1alpha1.NodePool{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(poolOfLabel)).
 		Watches(&v1alpha1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.(*v1alpha1.NodeClaim).Spec.NodePool}}}
-		})).
-		Watches(c.classObject(), handler.EnqueueRequestsFromMapFunc(c.poolsOfClass)).
-		Complete(c)
-}
-
-func (c *StatusController) classObject() client.Object {
-	if c.kind == "EC2NodeClass" {
-		return &v1alpha1.EC2NodeClass{}
+		}))
+	for _, class := range c.classes {
+		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.poolsOfClass(class.Kind)))
 	}
-	return &v1alpha1.SimulatedNodeClass{}
+	return b.Complete(c)
 }
 
 func poolOfLabel(_ context.Context, o client.Object) []reconcile.Request {
@@ -69,20 +66,27 @@ func poolOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
-func (c *StatusController) poolsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
-	var pools v1alpha1.NodePoolList
-	if err := c.client.List(ctx, &pools); err != nil {
-		klog.FromContext(ctx).Error(err, "Listing nodepools for a node class change")
-		return nil
-	}
-	var out []reconcile.Request
-	for _, p := range pools.Items {
-		ref := p.Spec.Template.Spec.NodeClassRef
-		if ref.Kind == c.kind && ref.Name == o.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+// poolsOfClass maps a change to a node class of kind to the pools that
+// refer to it.
+func (c *StatusController) poolsOfClass(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var pools v1alpha1.NodePoolList
+		if err := c.client.List(ctx, &pools); err != nil {
+			// A List from the manager's cache fails only when it cannot
+			// sync; the pools are read again on their next change or on
+			// the manager's periodic resync.
+			klog.FromContext(ctx).Error(err, "Listing nodepools for a node class change", "kind", kind, "nodeClass", o.GetName())
+			return nil
 		}
+		var out []reconcile.Request
+		for _, p := range pools.Items {
+			ref := p.Spec.Template.Spec.NodeClassRef
+			if ref.Group == v1alpha1.Group && ref.Kind == kind && ref.Name == o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+			}
+		}
+		return out
 	}
-	return out
 }
 
 // Reconcile recomputes one pool's status.
@@ -137,26 +141,25 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	return reconcile.Result{}, nil
 }
 
-// nodeClassReady reports whether the pool's node class can be used.
+// nodeClassReady reports whether the pool's node class can be used: its
+// kind is one the cloud provider serves, it exists, and the provider reads
+// it as ready.
 func (c *StatusController) nodeClassReady(ctx context.Context, ref v1alpha1.NodeClassReference) (metav1.ConditionStatus, string, string, error) {
-	if ref.Group != v1alpha1.Group || ref.Kind != c.kind {
-		return metav1.ConditionFalse, "NodeClassNotSupported", fmt.Sprintf("node class %s.%s is not served by this provisioner, which launches from %s", ref.Kind, ref.Group, c.kind), nil
+	i := slices.IndexFunc(c.classes, func(nc cloudprovider.NodeClass) bool { return nc.Kind == ref.Kind })
+	if ref.Group != v1alpha1.Group || i < 0 {
+		return metav1.ConditionFalse, "NodeClassNotSupported", fmt.Sprintf("node class %s.%s is not served by this provisioner, which launches from %s (group %s)",
+			ref.Kind, ref.Group, cloudprovider.ServedKinds(c.classes), v1alpha1.Group), nil
 	}
-	class := c.classObject()
+	declared := c.classes[i]
+	class := declared.New()
 	if err := c.client.Get(ctx, types.NamespacedName{Name: ref.Name}, class); err != nil {
 		if apierrors.IsNotFound(err) {
 			return metav1.ConditionFalse, "NodeClassNotFound", fmt.Sprintf("%s %s does not exist", ref.Kind, ref.Name), nil
 		}
 		return "", "", "", fmt.Errorf("getting %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	if ec2, ok := class.(*v1alpha1.EC2NodeClass); ok {
-		cond := meta.FindStatusCondition(ec2.Status.Conditions, "Ready")
-		switch {
-		case cond == nil:
-			return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("EC2NodeClass %s has not been resolved yet", ref.Name), nil
-		case cond.Status != metav1.ConditionTrue:
-			return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("EC2NodeClass %s is not ready: %s", ref.Name, cond.Message), nil
-		}
+	if ready, reason, message := declared.Ready(class); !ready {
+		return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("%s %s is not ready (%s): %s", ref.Kind, ref.Name, reason, message), nil
 	}
 	return metav1.ConditionTrue, "NodeClassReady", fmt.Sprintf("%s %s is ready", ref.Kind, ref.Name), nil
 }

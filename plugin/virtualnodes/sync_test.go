@@ -1,0 +1,80 @@
+package virtualnodes
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// flakyReader fails its first failures Lists, then reads through.
+type flakyReader struct {
+	client.Reader
+	failures int
+	err      error
+}
+
+func (f *flakyReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if f.failures > 0 {
+		f.failures--
+		return f.err
+	}
+	return f.Reader.List(ctx, list, opts...)
+}
+
+// TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff: a List that
+// fails is an error naming what was listed, the pools stay as they were,
+// and the resync is queued again after a backoff and then succeeds.
+func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("apiserver unavailable")
+	// The API server holds no NodePool: a resync that succeeds drops "bench".
+	api := &flakyReader{Reader: crfake.NewClientBuilder().WithScheme(scheme).Build(), failures: 2, err: boom}
+
+	if err := h.plugin.resyncPools(ctx, api); !errors.Is(err, boom) || !strings.Contains(err.Error(), "listing nodepools") {
+		t.Errorf("resyncPools with the List failing = %v, want an error listing nodepools wrapping %v", err, boom)
+	}
+
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Millisecond, time.Second))
+	defer q.ShutDown()
+	q.Add(resyncPoolsKey)
+	if h.plugin.resyncNext(ctx, api, q) {
+		t.Fatal("resyncNext reported success while the List failed")
+	}
+	if h.plugin.pools["bench"] == nil {
+		t.Error("a failed resync dropped the pools it could not read")
+	}
+	if n := q.NumRequeues(resyncPoolsKey); n != 1 {
+		t.Errorf("requeues after one failure = %d, want 1 (retried with backoff)", n)
+	}
+
+	done := make(chan bool)
+	go func() { done <- h.plugin.resyncNext(ctx, api, q) }()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("the retried resync failed with the API server answering")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the failed resync was never retried")
+	}
+	if h.plugin.pools["bench"] != nil {
+		t.Error("the retried resync kept a pool the API server no longer has")
+	}
+	if n := q.NumRequeues(resyncPoolsKey); n != 0 {
+		t.Errorf("requeues after success = %d, want 0 (backoff reset)", n)
+	}
+}
