@@ -1,0 +1,92 @@
+package disruption
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands: an empty
+// node's claim is marked Empty, left alone for consolidateAfter, then
+// tainted and deleted; a pod bound to the node between the cache's view
+// and the last live look calls it off and lifts the taint.
+func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) {
+	for _, landed := range []bool{false, true} {
+		name := "stays empty"
+		if landed {
+			name = "a pod lands before the last look"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			scheme := runtime.NewScheme()
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = v1alpha1.AddToScheme(scheme)
+			pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+			pool.Spec.Disruption.ConsolidateAfter = "30s"
+			nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
+			nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", APIVersion: "apps/v1", UID: "d"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, nc, node, ds).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+				WithIndex(&corev1.Pod{}, IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
+				WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+				Build()
+			live := kubefake.NewClientset(ds.DeepCopy())
+			now := time.Now()
+			c := New(kube, live, events.NewFakeRecorder(10), NewEmptiness(kube, live, func() time.Time { return now }))
+			get := func() *v1alpha1.NodeClaim {
+				var got v1alpha1.NodeClaim
+				if err := kube.Get(ctx, client.ObjectKeyFromObject(nc), &got); err != nil {
+					return nil
+				}
+				return &got
+			}
+			if _, err := c.Reconcile(ctx, get()); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Reconcile(ctx, get())
+			if err != nil || res.RequeueAfter <= 0 || get() == nil {
+				t.Fatalf("disrupted before consolidateAfter: %v %v", res, err)
+			}
+			now = now.Add(31 * time.Second)
+			if landed {
+				// The cache has not seen it yet; the API server has.
+				if _, err := live.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.Reconcile(ctx, get()); err != nil {
+				t.Fatal(err)
+			}
+			var n corev1.Node
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(node), &n); err != nil {
+				t.Fatal(err)
+			}
+			tainted := len(n.Spec.Taints) > 0
+			if landed {
+				if get() == nil || get().Status.Phase == v1alpha1.NodeClaimDisrupting || tainted {
+					t.Errorf("disrupted a node a pod had landed on (claim %v, taints %v)", get(), n.Spec.Taints)
+				}
+				return
+			}
+			if get() != nil {
+				t.Errorf("an empty node past consolidateAfter was not disrupted: phase %s", get().Status.Phase)
+			}
+			if !tainted || !strings.Contains(n.Spec.Taints[0].Key, "disrupted") {
+				t.Errorf("the node was not tainted before the claim was deleted: %v", n.Spec.Taints)
+			}
+		})
+	}
+}

@@ -1,0 +1,244 @@
+package nodeclaim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+)
+
+// These tests run each step of a claim's life on its own, against the
+// in-memory cloud and a fake client; the real-apiserver suites
+// (test/integration, test/e2e) run them together.
+
+func instanceType(name, cpu, price string) v1alpha1.InstanceType {
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("29")}
+	return v1alpha1.InstanceType{Name: name, Labels: map[string]string{corev1.LabelArchStable: "amd64"}, Capacity: res, Allocatable: res,
+		Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityTypeSpot, Price: price, Available: true}}}
+}
+
+type steps struct {
+	c     *Controller
+	kube  client.Client
+	cloud *fake.Cloud
+	now   time.Time
+}
+
+func newSteps(t *testing.T, objs ...client.Object) *steps {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	types := []v1alpha1.InstanceType{instanceType("small", "2", "0.02"), instanceType("large", "4", "0.04")}
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
+	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "now"}
+	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "pool", Labels: map[string]string{v1alpha1.LabelNodePool: "pool"}},
+		Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}}
+	kube := crfake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(append([]client.Object{pool, cat}, objs...)...).
+		WithStatusSubresource(&v1alpha1.NodeClaim{}, &corev1.Pod{}).
+		WithIndex(&corev1.Pod{}, indexNominated, func(o client.Object) []string {
+			if p := o.(*corev1.Pod); p.Status.NominatedNodeName != "" && p.Spec.NodeName == "" {
+				return []string{p.Status.NominatedNodeName}
+			}
+			return nil
+		}).
+		WithIndex(&corev1.Pod{}, indexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithIndex(&corev1.Node{}, indexProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }).
+		WithIndex(&v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.NodeName} }).
+		WithIndex(&v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID} }).
+		Build()
+	cloud := fake.New(types...)
+	s := &steps{kube: kube, cloud: cloud, now: time.Now()}
+	s.c = NewController(kube, kubefake.NewClientset(), cloud, cloudprovider.NewUnavailableOfferings(time.Minute), events.NewFakeRecorder(100), Options{
+		BatchIdle: time.Second, BatchMax: 10 * time.Second, RegistrationTTL: time.Minute, LaunchTTL: time.Minute, InitializationTTL: time.Minute,
+	})
+	s.c.now = func() time.Time { return s.now }
+	return s
+}
+
+// claim is a claim of "pool" nominated with the label team=then, open to
+// both instance types.
+func claim(phase v1alpha1.NodeClaimPhase) *v1alpha1.NodeClaim {
+	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "pool-abcde", UID: "uid-1", CreationTimestamp: metav1.Now()}, Spec: v1alpha1.NodeClaimSpec{
+		NodePool: "pool", Labels: map[string]string{"team": "then"},
+		Requirements: []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"small", "large"}},
+			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}},
+		}}}
+	nc.Status.Phase = phase
+	return nc
+}
+
+func nominated(name, claim string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-pod-" + name)}}
+	p.Status.NominatedNodeName = claim
+	return p
+}
+
+func (s *steps) get(t *testing.T, nc *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
+	t.Helper()
+	var got v1alpha1.NodeClaim
+	if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(nc), &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
+// TestBatchClosesOnlyOnceTheWindowHasPassed: a claim nominated to just now
+// stays open; once idle for BatchIdle it is closed (Launching) with the
+// termination finalizer; a claim whose pods have all gone is deleted
+// unlaunched.
+func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimNominating)
+	s := newSteps(t, nc, nominated("a", nc.Name))
+	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	if err := s.kube.Status().Update(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
+		t.Fatalf("closed within the batch window: %v %v, phase %s", res, err, s.get(t, nc).Status.Phase)
+	}
+	s.now = s.now.Add(1100 * time.Millisecond)
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.get(t, nc)
+	if got.Status.Phase != v1alpha1.NodeClaimLaunching || !controllerutil.ContainsFinalizer(got, v1alpha1.FinalizerTermination) {
+		t.Fatalf("after the window: phase %s, finalizers %v; want Launching with the termination finalizer", got.Status.Phase, got.Finalizers)
+	}
+
+	empty := claim(v1alpha1.NodeClaimNominating)
+	empty.Name, empty.UID = "pool-empty", "uid-2"
+	s = newSteps(t, empty)
+	s.now = s.now.Add(time.Minute)
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, empty)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(empty), &v1alpha1.NodeClaim{}); err == nil {
+		t.Error("a claim with no nominated pod left was not deleted")
+	}
+}
+
+// TestLaunchFallsBackAndMarksWhatHadNoCapacity: the cheapest option has
+// no capacity; the launch takes the next, records it in the claim's
+// status and marks the cheapest unavailable, so the next launch skips it.
+func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimLaunching)
+	s := newSteps(t, nc)
+	s.cloud.SetCapacity("small", false)
+	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.get(t, nc)
+	if got.Status.Phase != v1alpha1.NodeClaimLaunched || got.Status.InstanceType != "large" || got.Status.ProviderID == "" {
+		t.Fatalf("phase %s, instance type %q, providerID %q; want Launched on large", got.Status.Phase, got.Status.InstanceType, got.Status.ProviderID)
+	}
+	if gone, _ := s.c.unavailable.Unavailable("small", "zone-a", "spot"); !gone {
+		t.Error("the offering with no capacity was not marked unavailable")
+	}
+	offers, err := s.c.offers(ctx, got)
+	if err != nil || len(offers) != 1 || offers[0].InstanceType.Name != "large" {
+		t.Errorf("offers after the mark: %v (err %v); want only large", offers, err)
+	}
+}
+
+// TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance: a node whose
+// providerID the claim names is adopted (the claim's labels, not the
+// pool's as they are now, and the finalizer) only when the cloud says the
+// instance was launched for this claim.
+func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		launchFor string
+		adopted   bool
+	}{{"its own instance", "pool-abcde", true}, {"another claim's instance", "pool-other", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := claim(v1alpha1.NodeClaimLaunched)
+			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
+			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+			s := newSteps(t, nc, node)
+			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodePool: "pool"})
+			if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+				t.Fatal(err)
+			}
+			var n corev1.Node
+			if err := s.kube.Get(ctx, client.ObjectKeyFromObject(node), &n); err != nil {
+				t.Fatal(err)
+			}
+			got := s.get(t, nc)
+			if adopted := got.Status.Phase == v1alpha1.NodeClaimRegistered; adopted != tc.adopted {
+				t.Fatalf("registered = %v, want %v", adopted, tc.adopted)
+			}
+			if !tc.adopted {
+				if controllerutil.ContainsFinalizer(&n, v1alpha1.FinalizerTermination) || len(n.Labels) > 0 {
+					t.Errorf("a node not ours was changed: %v %v", n.Labels, n.Finalizers)
+				}
+				return
+			}
+			want := map[string]string{"team": "then", v1alpha1.LabelNodePool: "pool", corev1.LabelInstanceTypeStable: "small", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelCapacityType: "spot"}
+			for k, v := range want {
+				if n.Labels[k] != v {
+					t.Errorf("node label %s = %q, want %q", k, n.Labels[k], v)
+				}
+			}
+			if !controllerutil.ContainsFinalizer(&n, v1alpha1.FinalizerTermination) || got.Status.NodeName != "n1" {
+				t.Errorf("finalizers %v, claim's node %q", n.Finalizers, got.Status.NodeName)
+			}
+		})
+	}
+}
+
+// TestTerminationTerminatesTheInstanceThenLetsTheClaimGo: a deleted claim
+// whose node has no pod left terminates its instance, deletes its node
+// and drops its finalizer.
+func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimInitialized)
+	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+	nc.Finalizers = []string{v1alpha1.FinalizerTermination}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	s := newSteps(t, nc, node)
+	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
+	if err := s.kube.Delete(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.finalize(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cloud.Get(ctx, nc.Status.ProviderID); err == nil {
+		t.Error("the instance was not terminated")
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(node), &corev1.Node{}); err == nil {
+		t.Error("the node was not deleted")
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); err == nil {
+		t.Error("the claim kept its finalizer")
+	}
+}
