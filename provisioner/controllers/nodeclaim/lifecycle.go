@@ -37,6 +37,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
@@ -314,9 +315,10 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 // offers are the claim's instance types in its zone and capacity type, from
 // the pool's catalog, cheapest first.
 func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
-	var cat v1alpha1.InstanceTypeCatalog
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &cat); err != nil {
-		return nil, fmt.Errorf("getting catalog of nodepool %s: %w", nc.Spec.NodePool, err)
+	var cat v1alpha1.InstanceTypeCatalog // the pool's, merged from its family objects
+	var err error
+	if cat.Spec.InstanceTypes, err = catalog.InstanceTypesOf(ctx, c.kube, nc.Spec.NodePool); err != nil {
+		return nil, err
 	}
 	in := map[string][]string{}
 	for _, r := range nc.Spec.Requirements {
