@@ -53,6 +53,8 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return fmt.Errorf("%s: creating client: %w", Name, err)
 	}
 
+	// Any change to a pool or to any of its catalog objects (one per
+	// instance-type family) rebuilds every pool from the cache.
 	resync := func() { p.resyncPools(ctx, c) }
 	poolHandler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { resync() }, UpdateFunc: func(any, any) { resync() }, DeleteFunc: func(any) { resync() },
@@ -166,11 +168,7 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) {
 	if err := c.List(ctx, &cats); err != nil {
 		return
 	}
-	byName := map[string]*v1alpha1.InstanceTypeCatalog{}
-	for i := range cats.Items {
-		byName[cats.Items[i].Name] = &cats.Items[i]
-	}
-	pools, errs := poolsFrom(nps.Items, byName)
+	pools, errs := poolsFrom(nps.Items, v1alpha1.ByPool(cats.Items))
 	for _, err := range errs {
 		klog.FromContext(ctx).Error(err, "Ignoring nodepool")
 	}
