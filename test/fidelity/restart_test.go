@@ -25,7 +25,8 @@ func TestRestartKeepsNominations(t *testing.T) {
 	t.Cleanup(func() { cleanup(t, ns, []*v1alpha1.NodePool{np}) })
 	mustCreate(t, np.DeepCopy())
 	types := requirements.FilterInstanceTypes(nil, catalog)
-	mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name}, Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}})
+	mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}},
+		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: np.Name, InstanceTypes: types}})
 
 	b := podOf("restart").Req("1", "1Gi").Owner("ReplicaSet", "restart", "rs-restart-uid")
 	stop := startScheduler(t, "before-restart", true, nil)
