@@ -125,6 +125,7 @@ func TestRegionCatalogIsPublishedAndOneMarkWritesOneObjectPerPool(t *testing.T) 
 	}
 	defer w.Stop()
 	writes := map[string]int{} // "MODIFIED region-any.m5" → 1
+	written := 0               // bytes of the objects written, as stored
 	drain := func(until func() bool, quiet time.Duration) {
 		timeout := time.After(time.Minute)
 		for {
@@ -140,6 +141,8 @@ func TestRegionCatalogIsPublishedAndOneMarkWritesOneObjectPerPool(t *testing.T) 
 				if cat, ok := ev.Object.(*v1alpha1.InstanceTypeCatalog); ok {
 					if _, mine := pools[cat.Spec.NodePool]; mine {
 						writes[string(ev.Type)+" "+cat.Name]++
+						b, _ := json.Marshal(cat)
+						written += len(b)
 					}
 				}
 			case <-idle:
@@ -175,7 +178,7 @@ func TestRegionCatalogIsPublishedAndOneMarkWritesOneObjectPerPool(t *testing.T) 
 	if fmt.Sprint(writes) != fmt.Sprint(wantWrites) {
 		t.Errorf("writes after one mark: %v, want %v", writes, wantWrites)
 	}
-	t.Logf("one mark of %s in %s (spot): %d writes, %v", m5.Name, regioncatalog.Zones[1], len(writes), writes)
+	t.Logf("one mark of %s in %s (spot): %d writes, %v, %.1f KiB in all", m5.Name, regioncatalog.Zones[1], len(writes), writes, float64(written)/1024)
 
 	// Before catalogs were split, the mark rewrote each such pool's whole
 	// catalog as one object; a region's does not fit in one.
