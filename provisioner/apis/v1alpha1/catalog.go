@@ -18,9 +18,14 @@ import (
 // spec.nodePool are skipped. The merged catalogs share the instance types'
 // maps and slices with cats: treat them as read-only.
 //
-// Objects are written one by one, so a reader may for a moment see some
-// families of a pool's new catalog and not yet the others; each object is
-// whole, and the merge becomes complete as the writes arrive.
+// Objects are written one by one. A pool is left out while it has fewer
+// objects than every one of them counts (spec.objectCount), so a catalog
+// being written for the first time is not there yet rather than there with
+// some families missing. Later changes never hide it: the provisioner
+// creates new objects before it updates the others (and their count) and
+// deletes old ones last, so while a pool gains or loses families a reader
+// sees each type the catalog keeps, and for a moment some of the types
+// coming or going.
 func ByPool(cats []InstanceTypeCatalog) map[string]*InstanceTypeCatalog {
 	order := make([]*InstanceTypeCatalog, 0, len(cats))
 	for i := range cats {
@@ -31,8 +36,13 @@ func ByPool(cats []InstanceTypeCatalog) map[string]*InstanceTypeCatalog {
 	slices.SortFunc(order, func(a, b *InstanceTypeCatalog) int { return cmp.Compare(a.Name, b.Name) })
 	out := map[string]*InstanceTypeCatalog{}
 	seen := map[string]map[string]bool{} // pool → type names taken
+	objects, want := map[string]int32{}, map[string]int32{}
 	for _, c := range order {
 		pool := c.Spec.NodePool
+		objects[pool]++
+		if n := max(c.Spec.ObjectCount, 1); want[pool] == 0 || n < want[pool] {
+			want[pool] = n
+		}
 		m := out[pool]
 		if m == nil {
 			m = &InstanceTypeCatalog{TypeMeta: c.TypeMeta}
@@ -46,7 +56,11 @@ func ByPool(cats []InstanceTypeCatalog) map[string]*InstanceTypeCatalog {
 			}
 		}
 	}
-	for _, m := range out {
+	for pool, m := range out {
+		if objects[pool] < want[pool] {
+			delete(out, pool)
+			continue
+		}
 		slices.SortFunc(m.Spec.InstanceTypes, func(a, b InstanceType) int { return cmp.Compare(a.Name, b.Name) })
 		m.Spec.InstanceTypeCount = int32(len(m.Spec.InstanceTypes))
 	}

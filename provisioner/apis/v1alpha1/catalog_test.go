@@ -16,6 +16,10 @@ func TestByPool(t *testing.T) {
 		c.Spec.InstanceTypeCount = int32(len(c.Spec.InstanceTypes))
 		return c
 	}
+	counted := func(c InstanceTypeCatalog, n int32) InstanceTypeCatalog {
+		c.Spec.ObjectCount = n
+		return c
+	}
 	// summary is what a reader decides from: pool → its types with the
 	// price of each, so a test sees which object a duplicate came from.
 	summary := func(m map[string]*InstanceTypeCatalog) map[string][]string {
@@ -51,6 +55,16 @@ func TestByPool(t *testing.T) {
 		name: "an object without spec.nodePool belongs to no pool",
 		cats: []InstanceTypeCatalog{part("default", "", "1", "m7.large")},
 		want: map[string][]string{},
+	}, {
+		name: "a pool with fewer objects than all of them count is still being written, and left out",
+		cats: []InstanceTypeCatalog{counted(part("default.m7", "default", "1", "m7.large"), 2), counted(part("batch.c7", "batch", "1", "c7.large"), 1)},
+		want: map[string][]string{"batch": {"c7.large@1"}},
+	}, {
+		// As while a pool loses a family: m7 already counts the one object
+		// left, c7 (about to go) still counts two.
+		name: "a pool with as many objects as the smallest count among them is there",
+		cats: []InstanceTypeCatalog{counted(part("default.m7", "default", "1", "m7.large"), 1), counted(part("default.c7", "default", "1", "c7.large"), 2)},
+		want: map[string][]string{"default": {"c7.large@1", "m7.large@1"}},
 	}, {
 		name: "a pool whose objects list no types has an empty catalog",
 		cats: []InstanceTypeCatalog{part("default.m7", "default", "1")},

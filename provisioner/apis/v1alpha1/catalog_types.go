@@ -43,6 +43,14 @@ type InstanceTypeCatalogSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodePool is immutable"
 	NodePool string `json:"nodePool"`
+	// ObjectCount is how many objects the pool's catalog is written as,
+	// this one included; 0 means this object alone. Objects are written one
+	// by one, so a reader takes a pool's catalog as published only once it
+	// sees that many of them: a pool whose catalog is still being written
+	// for the first time is not mistaken for a pool with fewer types.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ObjectCount int32 `json:"objectCount,omitempty"`
 	// Provider that published the catalog.
 	// +optional
 	Provider string `json:"provider,omitempty"`

@@ -133,8 +133,22 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	logger := klog.FromContext(ctx)
 	written, deleted := 0, 0
+	// New objects first, then changed ones, then deletions: readers take a
+	// catalog as whole once they see as many objects as any of them counts
+	// (v1alpha1.ByPool), and in this order they always do, whether the
+	// count grows or shrinks.
+	order := make([]*v1alpha1.InstanceTypeCatalog, 0, len(want))
 	for i := range want {
-		w := &want[i]
+		if current[want[i].Name] == nil {
+			order = append(order, &want[i])
+		}
+	}
+	for i := range want {
+		if current[want[i].Name] != nil {
+			order = append(order, &want[i])
+		}
+	}
+	for _, w := range order {
 		wrote, err := c.write(ctx, &pool, w, current[w.Name])
 		delete(current, w.Name)
 		switch {

@@ -84,7 +84,8 @@ func hash8(s string) string {
 // writes: one per family, families too large for one object split into
 // parts of at most partBytes of JSON (a single larger type alone in its
 // part). Each carries the pool in spec.nodePool and the label
-// nodeforge.dev/nodepool, and the pool as its controller. Families and
+// nodeforge.dev/nodepool, how many objects there are, and the pool as its
+// controller. Families and
 // the types within them are sorted by name, so the same catalog always
 // gives the same objects.
 //
@@ -113,6 +114,9 @@ func objectsFor(pool *v1alpha1.NodePool, provider string, types []v1alpha1.Insta
 				Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: pool.Name, Provider: provider, InstanceTypeCount: int32(len(part)), InstanceTypes: part},
 			})
 		}
+	}
+	for i := range out {
+		out[i].Spec.ObjectCount = int32(len(out))
 	}
 	return out
 }
