@@ -134,9 +134,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	logger := klog.FromContext(ctx)
 	written, deleted := 0, 0
 	// New objects first, then changed ones, then deletions: readers take a
-	// catalog as whole once they see as many objects as any of them counts
-	// (v1alpha1.ByPool), and in this order they always do, whether the
-	// count grows or shrinks.
+	// catalog as published once it has as many objects as every one of
+	// them counts (v1alpha1.ByPool), and in this order it always has,
+	// whether the count grows or shrinks.
 	order := make([]*v1alpha1.InstanceTypeCatalog, 0, len(want))
 	for i := range want {
 		if current[want[i].Name] == nil {
@@ -160,6 +160,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			written++
 			logger.V(4).Info("Wrote catalog object", "nodePool", klog.KObj(&pool), "catalog", w.Name, "family", family(w.Spec.InstanceTypes[0].Name), "instanceTypes", len(w.Spec.InstanceTypes))
 		}
+	}
+	if result.Requeue {
+		// An object not updated yet may still count the objects that
+		// deleting now would take away; delete once all are written.
+		return result, nil
 	}
 	// What is left are families the pool no longer has. Objects it does
 	// not control are left alone: written by hand, or by an earlier pool of

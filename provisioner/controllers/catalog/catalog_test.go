@@ -11,9 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -47,6 +49,8 @@ type writes struct {
 	n  map[string]int // "update default.m5" → 1
 	// after, if set, runs after each write that succeeded.
 	after func()
+	// refuse, if set, says which writes fail instead, and how.
+	refuse func(verb string, obj client.Object) error
 }
 
 func (w *writes) count(verb string, obj client.Object, err error) error {
@@ -82,6 +86,11 @@ func newKube(t *testing.T, objs ...client.Object) (client.Client, *writes) {
 			return w.count("create", obj, c.Create(ctx, obj, opts...))
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if w.refuse != nil {
+				if err := w.refuse("update", obj); err != nil {
+					return err
+				}
+			}
 			return w.count("update", obj, c.Update(ctx, obj, opts...))
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
@@ -238,6 +247,44 @@ func TestReadersNeverSeeAPartCatalog(t *testing.T) {
 	setTypes("m5.large", "t3.large")
 	reconcileAll(t, c, pool)
 	check("two families fewer, one more", []string{"c5.large", "m5.large", "r5.large"}, []string{"m5.large", "t3.large"})
+}
+
+// TestNoFamilyIsDeletedWhileAnotherWaitsForItsUpdate: when the pool loses
+// a family, the others' count must drop before the family goes (else the
+// catalog looks unfinished to readers); an update refused by a conflict
+// holds the deletion back to the next reconcile.
+func TestNoFamilyIsDeletedWhileAnotherWaitsForItsUpdate(t *testing.T) {
+	ctx := context.Background()
+	pool := nodePool("default", v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"m5.large", "c5.large"}})
+	kube, w := newKube(t, pool)
+	c := NewController(kube, staticSource{simpleType("c5.large", "amd64"), simpleType("m5.large", "amd64")}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	reconcileAll(t, c, pool)
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Template.Spec.Requirements[0].Values = []string{"m5.large"}
+	if err := kube.Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	w.refuse = func(verb string, obj client.Object) error {
+		if _, ok := obj.(*v1alpha1.InstanceTypeCatalog); ok {
+			return apierrors.NewConflict(schema.GroupResource{Group: v1alpha1.Group, Resource: "instancetypecatalogs"}, obj.GetName(), errors.New("changed"))
+		}
+		return nil
+	}
+	w.reset()
+	res, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
+	if err != nil || !res.Requeue {
+		t.Fatalf("a reconcile whose update conflicts: %+v, %v; want a requeue", res, err)
+	}
+	if got := w.reset(); len(got) != 0 {
+		t.Errorf("writes while default.m5 could not be updated: %v, want none", got)
+	}
+	w.refuse = nil
+	reconcileAll(t, c, pool)
+	if diff := cmp.Diff(map[string]int{"update default.m5": 1, "delete default.c5": 1}, w.reset()); diff != "" {
+		t.Errorf("writes once the update goes through (-want,+got):\n%s", diff)
+	}
 }
 
 func TestReconcileWithNothingChangedWritesNothing(t *testing.T) {
