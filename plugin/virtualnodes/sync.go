@@ -53,9 +53,28 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return fmt.Errorf("%s: creating client: %w", Name, err)
 	}
 
-	// Any change to a pool or to any of its catalog objects (one per
-	// instance-type family) rebuilds every pool from the cache.
-	resync := func() { p.resyncPools(ctx, c) }
+	// Any change to a pool or to any of its catalog objects rebuilds every
+	// pool from the cache. A pool's catalog is one object per instance-type
+	// family (181 for a whole AWS region), so events come in bursts: at
+	// start-up and when a catalog is first written. Events that arrive
+	// while a rebuild runs are served by one more rebuild, not one each.
+	kick := make(chan struct{}, 1)
+	resync := func() {
+		select {
+		case kick <- struct{}{}:
+		default: // a rebuild is already due
+		}
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+				p.resyncPools(ctx, c)
+			}
+		}
+	}()
 	poolHandler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { resync() }, UpdateFunc: func(any, any) { resync() }, DeleteFunc: func(any) { resync() },
 	}
