@@ -510,7 +510,8 @@ func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
 	return "limits reached: " + strings.Join(parts, ", ")
 }
 
-// poolsFrom pairs NodePools with their catalogs.
+// poolsFrom pairs NodePools with their catalogs, keyed by pool name: each
+// the merge of the pool's catalog objects (v1alpha1.ByPool).
 func poolsFrom(nps []v1alpha1.NodePool, cats map[string]*v1alpha1.InstanceTypeCatalog) ([]*pool, []error) {
 	var out []*pool
 	var errs []error

@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -528,5 +529,55 @@ func TestJudgedNodeIsTheClaimsNode(t *testing.T) {
 	}
 	if judged.Labels["team"] != "a" || len(judged.Spec.Taints) != 1 {
 		t.Errorf("the judged node lacks the pool's label or taint: %v %v", judged.Labels, judged.Spec.Taints)
+	}
+}
+
+// TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool: the provisioner
+// publishes a pool's catalog as one object per instance-type family; the
+// plugin decides over all of them, keyed by spec.nodePool, whatever the
+// objects are named.
+func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
+	h := newHarness(t, nil)
+	family := func(name, pool string, types ...v1alpha1.InstanceType) *v1alpha1.InstanceTypeCatalog {
+		return &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: pool}},
+			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: pool, InstanceTypeCount: int32(len(types)), InstanceTypes: types}}
+	}
+	typ := func(name, arch string) v1alpha1.InstanceType {
+		rl := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("29")}
+		return v1alpha1.InstanceType{Name: name, Labels: map[string]string{v1.LabelArchStable: arch}, Capacity: rl, Allocatable: rl,
+			Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityTypeOnDemand, Price: "0.1", Available: true}}}
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		family("default.m5", "default", typ("m5.large", "amd64")),
+		family("default.c7g", "default", typ("c7g.large", "arm64")),
+		family("default.r5", "other", typ("r5.large", "amd64")), // another pool's, despite its name
+	).Build()
+	h.plugin.resyncPools(context.Background(), reader)
+
+	pl := h.plugin.pools["default"]
+	if pl == nil {
+		t.Fatal("pool default was not built")
+	}
+	var got []string
+	for name := range pl.capacity {
+		got = append(got, name)
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"c7g.large", "m5.large"}, got); diff != "" {
+		t.Errorf("instance types of pool default (-want,+got):\n%s", diff)
+	}
+	pod := testPod("arm", "1", "1Gi")
+	pod.Spec.NodeSelector = map[string]string{v1.LabelArchStable: "arm64"}
+	c, s := h.schedule(context.Background(), pod)
+	if !s.IsSuccess() {
+		t.Fatalf("an arm64 pod, which only the c7g object's type holds: %s", s.Message())
+	}
+	if c.options[0].name != "c7g.large" {
+		t.Errorf("the arm64 pod's claim opens with %s, want c7g.large", c.options[0].name)
 	}
 }

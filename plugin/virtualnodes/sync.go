@@ -209,11 +209,7 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) error {
 	if err := c.List(ctx, &cats); err != nil {
 		return fmt.Errorf("listing instancetypecatalogs: %w", err)
 	}
-	byName := map[string]*v1alpha1.InstanceTypeCatalog{}
-	for i := range cats.Items {
-		byName[cats.Items[i].Name] = &cats.Items[i]
-	}
-	pools, errs := poolsFrom(nps.Items, byName)
+	pools, errs := poolsFrom(nps.Items, v1alpha1.ByPool(cats.Items))
 	for _, err := range errs {
 		klog.FromContext(ctx).Error(err, "Ignoring nodepool")
 	}

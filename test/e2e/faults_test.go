@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 )
 
 // TestCloudFaults injects faults through the SimulatedNodeClass and checks
@@ -84,11 +85,11 @@ func TestCloudFaults(t *testing.T) {
 		}
 		zone := node.Labels[corev1.LabelTopologyZone]
 		poll(t, "c7g.large published unavailable in "+zone, func() (bool, error) {
-			var cat v1alpha1.InstanceTypeCatalog
-			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &cat); err != nil {
+			types, err := catalog.InstanceTypesOf(ctx, kube, "default")
+			if err != nil {
 				return false, err
 			}
-			for _, it := range cat.Spec.InstanceTypes {
+			for _, it := range types {
 				for _, o := range it.Offerings {
 					if it.Name == "c7g.large" && o.Zone == zone && o.CapacityType == "spot" {
 						return !o.Available, nil

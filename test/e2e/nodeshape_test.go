@@ -149,15 +149,12 @@ func checkNodesAreTheNodesJudged(t *testing.T, kube client.Client) {
 func poolInstanceTypes(t *testing.T, kube client.Client, pool string) map[string]v1alpha1.InstanceType {
 	t.Helper()
 	var cats v1alpha1.InstanceTypeCatalogList
-	if err := kube.List(context.Background(), &cats); err != nil {
+	if err := kube.List(context.Background(), &cats, client.MatchingLabels{v1alpha1.LabelNodePool: pool}); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]v1alpha1.InstanceType{}
-	for _, c := range cats.Items {
-		if c.Name != pool {
-			continue
-		}
-		for _, it := range c.Spec.InstanceTypes {
+	if cat := v1alpha1.ByPool(cats.Items)[pool]; cat != nil {
+		for _, it := range cat.Spec.InstanceTypes {
 			out[it.Name] = it
 		}
 	}

@@ -233,12 +233,16 @@ func TestSandbox(t *testing.T) {
 		gvr := func(r string) schema.GroupVersionResource {
 			return schema.GroupVersionResource{Group: "nodeforge.dev", Version: "v1alpha1", Resource: r}
 		}
-		poll(t, "InstanceTypeCatalog default with instance types", func() (bool, error) {
-			c, err := dyn.Resource(gvr("instancetypecatalogs")).Get(ctx, "default", metav1.GetOptions{})
+		poll(t, "InstanceTypeCatalog objects of pool default with instance types", func() (bool, error) {
+			cats, err := dyn.Resource(gvr("instancetypecatalogs")).List(ctx, metav1.ListOptions{LabelSelector: "nodeforge.dev/nodepool=default"})
 			if err != nil {
 				return false, nil
 			}
-			n, _, _ := unstructured.NestedInt64(c.Object, "spec", "instanceTypeCount")
+			var n int64
+			for _, c := range cats.Items {
+				count, _, _ := unstructured.NestedInt64(c.Object, "spec", "instanceTypeCount")
+				n += count
+			}
 			return n > 0, nil
 		})
 		// Only a new node can hold it: no node here has the capacity-type label.

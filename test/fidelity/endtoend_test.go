@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
@@ -134,10 +135,17 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 		mustCreate(t, np.DeepCopy())
 	}
 	for _, np := range sc.pools {
+		// Whole: the catalog is one object per family, written one by one.
+		types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(np), np.Spec.Template.Spec.Requirements, catalog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := len(types)
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			var c v1alpha1.InstanceTypeCatalog
-			err := kube.Get(ctx, client.ObjectKey{Name: np.Name}, &c)
-			return err == nil && len(c.Spec.InstanceTypes) > 0, nil
+			var cats v1alpha1.InstanceTypeCatalogList
+			err := kube.List(ctx, &cats, client.MatchingLabels{v1alpha1.LabelNodePool: np.Name})
+			c := v1alpha1.ByPool(cats.Items)[np.Name]
+			return err == nil && c != nil && len(c.Spec.InstanceTypes) == want, nil
 		}); err != nil {
 			t.Fatalf("the catalog of pool %s was not published: %v", np.Name, err)
 		}

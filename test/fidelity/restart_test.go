@@ -28,7 +28,8 @@ func TestRestartKeepsNominations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name}, Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}})
+	mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}},
+		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: np.Name, InstanceTypes: types}})
 
 	b := podOf("restart").Req("1", "1Gi").Owner("ReplicaSet", "restart", "rs-restart-uid")
 	stop := startScheduler(t, "before-restart", true, nil)

@@ -76,8 +76,8 @@ func (sc scenario) run(t *testing.T, index int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name},
-			Spec: v1alpha1.InstanceTypeCatalogSpec{Provider: "simulated", InstanceTypeCount: int32(len(types)), InstanceTypes: types}})
+		mustCreate(t, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}},
+			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: np.Name, Provider: "simulated", InstanceTypeCount: int32(len(types)), InstanceTypes: types}})
 	}
 	if sc.setup != nil {
 		sc.setup(t, ns)
@@ -334,7 +334,7 @@ func cleanup(t *testing.T, ns string, pools []*v1alpha1.NodePool) {
 	_ = kube.DeleteAllOf(ctx, &v1alpha1.NodeClaim{})
 	for _, np := range pools {
 		_ = kube.Delete(ctx, &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: np.Name}})
-		_ = kube.Delete(ctx, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: np.Name}})
+		_ = kube.DeleteAllOf(ctx, &v1alpha1.InstanceTypeCatalog{}, client.MatchingLabels{v1alpha1.LabelNodePool: np.Name})
 	}
 	// Nothing of this scenario may remain for the next one.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -359,9 +359,15 @@ func cleanup(t *testing.T, ns string, pools []*v1alpha1.NodePool) {
 			if !apierrors.IsNotFound(err) {
 				return false, nil
 			}
+			// The provisioner may have written some between the two
+			// deletes; the garbage collector takes them once the pool is gone.
+			var cats v1alpha1.InstanceTypeCatalogList
+			if err := kube.List(ctx, &cats, client.MatchingLabels{v1alpha1.LabelNodePool: np.Name}); err != nil || len(cats.Items) > 0 {
+				return false, err
+			}
 		}
 		return len(nodes.Items) == 0 && len(ncs.Items) == 0 && len(pods.Items) == 0 && len(dss.Items) == 0, nil
 	}); err != nil {
-		t.Errorf("scenario namespace %s not cleaned up (nodes, claims, pods, daemonsets or pools remain): %v", ns, err)
+		t.Errorf("scenario namespace %s not cleaned up (nodes, claims, pods, daemonsets, pools or catalogs remain): %v", ns, err)
 	}
 }

@@ -225,8 +225,8 @@ func createLimitedPool(t *testing.T, name string, cpu int64, types []v1alpha1.In
 		Limits:     v1alpha1.Limits{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI)},
 		Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
 	}}
-	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.InstanceTypeCatalogSpec{
-		Provider: "fake", InstanceTypeCount: int32(len(types)), InstanceTypes: types,
+	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: name}}, Spec: v1alpha1.InstanceTypeCatalogSpec{
+		NodePool: name, Provider: "fake", InstanceTypeCount: int32(len(types)), InstanceTypes: types,
 	}}
 	for _, o := range []client.Object{np, cat} {
 		if err := kube.Create(ctx, o); err != nil {

@@ -246,3 +246,25 @@ func TestNodeClaimPoolIsImmutable(t *testing.T) {
 		t.Fatalf("moving a claim to another pool: got %v, want an error saying nodePool is immutable", err)
 	}
 }
+
+// TestCatalogNamesItsPoolForGood: readers key a catalog object by
+// spec.nodePool, so it must be set and must not change.
+func TestCatalogNamesItsPoolForGood(t *testing.T) {
+	ctx := context.Background()
+	cat := &v1alpha1.InstanceTypeCatalog{}
+	cat.Name = "immutable.m5"
+	cat.Spec.Provider = "fake"
+	if err := kube.Create(ctx, cat); err == nil || !strings.Contains(err.Error(), "spec.nodePool") {
+		t.Errorf("a catalog without spec.nodePool: got %v, want an error naming spec.nodePool", err)
+	}
+	cat.ResourceVersion = ""
+	cat.Spec.NodePool = "a"
+	if err := kube.Create(ctx, cat); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, cat) })
+	cat.Spec.NodePool = "b"
+	if err := kube.Update(ctx, cat); err == nil || !strings.Contains(err.Error(), "nodePool is immutable") {
+		t.Errorf("moving a catalog to another pool: got %v, want an error saying nodePool is immutable", err)
+	}
+}

@@ -5,13 +5,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// InstanceTypeCatalog lists the instance types a NodePool can launch, with
-// their offerings. The provisioner writes one per pool, named after it, from
-// its cloud provider; the scheduler plugin reads it and so never needs cloud
+// InstanceTypeCatalog lists instance types a NodePool can launch, with
+// their offerings. The provisioner publishes a pool's catalog from its cloud
+// provider as one object per instance-type family (m5, c7g, …), named
+// <pool>.<family>, labelled nodeforge.dev/nodepool=<pool> and owned by the
+// pool; the pool's catalog is the union of the objects whose spec.nodePool
+// names it. The scheduler plugin reads them and so never needs cloud
 // credentials or makes a cloud call.
+//
+// One object per family, not per pool, because a cloud region's whole
+// offering set (about 900 types × 6 zones × 2 capacity types on AWS) nears
+// etcd's 1.5 MiB limit on one object, and because an offering marked
+// unavailable then rewrites only its family's object, not the pool's whole
+// catalog. A family too large for one object is split into numbered parts
+// (<pool>.<family>.2, …).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=itc
+// +kubebuilder:printcolumn:name="NodePool",type=string,JSONPath=`.spec.nodePool`
 // +kubebuilder:printcolumn:name="Types",type=integer,JSONPath=`.spec.instanceTypeCount`
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -23,16 +34,32 @@ type InstanceTypeCatalog struct {
 	Spec InstanceTypeCatalogSpec `json:"spec,omitempty"`
 }
 
-// InstanceTypeCatalogSpec is the published catalog of one pool.
+// InstanceTypeCatalogSpec is one part of a pool's published catalog: the
+// instance types of one family.
 type InstanceTypeCatalogSpec struct {
+	// NodePool whose catalog this object is part of. Readers key by it, not
+	// by the object's name; the label nodeforge.dev/nodepool carries the
+	// same value so that one pool's objects can be listed by selector.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodePool is immutable"
+	NodePool string `json:"nodePool"`
+	// ObjectCount is how many objects the pool's catalog is written as,
+	// this one included; 0 means this object alone. Objects are written one
+	// by one, so a reader takes a pool's catalog as published only once it
+	// sees that many of them: a pool whose catalog is still being written
+	// for the first time is not mistaken for a pool with fewer types.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ObjectCount int32 `json:"objectCount,omitempty"`
 	// Provider that published the catalog.
 	// +optional
 	Provider string `json:"provider,omitempty"`
-	// InstanceTypeCount is len(instanceTypes), for kubectl.
+	// InstanceTypeCount is len(instanceTypes) of this object, for kubectl.
 	// +optional
 	InstanceTypeCount int32 `json:"instanceTypeCount,omitempty"`
-	// InstanceTypes the pool may launch: those of the provider that meet the
-	// pool's requirements, with at least one offering.
+	// InstanceTypes of this object that the pool may launch: those of the
+	// provider that meet the pool's requirements, with at least one
+	// offering. A type appears in one object of its pool only.
 	// +listType=map
 	// +listMapKey=name
 	// +optional

@@ -1,6 +1,8 @@
 // Package v1alpha1 holds Nodeforge's API, group nodeforge.dev: NodePool (what
-// may be launched), NodeClaim (one virtual node, then one real node) and
-// SimulatedNodeClass (launch settings of the simulated cloud).
+// may be launched), NodeClaim (one virtual node, then one real node),
+// InstanceTypeCatalog (what a pool can launch, published in parts by
+// instance-type family; ByPool puts the parts back together), and the node
+// classes EC2NodeClass and SimulatedNodeClass (launch settings).
 //
 // NodePool field names follow the Karpenter v1 NodePool wherever the meaning
 // is the same, so an existing NodePool moves over by changing its apiVersion.

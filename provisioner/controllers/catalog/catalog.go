@@ -1,7 +1,12 @@
 // Package catalog publishes, for each NodePool, the instance types it may
-// launch with their offerings, as an InstanceTypeCatalog named after the
-// pool. The scheduler plugin decides fit from that object alone, so the
-// scheduler needs no cloud credentials and makes no cloud call.
+// launch with their offerings, as InstanceTypeCatalog objects: one per
+// instance-type family, named <pool>.<family>, labelled with the pool. The
+// scheduler plugin decides fit from those objects alone, so the scheduler
+// needs no cloud credentials and makes no cloud call. A region's whole
+// offering set in one object would near etcd's size limit, and every
+// offering marked unavailable would rewrite all of it; by family, each
+// object stays small and a mark rewrites one object per pool.
+// InstanceTypesOf reads a pool's catalog back for the provisioner.
 package catalog
 
 import (
@@ -17,7 +22,6 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -37,7 +41,7 @@ type Source interface {
 	InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error)
 }
 
-// Controller writes each pool's catalog.
+// Controller writes each pool's catalog objects.
 type Controller struct {
 	client      client.Client
 	source      Source
@@ -67,7 +71,7 @@ func (c *Controller) republishAll() {
 }
 
 // SetupWithManager registers the controller: a pool's catalog is rewritten
-// when the pool changes or its catalog is changed by someone else.
+// when the pool changes or one of its objects is changed by someone else.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodepool.catalog").
@@ -77,7 +81,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(c)
 }
 
-// Reconcile publishes one pool's catalog.
+// Reconcile publishes one pool's catalog: it writes the family objects
+// whose content changed and deletes those of families the pool no longer
+// has. A pool with no instance types has no objects.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var pool v1alpha1.NodePool
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
@@ -86,8 +92,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	all, err := c.source.InstanceTypes(ctx, &pool)
 	var notReady *cloudprovider.NodeClassNotReadyError
 	if errors.As(err, &notReady) {
-		// Publish an empty catalog: the plugin then tells the pods this
-		// pool has nothing to launch, and the pool's status says why.
+		// Publish no instance types (the pool's objects go): the plugin
+		// then tells the pods this pool has nothing to launch, and the
+		// pool's status says why.
 		klog.FromContext(ctx).Info("Node class not ready; publishing no instance types", "nodePool", klog.KObj(&pool), "reason", notReady.Reason)
 		all, err = nil, nil
 	}
@@ -114,33 +121,114 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !next.IsZero() {
 		result.RequeueAfter = time.Until(next) + time.Second
 	}
-	spec := v1alpha1.InstanceTypeCatalogSpec{Provider: c.source.Name(), InstanceTypeCount: int32(len(types)), InstanceTypes: types}
+	want := objectsFor(&pool, c.source.Name(), types)
 
-	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: pool.Name}}
-	err = c.client.Get(ctx, client.ObjectKeyFromObject(cat), cat)
-	switch {
-	case apierrors.IsNotFound(err):
-		cat.Spec = spec
-		if err := controllerutil.SetControllerReference(&pool, cat, c.client.Scheme()); err != nil {
-			return reconcile.Result{}, err
-		}
-		if err := c.client.Create(ctx, cat); apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{Requeue: true}, nil // the cache has not seen it yet
-		} else if err != nil {
-			return reconcile.Result{}, fmt.Errorf("creating catalog of nodepool %s: %w", pool.Name, err)
-		}
-	case err != nil:
-		return reconcile.Result{}, err
-	case equality.Semantic.DeepEqual(cat.Spec, spec):
-		return result, nil
-	default:
-		cat.Spec = spec
-		if err := c.client.Update(ctx, cat); apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
-		} else if err != nil {
-			return reconcile.Result{}, fmt.Errorf("updating catalog of nodepool %s: %w", pool.Name, err)
+	// The pool's objects as they are. Each is compared with what it should
+	// say and written only if it differs, so an offering marked
+	// unavailable rewrites the one object that lists it.
+	var have v1alpha1.InstanceTypeCatalogList
+	if err := c.client.List(ctx, &have, client.MatchingLabels{v1alpha1.LabelNodePool: pool.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing catalog of nodepool %s: %w", pool.Name, err)
+	}
+	current := map[string]*v1alpha1.InstanceTypeCatalog{}
+	for i := range have.Items {
+		current[have.Items[i].Name] = &have.Items[i]
+	}
+	logger := klog.FromContext(ctx)
+	written, deleted := 0, 0
+	// New objects first, then changed ones, then deletions: readers take a
+	// catalog as published once it has as many objects as every one of
+	// them counts (v1alpha1.ByPool), and in this order it always has,
+	// whether the count grows or shrinks.
+	order := make([]*v1alpha1.InstanceTypeCatalog, 0, len(want))
+	for i := range want {
+		if current[want[i].Name] == nil {
+			order = append(order, &want[i])
 		}
 	}
-	klog.FromContext(ctx).Info("Published instance type catalog", "nodePool", klog.KObj(&pool), "instanceTypes", len(types), "provider", c.source.Name(), "unavailableUntil", next)
+	for i := range want {
+		if current[want[i].Name] != nil {
+			order = append(order, &want[i])
+		}
+	}
+	for _, w := range order {
+		wrote, err := c.write(ctx, &pool, w, current[w.Name])
+		delete(current, w.Name)
+		switch {
+		case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+			result.Requeue = true // the cache has not seen an earlier write yet
+		case err != nil:
+			return reconcile.Result{}, err
+		case wrote:
+			written++
+			logger.V(4).Info("Wrote catalog object", "nodePool", klog.KObj(&pool), "catalog", w.Name, "family", family(w.Spec.InstanceTypes[0].Name), "instanceTypes", len(w.Spec.InstanceTypes))
+		}
+	}
+	if result.Requeue {
+		// An object not updated yet may still count the objects that
+		// deleting now would take away; delete once all are written.
+		return result, nil
+	}
+	// What is left are families the pool no longer has. Objects it does
+	// not control are left alone: written by hand, or by an earlier pool of
+	// the same name, which the garbage collector removes.
+	for _, old := range current {
+		if !metav1.IsControlledBy(old, &pool) {
+			continue
+		}
+		if err := c.client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting catalog %s of nodepool %s: %w", old.Name, pool.Name, err)
+		}
+		deleted++
+	}
+	// A catalog written before catalogs were split by family is named
+	// after the pool and names no pool in its spec; readers ignore it.
+	legacy := &v1alpha1.InstanceTypeCatalog{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: pool.Name}, legacy); err == nil && legacy.Spec.NodePool == "" && metav1.IsControlledBy(legacy, &pool) {
+		if err := c.client.Delete(ctx, legacy, client.Preconditions{UID: &legacy.UID}); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting unsplit catalog of nodepool %s: %w", pool.Name, err)
+		}
+		deleted++
+	}
+	if written > 0 || deleted > 0 {
+		logger.Info("Published instance type catalog", "nodePool", klog.KObj(&pool), "instanceTypes", len(types), "objects", len(want),
+			"written", written, "deleted", deleted, "provider", c.source.Name(), "unavailableUntil", next)
+	}
 	return result, nil
+}
+
+// write creates the object want, or updates cur to say what want says;
+// it reports whether it wrote. Owner references of an existing object are
+// left as they are, as the garbage collector acts on them.
+func (c *Controller) write(ctx context.Context, pool *v1alpha1.NodePool, want, cur *v1alpha1.InstanceTypeCatalog) (bool, error) {
+	if cur == nil {
+		err := c.client.Create(ctx, want)
+		if apierrors.IsAlreadyExists(err) {
+			// Usually an object this controller made that the cache has not
+			// seen yet; but the name may be another pool's.
+			var other v1alpha1.InstanceTypeCatalog
+			if c.client.Get(ctx, client.ObjectKeyFromObject(want), &other) == nil && other.Spec.NodePool != pool.Name {
+				return false, fmt.Errorf("creating catalog %s of nodepool %s: the name is taken by a catalog of nodepool %q", want.Name, pool.Name, other.Spec.NodePool)
+			}
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("creating catalog %s of nodepool %s: %w", want.Name, pool.Name, err)
+		}
+		return err == nil, err
+	}
+	if cur.Spec.NodePool != pool.Name {
+		// spec.nodePool is immutable: the object was labelled by hand.
+		return false, fmt.Errorf("catalog %s is labelled for nodepool %s but is part of nodepool %q's catalog", cur.Name, pool.Name, cur.Spec.NodePool)
+	}
+	if equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
+		return false, nil
+	}
+	cur.Spec = want.Spec
+	if err := c.client.Update(ctx, cur); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, err
+		}
+		return false, fmt.Errorf("updating catalog %s of nodepool %s: %w", cur.Name, pool.Name, err)
+	}
+	return true, nil
 }

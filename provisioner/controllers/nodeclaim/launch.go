@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
@@ -27,11 +28,11 @@ import (
 // instance types, its zone and capacity type), from the pool's catalog,
 // less those marked unavailable since, cheapest first.
 func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
-	var cat v1alpha1.InstanceTypeCatalog
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &cat); err != nil {
-		return nil, fmt.Errorf("getting catalog of nodepool %s: %w", nc.Spec.NodePool, err)
+	types, err := catalog.InstanceTypesOf(ctx, c.kube, nc.Spec.NodePool)
+	if err != nil {
+		return nil, err
 	}
-	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), cat.Spec.InstanceTypes, nc.Spec.Requirements)
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), types, nc.Spec.Requirements)
 	if err != nil {
 		return nil, fmt.Errorf("offers of nodepool %s: %w", nc.Spec.NodePool, err)
 	}

@@ -53,7 +53,7 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
 	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "now"}
 	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "pool", Labels: map[string]string{v1alpha1.LabelNodePool: "pool"}},
-		Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}}
+		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "pool", InstanceTypes: types}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(append([]client.Object{pool, cat}, objs...)...).
 		WithStatusSubresource(&v1alpha1.NodeClaim{}, &corev1.Pod{}).

@@ -189,6 +189,19 @@ func (t *Table) Regions() []string {
 	return regions
 }
 
+// InstanceTypes returns the instance types the table prices in region,
+// sorted.
+func (t *Table) InstanceTypes(region string) []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	types := make([]string, 0, len(t.prices[region]))
+	for it := range t.prices[region] {
+		types = append(types, it)
+	}
+	slices.Sort(types)
+	return types
+}
+
 // Source says where the figures came from: the shipped table's source,
 // version and generation date, and the regions since refreshed from the AWS
 // Pricing API, with when.

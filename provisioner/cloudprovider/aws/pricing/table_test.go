@@ -168,6 +168,19 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestInstanceTypesAreTheRegionsPricedTypesSorted(t *testing.T) {
+	table, err := Parse([]byte(`{"source":"s","currency":"USD","regions":{"r":{"m5.large":0.096,"c5.large":0.085},"q":{"t3.nano":0.0052}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"c5.large", "m5.large"}, table.InstanceTypes("r")); diff != "" {
+		t.Errorf("InstanceTypes(r) (-want +got):\n%s", diff)
+	}
+	if got := table.InstanceTypes("nowhere"); len(got) != 0 {
+		t.Errorf("InstanceTypes(nowhere) = %v, want none", got)
+	}
+}
+
 func TestEncodeIsDeterministic(t *testing.T) {
 	// Computed at run time, not folded as an exact constant, so that the
 	// float is the one that prints as 0.30000000000000004.
