@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,46 @@ func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); err == nil {
 		t.Error("the claim kept its finalizer")
+	}
+}
+
+// TestNodeIsReadyForPodsOnlyWhenNothingIsPending: pods are bound only to a
+// node that is Ready, free of the not-ready taint and of the claim's
+// startup taints, and that has every extended resource its type promised.
+func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
+	nc := claim(v1alpha1.NodeClaimRegistered)
+	nc.Spec.StartupTaints = []corev1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoSchedule}}
+	nc.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")}
+	readyNode := func(edit func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{Status: corev1.NodeStatus{
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
+		}}
+		if edit != nil {
+			edit(n)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want string
+	}{
+		{"ready", readyNode(nil), ""},
+		{"not Ready", readyNode(func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }), "condition Ready"},
+		{"not-ready taint still on", readyNode(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+		}), "lifecycle controller"},
+		{"startup taint still on", readyNode(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoSchedule}}
+		}), "startup taint cni"},
+		{"device plugin not registered yet", readyNode(func(n *corev1.Node) { delete(n.Status.Allocatable, "nvidia.com/gpu") }), "nvidia.com/gpu"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := notReadyForPods(tc.node, nc)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("notReadyForPods = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
