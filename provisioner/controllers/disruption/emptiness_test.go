@@ -45,7 +45,7 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 				Build()
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()
-			c := New(kube, live, events.NewFakeRecorder(10), NewEmptiness(kube, live, func() time.Time { return now }))
+			c := New(kube, live, events.NewFakeRecorder(10), NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))
 			get := func() *v1alpha1.NodeClaim {
 				var got v1alpha1.NodeClaim
 				if err := kube.Get(ctx, client.ObjectKeyFromObject(nc), &got); err != nil {
@@ -88,5 +88,31 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 				t.Errorf("the node was not tainted before the claim was deleted: %v", n.Spec.Taints)
 			}
 		})
+	}
+}
+
+// TestExpiredClaimIsChosenOnceItIsExpireAfterOld: a claim younger than its
+// expireAfter is asked about again when it will be old enough; one older
+// is chosen; Never is never chosen.
+func TestExpiredClaimIsChosenOnceItIsExpireAfterOld(t *testing.T) {
+	now := time.Now()
+	e := NewExpiration(func() time.Time { return now })
+	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))}}
+	for _, tc := range []struct {
+		expireAfter v1alpha1.NillableDuration
+		disrupt     bool
+		requeue     time.Duration
+	}{{"2m", false, 30 * time.Second}, {"1m", true, 0}, {v1alpha1.Never, false, 0}, {"", false, 0}} {
+		nc.Spec.ExpireAfter = tc.expireAfter
+		v, err := e.Candidate(context.Background(), nc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Disrupt != tc.disrupt || v.RequeueAfter != tc.requeue {
+			t.Errorf("expireAfter %s on a 90s-old claim: %+v; want disrupt %v, requeue after %s", tc.expireAfter, v, tc.disrupt, tc.requeue)
+		}
+		if v.Disrupt && !strings.Contains(v.Why, "expireAfter 1m0s") {
+			t.Errorf("why = %q", v.Why)
+		}
 	}
 }

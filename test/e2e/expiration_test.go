@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+// TestExpiredNodeIsReplaced: a pool's expireAfter (45s here) disrupts its
+// node once its claim is that old, though the node is busy; the
+// Deployment's pod is evicted, provisioned for again and Running on
+// another node, and the claim says why it went (Event Disrupting: Expired).
+func TestExpiredNodeIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
+	var def v1alpha1.NodePool
+	poll(t, "the sandbox's default NodePool", func() (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	})
+	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "expiring"}, Spec: *def.Spec.DeepCopy()}
+	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "expiring"}
+	np.Spec.Template.Spec.ExpireAfter = "45s"
+	np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "expiring"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "expiring", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+			NodeSelector: map[string]string{"team": "expiring"},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+		}},
+	}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningOn := func() (string, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=expiring"})
+		if err != nil {
+			return "", err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return p.Spec.NodeName, nil
+			}
+		}
+		return "", nil
+	}
+	var first string
+	poll(t, "the pod Running", func() (bool, error) {
+		var err error
+		first, err = runningOn()
+		return first != "", err
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: "expiring"}); err != nil || len(claims.Items) != 1 {
+		t.Fatalf("want one nodeclaim of pool expiring, got %d (err %v)", len(claims.Items), err)
+	}
+	old := claims.Items[0]
+	if old.Spec.ExpireAfter != "45s" {
+		t.Fatalf("the claim's expireAfter is %q, not the pool's", old.Spec.ExpireAfter)
+	}
+	poll(t, "the expired node gone and the pod Running on another", func() (bool, error) {
+		var nc v1alpha1.NodeClaim
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(&old), &nc); err == nil {
+			return false, nil
+		}
+		now, err := runningOn()
+		return now != "" && now != first, err
+	})
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + old.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs.Items {
+		if e.Reason == "Disrupting" && e.Action == "Expired" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no Disrupting Event with action Expired on nodeclaim %s (%d events)", old.Name, len(evs.Items))
+	}
+}
