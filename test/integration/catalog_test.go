@@ -13,12 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -219,18 +214,7 @@ func watcher(ctx context.Context, resourceVersion string) (watch.Interface, erro
 // startCatalog runs the provisioner's catalog controller until ctx ends.
 func startCatalog(t *testing.T, ctx context.Context, source catalog.Source, unavailable *cloudprovider.UnavailableOfferings) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newManager(t)
 	if err := catalog.NewController(mgr.GetClient(), source, unavailable).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

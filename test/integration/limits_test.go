@@ -266,20 +266,7 @@ func launchingClaim(name, pool string, types []v1alpha1.InstanceType) *v1alpha1.
 // status the provisioner writes when it closes a claim.
 func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.CloudProvider, edits ...func(*nodeclaim.Options)) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	// Each test runs its own manager with the same controllers: their
-	// names repeat within this test process, which is fine here.
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newManager(t)
 	cs, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -342,4 +329,25 @@ func (c closer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
+}
+
+// newManager is a controller manager on the package's API server, with
+// the core and Nodeforge types, no metrics or health endpoints. Each test
+// runs its own manager with the same controllers: their names repeat
+// within this test process, which is fine here.
+func newManager(t *testing.T) ctrl.Manager {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr
 }
