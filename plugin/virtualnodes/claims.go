@@ -83,13 +83,16 @@ func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.R
 		}
 	}
 	var out []*option
-	var probe *v1.Node
+	// Node affinity reads labels (and the name): the probe carries each
+	// option's labels, without copying its resources.
+	probe := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
 	for _, o := range options {
 		if !nodeshape.Fits(o.alloc, req, podCount) {
 			continue
 		}
 		if len(selective) > 0 {
-			probe = g.node(t, "probe", o)
+			probe.Labels = t.NodeLabels(o.it, g.zone, g.capacityType)
+			probe.Labels[v1.LabelHostname] = probe.Name
 			ok := true
 			for _, na := range selective {
 				if match, _ := na.Match(probe); !match {

@@ -10,22 +10,14 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
-// Requirements are NodePool or NodeClaim requirements, read the way the
-// scheduler reads a pod's required node affinity (component-helpers'
-// nodeaffinity), so "does this node meet them" has one answer everywhere.
-type Requirements struct {
-	reqs []v1alpha1.NodeSelectorRequirementWithMinValues
-	sel  *nodeaffinity.NodeSelector // nil: no requirement, every node
-	// probe is reused across Matches calls, which are not concurrent.
-	probe corev1.Node
-}
-
-// NewRequirements reads reqs; an error says which the scheduler could not
-// read (the API server refuses such pools).
-func NewRequirements(reqs []v1alpha1.NodeSelectorRequirementWithMinValues) (*Requirements, error) {
-	r := &Requirements{reqs: reqs}
+// matches reports whether a node with these labels meets every
+// requirement, read the way the scheduler reads a pod's required node
+// affinity (component-helpers' nodeaffinity), so the answer is the
+// scheduler's. An error says which requirement it could not read (the API
+// server refuses such pools).
+func matches(reqs []v1alpha1.NodeSelectorRequirementWithMinValues, labels map[string]string) (bool, error) {
 	if len(reqs) == 0 {
-		return r, nil // an empty term matches nothing; no requirement matches everything
+		return true, nil // an empty term matches nothing; no requirement matches everything
 	}
 	term := corev1.NodeSelectorTerm{MatchExpressions: make([]corev1.NodeSelectorRequirement, len(reqs))}
 	for i, q := range reqs {
@@ -33,19 +25,9 @@ func NewRequirements(reqs []v1alpha1.NodeSelectorRequirementWithMinValues) (*Req
 	}
 	sel, err := nodeaffinity.NewNodeSelector(&corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{term}})
 	if err != nil {
-		return nil, fmt.Errorf("reading requirements: %w", err)
+		return false, fmt.Errorf("reading requirements: %w", err)
 	}
-	r.sel = sel
-	return r, nil
-}
-
-// Matches reports whether a node with these labels meets every requirement.
-func (r *Requirements) Matches(labels map[string]string) bool {
-	if r.sel == nil {
-		return true
-	}
-	r.probe.ObjectMeta = metav1.ObjectMeta{Labels: labels}
-	return r.sel.Match(&r.probe)
+	return sel.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}), nil
 }
 
 // Accepts reports whether the node of template t launched as instance
@@ -62,11 +44,7 @@ func Accepts(t Template, reqs []v1alpha1.NodeSelectorRequirementWithMinValues, i
 			applicable = append(applicable, q)
 		}
 	}
-	r, err := NewRequirements(applicable)
-	if err != nil {
-		return false, err
-	}
-	return r.Matches(labels), nil
+	return matches(applicable, labels)
 }
 
 // FilterInstanceTypes returns the instance types with only the offerings
