@@ -19,7 +19,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
@@ -56,7 +55,7 @@ type Gate struct {
 	nodes   corelisters.NodeLister
 	pods    corelisters.PodLister
 	ignore  string
-	current *switchable
+	current *viewLister
 	// always names the profile's plugins a direct bind would skip for
 	// every pod (Permit, PostBind, a Bind other than DefaultBinder, a
 	// Reserve without a PreBind); empty when there are none.
@@ -65,6 +64,11 @@ type Gate struct {
 	prebind []string
 
 	mu sync.Mutex // one check at a time: the snapshot is the framework's
+
+	// for Scheduler: the shared state and the profile, as given.
+	opts    []frameworkruntime.Option
+	profile *config.KubeSchedulerProfile
+	exclude []string
 }
 
 // NewGate builds a gate for profile (as it is in the scheduler's
@@ -77,8 +81,9 @@ func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeS
 	if err != nil {
 		return nil, err
 	}
-	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &switchable{}}
-	g.current.set(cache.NewEmptySnapshot())
+	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &viewLister{},
+		opts: opts, profile: profile, exclude: exclude}
+	g.current.set(NewCluster(nil, nil).Without())
 	g.fw, err = New(ctx, Profile(profile, "bind-gate", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(g.current))...)
 	if err != nil {
 		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
@@ -89,6 +94,15 @@ func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeS
 		g.prebind = append(g.prebind, pl.Name)
 	}
 	return g, nil
+}
+
+// Scheduler builds a Scheduler from the gate's profile, sharing the
+// gate's informers and shared state (one DRA and CSI manager per process,
+// as in kube-scheduler). Build it before Start, which starts the
+// informers its plugins asked for too. percentageOfNodesToScore is the
+// scheduler configuration's global value.
+func (g *Gate) Scheduler(ctx context.Context, percentageOfNodesToScore *int32) (*Scheduler, error) {
+	return NewScheduler(ctx, g.profile, percentageOfNodesToScore, g.opts, g.exclude...)
 }
 
 // bindingCycleOnly names the plugins of a profile that act in the
@@ -201,8 +215,8 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 			bound = append(bound, p)
 		}
 	}
-	snapshot := cache.NewSnapshot(bound, nodes)
-	g.current.set(snapshot)
+	view := NewCluster(nodes, bound).Without()
+	g.current.set(view)
 	state := framework.NewCycleState()
 	pre, s, _ := g.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !s.IsSuccess() && !s.IsSkip() {
@@ -211,7 +225,7 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(node.Name) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter"), ""
 	}
-	ni, err := snapshot.NodeInfos().Get(node.Name)
+	ni, err := view.NodeInfos().Get(node.Name)
 	if err != nil {
 		return fwk.AsStatus(err), ""
 	}
@@ -244,38 +258,6 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 		why = append(why, "the profile has "+g.always)
 	}
 	return nil, strings.Join(why, "; ")
-}
-
-// switchable is a SharedLister whose snapshot the gate replaces before
-// each check; the framework holds it from its creation.
-type switchable struct {
-	mu sync.RWMutex
-	s  *cache.Snapshot
-}
-
-func (w *switchable) set(s *cache.Snapshot) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.s = s
-}
-
-func (w *switchable) get() *cache.Snapshot {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.s
-}
-
-var _ fwk.SharedLister = &switchable{}
-
-func (w *switchable) NodeInfos() fwk.NodeInfoLister           { return w.get().NodeInfos() }
-func (w *switchable) StorageInfos() fwk.StorageInfoLister     { return w.get().StorageInfos() }
-func (w *switchable) PodGroupStates() fwk.PodGroupStateLister { return w.get().PodGroupStates() }
-func (w *switchable) PodGroups() fwk.PodGroupLister           { return w.get().PodGroups() }
-func (w *switchable) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
-	return w.get().CompositePodGroupStates()
-}
-func (w *switchable) CompositePodGroups() fwk.CompositePodGroupLister {
-	return w.get().CompositePodGroups()
 }
 
 // ErrNoProfile says the scheduler configuration has no profile of that name.

@@ -30,6 +30,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
@@ -52,6 +53,8 @@ type options struct {
 	schedulerConfig         string
 	schedulerProfile        string
 	gcGrace                 time.Duration
+	consolidationInterval   time.Duration
+	consolidationPause      time.Duration
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -85,6 +88,8 @@ func run(args []string) error {
 	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
 	fs.DurationVar(&o.gcInterval, "garbage-collection-interval", 30*time.Second, "How often instances no NodeClaim accounts for, claims whose instance is gone and nodes whose instance is gone are looked for.")
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
+	fs.DurationVar(&o.consolidationInterval, "consolidation-interval", 10*time.Second, "How often consolidation looks for nodes whose pods fit elsewhere.")
+	fs.DurationVar(&o.consolidationPause, "consolidation-validation-pause", 5*time.Second, "How long consolidation waits, with the chosen nodes tainted, before it looks at live state again and disrupts them: a pod being bound there meanwhile calls it off.")
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration of nodeforge-scheduler (the file or ConfigMap the scheduler is given): pods are bound only where its profile's PreFilter and Filter plugins accept them. Empty: the scheduler's defaults.")
 	fs.StringVar(&o.schedulerProfile, "scheduler-profile", "nodeforge-scheduler", "Profile of --scheduler-config to judge binds by (ignored without --scheduler-config).")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
@@ -160,7 +165,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	gate, err := o.bindGate(ctx, cs)
+	gate, sched, err := o.simulators(ctx, cs)
 	if err != nil {
 		return err
 	}
@@ -170,9 +175,15 @@ func run(args []string) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
-	if err := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
+	claims := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, Gate: gate,
-	}).SetupWithManager(ctx, mgr); err != nil {
+	})
+	if err := claims.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	consolidation := disruption.NewConsolidation(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
+	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.consolidationPause
+	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses()).SetupWithManager(mgr); err != nil {
@@ -197,34 +208,39 @@ func run(args []string) error {
 	return mgr.Start(ctx)
 }
 
-// bindGate builds the scheduler's verdict on binds from --scheduler-config
-// and starts its informers.
-func (o *options) bindGate(ctx context.Context, cs kubernetes.Interface) (*simulator.Gate, error) {
+// simulators builds, from --scheduler-config, the scheduler's verdict on
+// binds and the scheduler consolidation places evicted pods with, and
+// starts their informers.
+func (o *options) simulators(ctx context.Context, cs kubernetes.Interface) (*simulator.Gate, *simulator.Scheduler, error) {
 	var cfg *config.KubeSchedulerConfiguration
 	var err error
 	name := o.schedulerProfile
 	if o.schedulerConfig == "" {
 		name = "" // the defaults' one profile
 		if cfg, err = latest.Default(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	} else if cfg, err = schedulerOptions.LoadConfigFromFile(klog.Background(), o.schedulerConfig); err != nil {
-		return nil, fmt.Errorf("--scheduler-config: %w", err)
+		return nil, nil, fmt.Errorf("--scheduler-config: %w", err)
 	}
 	profile, err := simulator.FindProfile(cfg, name)
 	if err != nil {
-		return nil, fmt.Errorf("--scheduler-profile: %w", err)
+		return nil, nil, fmt.Errorf("--scheduler-profile: %w", err)
 	}
 	// VirtualNodes is the scheduler's PostFilter, not a plugin that judges fit.
 	gate, err := simulator.NewGate(ctx, cs, profile, v1alpha1.TaintBinding, "VirtualNodes")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	sched, err := gate.Scheduler(ctx, cfg.PercentageOfNodesToScore)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := gate.Start(ctx, 2*time.Minute); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	klog.InfoS("Bind gate ready", "schedulerConfig", o.schedulerConfig, "profile", profile.SchedulerName)
-	return gate, nil
+	klog.InfoS("Scheduling simulator ready", "schedulerConfig", o.schedulerConfig, "profile", profile.SchedulerName)
+	return gate, sched, nil
 }
 
 // validate refuses flag values the provisioner cannot act on sensibly,
@@ -251,6 +267,7 @@ func (o *options) validate() error {
 		{"launch-ttl", o.launchTTL}, {"initialization-ttl", o.initializationTTL},
 		{"cloud-call-timeout", o.cloudCallTimeout},
 		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
+		{"consolidation-interval", o.consolidationInterval}, {"consolidation-validation-pause", o.consolidationPause},
 	}
 	for _, f := range positive {
 		if f.d <= 0 {

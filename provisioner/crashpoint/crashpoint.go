@@ -13,6 +13,7 @@ package crashpoint
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 // The steps a component can be killed at.
@@ -53,4 +54,32 @@ func Hit(name string) {
 	_ = f.Close()
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL is not delivered synchronously everywhere
+}
+
+// The steps a component can be held at.
+const (
+	// ConsolidationTainted: consolidation tainted the nodes it chose and
+	// has not yet looked at live state again.
+	ConsolidationTainted = "consolidation/after-taint"
+)
+
+var pausePoint, pauseFile = os.Getenv("NODEFORGE_PAUSE_POINT"), os.Getenv("NODEFORGE_PAUSE_FILE")
+
+// Pause holds the caller at the named step, so that a test can act at
+// that exact moment (bind a pod to a node being disrupted, say): if
+// NODEFORGE_PAUSE_POINT names the step, it writes detail to the file
+// NODEFORGE_PAUSE_FILE and waits, at most two minutes, until the test
+// removes the file. Like Hit, it is off unless the sandbox sets both.
+func Pause(name, detail string) {
+	if pausePoint != name || pauseFile == "" {
+		return
+	}
+	if err := os.WriteFile(pauseFile, []byte(detail+"\n"), 0o600); err != nil {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(pauseFile); os.IsNotExist(err) {
+			return
+		}
+	}
 }

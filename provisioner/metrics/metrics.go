@@ -36,7 +36,7 @@ var (
 	// accounted for (no claim is deleted then).
 	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_deleted_total",
-		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, LimitReached, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, LimitReached, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, Expired, Underutilized, Drifted, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
 	}, []string{"nodepool", "reason"})
 	// PodTimeToBound is the time from a pod's creation to the provisioner
 	// binding it to the node launched for it.
@@ -45,6 +45,25 @@ var (
 		Help:    "Seconds from a pod's creation to its binding to a node Nodeforge launched for it.",
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
 	})
+	// DisruptionDecisions counts voluntary disruption decisions by reason
+	// and outcome: disrupted, aborted (the last look at live state called
+	// it off), budget (a budget refused it when it was carried out).
+	DisruptionDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_disruption_decisions_total",
+		Help: "Voluntary disruption decisions by reason (Empty, Underutilized, Drifted, Expired) and outcome (disrupted, aborted, budget).",
+	}, []string{"reason", "outcome"})
+	// DisruptionSavings adds up, per pool and reason, the hourly price of
+	// the nodes disrupted.
+	DisruptionSavings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_disruption_savings_dollars_per_hour_total",
+		Help: "Sum of the hourly prices ($/h) of nodes removed by voluntary disruption, by pool and reason (a replacement's price is subtracted).",
+	}, []string{"nodepool", "reason"})
+	// DisruptionDecisionDuration is how long deciding takes, by reason.
+	DisruptionDecisionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nodeforge_disruption_decision_duration_seconds",
+		Help:    "Seconds a disruption decision takes (consolidation: one round's search), by reason.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"reason"})
 	// Nodes is the number of registered nodes per pool.
 	Nodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodeforge_nodes",
@@ -53,5 +72,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes)
+	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration)
 }

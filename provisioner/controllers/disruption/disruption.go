@@ -129,18 +129,27 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 		}
 		return reconcile.Result{Requeue: true}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
+	metrics.DisruptionDecisions.WithLabelValues(string(m.Reason()), "disrupted").Inc()
 	logger.Info("Disrupting node", "node", nc.Status.NodeName, "reason", m.Reason(), "why", v.Why)
+	return reconcile.Result{}, c.remove(ctx, nc, m.Reason(), v.Why)
+}
+
+// remove marks a claim whose node is tainted and checked Disrupting, says
+// so in an Event, and deletes it: the NodeClaim controller's termination
+// step drains the node and terminates the instance. A claim that cannot
+// be marked is not deleted, and its node takes pods again.
+func (c *Controller) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) error {
 	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Disrupting", string(m.Reason()), "node %s: %s", nc.Status.NodeName, v.Why)
+		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Disrupting", string(reason), "node %s: %s", nc.Status.NodeName, why)
 	}
-	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(m.Reason())).Inc()
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(reason)).Inc()
+	nc = nc.DeepCopy()
 	nc.Status.Phase = v1alpha1.NodeClaimDisrupting
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
-		// Not disrupting after all (this time): the node takes pods again.
 		c.budgets.release(nc.UID)
-		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+		return errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	return client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 }
 
 // taint puts nodeforge.dev/disrupted:NoSchedule on the node.

@@ -94,6 +94,10 @@ func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	return c
 }
 
+// Disruption is the controller's voluntary disruption, whose budgets and
+// steps consolidation shares.
+func (c *Controller) Disruption() *disruption.Controller { return c.disruption }
+
 // SetupWithManager registers the controller and the indexes it uses.
 func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()

@@ -1,0 +1,497 @@
+package disruption
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// Underutilized is the reason consolidation disrupts a node under.
+const Underutilized v1alpha1.DisruptionReason = "Underutilized"
+
+// Consolidation removes nodes of pools with consolidationPolicy
+// WhenEmptyOrUnderutilized whose pods the scheduler would place on the
+// rest of the cluster: several nodes at once when their pods fit
+// elsewhere together, else one. Unlike the other methods it decides over
+// the whole cluster, not one claim at a time, so it runs in rounds
+// (Start) rather than per claim; it shares the Controller's budgets,
+// taint and deletion.
+//
+// Every pod it would evict is placed first by simulator.Scheduler, with
+// the scheduler profile's own Filter and Score plugins, on the cluster
+// without the nodes: a pod the scheduler would leave pending keeps its
+// node. Soft preferences (preferred affinity, ScheduleAnyway spread) are
+// scores, so they never keep a node; hard constraints always do.
+type Consolidation struct {
+	c     *Controller
+	cache client.Reader // decisions are made on the cache...
+	live  client.Reader // ...and checked again on the API server's state
+	sched *simulator.Scheduler
+	now   func() time.Time
+
+	// Interval between rounds.
+	Interval time.Duration
+	// Pause between tainting the chosen nodes and the last look at live
+	// state: a pod the scheduler was binding there when they were chosen
+	// shows up by then, and calls the decision off.
+	Pause time.Duration
+	// MaxCandidates bounds the multi-node search: the cheapest to disrupt
+	// this many candidates are tried together.
+	MaxCandidates int
+	// Timeout bounds one round's search; candidates not reached are tried
+	// in the next round.
+	Timeout time.Duration
+
+	stable  map[string]stability  // node → its pods and since when
+	blocked map[types.UID]string // claim → why it was last not consolidated, for Events
+}
+
+// stability is a node's set of pods and since when it has not changed.
+type stability struct {
+	pods  string
+	since time.Time
+}
+
+// NewConsolidation returns the consolidation method of c's pools; sched
+// places pods as the scheduler would.
+func NewConsolidation(c *Controller, cache, live client.Reader, sched *simulator.Scheduler, now func() time.Time) *Consolidation {
+	return &Consolidation{c: c, cache: cache, live: live, sched: sched, now: now,
+		Interval: 10 * time.Second, Pause: 5 * time.Second, MaxCandidates: 100, Timeout: 20 * time.Second,
+		stable: map[string]stability{}, blocked: map[types.UID]string{}}
+}
+
+// Start runs rounds until ctx ends; only the leader runs it.
+func (k *Consolidation) Start(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("consolidation"))
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := k.Round(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Consolidation round failed")
+		}
+	}, k.Interval)
+	return nil
+}
+
+// Round looks for nodes to consolidate and, on finding some, disrupts them.
+func (k *Consolidation) Round(ctx context.Context) error {
+	start := k.now()
+	s, err := observe(ctx, k.cache)
+	if err != nil {
+		return err
+	}
+	if why := s.unsettled(); why != "" {
+		klog.FromContext(ctx).V(3).Info("Not consolidating: the cluster is changing", "why", why)
+		return nil
+	}
+	cands := k.candidates(ctx, s)
+	d := k.decide(ctx, s, cands)
+	metrics.DisruptionDecisionDuration.WithLabelValues(string(Underutilized)).Observe(k.now().Sub(start).Seconds())
+	if d == nil {
+		return nil
+	}
+	return k.execute(ctx, d)
+}
+
+// candidate is a node consolidation may remove.
+type candidate struct {
+	claim *v1alpha1.NodeClaim
+	node  *corev1.Node
+	pool  *v1alpha1.NodePool
+	pods  []*corev1.Pod // to move, in the scheduler's queue order
+	price float64       // $/h; 0 when the catalog does not say
+	offer string        // "c7.2xlarge spot in zone-a ($0.17/h)"
+}
+
+// decision is the nodes to remove together, and why.
+type decision struct {
+	nodes []*candidate
+	why   string
+}
+
+func (d *decision) names() []string {
+	out := make([]string, len(d.nodes))
+	for i, c := range d.nodes {
+		out[i] = c.node.Name
+	}
+	return out
+}
+
+func (d *decision) savings() float64 {
+	var s float64
+	for _, c := range d.nodes {
+		s += c.price
+	}
+	return s
+}
+
+// candidates are the nodes consolidation may remove now, cheapest to
+// disrupt first: fewest pods, then the most expensive.
+func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
+	now := k.now()
+	var out []*candidate
+	seen := map[string]bool{}
+	prices := map[string][]v1alpha1.InstanceType{}
+	for _, nc := range s.claims {
+		node := s.nodes[nc.Status.NodeName]
+		if node == nil || nc.Status.Phase != v1alpha1.NodeClaimInitialized || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		seen[node.Name] = true
+		pods := s.onNode[node.Name]
+		fp := fingerprint(pods)
+		st, ok := k.stable[node.Name]
+		if !ok || st.pods != fp {
+			st = stability{pods: fp, since: now}
+			k.stable[node.Name] = st
+		}
+		pool := s.pools[nc.Spec.NodePool]
+		if pool == nil || pool.Spec.Disruption.ConsolidationPolicy != v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized {
+			continue
+		}
+		after, ok, err := pool.Spec.Disruption.ConsolidateAfter.Duration()
+		if err != nil || !ok || now.Sub(st.since) < after {
+			continue
+		}
+		if slices.ContainsFunc(node.Spec.Taints, isDisruptedTaint) {
+			continue
+		}
+		movable, why := k.movable(nc, node, pods, s)
+		if why != "" {
+			k.unconsolidatable(ctx, nc, why)
+			continue
+		}
+		if len(movable) == 0 {
+			continue // empty: Emptiness's to remove
+		}
+		if _, ok := prices[pool.Name]; !ok {
+			types, err := catalog.InstanceTypesOf(ctx, k.cache, pool.Name)
+			if err != nil {
+				klog.FromContext(ctx).V(2).Info("Reading the catalog failed", "nodePool", pool.Name, "err", err)
+			}
+			prices[pool.Name] = types
+		}
+		price := priceOf(prices[pool.Name], nc)
+		out = append(out, &candidate{claim: nc, node: node, pool: pool, pods: movable, price: price,
+			offer: fmt.Sprintf("%s %s in %s ($%.4f/h)", nc.Status.InstanceType, nc.Status.CapacityType, nc.Status.Zone, price)})
+	}
+	for name := range k.stable {
+		if !seen[name] {
+			delete(k.stable, name)
+		}
+	}
+	slices.SortFunc(out, func(a, b *candidate) int {
+		return cmp.Or(cmp.Compare(len(a.pods), len(b.pods)), cmp.Compare(b.price, a.price), cmp.Compare(a.node.Name, b.node.Name))
+	})
+	return out
+}
+
+// movable returns the node's pods that would have to move, in the order
+// the scheduler's queue would take them (priority, then age), or why the
+// node must not be consolidated.
+func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods []*corev1.Pod, s *state) ([]*corev1.Pod, string) {
+	if nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return nil, "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+	}
+	if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		return nil, "the node has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+	}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if OwnedByDaemonSet(p) || isMirror(p) {
+			continue
+		}
+		if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+			return nil, fmt.Sprintf("pod %s has %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt)
+		}
+		if metav1.GetControllerOf(p) == nil {
+			return nil, fmt.Sprintf("pod %s has no controller: evicting it would delete it for good", klog.KObj(p))
+		}
+		out = append(out, p)
+	}
+	if why := s.pdbsRefuse(out); why != "" {
+		return nil, why
+	}
+	slices.SortStableFunc(out, queueOrder)
+	return out, ""
+}
+
+// queueOrder is the scheduler's default queue sort (PrioritySort):
+// higher priority first, then the pod that has waited longest.
+func queueOrder(a, b *corev1.Pod) int {
+	pa, pb := int32(0), int32(0)
+	if a.Spec.Priority != nil {
+		pa = *a.Spec.Priority
+	}
+	if b.Spec.Priority != nil {
+		pb = *b.Spec.Priority
+	}
+	return cmp.Or(cmp.Compare(pb, pa), a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+}
+
+// decide finds the nodes to remove: first the most nodes at once among
+// the MaxCandidates cheapest to disrupt (their pods placed together), then
+// any single node, within the pools' budgets and the round's Timeout.
+func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate) *decision {
+	if len(cands) == 0 {
+		return nil
+	}
+	deadline := k.now().Add(k.Timeout)
+	room := map[string]int{}
+	for _, c := range cands {
+		if _, ok := room[c.pool.Name]; !ok {
+			room[c.pool.Name] = s.budgetRoom(c.pool)
+		}
+	}
+	var multi []*candidate
+	left := maps.Clone(room)
+	for _, c := range cands {
+		if len(multi) < k.MaxCandidates && left[c.pool.Name] > 0 {
+			left[c.pool.Name]--
+			multi = append(multi, c)
+		}
+	}
+	// The largest prefix whose pods all fit elsewhere, by bisection: a
+	// prefix that fits usually means every shorter one does.
+	best := 0
+	for lo, hi := 2, len(multi); lo <= hi && k.now().Before(deadline); {
+		mid := (lo + hi) / 2
+		if _, _, ok := k.simulate(ctx, s, multi[:mid]); ok {
+			best, lo = mid, mid+1
+		} else {
+			hi = mid - 1
+		}
+	}
+	if best >= 2 {
+		d := &decision{nodes: multi[:best]}
+		d.why = fmt.Sprintf("the pods of %d nodes fit on the other nodes, saves $%.4f/h", best, d.savings())
+		return d
+	}
+	for _, c := range cands {
+		if room[c.pool.Name] <= 0 {
+			continue
+		}
+		if k.now().After(deadline) {
+			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
+			return nil
+		}
+		pod, st, ok := k.simulate(ctx, s, []*candidate{c})
+		if ok {
+			delete(k.blocked, c.claim.UID)
+			return &decision{nodes: []*candidate{c}, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
+		}
+		k.unconsolidatable(ctx, c.claim, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), describe(st)))
+	}
+	return nil
+}
+
+// simulate places the pods of cands, in queue order, on the cluster
+// without their nodes (and, several nodes at once, only if their PDBs
+// allow evicting them all); on failure it returns the first pod that does not
+// fit and the scheduler's reason.
+func (k *Consolidation) simulate(ctx context.Context, s *state, cands []*candidate) (*corev1.Pod, *fwk.Status, bool) {
+	names := make([]string, len(cands))
+	var pods []*corev1.Pod
+	for i, c := range cands {
+		names[i] = c.node.Name
+		pods = append(pods, c.pods...)
+	}
+	if len(cands) > 1 && s.pdbsRefuse(pods) != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, s.pdbsRefuse(pods)), false
+	}
+	slices.SortStableFunc(pods, queueOrder)
+	view := s.cluster().Without(names...)
+	for _, p := range pods {
+		if _, st := k.sched.Place(ctx, view, p); !st.IsSuccess() {
+			return p, st, false
+		}
+	}
+	return nil, nil, true
+}
+
+func podsFit(n int) string {
+	if n == 1 {
+		return "its pod fits"
+	}
+	return fmt.Sprintf("its %d pods fit", n)
+}
+
+// describe says in a sentence which plugin refused and why.
+func describe(st *fwk.Status) string {
+	if st == nil {
+		return "no reason given"
+	}
+	msg := strings.Join(st.Reasons(), "; ")
+	if err := st.AsError(); msg == "" && err != nil {
+		msg = err.Error()
+	}
+	if st.Plugin() != "" {
+		return st.Plugin() + ": " + msg
+	}
+	return msg
+}
+
+// unconsolidatable records, once per reason, why a node is kept.
+func (k *Consolidation) unconsolidatable(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
+	if k.blocked[nc.UID] == why {
+		return
+	}
+	k.blocked[nc.UID] = why
+	klog.FromContext(ctx).V(1).Info("Not consolidating node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "why", why)
+	if k.c.recorder != nil {
+		k.c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Unconsolidatable", string(Underutilized), "node %s: %s", nc.Status.NodeName, why)
+	}
+}
+
+// execute disrupts the decision's nodes: budgets reserved, nodes tainted,
+// a pause, then the last look at live state; any pod bound or nominated
+// to them meanwhile, or a pod that no longer fits elsewhere, calls it off.
+func (k *Consolidation) execute(ctx context.Context, d *decision) error {
+	logger := klog.FromContext(ctx)
+	var reserved []types.UID
+	release := func() {
+		for _, uid := range reserved {
+			k.c.budgets.release(uid)
+		}
+	}
+	for _, c := range d.nodes {
+		ok, err := k.c.budgets.reserve(ctx, k.cache, c.pool, c.claim, Underutilized)
+		if err != nil || !ok {
+			release()
+			metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "budget").Inc()
+			return err
+		}
+		reserved = append(reserved, c.claim.UID)
+	}
+	var tainted []string
+	callOff := func(why string, err error) error {
+		release()
+		metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "aborted").Inc()
+		if why != "" {
+			logger.Info("Not consolidating: the nodes changed while being disrupted", "nodes", d.names(), "why", why)
+		}
+		for _, name := range tainted {
+			err = errors.Join(err, k.c.untaint(ctx, name))
+		}
+		return err
+	}
+	for _, c := range d.nodes {
+		if err := k.c.taint(ctx, c.node.Name); err != nil {
+			return callOff("", err)
+		}
+		tainted = append(tainted, c.node.Name)
+	}
+	crashpoint.Pause(crashpoint.ConsolidationTainted, strings.Join(d.names(), "\n"))
+	select {
+	case <-ctx.Done():
+		return callOff("", ctx.Err())
+	case <-time.After(k.Pause):
+	}
+	if why, err := k.stillFits(ctx, d); err != nil || why != "" {
+		return callOff(why, err)
+	}
+	logger.Info("Disrupting nodes", "reason", Underutilized, "nodes", d.names(), "why", d.why)
+	metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "disrupted").Inc()
+	var errs []error
+	for _, c := range d.nodes {
+		metrics.DisruptionSavings.WithLabelValues(c.pool.Name, string(Underutilized)).Add(c.price)
+		why := fmt.Sprintf("%s; %s", c.offer, d.why)
+		if len(d.nodes) == 1 {
+			why = d.why
+		}
+		if err := k.c.remove(ctx, c.claim, Underutilized, why); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stillFits looks at the API server's state, not the cache: the decided
+// nodes run exactly the pods decided on (none bound or nominated since),
+// and those pods still all fit on the rest of the cluster as it is now.
+func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, error) {
+	s, err := observe(ctx, k.live)
+	if err != nil {
+		return "", err
+	}
+	var fresh []*candidate
+	for _, c := range d.nodes {
+		decided := map[types.UID]bool{}
+		for _, p := range c.pods {
+			decided[p.UID] = true
+		}
+		for _, p := range s.onNode[c.node.Name] {
+			if !OwnedByDaemonSet(p) && !isMirror(p) && !decided[p.UID] {
+				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil
+			}
+		}
+		node := s.nodes[c.node.Name]
+		if node == nil {
+			return "node " + c.node.Name + " is gone", nil
+		}
+		cp := *c
+		cp.node = node
+		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return OwnedByDaemonSet(p) || isMirror(p) })
+		if why := s.pdbsRefuse(cp.pods); why != "" {
+			return why, nil
+		}
+		slices.SortStableFunc(cp.pods, queueOrder)
+		fresh = append(fresh, &cp)
+	}
+	if pod, st, ok := k.simulate(ctx, s, fresh); !ok {
+		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), describe(st)), nil
+	}
+	return "", nil
+}
+
+// fingerprint names a node's pods, to tell when a pod came or went.
+func fingerprint(pods []*corev1.Pod) string {
+	uids := make([]string, 0, len(pods))
+	for _, p := range pods {
+		if !OwnedByDaemonSet(p) {
+			uids = append(uids, string(p.UID))
+		}
+	}
+	slices.Sort(uids)
+	return strings.Join(uids, ",")
+}
+
+func isMirror(p *corev1.Pod) bool {
+	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
+	return ok
+}
+
+// priceOf is the catalog's price of the claim's offering, 0 if the
+// catalog no longer lists it.
+func priceOf(types []v1alpha1.InstanceType, nc *v1alpha1.NodeClaim) float64 {
+	for _, it := range types {
+		if it.Name != nc.Status.InstanceType {
+			continue
+		}
+		for _, o := range it.Offerings {
+			if o.Zone == nc.Status.Zone && string(o.CapacityType) == nc.Status.CapacityType {
+				price, _ := strconv.ParseFloat(o.Price, 64)
+				return price
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,163 @@
+package disruption
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// state is the cluster as one decision sees it: read once, from the cache
+// to decide, from the API server to check the decision.
+type state struct {
+	claims []*v1alpha1.NodeClaim
+	nodes  map[string]*corev1.Node
+	pools  map[string]*v1alpha1.NodePool
+	// onNode: each node's unfinished pods, with the pods nominated to it
+	// or to its claim (being bound there).
+	onNode map[string][]*corev1.Pod
+	pdbs   []policyv1.PodDisruptionBudget
+
+	sim *simulator.Cluster
+}
+
+func observe(ctx context.Context, r client.Reader) (*state, error) {
+	var (
+		claims v1alpha1.NodeClaimList
+		pools  v1alpha1.NodePoolList
+		nodes  corev1.NodeList
+		pods   corev1.PodList
+		pdbs   policyv1.PodDisruptionBudgetList
+	)
+	for _, l := range []client.ObjectList{&claims, &pools, &nodes, &pods, &pdbs} {
+		if err := r.List(ctx, l); err != nil {
+			return nil, fmt.Errorf("listing %T: %w", l, err)
+		}
+	}
+	s := &state{nodes: map[string]*corev1.Node{}, pools: map[string]*v1alpha1.NodePool{}, onNode: map[string][]*corev1.Pod{}, pdbs: pdbs.Items}
+	claimNode := map[string]string{}
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		s.claims = append(s.claims, nc)
+		if nc.Status.NodeName != "" {
+			claimNode[nc.Name] = nc.Status.NodeName
+		}
+	}
+	for i := range pools.Items {
+		s.pools[pools.Items[i].Name] = &pools.Items[i]
+	}
+	for i := range nodes.Items {
+		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if finished(p) {
+			continue
+		}
+		node := p.Spec.NodeName
+		if node == "" {
+			node = claimNode[p.Status.NominatedNodeName]
+			if node == "" && s.nodes[p.Status.NominatedNodeName] != nil {
+				node = p.Status.NominatedNodeName
+			}
+		}
+		if node != "" {
+			s.onNode[node] = append(s.onNode[node], p)
+		}
+	}
+	return s, nil
+}
+
+// unsettled says why the cluster is changing too much to consolidate:
+// claims being provisioned (their pods' nodes are not known yet) or
+// nodes being drained (their pods are about to take room elsewhere).
+func (s *state) unsettled() string {
+	for _, nc := range s.claims {
+		switch {
+		case !nc.DeletionTimestamp.IsZero() || nc.Status.Phase == v1alpha1.NodeClaimDisrupting:
+			if len(s.onNode[nc.Status.NodeName]) > 0 && slices.ContainsFunc(s.onNode[nc.Status.NodeName], func(p *corev1.Pod) bool { return !OwnedByDaemonSet(p) }) {
+				return fmt.Sprintf("node %s is being drained", nc.Status.NodeName)
+			}
+		case nc.Status.Phase != v1alpha1.NodeClaimInitialized:
+			return fmt.Sprintf("NodeClaim %s is %s", nc.Name, cmp.Or(string(nc.Status.Phase), "new"))
+		}
+	}
+	return ""
+}
+
+// cluster is the simulator's cluster of every node, the taint that holds
+// a node while its pods are bound lifted (as the bind gate lifts it), and
+// every pod on it.
+func (s *state) cluster() *simulator.Cluster {
+	if s.sim != nil {
+		return s.sim
+	}
+	nodes := make([]*corev1.Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
+			n = n.DeepCopy()
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+		}
+		nodes = append(nodes, n)
+	}
+	var pods []*corev1.Pod
+	for name, ps := range s.onNode {
+		for _, p := range ps {
+			if p.Spec.NodeName != name {
+				p = p.DeepCopy()
+				p.Spec.NodeName = name
+			}
+			pods = append(pods, p)
+		}
+	}
+	s.sim = simulator.NewCluster(nodes, pods)
+	return s.sim
+}
+
+// budgetRoom is how many more of the pool's nodes may be disrupted now
+// for Underutilized.
+func (s *state) budgetRoom(pool *v1alpha1.NodePool) int {
+	total, disrupting := 0, 0
+	for _, nc := range s.claims {
+		if nc.Spec.NodePool != pool.Name || nc.Status.NodeName == "" {
+			continue
+		}
+		total++
+		if nc.Status.Phase == v1alpha1.NodeClaimDisrupting || !nc.DeletionTimestamp.IsZero() {
+			disrupting++
+		}
+	}
+	return budgetAllowed(pool, Underutilized, total) - disrupting
+}
+
+// pdbsRefuse says which PodDisruptionBudget would refuse evicting all of
+// pods now, if one would: more of its pods among them than it allows.
+func (s *state) pdbsRefuse(pods []*corev1.Pod) string {
+	for i := range s.pdbs {
+		pdb := &s.pdbs[i]
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		var hit []*corev1.Pod
+		for _, p := range pods {
+			if p.Namespace == pdb.Namespace && sel.Matches(labels.Set(p.Labels)) {
+				hit = append(hit, p)
+			}
+		}
+		if len(hit) > int(pdb.Status.DisruptionsAllowed) {
+			return fmt.Sprintf("PodDisruptionBudget %s allows %d disruptions now, and pod %s would be one more", klog.KObj(pdb), pdb.Status.DisruptionsAllowed, klog.KObj(hit[pdb.Status.DisruptionsAllowed]))
+		}
+	}
+	return ""
+}

@@ -1,0 +1,170 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+)
+
+// Scheduler places pods on a View the way kube-scheduler's scheduling
+// cycle does: the profile's PreFilter and Filter plugins find the nodes
+// that can take the pod, its PreScore and Score plugins rank them, and
+// the best is chosen. It answers "if these pods were pending now, where
+// would the scheduler put them?", which is what a disruption decision
+// must know of every pod it would evict.
+type Scheduler struct {
+	fw      framework.Framework
+	current *viewLister
+	percent *int32
+
+	mu sync.Mutex // one placement at a time: the view is the framework's
+}
+
+// NewScheduler builds a Scheduler from profile (as it is in the
+// scheduler's configuration); opts carry the shared state (SharedState).
+// exclude are plugins the scheduler registers that the simulator does not
+// run (VirtualNodes). percentageOfNodesToScore is the configuration's
+// global value, used when the profile sets none.
+func NewScheduler(ctx context.Context, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, opts []frameworkruntime.Option, exclude ...string) (*Scheduler, error) {
+	s := &Scheduler{current: &viewLister{}, percent: profile.PercentageOfNodesToScore}
+	if s.percent == nil {
+		s.percent = percentageOfNodesToScore
+	}
+	s.current.set(NewCluster(nil, nil).Without())
+	var err error
+	s.fw, err = New(ctx, Profile(profile, "disruption", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(s.current))...)
+	if err != nil {
+		return nil, fmt.Errorf("building the disruption simulator from profile %s: %w", profile.SchedulerName, err)
+	}
+	return s, nil
+}
+
+// Place finds the node the scheduler would bind pod to in view, and binds
+// it there in the view, so that the next pod placed sees it. When no node
+// can take the pod, the status says which plugin refused it where.
+func (s *Scheduler) Place(ctx context.Context, view *View, pod *v1.Pod) (string, *fwk.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.current.set(view)
+	node, status := s.choose(ctx, view, pod)
+	if !status.IsSuccess() {
+		return "", status
+	}
+	if err := view.Bind(pod, node); err != nil {
+		return "", fwk.AsStatus(err)
+	}
+	return node, nil
+}
+
+func (s *Scheduler) choose(ctx context.Context, view *View, pod *v1.Pod) (string, *fwk.Status) {
+	state := framework.NewCycleState()
+	pod = pod.DeepCopy()
+	pod.Spec.NodeName = ""
+	pre, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !status.IsSuccess() && !status.IsSkip() {
+		return "", status
+	}
+	all, _ := view.NodeInfos().List()
+	want := feasibleToFind(s.percent, len(all))
+	var feasible []fwk.NodeInfo
+	var last *fwk.Status
+	for _, ni := range all {
+		if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(ni.Node().Name) {
+			continue
+		}
+		st := s.fw.RunFilterPlugins(ctx, state, pod, ni)
+		if !st.IsSuccess() {
+			last = st
+			continue
+		}
+		if feasible = append(feasible, ni); len(feasible) >= want {
+			break
+		}
+	}
+	switch len(feasible) {
+	case 0:
+		if last == nil {
+			last = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "no node left to place it on")
+		}
+		return "", last
+	case 1:
+		return feasible[0].Node().Name, nil
+	}
+	if st := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
+		return "", st
+	}
+	scores, st := s.fw.RunScorePlugins(ctx, state, pod, feasible)
+	if !st.IsSuccess() {
+		return "", st
+	}
+	// The highest total wins; the scheduler breaks ties at random, the
+	// simulator by the view's order, so that a decision can be replayed.
+	best := 0
+	for i := range scores {
+		if scores[i].TotalScore > scores[best].TotalScore {
+			best = i
+		}
+	}
+	return scores[best].Name, nil
+}
+
+// feasibleToFind is how many feasible nodes the scheduler looks for before
+// it stops filtering and scores them: kube-scheduler's
+// numFeasibleNodesToFind (pkg/scheduler/schedule_one.go, v1.37): every
+// node below 100 nodes; otherwise percentageOfNodesToScore of them, which
+// by default is 50% less 1% per 125 nodes, at least 5%, and never fewer
+// than 100 nodes.
+func feasibleToFind(percent *int32, nodes int) int {
+	const minNodes, minPercent = 100, 5
+	if nodes < minNodes {
+		return nodes
+	}
+	p := 0
+	if percent != nil {
+		p = int(*percent)
+	}
+	if p == 0 {
+		p = max(50-nodes/125, minPercent)
+	}
+	return max(nodes*p/100, minNodes)
+}
+
+// viewLister is the SharedLister the framework holds from its creation;
+// Place points it at the view being placed on.
+type viewLister struct {
+	mu sync.RWMutex
+	v  *View
+}
+
+func (w *viewLister) set(v *View) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.v = v
+}
+
+func (w *viewLister) get() *View {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.v
+}
+
+var _ fwk.SharedLister = &viewLister{}
+
+func (w *viewLister) NodeInfos() fwk.NodeInfoLister       { return w.get().NodeInfos() }
+func (w *viewLister) StorageInfos() fwk.StorageInfoLister { return w.get().StorageInfos() }
+func (w *viewLister) PodGroupStates() fwk.PodGroupStateLister {
+	return w.get().PodGroupStates()
+}
+func (w *viewLister) PodGroups() fwk.PodGroupLister { return w.get().PodGroups() }
+func (w *viewLister) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
+	return w.get().CompositePodGroupStates()
+}
+func (w *viewLister) CompositePodGroups() fwk.CompositePodGroupLister {
+	return w.get().CompositePodGroups()
+}

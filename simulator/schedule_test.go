@@ -1,0 +1,93 @@
+package simulator
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+)
+
+func newTestScheduler(t *testing.T) *Scheduler {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	opts, err := SharedState(ctx, cs, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	return s
+}
+
+func bound(p *v1.Pod, node string) *v1.Pod {
+	p = p.DeepCopy()
+	p.Spec.NodeName = node
+	return p
+}
+
+func antiAffine(p *v1.Pod, app string) *v1.Pod {
+	p.Labels = map[string]string{"app": app}
+	p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, TopologyKey: v1.LabelHostname,
+	}}}}
+	return p
+}
+
+// TestPlaceWithoutANodeCountsWhatIsLeft: pods of a node taken away are
+// placed on the nodes left, each seeing the ones placed before it; a pod
+// no node left can hold is refused with the plugin that refused it; the
+// cluster under the view is not changed.
+func TestPlaceWithoutANodeCountsWhatIsLeft(t *testing.T) {
+	s := newTestScheduler(t)
+	ctx := context.Background()
+	// Nodes of 4 cpu. a runs two 1-cpu pods of app web (one per node:
+	// hostname anti-affinity); b runs one web pod and 2 cpu of other
+	// work; c runs nothing.
+	pods := []*v1.Pod{
+		bound(antiAffine(gatePod("web-a", 0), "web"), "a"),
+		bound(gatePod("batch-a", 0), "a"),
+		bound(antiAffine(gatePod("web-b", 0), "web"), "b"),
+		bound(gatePod("x-b", 0), "b"), bound(gatePod("y-b", 0), "b"),
+	}
+	cluster := NewCluster([]*v1.Node{gateNode("a"), gateNode("b"), gateNode("c")}, pods)
+
+	view := cluster.Without("a")
+	node, st := s.Place(ctx, view, antiAffine(gatePod("web-a", 0), "web"))
+	if !st.IsSuccess() || node != "c" {
+		t.Fatalf("web-a placed on %q (%v), want c: b runs a web pod already", node, st)
+	}
+	if node, st := s.Place(ctx, view, antiAffine(gatePod("web-new", 0), "web")); st.IsSuccess() {
+		t.Fatalf("a third web pod placed on %q; b and c each run one now", node)
+	} else if st.Plugin() != "InterPodAffinity" {
+		t.Errorf("refused by %q (%s), want InterPodAffinity", st.Plugin(), st.Message())
+	}
+	if got := len(cluster.Node("c").GetPods()); got != 0 {
+		t.Errorf("the cluster's node c has %d pods after a view placed one there", got)
+	}
+	if got := len(cluster.Node("a").GetPods()); got != 2 {
+		t.Errorf("the cluster's node a has %d pods, want its 2", got)
+	}
+
+	// Without b and c, a pod of 4 cpu fits nowhere: a is used.
+	big := gatePod("big", 0)
+	big.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("4")
+	if _, st := s.Place(ctx, cluster.Without("b", "c"), big); st.IsSuccess() || st.Plugin() != "NodeResourcesFit" {
+		t.Errorf("4-cpu pod on a node with 2 cpu used: %v, want refused by NodeResourcesFit", st)
+	}
+}

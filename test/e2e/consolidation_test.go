@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+// consolidatingPool is a pool of c7.xlarge on-demand nodes in zone-a
+// (4 cpu: three 1-cpu pods a node) that consolidates underused nodes
+// after consolidateAfter.
+func consolidatingPool(t *testing.T, kube client.Client, name, consolidateAfter string) *v1alpha1.NodePool {
+	t.Helper()
+	ctx := context.Background()
+	var def v1alpha1.NodePool
+	poll(t, "the sandbox's default NodePool", func() (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	})
+	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *def.Spec.DeepCopy()}
+	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
+	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+		{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
+		{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+	}
+	np.Spec.Disruption = v1alpha1.Disruption{
+		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+		ConsolidateAfter:    v1alpha1.NillableDuration(consolidateAfter),
+		Budgets:             []v1alpha1.Budget{{Nodes: "100%"}},
+	}
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	return np
+}
+
+// deployment of n 1-cpu pods for the pool, through nodeforge-scheduler.
+func deployment(name, pool string, n int32, edit ...func(*corev1.PodSpec)) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	spec := corev1.PodSpec{
+		SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+		NodeSelector: map[string]string{"team": pool},
+		Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+	}
+	for _, e := range edit {
+		e(&spec)
+	}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(n), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+	}}
+}
+
+// poolNodes counts the pool's nodes that are not being removed.
+func poolNodes(ctx context.Context, cs kubernetes.Interface, pool string) (int, error) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodePool + "=" + pool})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, node := range nodes.Items {
+		if node.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// watchPDB polls, until stop, that at least minAvailable of the app's
+// pods are Running and not being deleted, and reports every time not.
+func watchPDB(ctx context.Context, cs kubernetes.Interface, app string, minAvailable int) (stop func() []string) {
+	var mu sync.Mutex
+	var violations []string
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			n, err := runningPods(ctx, cs, "app="+app)
+			if err == nil && n < minAvailable {
+				mu.Lock()
+				violations = append(violations, fmt.Sprintf("%s: %d of app %s Running, PDB minAvailable %d", time.Now().Format(time.RFC3339Nano), n, app, minAvailable))
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		close(done)
+		wg.Wait()
+		return violations
+	}
+}
+
+// TestConsolidationShrinksTheFleet: a Deployment of 10 one-cpu pods lands
+// on four c7.xlarge nodes (three pods a node); scaled to 3, the pool's
+// nodes are consolidated until the 3 pods run on one node, the fewest
+// they fit on; a
+// PodDisruptionBudget of minAvailable 2 holds throughout (polled), and
+// the claims say why they went (Event Disrupting: Underutilized).
+func TestConsolidationShrinksTheFleet(t *testing.T) {
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
+	consolidatingPool(t, kube, "shrinking", "20s")
+	dep := deployment("shrinking", "shrinking", 10)
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "shrinking", Namespace: "default"}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: ptr.To(intstr.FromInt32(2)), Selector: dep.Spec.Selector}}
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "10 pods Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app=shrinking")
+		return n == 10, err
+	})
+	if n, err := poolNodes(ctx, cs, "shrinking"); err != nil || n < 4 {
+		t.Fatalf("10 one-cpu pods on %d c7.xlarge nodes (err %v), want at least 4", n, err)
+	}
+	stop := watchPDB(ctx, cs, "shrinking", 2)
+	scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, "shrinking", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 3
+	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "shrinking", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scaled := time.Now()
+	poll(t, "the 3 pods Running on one node, the pool's only one", func() (bool, error) {
+		n, err := poolNodes(ctx, cs, "shrinking")
+		if err != nil || n != 1 {
+			return false, err
+		}
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=shrinking"})
+		if err != nil {
+			return false, err
+		}
+		on := map[string]int{}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				on[p.Spec.NodeName]++
+			}
+		}
+		return len(on) == 1 && len(pods.Items) == 3, nil
+	})
+	took := time.Since(scaled)
+	if v := stop(); len(v) > 0 {
+		t.Errorf("the PodDisruptionBudget was violated %d times; first: %s", len(v), v[0])
+	}
+	// Speed is not asserted here (a busy machine is slower): logged, and
+	// measured by BenchmarkConsolidate.
+	t.Logf("the fleet shrank %s after the scale-down (consolidateAfter 20s)", took.Round(time.Second))
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	underutilized := 0
+	for _, e := range evs.Items {
+		if e.Action == "Underutilized" {
+			underutilized++
+			t.Logf("event on %s/%s: %s", e.Regarding.Kind, e.Regarding.Name, e.Note)
+		}
+	}
+	if underutilized == 0 {
+		t.Errorf("no Disrupting Event with action Underutilized: the fleet shrank by emptiness alone, consolidation did nothing")
+	}
+}
