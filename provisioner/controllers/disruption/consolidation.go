@@ -62,7 +62,7 @@ type Consolidation struct {
 	// in the next round.
 	Timeout time.Duration
 
-	stable  map[string]stability  // node → its pods and since when
+	stable  map[string]stability // node → its pods and since when
 	blocked map[types.UID]string // claim → why it was last not consolidated, for Events
 }
 
