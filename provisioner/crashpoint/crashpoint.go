@@ -12,6 +12,7 @@ package crashpoint
 
 import (
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -63,15 +64,18 @@ const (
 	ConsolidationTainted = "consolidation/after-taint"
 )
 
+var paused atomic.Bool
+
 var pausePoint, pauseFile = os.Getenv("NODEFORGE_PAUSE_POINT"), os.Getenv("NODEFORGE_PAUSE_FILE")
 
 // Pause holds the caller at the named step, so that a test can act at
 // that exact moment (bind a pod to a node being disrupted, say): if
 // NODEFORGE_PAUSE_POINT names the step, it writes detail to the file
 // NODEFORGE_PAUSE_FILE and waits, at most two minutes, until the test
-// removes the file. Like Hit, it is off unless the sandbox sets both.
+// removes the file. It holds the process once; like Hit, it is off
+// unless the sandbox sets both.
 func Pause(name, detail string) {
-	if pausePoint != name || pauseFile == "" {
+	if pausePoint != name || pauseFile == "" || !paused.CompareAndSwap(false, true) {
 		return
 	}
 	if err := os.WriteFile(pauseFile, []byte(detail+"\n"), 0o600); err != nil {

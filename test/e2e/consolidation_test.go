@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +187,93 @@ func TestConsolidationShrinksTheFleet(t *testing.T) {
 	}
 	if underutilized == 0 {
 		t.Errorf("no Disrupting Event with action Underutilized: the fleet shrank by emptiness alone, consolidation did nothing")
+	}
+}
+
+// TestConsolidationCallsOffForAPodBoundMeanwhile: the race. A pod is bound
+// to the node consolidation has just chosen and tainted, before its last
+// look at live state (the provisioner is held at that step by a test
+// hook, NODEFORGE_PAUSE_POINT): the node is not deleted under it, its
+// taint is lifted, and the pod keeps Running there.
+func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	pauseFile := t.TempDir() + "/paused"
+	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated",
+		ProvisionerEnv: []string{"NODEFORGE_PAUSE_POINT=consolidation/after-taint", "NODEFORGE_PAUSE_FILE=" + pauseFile}})
+	consolidatingPool(t, kube, "racing", "10s")
+	// Four pods: three on one node, one on another; at three replicas the
+	// ReplicaSet leaves two and one, and the node of one is consolidated.
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment("racing", "racing", 4), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "4 pods Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app=racing")
+		return n == 4, err
+	})
+	scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, "racing", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 3
+	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "racing", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var chosen string
+	poll(t, "consolidation to choose a node and pause", func() (bool, error) {
+		b, err := os.ReadFile(pauseFile)
+		chosen = strings.TrimSpace(string(b))
+		return err == nil && chosen != "", nil
+	})
+	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "default", Labels: map[string]string{"app": "late"}}, Spec: corev1.PodSpec{
+		NodeName: chosen, TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Tolerations: []corev1.Toleration{{Key: v1alpha1.TaintDisrupted, Operator: corev1.TolerationOpExists}},
+		Containers:  []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pauseFile); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the chosen node untainted, its claim not disrupted", func() (bool, error) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, chosen, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, taint := range node.Spec.Taints {
+			if taint.Key == v1alpha1.TaintDisrupted {
+				return false, nil
+			}
+		}
+		return node.DeletionTimestamp == nil, nil
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: "racing"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range claims.Items {
+		if nc.Status.NodeName == chosen && (nc.DeletionTimestamp != nil || nc.Status.Phase == v1alpha1.NodeClaimDisrupting) {
+			t.Fatalf("claim %s of node %s is being disrupted under the pod bound to it", nc.Name, chosen)
+		}
+	}
+	// The next round looks at the node again and keeps it, saying why:
+	// the late pod has no controller.
+	poll(t, "an Unconsolidatable Event naming the late pod", func() (bool, error) {
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Unconsolidatable"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Note, "pod default/late has no controller") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	p, err := cs.CoreV1().Pods("default").Get(ctx, "late", metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil || p.Spec.NodeName != chosen {
+		t.Fatalf("the late pod was evicted or deleted: %+v, err %v", p, err)
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, chosen, metav1.GetOptions{}); err != nil {
+		t.Fatalf("node %s: %v", chosen, err)
 	}
 }

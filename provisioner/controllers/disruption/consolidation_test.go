@@ -47,7 +47,7 @@ func (f *consolidationFixture) node(name string) {
 func pod(name, node string, edit ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+		Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	for _, e := range edit {
 		e(p)
@@ -174,34 +174,34 @@ func TestConsolidation(t *testing.T) {
 		want      []string
 		wantEvent string
 	}{{
-		name: "two nodes of one pod each are removed together; their pods fit on the third",
+		name:  "two nodes of one pod each are removed together; their pods fit on the third",
 		nodes: 3, pods: []*corev1.Pod{pod("a", "n1"), pod("b", "n2"), pod("c", "n3"), pod("d", "n3")},
 		want: []string{"n1", "n2"}, wantEvent: "the pods of 2 nodes fit on the other nodes",
 	}, {
-		name: "a node whose pods fit nowhere else stays, and the Event names the pod and the plugin",
+		name:  "a node whose pods fit nowhere else stays, and the Event names the pod and the plugin",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", antiAffinity(true)), pod("b", "n2", antiAffinity(true))},
 		wantEvent: "fits no other node: InterPodAffinity",
 	}, {
-		name: "soft preferences do not keep a node",
+		name:  "soft preferences do not keep a node",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", antiAffinity(false)), pod("b", "n2", antiAffinity(false)), pod("c", "n2", antiAffinity(false))},
 		want: []string{"n1"},
 	}, {
-		name: "a pod with do-not-disrupt keeps its node (the other node's pods move to it)",
+		name:  "a pod with do-not-disrupt keeps its node (the other node's pods move to it)",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) { p.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"} }), pod("b", "n2"), pod("c", "n2")},
 		want: []string{"n2"}, wantEvent: "pod default/a has nodeforge.dev/do-not-disrupt=true",
 	}, {
-		name: "a pod without a controller keeps its node: evicting it would lose it (the other node's pods move to it)",
+		name:  "a pod without a controller keeps its node: evicting it would lose it (the other node's pods move to it)",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil }), pod("b", "n2"), pod("c", "n2")},
 		want: []string{"n2"}, wantEvent: "pod default/a has no controller",
 	}, {
-		name: "a PodDisruptionBudget that allows no eviction now keeps the node",
+		name:  "a PodDisruptionBudget that allows no eviction now keeps the node",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1"), pod("b", "n2"), pod("c", "n2")},
 		extra: []client.Object{&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 			Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}},
 		wantEvent: "PodDisruptionBudget default/web allows 0 disruptions now",
 	}, {
-		name: "a pod bound to the chosen node after the decision calls it off",
+		name:  "a pod bound to the chosen node after the decision calls it off",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1"), pod("b", "n2"), pod("c", "n2")},
 		live: []client.Object{pod("late", "n1")},
 	}} {
