@@ -93,22 +93,27 @@ func (k *Consolidation) Start(ctx context.Context) error {
 
 // Round looks for nodes to consolidate and, on finding some, disrupts them.
 func (k *Consolidation) Round(ctx context.Context) error {
-	start := k.now()
+	d, err := k.decision(ctx)
+	if err != nil || d == nil {
+		return err
+	}
+	return k.execute(ctx, d)
+}
+
+// decision reads the cache and decides, or finds nothing to do.
+func (k *Consolidation) decision(ctx context.Context) (*decision, error) {
+	start := time.Now()
 	s, err := observe(ctx, k.cache)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if why := s.unsettled(); why != "" {
 		klog.FromContext(ctx).V(3).Info("Not consolidating: the cluster is changing", "why", why)
-		return nil
+		return nil, nil
 	}
-	cands := k.candidates(ctx, s)
-	d := k.decide(ctx, s, cands)
-	metrics.DisruptionDecisionDuration.WithLabelValues(string(Underutilized)).Observe(k.now().Sub(start).Seconds())
-	if d == nil {
-		return nil
-	}
-	return k.execute(ctx, d)
+	d := k.decide(ctx, s, k.candidates(ctx, s))
+	metrics.DisruptionDecisionDuration.WithLabelValues(string(Underutilized)).Observe(time.Since(start).Seconds())
+	return d, nil
 }
 
 // candidate is a node consolidation may remove.
@@ -125,6 +130,8 @@ type candidate struct {
 type decision struct {
 	nodes []*candidate
 	why   string
+	// placed: where the scheduler would put each of their pods.
+	placed map[types.UID]string
 }
 
 func (d *decision) names() []string {
@@ -274,14 +281,15 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 	best := 0
 	for lo, hi := 2, len(multi); lo <= hi && k.now().Before(deadline); {
 		mid := (lo + hi) / 2
-		if _, _, ok := k.simulate(ctx, s, multi[:mid]); ok {
+		if _, _, ok := k.fits(ctx, s, multi[:mid]); ok {
 			best, lo = mid, mid+1
 		} else {
 			hi = mid - 1
 		}
 	}
-	if best >= 2 {
-		d := &decision{nodes: multi[:best]}
+	placed := map[types.UID]string{}
+	if _, _, ok := k.place(ctx, s, multi[:best], k.sched.Place, placed); best >= 2 && ok {
+		d := &decision{nodes: multi[:best], placed: placed}
 		d.why = fmt.Sprintf("the pods of %d nodes fit on the other nodes, saves $%.4f/h", best, d.savings())
 		return d
 	}
@@ -293,10 +301,14 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
 			return nil
 		}
-		pod, st, ok := k.simulate(ctx, s, []*candidate{c})
+		pod, st, ok := k.fits(ctx, s, []*candidate{c})
+		placed := map[types.UID]string{}
+		if ok {
+			pod, st, ok = k.place(ctx, s, []*candidate{c}, k.sched.Place, placed)
+		}
 		if ok {
 			delete(k.blocked, c.claim.UID)
-			return &decision{nodes: []*candidate{c}, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
+			return &decision{nodes: []*candidate{c}, placed: placed, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
 		}
 		k.unconsolidatable(ctx, c.claim, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), describe(st)))
 	}
@@ -308,6 +320,17 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 // allow evicting them all); on failure it returns the first pod that does not
 // fit and the scheduler's reason.
 func (k *Consolidation) simulate(ctx context.Context, s *state, cands []*candidate) (*corev1.Pod, *fwk.Status, bool) {
+	return k.place(ctx, s, cands, k.sched.Place, nil)
+}
+
+// fits is simulate with the first node that fits each pod rather than
+// the one the scheduler would score best: quicker, for the search; the
+// decision found is then simulated in full.
+func (k *Consolidation) fits(ctx context.Context, s *state, cands []*candidate) (*corev1.Pod, *fwk.Status, bool) {
+	return k.place(ctx, s, cands, k.sched.PlaceAny, nil)
+}
+
+func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate, place func(context.Context, *simulator.View, *corev1.Pod) (string, *fwk.Status), placed map[types.UID]string) (*corev1.Pod, *fwk.Status, bool) {
 	names := make([]string, len(cands))
 	var pods []*corev1.Pod
 	for i, c := range cands {
@@ -320,8 +343,12 @@ func (k *Consolidation) simulate(ctx context.Context, s *state, cands []*candida
 	slices.SortStableFunc(pods, queueOrder)
 	view := s.cluster().Without(names...)
 	for _, p := range pods {
-		if _, st := k.sched.Place(ctx, view, p); !st.IsSuccess() {
+		node, st := place(ctx, view, p)
+		if !st.IsSuccess() {
 			return p, st, false
+		}
+		if placed != nil {
+			placed[p.UID] = node
 		}
 	}
 	return nil, nil, true
