@@ -97,7 +97,7 @@ func TestAPIServerValidation(t *testing.T) {
 			wantErr: `annotation domain "nodeforge.dev" is reserved for Nodeforge`},
 		{name: "an annotation in a subdomain of nodeforge.dev is refused", edit: []string{"spec.template.metadata.annotations={team.nodeforge.dev/owner: me}"},
 			wantErr: `annotation domain "nodeforge.dev" is reserved for Nodeforge`},
-		{name: "an annotation in another domain is accepted", edit: []string{"spec.template.metadata.annotations={example.com/owner: me, nodeforge.dev.example.com/x: y}"}},
+		{name: "an annotation in another domain is accepted", edit: []string{"spec.template.metadata.annotations={example.com/owner: me, nodeforge.dev.example.com/x: 'yes'}"}},
 		{name: "a label key that is not a qualified name is refused", edit: []string{"spec.template.metadata.labels={'bad key!': x}"},
 			wantErr: "label keys must be qualified names"},
 		{name: "a label value that smuggles in another label is refused", edit: []string{"spec.template.metadata.labels={team: 'x,nodeforge.dev/nodepool=other'}"},
