@@ -70,7 +70,9 @@ func (d *Drift) Reason() v1alpha1.DisruptionReason { return "Drifted" }
 
 // Candidate keeps the claim's Drifted condition, and chooses the claim
 // once the condition is recorded: the condition is written first, so a
-// claim disrupted for drift always says why on itself.
+// claim disrupted for drift always says why on itself. Unlike the
+// condition, which the caller writes, a missing stamp is written here
+// (a metadata patch, which leaves nc at the written version).
 func (d *Drift) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (Verdict, error) {
 	reason, why, err := d.drifted(ctx, nc, pool)
 	if err != nil {
