@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,12 @@ type claim struct {
 	// template is what the claim was nominated with: its pool's when it
 	// was made (a NodeClaim's own when restored).
 	template nodeshape.Template
+	// poolHash is the nodeshape.PoolHash of the pool the template was
+	// taken from, stamped on the claim (under nodeshape.PoolHashVersion)
+	// so that the provisioner can tell when the pool changed since. Empty
+	// on a claim restored from the API server: its stamp, whatever it is,
+	// is kept as it was written.
+	poolHash string
 	options  []*option // still open, cheapest first
 	// info is the node the claim would be with its largest open option:
 	// the daemonset pods that would run there and the nominated pods. It is
@@ -198,6 +205,7 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			Requirements:  reqs,
 			Resources:     v1alpha1.ResourceRequirements{Requests: c.requests()},
 			Labels:        c.template.Labels,
+			Annotations:   c.template.Annotations,
 			Taints:        c.template.Taints,
 			StartupTaints: c.template.StartupTaints,
 			NodeClassRef:  np.Spec.Template.Spec.NodeClassRef,
@@ -213,6 +221,16 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 	if c.written != nil {
 		nc.ResourceVersion = c.written.ResourceVersion
 		nc.UID = c.written.UID
+		// An update replaces the whole object: keep what others wrote
+		// (do-not-disrupt, say) and the claim's own stamp.
+		nc.Annotations = maps.Clone(c.written.Annotations)
+	}
+	if c.poolHash != "" {
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[v1alpha1.AnnotationNodePoolHash] = c.poolHash
+		nc.Annotations[v1alpha1.AnnotationNodePoolHashVersion] = nodeshape.PoolHashVersion
 	}
 	return nc
 }

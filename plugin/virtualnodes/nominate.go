@@ -155,7 +155,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			}
 			continue
 		}
-		c := &claim{name: name, group: cand.g, template: pl.template, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
+		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
 		if len(cand.opts) > p.args.MaxInstanceTypes {
 			cand.opts = cand.opts[:p.args.MaxInstanceTypes]
 		}

@@ -581,3 +581,52 @@ func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
 		t.Errorf("the arm64 pod's claim opens with %s, want c7g.large", c.options[0].name)
 	}
 }
+
+// TestClaimCarriesItsPoolsHashAndAnnotations: a new claim is stamped with
+// the hash of the pool's template it was made from (and the hash's
+// version) and carries the template's annotations for the node; a pool
+// edited afterwards does not change the stamp of a claim restored from
+// the API server, nor drop annotations others wrote on it.
+func TestClaimCarriesItsPoolsHashAndAnnotations(t *testing.T) {
+	pl := benchPool(t)
+	pl.np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "alice"}
+	pl, err := newPool(pl.np, &v1alpha1.InstanceTypeCatalog{Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: benchCatalog()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := nodeshape.PoolHash(pl.np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, []*pool{pl})
+	c, s := h.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	nc := c.object()
+	if got := nc.Annotations[v1alpha1.AnnotationNodePoolHash]; got != want {
+		t.Errorf("pool hash stamp %q, want %q", got, want)
+	}
+	if got := nc.Annotations[v1alpha1.AnnotationNodePoolHashVersion]; got != nodeshape.PoolHashVersion {
+		t.Errorf("hash version %q, want %q", got, nodeshape.PoolHashVersion)
+	}
+	if diff := cmp.Diff(map[string]string{"example.com/owner": "alice"}, nc.Spec.Annotations); diff != "" {
+		t.Errorf("spec.annotations (-want,+got):\n%s", diff)
+	}
+
+	// Restored from the API server with a stamp of an older template and
+	// an annotation of someone else's: both are written back as they were.
+	nc.Annotations[v1alpha1.AnnotationNodePoolHash] = "older"
+	nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] = "true"
+	restored := h.plugin.restore(nc, nil)
+	if restored == nil {
+		t.Fatal("the claim was not restored")
+	}
+	again := restored.object()
+	if got := again.Annotations[v1alpha1.AnnotationNodePoolHash]; got != "older" {
+		t.Errorf("a restored claim's stamp became %q, want it kept", got)
+	}
+	if again.Annotations[v1alpha1.AnnotationDoNotDisrupt] != "true" {
+		t.Errorf("a restored claim lost an annotation others wrote: %v", again.Annotations)
+	}
+}

@@ -39,8 +39,12 @@ type pool struct {
 	np *v1alpha1.NodePool
 	// template is what every new claim of the pool is nominated with.
 	template nodeshape.Template
-	weight   int32
-	groups   []*group // cheapest first
+	// hash is the template's nodeshape.PoolHash, stamped on every new
+	// claim so that the provisioner can tell when the pool has changed
+	// since (drift).
+	hash   string
+	weight int32
+	groups []*group // cheapest first
 	// maxAllocatable is, per resource, the most any instance type offers:
 	// what the Event quotes when a pod asks for more.
 	maxAllocatable map[v1.ResourceName]resource.Quantity
@@ -55,6 +59,10 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 	p := &pool{np: np, template: nodeshape.ForPool(np), maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}, capacity: map[string]v1.ResourceList{}}
 	if np.Spec.Weight != nil {
 		p.weight = *np.Spec.Weight
+	}
+	var err error
+	if p.hash, err = nodeshape.PoolHash(np); err != nil {
+		return nil, err
 	}
 	for i := range cat.Spec.InstanceTypes {
 		it := &cat.Spec.InstanceTypes[i]

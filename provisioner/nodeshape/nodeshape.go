@@ -1,8 +1,9 @@
 // Package nodeshape is the one place that says what node a NodeClaim
 // becomes: its labels, taints, capacity and allocatable for a given
 // instance type and offering; which offerings a claim may launch, at what
-// price, in what order; whether requirements accept a node; and whether
-// requested resources fit. The scheduler plugin judges pods on the node
+// price, in what order; whether requirements accept a node; whether
+// requested resources fit; and the hash of a pool's template that tells
+// when the nodes made from it have drifted (PoolHash). The scheduler plugin judges pods on the node
 // built here, the provisioner launches and adopts the node built here, and
 // the simulated cloud registers the node built here, so the node the
 // scheduler accepted is the node that registers.
@@ -19,13 +20,17 @@ import (
 )
 
 // Template is what a node carries whatever instance type and offering it
-// becomes: the pool's labels and taints as they were when the claim was
-// made. A claim keeps its own copy (spec.labels, spec.taints,
-// spec.startupTaints) so that a pool edited after nomination does not
-// change the node the scheduler already judged; drift compares the two.
+// becomes: the pool's labels, annotations and taints as they were when the
+// claim was made. A claim keeps its own copy (spec.labels,
+// spec.annotations, spec.taints, spec.startupTaints) so that a pool edited
+// after nomination does not change the node the scheduler already judged;
+// drift compares the pool's hash then and now (PoolHash).
 type Template struct {
 	// Labels, nodeforge.dev/nodepool among them.
 	Labels map[string]string
+	// Annotations the provisioner sets on the node when it adopts it (a
+	// kubelet cannot register a node with annotations of its choosing).
+	Annotations map[string]string
 	// Taints the node keeps.
 	Taints []corev1.Taint
 	// StartupTaints the node registers with, lifted by others once it is
@@ -39,6 +44,7 @@ func ForPool(np *v1alpha1.NodePool) Template {
 	labels[v1alpha1.LabelNodePool] = np.Name
 	return Template{
 		Labels:        labels,
+		Annotations:   maps.Clone(np.Spec.Template.ObjectMeta.Annotations),
 		Taints:        v1alpha1.CoreTaints(np.Spec.Template.Spec.Taints),
 		StartupTaints: v1alpha1.CoreTaints(np.Spec.Template.Spec.StartupTaints),
 	}
@@ -51,7 +57,7 @@ func ForClaim(nc *v1alpha1.NodeClaim) Template {
 		labels = map[string]string{}
 	}
 	labels[v1alpha1.LabelNodePool] = nc.Spec.NodePool
-	return Template{Labels: labels, Taints: nc.Spec.Taints, StartupTaints: nc.Spec.StartupTaints}
+	return Template{Labels: labels, Annotations: nc.Spec.Annotations, Taints: nc.Spec.Taints, StartupTaints: nc.Spec.StartupTaints}
 }
 
 // NodeLabels are the labels of a node of the template launched as instance
@@ -85,13 +91,13 @@ var betaLabels = map[string]string{
 }
 
 // Node is the node as the scheduler sees it once it is ready for pods:
-// the template's labels and taints (startup taints gone), name as its
-// hostname, and the instance type's capacity and allocatable.
+// the template's labels, annotations and taints (startup taints gone),
+// name as its hostname, and the instance type's capacity and allocatable.
 func (t Template) Node(name string, it *v1alpha1.InstanceType, zone, capacityType string) *corev1.Node {
 	labels := t.NodeLabels(it, zone, capacityType)
 	labels[corev1.LabelHostname] = name
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: maps.Clone(t.Annotations)},
 		Spec:       corev1.NodeSpec{Taints: slices.Clone(t.Taints)},
 		Status:     corev1.NodeStatus{Capacity: it.Capacity.DeepCopy(), Allocatable: it.Allocatable.DeepCopy()},
 	}

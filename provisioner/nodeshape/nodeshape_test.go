@@ -132,3 +132,20 @@ func TestNodeCarriesTheTemplateAndTheOffer(t *testing.T) {
 		t.Errorf("the claim's node is not the one nominated (-want,+got):\n%s", diff)
 	}
 }
+
+// TestTemplateAnnotationsReachTheNode: the pool's template annotations
+// are the claim's template's, and the node's.
+func TestTemplateAnnotationsReachTheNode(t *testing.T) {
+	np := &v1alpha1.NodePool{}
+	np.Name = "p"
+	np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "alice"}
+	pool := ForPool(np)
+	if diff := cmp.Diff(np.Spec.Template.ObjectMeta.Annotations, pool.Annotations); diff != "" {
+		t.Errorf("ForPool annotations (-want,+got):\n%s", diff)
+	}
+	nc := &v1alpha1.NodeClaim{Spec: v1alpha1.NodeClaimSpec{NodePool: "p", Annotations: pool.Annotations}}
+	node := ForClaim(nc).Node("n", &v1alpha1.InstanceType{Name: "m.large"}, "zone-a", "spot")
+	if diff := cmp.Diff(map[string]string{"example.com/owner": "alice"}, node.Annotations); diff != "" {
+		t.Errorf("node annotations (-want,+got):\n%s", diff)
+	}
+}

@@ -30,6 +30,21 @@ const (
 	// voluntary disruption so far). It is read on NodeClaims only, not
 	// yet on pods or Nodes.
 	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
+
+	// AnnotationNodePoolHash on a NodeClaim is the hash of its pool's
+	// template when the claim was made (nodeshape.PoolHash), stamped by
+	// the scheduler plugin; the claim is drifted once the pool's differs.
+	AnnotationNodePoolHash = Group + "/nodepool-hash"
+	// AnnotationNodePoolHashVersion is the version of what
+	// AnnotationNodePoolHash hashes (nodeshape.PoolHashVersion). A claim
+	// stamped under another version is stamped again, not drifted, so
+	// that changing what is hashed does not replace every node.
+	AnnotationNodePoolHashVersion = Group + "/nodepool-hash-version"
+	// AnnotationNodeClassHash on a NodeClaim is the hash of the node class
+	// it was launched from (the cloud provider's NodeClass.Hash), stamped
+	// by the provisioner at launch; the claim is drifted once the class's
+	// differs.
+	AnnotationNodeClassHash = Group + "/nodeclass-hash"
 )
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one

@@ -56,6 +56,10 @@ type NodeClaimSpec struct {
 	// does not change the node the scheduler already judged.
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations the node gets when it is adopted: the pool's template
+	// annotations as they were when the claim was made.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 	// Taints the node gets when it registers.
 	// +listType=atomic
 	// +optional
@@ -115,8 +119,11 @@ type NodeClaimStatus struct {
 	Phase NodeClaimPhase `json:"phase,omitempty"`
 	// Conditions record when each step happened: Launched (False, reason
 	// AccessDenied, when the cloud refused the launch), Registered,
-	// Initialized, and Empty (True while the node runs no pod but
-	// daemonset pods, set only under a pool's consolidateAfter).
+	// Initialized, Empty (True while the node runs no pod but
+	// daemonset pods, set only under a pool's consolidateAfter) and
+	// Drifted (True, with a reason and a message saying what, once the
+	// pool's template or node class changed since launch or the node no
+	// longer meets the pool's requirements; absent otherwise).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -75,7 +75,10 @@ type NodeClaimTemplateObjectMeta struct {
 	// +kubebuilder:validation:MaxProperties=100
 	// +optional
 	Labels map[string]LabelValue `json:"labels,omitempty"`
-	// Annotations put on every node of the pool.
+	// Annotations put on every node of the pool (by the provisioner, when
+	// it adopts the node). A change to them drifts the pool's nodes.
+	// +kubebuilder:validation:XValidation:message="annotation domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/'))"
+	// +kubebuilder:validation:MaxProperties=100
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }

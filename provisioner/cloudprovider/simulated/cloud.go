@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ type Record struct {
 	ClaimUID      string            `json:"claimUID"`
 	NodeName      string            `json:"nodeName"`
 	Labels        map[string]string `json:"labels"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
 	Taints        []corev1.Taint    `json:"taints"`
 	RegisterAt    time.Time         `json:"registerAt"`
 	NeverRegister bool              `json:"neverRegister,omitempty"`
@@ -172,7 +174,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 				Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable,
 				NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: c.now(),
 			},
-			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Taints: l.Template.RegistrationTaints(),
+			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Annotations: l.Template.Annotations, Taints: l.Template.RegistrationTaints(),
 			RegisterAt: c.now().Add(delay), NeverRegister: never,
 		}
 		if devices > 0 {
@@ -279,8 +281,16 @@ func (c *Cloud) register(ctx context.Context) error {
 		if in.NeverRegister || c.now().Before(in.RegisterAt) {
 			continue
 		}
+		// The template's annotations are on the node from the start, as
+		// if its boot configuration set them; the provisioner would set
+		// them on adoption otherwise.
+		annotations := maps.Clone(in.Annotations)
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations["kwok.x-k8s.io/node"] = "fake"
 		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: in.NodeName, Labels: in.Labels, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+			ObjectMeta: metav1.ObjectMeta{Name: in.NodeName, Labels: in.Labels, Annotations: annotations},
 			Spec:       corev1.NodeSpec{ProviderID: in.ProviderID, Taints: in.Taints},
 			Status:     corev1.NodeStatus{Capacity: in.Capacity, Allocatable: in.Allocatable},
 		}

@@ -17,9 +17,12 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -27,6 +30,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // Field indexes the controller relies on.
@@ -37,6 +41,8 @@ const (
 	// On NodeClaims.
 	indexClaimNode       = "status.nodeName"
 	indexClaimProviderID = "status.providerID"
+	indexClaimPool       = "spec.nodePool"
+	indexClaimClass      = "spec.nodeClassRef" // kind/name
 )
 
 // Options are the batching and registration settings.
@@ -90,7 +96,7 @@ type Controller struct {
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
 	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
 	now := func() time.Time { return c.now() }
-	c.disruption = disruption.New(kube, cs, recorder, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now))
+	c.disruption = disruption.New(kube, cs, recorder, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now), disruption.NewDrift(kube, cloud.NodeClasses()))
 	return c
 }
 
@@ -129,13 +135,72 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimPool, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.NodeClaim).Spec.NodePool}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimClass, func(o client.Object) []string {
+		ref := o.(*v1alpha1.NodeClaim).Spec.NodeClassRef
+		return []string{ref.Kind + "/" + ref.Name}
+	}); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.lifecycle").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.opts.Workers)}).
 		For(&v1alpha1.NodeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimOfNode)).
-		Complete(c)
+		// Drift: a pool or node class changed in what its nodes are
+		// launched with makes its initialized claims look again. Only
+		// such changes: pools' and classes' status writes are frequent.
+		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(c.claimsOfPool), builder.WithPredicates(hashChanged(func(o client.Object) (string, error) {
+			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
+		})))
+	for _, class := range c.cloud.NodeClasses() {
+		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.claimsOfClass(class.Kind)), builder.WithPredicates(hashChanged(class.Hash)))
+	}
+	return b.Complete(c)
+}
+
+// hashChanged lets through creations, deletions, and updates that change
+// what hash hashes.
+func hashChanged(hash func(client.Object) (string, error)) predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		before, err1 := hash(e.ObjectOld)
+		after, err2 := hash(e.ObjectNew)
+		return err1 != nil || err2 != nil || before != after
+	}}
+}
+
+// claimsOfPool: the pool's initialized claims, the drift candidates.
+func (c *Controller) claimsOfPool(ctx context.Context, o client.Object) []reconcile.Request {
+	return c.initializedWhere(ctx, indexClaimPool, o.GetName())
+}
+
+// claimsOfClass: the initialized claims launched from a class of kind.
+func (c *Controller) claimsOfClass(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		return c.initializedWhere(ctx, indexClaimClass, kind+"/"+o.GetName())
+	}
+}
+
+// initializedWhere returns the Initialized claims whose indexed field
+// equals value: only they are disruption's to judge.
+func (c *Controller) initializedWhere(ctx context.Context, index, value string) []reconcile.Request {
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims, client.MatchingFields{index: value}); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing nodeclaims to check for drift", "index", index, "value", value)
+		return nil
+	}
+	var out []reconcile.Request
+	for _, nc := range claims.Items {
+		if nc.Status.Phase == v1alpha1.NodeClaimInitialized {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
+		}
+	}
+	return out
 }
 
 // claimOfPod: the claim a pod is nominated to, or the claim of its node.

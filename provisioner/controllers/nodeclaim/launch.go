@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -80,6 +81,10 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 			return reconcile.Result{}, err
 		}
 		return c.refuseForLimits(ctx, nc, exceeded)
+	}
+	if err := c.stampNodeClass(ctx, nc); err != nil {
+		c.limits.Release(nc.UID)
+		return reconcile.Result{}, err
 	}
 	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
 		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Template: nodeshape.ForClaim(nc),
@@ -197,4 +202,33 @@ func (c *Controller) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) 
 // launchedOffer is the offering the claim's instance was launched from.
 func launchedOffer(nc *v1alpha1.NodeClaim) cloudprovider.Offer {
 	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: nc.Status.InstanceType}, Zone: nc.Status.Zone, CapacityType: nc.Status.CapacityType}
+}
+
+// stampNodeClass records on the claim the hash of the node class it is
+// about to be launched from (v1alpha1.AnnotationNodeClassHash), for drift.
+// It is read before Create, and again on every attempt, so the stamp is
+// never newer than what the instance was launched with: a class edited
+// meanwhile makes the node look drifted, the safe mistake, never the
+// other way round. A class missing or of a kind not served is not
+// stamped; Create says what is wrong with it.
+func (c *Controller) stampNodeClass(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	hash, served, err := cloudprovider.NodeClassHash(ctx, c.kube, c.cloud.NodeClasses(), nc.Spec.NodeClassRef)
+	if apierrors.IsNotFound(err) || !served {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if hash == nc.Annotations[v1alpha1.AnnotationNodeClassHash] {
+		return nil
+	}
+	base := nc.DeepCopy()
+	if nc.Annotations == nil {
+		nc.Annotations = map[string]string{}
+	}
+	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = hash
+	if err := c.kube.Patch(ctx, nc, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("stamping nodeclaim %s with its node class's hash: %w", nc.Name, err)
+	}
+	return nil
 }

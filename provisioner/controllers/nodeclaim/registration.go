@@ -82,12 +82,26 @@ func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (b
 }
 
 // adopt sets the labels of the node the claim stands for (nodeshape: its
-// template's, its pool, instance type, zone and capacity type) where the
-// node lacks them, and says whether it changed anything. Labels the node
-// has are left as they are: its kubelet's word on them stands.
+// template's, its pool, instance type, zone and capacity type) and its
+// template's annotations where the node lacks them, and says whether it
+// changed anything. Labels and annotations the node has are left as they
+// are: its kubelet's word on them stands. Annotations are set here, not
+// at boot, because a kubelet cannot register its node with annotations
+// of the provisioner's choosing.
 func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim) bool {
-	want := nodeshape.ForClaim(nc).NodeLabels(&v1alpha1.InstanceType{Name: nc.Status.InstanceType}, nc.Status.Zone, nc.Status.CapacityType)
+	template := nodeshape.ForClaim(nc)
+	want := template.NodeLabels(&v1alpha1.InstanceType{Name: nc.Status.InstanceType}, nc.Status.Zone, nc.Status.CapacityType)
 	changed := false
+	for k, v := range template.Annotations {
+		if _, ok := node.Annotations[k]; ok {
+			continue
+		}
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[k] = v
+		changed = true
+	}
 	for k, v := range want {
 		if _, ok := node.Labels[k]; ok || v == "" {
 			continue

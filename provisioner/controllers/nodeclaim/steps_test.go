@@ -284,3 +284,51 @@ func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistrationPutsTheClaimsAnnotationsOnTheNode: the annotations the
+// claim was made with (its pool's template's then) are set on the node it
+// adopts; one the node already has keeps the node's value.
+func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimLaunched)
+	nc.Spec.Annotations = map[string]string{"example.com/owner": "then", "example.com/set-at-boot": "claim"}
+	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{"example.com/set-at-boot": "node"}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	s := newSteps(t, nc, node)
+	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: nc.Name, NodePool: "pool"})
+	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	var n corev1.Node
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(node), &n); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"example.com/owner": "then", "example.com/set-at-boot": "node"}
+	for k, v := range want {
+		if n.Annotations[k] != v {
+			t.Errorf("node annotation %s = %q, want %q (all: %v)", k, n.Annotations[k], v, n.Annotations)
+		}
+	}
+}
+
+// TestLaunchStampsTheNodeClassHash: a launched claim carries the hash of
+// the node class it was launched from, as the provider hashes it.
+func TestLaunchStampsTheNodeClassHash(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
+	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
+	s := newSteps(t, nc, class)
+	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.get(t, nc)
+	want, err := cloudprovider.SpecHash(class.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1alpha1.NodeClaimLaunched || got.Annotations[v1alpha1.AnnotationNodeClassHash] != want {
+		t.Errorf("phase %s, node class hash %q; want Launched, %q", got.Status.Phase, got.Annotations[v1alpha1.AnnotationNodeClassHash], want)
+	}
+}
