@@ -310,7 +310,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			delete(k.blocked, c.claim.UID)
 			return &decision{nodes: []*candidate{c}, placed: placed, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
 		}
-		k.unconsolidatable(ctx, c.claim, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), describe(st)))
+		k.unconsolidatable(ctx, c.claim, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), sayWhy(st)))
 	}
 	return nil
 }
@@ -361,8 +361,8 @@ func podsFit(n int) string {
 	return fmt.Sprintf("its %d pods fit", n)
 }
 
-// describe says in a sentence which plugin refused and why.
-func describe(st *fwk.Status) string {
+// sayWhy says in a sentence which plugin refused and why.
+func sayWhy(st *fwk.Status) string {
 	if st == nil {
 		return "no reason given"
 	}
@@ -484,7 +484,7 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, err
 		fresh = append(fresh, &cp)
 	}
 	if pod, st, ok := k.simulate(ctx, s, fresh); !ok {
-		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), describe(st)), nil
+		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), sayWhy(st)), nil
 	}
 	return "", nil
 }
