@@ -90,7 +90,7 @@ type Controller struct {
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
 	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
 	now := func() time.Time { return c.now() }
-	c.disruption = disruption.New(kube, cs, recorder, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now))
+	c.disruption = disruption.New(kube, cs, recorder, now, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now))
 	return c
 }
 
