@@ -128,8 +128,12 @@ type NodeClaimTemplateSpec struct {
 	// +kubebuilder:default="720h"
 	// +optional
 	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
-	// TerminationGracePeriod caps how long draining a node may take; pods
-	// still there after it are deleted regardless of PDBs. Unset: no cap.
+	// TerminationGracePeriod caps how long draining a node may take,
+	// counted from when its NodeClaim is deleted: each pod still there is
+	// deleted, regardless of PDBs, early enough that its own
+	// terminationGracePeriodSeconds ends by then, and the instance is
+	// terminated at the latest then. Copied onto each NodeClaim when it is
+	// made. Unset: no cap.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=12
