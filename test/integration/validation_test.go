@@ -147,6 +147,11 @@ spec: {registrationDelay: soon}`}, wantErr: `spec.registrationDelay: Invalid val
 kind: SimulatedNodeClass
 metadata: {name: NAME}
 spec: {registrationDelay: 1500ms, faults: [{kind: InsufficientCapacity, zones: [zone-a], capacityTypes: [spot]}]}`}},
+		// cron is not parsed by the API server: such a budget is reported
+		// on the pool's status (BudgetsValid) and applies at all times.
+		{name: "a budget schedule of five fields that cron refuses is accepted", edit: []string{
+			"spec.disruption={consolidateAfter: 30s, budgets: [{nodes: '0', schedule: '0 25 * * *', duration: 1h}]}",
+		}},
 		{name: "a claim's terminationGracePeriod is accepted", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
 kind: NodeClaim
 metadata: {name: NAME}

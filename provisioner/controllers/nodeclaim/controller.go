@@ -1,7 +1,9 @@
 // Package nodeclaim runs a NodeClaim's life after the scheduler has
 // nominated pods to it: it closes the claim when the batch window ends,
 // launches its instance, adopts the node that registers, binds the
-// nominated pods to it, and terminates the instance when the claim goes.
+// nominated pods to it, and when the claim goes drains the node (within
+// the claim's terminationGracePeriod, if it has one) and terminates the
+// instance.
 package nodeclaim
 
 import (
