@@ -186,7 +186,7 @@ func run(args []string) error {
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
-	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses()).SetupWithManager(mgr); err != nil {
+	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {

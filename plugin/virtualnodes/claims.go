@@ -210,6 +210,8 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			StartupTaints: c.template.StartupTaints,
 			NodeClassRef:  np.Spec.Template.Spec.NodeClassRef,
 			ExpireAfter:   np.Spec.Template.Spec.ExpireAfter,
+			// A pool edited later leaves this claim's drain as it was.
+			TerminationGracePeriod: np.Spec.Template.Spec.TerminationGracePeriod.DeepCopy(),
 		},
 		Status: v1alpha1.NodeClaimStatus{
 			Phase:               v1alpha1.NodeClaimNominating,

@@ -152,6 +152,20 @@ spec: {registrationDelay: soon}`}, wantErr: `spec.registrationDelay: Invalid val
 kind: SimulatedNodeClass
 metadata: {name: NAME}
 spec: {registrationDelay: 1500ms, faults: [{kind: InsufficientCapacity, zones: [zone-a], capacityTypes: [spot]}]}`}},
+		// cron is not parsed by the API server: such a budget is reported
+		// on the pool's status (BudgetsValid) and applies at all times.
+		{name: "a budget schedule of five fields that cron refuses is accepted", edit: []string{
+			"spec.disruption={consolidateAfter: 30s, budgets: [{nodes: '0', schedule: '0 25 * * *', duration: 1h}]}",
+		}},
+		{name: "a claim's terminationGracePeriod is accepted", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
+kind: NodeClaim
+metadata: {name: NAME}
+spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClass, name: default}, terminationGracePeriod: 1h30m}`}},
+		{name: "a claim's malformed terminationGracePeriod is refused", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
+kind: NodeClaim
+metadata: {name: NAME}
+spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClass, name: default}, terminationGracePeriod: 1d}`},
+			wantErr: `spec.terminationGracePeriod: Invalid value: "1d"`},
 	}
 	ctx := context.Background()
 	for i, tc := range cases {

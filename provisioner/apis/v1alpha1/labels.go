@@ -25,10 +25,12 @@ const (
 	// instance is terminated.
 	FinalizerTermination = Group + "/termination"
 
-	// AnnotationDoNotDisrupt "true" on a NodeClaim keeps the provisioner
-	// from removing its node when it is empty (emptiness is the only
-	// voluntary disruption so far). It is read on NodeClaims only, not
-	// yet on pods or Nodes.
+	// AnnotationDoNotDisrupt "true" keeps the provisioner from disrupting
+	// a node voluntarily, for every reason (empty, expired, ...): on the
+	// node's NodeClaim, on the Node, or on any pod bound to the node that
+	// has not finished (Succeeded or Failed). A claim so held gets a
+	// DisruptionBlocked Event naming what holds it. It does not stop a
+	// drain already begun, nor the deletion of a claim by hand.
 	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
 
 	// AnnotationNodePoolHash on a NodeClaim is the hash of its pool's

@@ -75,6 +75,17 @@ type NodeClaimSpec struct {
 	// +kubebuilder:default="720h"
 	// +optional
 	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
+	// TerminationGracePeriod is copied from the pool when the claim is
+	// made. Once the claim has been deleting this long, its node is done
+	// draining: each pod left is deleted, PDBs notwithstanding, early
+	// enough that its own terminationGracePeriodSeconds ends by then, and
+	// the instance is terminated. Unset: draining waits on PDBs for as
+	// long as they hold.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=12
+	// +optional
+	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
 }
 
 // ResourceRequirements are the resources a NodeClaim must hold.

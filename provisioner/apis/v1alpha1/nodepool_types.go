@@ -131,8 +131,12 @@ type NodeClaimTemplateSpec struct {
 	// +kubebuilder:default="720h"
 	// +optional
 	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
-	// TerminationGracePeriod caps how long draining a node may take; pods
-	// still there after it are deleted regardless of PDBs. Unset: no cap.
+	// TerminationGracePeriod caps how long draining a node may take,
+	// counted from when its NodeClaim is deleted: each pod still there is
+	// deleted, regardless of PDBs, early enough that its own
+	// terminationGracePeriodSeconds ends by then, and the instance is
+	// terminated at the latest then. Copied onto each NodeClaim when it is
+	// made. Unset: no cap.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=12
@@ -227,7 +231,11 @@ type Budget struct {
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:message="nodes must be a whole number or a percentage from 0% to 100%",rule="self.matches('^((100|[0-9]{1,2})%|[0-9]+)$')"
 	Nodes string `json:"nodes"`
-	// Schedule is a cron schedule (UTC) of when the budget starts to apply.
+	// Schedule is a cron schedule (UTC) of when the budget starts to apply:
+	// five fields (minute hour day-of-month month day-of-week) or
+	// @yearly, @monthly, @weekly, @daily, @hourly. The budget applies from
+	// each start for duration. A schedule that does not parse makes the
+	// pool's BudgetsValid condition False, and the budget applies always.
 	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$`
 	// +optional
 	Schedule *string `json:"schedule,omitempty"`

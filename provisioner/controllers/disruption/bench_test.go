@@ -112,7 +112,7 @@ func BenchmarkConsolidate(b *testing.B) {
 	}
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
-	k := NewConsolidation(New(kube, kubefake.NewClientset(), nil), kube, kube, sched, time.Now)
+	k := NewConsolidation(New(kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)
 	k.Timeout = time.Minute
 
 	b.ResetTimer()
@@ -188,4 +188,3 @@ func apply(ctx context.Context, b *testing.B, kube client.Client, d *decision) {
 		}
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,9 +22,12 @@ type budgets struct {
 	pending map[types.UID]string // claim → pool
 }
 
-// reserve reports whether nc may be disrupted for reason now and, if so,
-// counts it against the pool's budgets until release or the cache shows it.
-func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha1.NodePool, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason) (bool, error) {
+// reserve reports whether nc may be disrupted for reason at now and, if
+// so, counts it against the pool's budgets until release or the cache
+// shows it. When not, change is the next time a budget's schedule window
+// that applies opens or closes (zero: none will), when the answer may
+// differ though no claim changed.
+func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha1.NodePool, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, now time.Time) (ok bool, change time.Time, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.pending == nil {
@@ -31,7 +35,7 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 	}
 	var claims v1alpha1.NodeClaimList
 	if err := kube.List(ctx, &claims); err != nil {
-		return false, err
+		return false, time.Time{}, err
 	}
 	total, disrupting := 0, 0
 	seen := map[types.UID]bool{}
@@ -54,11 +58,12 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 			delete(b.pending, uid) // gone
 		}
 	}
-	if disrupting >= budgetAllowed(pool, reason, total) {
-		return false, nil
+	allowed, change := budgetAllowed(pool, reason, total, now)
+	if disrupting >= allowed {
+		return false, change, nil
 	}
 	b.pending[nc.UID] = pool.Name
-	return true, nil
+	return true, change, nil
 }
 
 // release forgets a decision that was not carried out.
@@ -69,18 +74,27 @@ func (b *budgets) release(uid types.UID) {
 }
 
 // budgetAllowed is how many nodes of a pool of total may be disrupted at
-// once for reason: the most restrictive budget that applies wins.
-// Scheduled budgets count as active at all times: a conservative reading
-// until schedules are evaluated.
-func budgetAllowed(pool *v1alpha1.NodePool, reason v1alpha1.DisruptionReason, total int) int {
-	allowed := total
+// once for reason at now: the most restrictive budget that applies and is
+// active wins. A scheduled budget is active within its windows; one whose
+// schedule cannot be parsed always is (see schedule.go). change is the
+// soonest a window of a budget for reason opens or closes (zero: never).
+func budgetAllowed(pool *v1alpha1.NodePool, reason v1alpha1.DisruptionReason, total int, now time.Time) (allowed int, change time.Time) {
+	allowed = total
 	for _, b := range pool.Spec.Disruption.Budgets {
 		if len(b.Reasons) > 0 && !containsReason(b.Reasons, reason) {
 			continue
 		}
-		allowed = min(allowed, budgetNodes(b.Nodes, total))
+		// A parse error is reported on the pool's status, not here: this
+		// runs for every claim of the pool, that once per pool change.
+		active, next, _ := budgetWindow(b, now)
+		if !next.IsZero() && (change.IsZero() || next.Before(change)) {
+			change = next
+		}
+		if active {
+			allowed = min(allowed, budgetNodes(b.Nodes, total))
+		}
 	}
-	return allowed
+	return allowed, change
 }
 
 func containsReason(rs []v1alpha1.DisruptionReason, r v1alpha1.DisruptionReason) bool {

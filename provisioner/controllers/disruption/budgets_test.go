@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,7 +57,7 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, nc := range claims {
 		wg.Go(func() {
-			if ok, err := b.reserve(ctx, kube, pool, nc, "Empty"); err != nil {
+			if ok, _, err := b.reserve(ctx, kube, pool, nc, "Empty", time.Now()); err != nil {
 				t.Error(err)
 			} else if ok {
 				allowed.Add(1)
@@ -82,14 +83,14 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 	if other == chosen {
 		other = claims[1]
 	}
-	if ok, _ := b.reserve(ctx, kube, pool, other, "Empty"); ok {
+	if ok, _, _ := b.reserve(ctx, kube, pool, other, "Empty", time.Now()); ok {
 		t.Error("a second node was disrupted while the first is still disrupting")
 	}
 	// The chosen claim is gone: the budget is free again.
 	if err := kube.Delete(ctx, chosen); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := b.reserve(ctx, kube, pool, other, "Empty"); !ok {
+	if ok, _, _ := b.reserve(ctx, kube, pool, other, "Empty", time.Now()); !ok {
 		t.Error("the budget stayed spent after the disrupted claim was gone")
 	}
 }

@@ -265,7 +265,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 	room := map[string]int{}
 	for _, c := range cands {
 		if _, ok := room[c.pool.Name]; !ok {
-			room[c.pool.Name] = s.budgetRoom(c.pool)
+			room[c.pool.Name] = s.budgetRoom(c.pool, k.now())
 		}
 	}
 	var multi []*candidate
@@ -400,7 +400,7 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 		}
 	}
 	for _, c := range d.nodes {
-		ok, err := k.c.budgets.reserve(ctx, k.cache, c.pool, c.claim, Underutilized)
+		ok, _, err := k.c.budgets.reserve(ctx, k.cache, c.pool, c.claim, Underutilized, k.now())
 		if err != nil || !ok {
 			release()
 			metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "budget").Inc()

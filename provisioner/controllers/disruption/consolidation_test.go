@@ -107,7 +107,8 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	inf.WaitForCacheSync(ctx.Done())
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
-	k := NewConsolidation(New(kube, kubefake.NewClientset(), rec), kube, live, sched, func() time.Time { return now })
+	clock := func() time.Time { return now }
+	k := NewConsolidation(New(kube, kubefake.NewClientset(), rec, clock), kube, live, sched, clock)
 	k.Pause = 0
 	// The first round sees each node's pods for the first time; a round
 	// consolidateAfter later may act.

@@ -1,9 +1,11 @@
 // Package disruption removes initialized nodes voluntarily, and safely.
 // Each Method says which claims it would disrupt and why: emptiness today;
 // consolidation, drift and expiration join the list. What every method
-// shares is here: the pool's budgets per reason, do-not-disrupt, and the
-// last check on live state after the node is tainted, so that a pod bound
-// meanwhile calls the disruption off. Draining and terminating the node
+// shares is here: the pool's budgets per reason, active within their
+// schedule windows (schedule.go); do-not-disrupt on the claim, its node or
+// a pod on it (donotdisrupt.go); and the last check on live state after
+// the node is tainted, so that a pod bound or annotated meanwhile calls
+// the disruption off. Draining and terminating the node
 // is the NodeClaim controller's termination step, once the claim is
 // deleted.
 package disruption
@@ -63,21 +65,31 @@ type Verdict struct {
 // Controller disrupts the claims its methods choose, within budgets.
 type Controller struct {
 	kube     client.Client
-	pods     kubernetes.Interface // live reads, not the cache
+	live     kubernetes.Interface // live reads, not the cache
 	recorder events.EventRecorder
+	now      func() time.Time
 	methods  []Method
 	budgets  budgets
+	blocked  blockedNotes
 }
 
 // New returns a Controller running the methods in order: the first that
-// chooses a claim disrupts it.
-func New(kube client.Client, pods kubernetes.Interface, recorder events.EventRecorder, methods ...Method) *Controller {
-	return &Controller{kube: kube, pods: pods, recorder: recorder, methods: methods}
+// chooses a claim disrupts it. now is the clock budget schedules are
+// read against.
+func New(kube client.Client, live kubernetes.Interface, recorder events.EventRecorder, now func() time.Time, methods ...Method) *Controller {
+	return &Controller{kube: kube, live: live, recorder: recorder, now: now, methods: methods}
 }
 
-// Reconcile disrupts an initialized claim when a method chooses it and
-// the pool's budget for that reason allows: it taints the node, asks the
-// method again on live state, marks the claim Disrupting and deletes it.
+// budgetWait is how long a claim a budget holds back waits before it is
+// asked about again, unless a budget's schedule window opens or closes
+// sooner: a budget frees up when another claim of the pool is gone, and
+// that claim's going does not requeue this one.
+const budgetWait = 10 * time.Second
+
+// Reconcile disrupts an initialized claim when a method chooses it, no
+// do-not-disrupt annotation holds it, and the pool's budget for that
+// reason allows: it taints the node, asks the method again on live state,
+// marks the claim Disrupting and deletes it.
 func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
@@ -96,38 +108,67 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 		if !equality.Semantic.DeepEqual(before, nc.Status.Conditions) {
 			return reconcile.Result{Requeue: true}, c.kube.Status().Update(ctx, nc)
 		}
-		if v.Disrupt {
-			return c.disrupt(ctx, nc, &pool, m, v)
+		if !v.Disrupt {
+			if v.RequeueAfter > 0 && (next == 0 || v.RequeueAfter < next) {
+				next = v.RequeueAfter
+			}
+			continue
 		}
-		if v.RequeueAfter > 0 && (next == 0 || v.RequeueAfter < next) {
-			next = v.RequeueAfter
+		// The annotation holds every method, so it is checked here, once
+		// a method has chosen the claim, rather than in each. Nothing to
+		// requeue for: the claim is reconciled when its node or a pod on
+		// it changes, which is how the annotation goes away.
+		held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
+		if err != nil {
+			return reconcile.Result{}, err
 		}
+		if held != "" {
+			c.noteBlocked(ctx, nc, m, held)
+			return reconcile.Result{}, nil
+		}
+		c.blocked.forget(nc.UID)
+		return c.disrupt(ctx, nc, &pool, m, v)
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
 func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m Method, v Verdict) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
-	allowed, err := c.budgets.reserve(ctx, c.kube, pool, nc, m.Reason())
+	now := c.now()
+	allowed, change, err := c.budgets.reserve(ctx, c.kube, pool, nc, m.Reason(), now)
 	if err != nil || !allowed {
 		if err == nil {
 			logger.V(2).Info("Disruption budget spent; waiting", "nodeClaim", klog.KObj(nc), "reason", m.Reason())
 		}
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
+		wait := budgetWait
+		if !change.IsZero() {
+			// A window opening or closing may change the answer: look
+			// then, if that is sooner (and not in a busy loop).
+			wait = min(wait, max(change.Sub(now), time.Second))
+		}
+		return reconcile.Result{RequeueAfter: wait}, err
 	}
-	// Taint first, then look again at live state: a pod bound meanwhile
-	// calls the disruption off, and none is bound after.
+	// Taint first, then look again at live state: a pod bound (or
+	// annotated do-not-disrupt) meanwhile calls the disruption off, and
+	// none is bound after.
 	if err := c.taint(ctx, nc.Status.NodeName); err != nil {
 		c.budgets.release(nc.UID)
 		return reconcile.Result{}, err
 	}
 	still, err := m.StillCandidate(ctx, nc)
-	if err != nil || !still {
+	held := ""
+	if err == nil && still {
+		held, err = c.heldBy(ctx, nc.Status.NodeName, liveHolders{c.live})
+	}
+	if err != nil || !still || held != "" {
 		c.budgets.release(nc.UID)
-		if err == nil {
+		switch {
+		case held != "":
+			c.noteBlocked(ctx, nc, m, held)
+		case err == nil:
 			logger.Info("Not disrupting node: it changed while being disrupted", "node", nc.Status.NodeName, "reason", m.Reason())
 		}
-		return reconcile.Result{Requeue: true}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+		return reconcile.Result{Requeue: held == ""}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
 	metrics.DisruptionDecisions.WithLabelValues(string(m.Reason()), "disrupted").Inc()
 	logger.Info("Disrupting node", "node", nc.Status.NodeName, "reason", m.Reason(), "why", v.Why)

@@ -56,8 +56,9 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
 	stamp(nc, poolHash, classHash)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"team": "web", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelNodePool: "p"}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
-	c := New(kube, kubefake.NewClientset(), events.NewFakeRecorder(10), NewDrift(kube, classes))
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	c := New(kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now, NewDrift(kube, classes))
 	return &driftWorld{kube: kube, c: c, pool: pool, class: class, nc: nc}
 }
 

@@ -45,7 +45,7 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 				Build()
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()
-			c := New(kube, live, events.NewFakeRecorder(10), NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))
+			c := New(kube, live, events.NewFakeRecorder(10), func() time.Time { return now }, NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))
 			get := func() *v1alpha1.NodeClaim {
 				var got v1alpha1.NodeClaim
 				if err := kube.Get(ctx, client.ObjectKeyFromObject(nc), &got); err != nil {

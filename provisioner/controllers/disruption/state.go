@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -124,9 +125,9 @@ func (s *state) cluster() *simulator.Cluster {
 	return s.sim
 }
 
-// budgetRoom is how many more of the pool's nodes may be disrupted now
+// budgetRoom is how many more of the pool's nodes may be disrupted at now
 // for Underutilized.
-func (s *state) budgetRoom(pool *v1alpha1.NodePool) int {
+func (s *state) budgetRoom(pool *v1alpha1.NodePool, now time.Time) int {
 	total, disrupting := 0, 0
 	for _, nc := range s.claims {
 		if nc.Spec.NodePool != pool.Name || nc.Status.NodeName == "" {
@@ -137,7 +138,8 @@ func (s *state) budgetRoom(pool *v1alpha1.NodePool) int {
 			disrupting++
 		}
 	}
-	return budgetAllowed(pool, Underutilized, total) - disrupting
+	allowed, _ := budgetAllowed(pool, Underutilized, total, now)
+	return allowed - disrupting
 }
 
 // pdbsRefuse says which PodDisruptionBudget would refuse evicting all of

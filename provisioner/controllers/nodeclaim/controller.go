@@ -1,7 +1,9 @@
 // Package nodeclaim runs a NodeClaim's life after the scheduler has
 // nominated pods to it: it closes the claim when the batch window ends,
 // launches its instance, adopts the node that registers, binds the
-// nominated pods to it, and terminates the instance when the claim goes.
+// nominated pods to it, and when the claim goes drains the node (within
+// the claim's terminationGracePeriod, if it has one) and terminates the
+// instance.
 package nodeclaim
 
 import (
@@ -96,7 +98,7 @@ type Controller struct {
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
 	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
 	now := func() time.Time { return c.now() }
-	c.disruption = disruption.New(kube, cs, recorder, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now), disruption.NewDrift(kube, cloud.NodeClasses()))
+	c.disruption = disruption.New(kube, cs, recorder, now, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now), disruption.NewDrift(kube, cloud.NodeClasses()))
 	return c
 }
 

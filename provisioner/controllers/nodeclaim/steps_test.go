@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -330,5 +332,109 @@ func TestLaunchStampsTheNodeClassHash(t *testing.T) {
 	}
 	if got.Status.Phase != v1alpha1.NodeClaimLaunched || got.Annotations[v1alpha1.AnnotationNodeClassHash] != want {
 		t.Errorf("phase %s, node class hash %q; want Launched, %q", got.Status.Phase, got.Annotations[v1alpha1.AnnotationNodeClassHash], want)
+	}
+}
+
+// TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut: pods
+// whose eviction a PDB refuses stay while the claim's
+// terminationGracePeriod (60s) has time left; each is deleted (not
+// evicted) once the deadline is no further off than its own grace period
+// (so a pod asking 40s goes at 20s, one asking 0s at 60s), with Events on
+// the pod and the claim; at the deadline the instance is terminated.
+// Without a terminationGracePeriod, the drain waits on the PDB.
+func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing.T) {
+	for _, tgp := range []*metav1.Duration{{Duration: time.Minute}, nil} {
+		name := "terminationGracePeriod 60s"
+		if tgp == nil {
+			name = "no terminationGracePeriod"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			nc := claim(v1alpha1.NodeClaimInitialized)
+			nc.Spec.TerminationGracePeriod = tgp
+			nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+			bound := func(name string, grace int64) *corev1.Pod {
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+					Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: &grace}}
+			}
+			quick, slow := bound("quick", 0), bound("slow", 40)
+			s := newSteps(t, nc, node, quick, slow)
+			live := kubefake.NewClientset(quick.DeepCopy(), slow.DeepCopy())
+			live.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() != "eviction" {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+			})
+			s.c.pods = live
+			recorder := events.NewFakeRecorder(20)
+			s.c.recorder = recorder
+			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
+			if err := s.kube.Delete(ctx, nc); err != nil {
+				t.Fatal(err)
+			}
+			deleted := s.get(t, nc).DeletionTimestamp.Time
+			deletes := func() map[string]int64 {
+				out := map[string]int64{}
+				for _, a := range live.Actions() {
+					if d, ok := a.(clienttesting.DeleteActionImpl); ok && d.GetResource().Resource == "pods" {
+						out[d.GetName()] = *d.GetDeleteOptions().GracePeriodSeconds
+					}
+				}
+				return out
+			}
+			terminated := func() bool {
+				_, err := s.cloud.Get(ctx, nc.Status.ProviderID)
+				return err != nil
+			}
+			step := func(after time.Duration) {
+				t.Helper()
+				s.now = deleted.Add(after)
+				if _, err := s.c.finalize(ctx, s.get(t, nc)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			step(10 * time.Second)
+			if got := deletes(); len(got) > 0 || terminated() {
+				t.Fatalf("10s into a 60s terminationGracePeriod: deleted %v, instance terminated %v", got, terminated())
+			}
+			if tgp == nil {
+				step(time.Hour)
+				if got := deletes(); len(got) > 0 || terminated() {
+					t.Errorf("without a terminationGracePeriod, an hour on: deleted %v, instance terminated %v; want the PDB to hold", got, terminated())
+				}
+				return
+			}
+			step(25 * time.Second)
+			if got := deletes(); len(got) != 1 || got["slow"] != 35 {
+				t.Fatalf("25s in: deleted %v; want only slow, with the 35s left as its grace", got)
+			}
+			if terminated() {
+				t.Fatal("the instance was terminated before the terminationGracePeriod passed")
+			}
+			step(60 * time.Second)
+			if got := deletes(); len(got) != 2 || got["quick"] != 0 {
+				t.Fatalf("60s in: deleted %v; want quick too, with its own grace of 0", got)
+			}
+			if !terminated() {
+				t.Error("the instance was not terminated once the terminationGracePeriod passed")
+			}
+			var onPod, onClaim int
+			for len(recorder.Events) > 0 {
+				e := <-recorder.Events
+				switch {
+				case !strings.Contains(e, ReasonTerminationGracePeriod):
+				case strings.Contains(e, "deleting the pod"):
+					onPod++
+				case strings.Contains(e, "deleted pod default/"):
+					onClaim++
+				}
+			}
+			if onPod != 2 || onClaim != 2 {
+				t.Errorf("%s Events: %d on pods, %d on the claim; want 2 and 2", ReasonTerminationGracePeriod, onPod, onClaim)
+			}
+		})
 	}
 }

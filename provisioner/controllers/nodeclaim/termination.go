@@ -62,9 +62,22 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	return reconcile.Result{}, nil
 }
 
+// ReasonTerminationGracePeriod is the Event on a pod, and on its claim,
+// when the pod is deleted because the claim's terminationGracePeriod is
+// running out.
+const ReasonTerminationGracePeriod = "TerminationGracePeriodPassed"
+
 // drain taints the claim's node nodeforge.dev/disrupted:NoSchedule and
 // evicts its pods (daemonset pods stay) through the Eviction API, so that
 // PodDisruptionBudgets hold. It returns a requeue while pods remain.
+//
+// A claim with a terminationGracePeriod drains for no longer than that
+// from its deletion (the deadline). A pod still there is deleted rather
+// than evicted, PDBs notwithstanding, once the deadline is no further off
+// than the pod's own terminationGracePeriodSeconds, so that its shutdown
+// ends by the deadline, not after it: a pod that needs 30s to stop is
+// deleted 30s before the deadline. At the deadline the drain is over,
+// whatever is still terminating, and the instance goes.
 func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	node, err := c.nodeOf(ctx, nc)
 	if err != nil || node == nil {
@@ -80,6 +93,8 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
 		return reconcile.Result{}, err
 	}
+	now := c.now()
+	deadline, capped := drainDeadline(nc)
 	remaining := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -88,6 +103,12 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 		}
 		remaining++
 		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if capped && !now.Before(deadline.Add(-podGrace(p))) {
+			if err := c.deleteForDeadline(ctx, nc, node, p, deadline.Sub(now)); err != nil {
+				return reconcile.Result{}, err
+			}
 			continue
 		}
 		err := c.pods.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
@@ -101,8 +122,57 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 			crashpoint.Hit(crashpoint.MidDrain)
 		}
 	}
-	if remaining > 0 {
-		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	if remaining == 0 {
+		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, nil
+	if capped && !now.Before(deadline) {
+		klog.FromContext(ctx).Info("Drain ended: terminationGracePeriod passed", "node", node.Name, "terminationGracePeriod", nc.Spec.TerminationGracePeriod.Duration, "podsTerminating", remaining)
+		return reconcile.Result{}, nil
+	}
+	wait := 2 * time.Second
+	if capped {
+		wait = min(wait, max(deadline.Sub(now), 100*time.Millisecond))
+	}
+	return reconcile.Result{RequeueAfter: wait}, nil
+}
+
+// drainDeadline is when the claim's drain must be over: its deletion plus
+// its terminationGracePeriod; false when it has none.
+func drainDeadline(nc *v1alpha1.NodeClaim) (time.Time, bool) {
+	if nc.Spec.TerminationGracePeriod == nil || nc.DeletionTimestamp.IsZero() {
+		return time.Time{}, false
+	}
+	return nc.DeletionTimestamp.Add(nc.Spec.TerminationGracePeriod.Duration), true
+}
+
+// podGrace is how long the pod asks to be given to stop; the API server
+// defaults it to 30s.
+func podGrace(p *corev1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds == nil {
+		return 30 * time.Second
+	}
+	return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+}
+
+// deleteForDeadline deletes p, bypassing its PDBs, with a grace period
+// that ends by the deadline (left from now): the pod's own, or what is
+// left of the drain if that is shorter, but at least a second unless the
+// pod asks for none, since a grace of zero removes the pod from the API
+// before its containers are stopped. The UID precondition spares a pod
+// recreated under the same name meanwhile.
+func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, left time.Duration) error {
+	grace := min(int64(podGrace(p)/time.Second), max(int64(left/time.Second), 1))
+	tgp := nc.Spec.TerminationGracePeriod.Duration
+	klog.FromContext(ctx).Info("Deleting pod: terminationGracePeriod passed", "pod", klog.KObj(p), "node", node.Name, "terminationGracePeriod", tgp, "gracePeriodSeconds", grace)
+	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or another pod by now
+	}
+	if err != nil {
+		return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	note := fmt.Sprintf("node %s: nodeclaim %s's terminationGracePeriod %s is running out; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, nc.Name, tgp, grace)
+	c.recordPod(p, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", note)
+	c.event(nc, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", fmt.Sprintf("deleted pod %s/%s: terminationGracePeriod %s is running out", p.Namespace, p.Name, tgp))
+	return nil
 }

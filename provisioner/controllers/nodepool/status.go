@@ -1,7 +1,8 @@
 // Package nodepool keeps NodePool status current: how many nodes the pool
 // has, the capacity they and the pool's launching claims add up to (the
-// figure spec.limits is checked against), and whether the pool is Ready,
-// which it is when its node class exists and is ready.
+// figure spec.limits is checked against), whether the pool is Ready,
+// which it is when its node class exists and is ready, and whether its
+// disruption budgets' schedules can be read (BudgetsValid).
 package nodepool
 
 import (
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,24 +25,36 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
 // ConditionReady is the NodePool condition that says it can launch.
 const ConditionReady = "Ready"
 
+// ConditionBudgetsValid is the NodePool condition that says every
+// disruption budget's schedule parses. When one does not, the message
+// names the budget and the parser's complaint, and the disruption
+// controller treats that budget as always active. A condition of its own
+// rather than Ready=False: the pool still launches nodes as it should,
+// and only its disruption is held back, more than its owner meant.
+const ConditionBudgetsValid = "BudgetsValid"
+
 // StatusController reconciles NodePool status.
 type StatusController struct {
 	client client.Client
 	// classes the provisioner's cloud provider launches from, by kind.
-	classes []cloudprovider.NodeClass
+	classes  []cloudprovider.NodeClass
+	recorder events.EventRecorder
 }
 
 // NewStatusController returns a StatusController using c, for pools whose
 // node classes are of a kind classes declares (the cloud provider's
-// NodeClasses); pools referring to another kind are not Ready.
-func NewStatusController(c client.Client, classes []cloudprovider.NodeClass) *StatusController {
-	return &StatusController{client: c, classes: classes}
+// NodeClasses); pools referring to another kind are not Ready. A pool
+// whose budgets turn invalid gets an Event through recorder (which may be
+// nil).
+func NewStatusController(c client.Client, classes []cloudprovider.NodeClass, recorder events.EventRecorder) *StatusController {
+	return &StatusController{client: c, classes: classes, recorder: recorder}
 }
 
 // SetupWithManager registers the controller: a pool is reconciled when it,
@@ -128,6 +142,21 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,
 	})
+	budgets := metav1.Condition{Type: ConditionBudgetsValid, Status: metav1.ConditionTrue, Reason: "SchedulesValid", ObservedGeneration: pool.Generation}
+	if err := disruption.ValidateSchedules(&pool); err != nil {
+		budgets.Status, budgets.Reason = metav1.ConditionFalse, "InvalidSchedule"
+		budgets.Message = err.Error() + "; such a budget applies at all times until its schedule is fixed"
+	}
+	// The Event goes with the change of condition, not every reconcile:
+	// pools are reconciled on every change to their nodes and claims.
+	if before := meta.FindStatusCondition(pool.Status.Conditions, ConditionBudgetsValid); budgets.Status == metav1.ConditionFalse &&
+		(before == nil || before.Status != budgets.Status || before.Message != budgets.Message) {
+		klog.FromContext(ctx).Info("Disruption budget schedule cannot be parsed; the budget applies at all times", "nodePool", klog.KObj(&pool), "err", budgets.Message)
+		if c.recorder != nil {
+			c.recorder.Eventf(&pool, nil, corev1.EventTypeWarning, "InvalidSchedule", "ValidateBudgets", "%s", budgets.Message)
+		}
+	}
+	meta.SetStatusCondition(&status.Conditions, budgets)
 	if equality.Semantic.DeepEqual(status, &pool.Status) {
 		return reconcile.Result{}, nil
 	}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -67,7 +70,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 			if tc.notReady != "" {
 				cloud.SetNodeClassReady("default", false, tc.notReady)
 			}
-			c := NewStatusController(kube, cloud.NodeClasses())
+			c := NewStatusController(kube, cloud.NodeClasses(), nil)
 			if _, err := c.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -99,9 +102,69 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 		poolWithClass("other-name", simulatedClass("b")),
 		poolWithClass("other-kind", v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "a"}),
 	).Build()
-	c := NewStatusController(kube, fake.New().NodeClasses())
+	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
 	got := c.poolsOfClass("SimulatedNodeClass")(context.Background(), &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	if len(got) != 1 || got[0].Name != "uses-it" {
 		t.Errorf("pools enqueued for SimulatedNodeClass a = %v, want only uses-it", got)
+	}
+}
+
+// TestBadBudgetScheduleIsReportedOnThePool: a budget schedule the cron
+// parser refuses makes BudgetsValid False with a message naming the
+// budget, records one Warning Event however often the pool is
+// reconciled, and leaves Ready alone; fixing it makes BudgetsValid True.
+func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	np := poolWithClass("pool", simulatedClass("default"))
+	np.Spec.Disruption.Budgets = []v1alpha1.Budget{
+		{Nodes: "10%"},
+		{Nodes: "0", Schedule: ptr.To("0 25 * * *"), Duration: &metav1.Duration{Duration: time.Hour}},
+	}
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	recorder := events.NewFakeRecorder(10)
+	c := NewStatusController(kube, fake.New().NodeClasses(), recorder)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}
+	get := func() *v1alpha1.NodePool {
+		var got v1alpha1.NodePool
+		if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	for range 3 {
+		if _, err := c.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := get()
+	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionBudgetsValid)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "InvalidSchedule" ||
+		!strings.Contains(cond.Message, `budgets[1] schedule "0 25 * * *"`) || !strings.Contains(cond.Message, "above maximum") {
+		t.Errorf("BudgetsValid = %+v; want False, InvalidSchedule, naming budgets[1] and the parse error", cond)
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v; a bad budget schedule should not make the pool unready", ready)
+	}
+	if n := len(recorder.Events); n != 1 {
+		t.Errorf("%d Events after three reconciles; want 1", n)
+	} else if e := <-recorder.Events; !strings.HasPrefix(e, "Warning InvalidSchedule") {
+		t.Errorf("Event %q; want a Warning InvalidSchedule", e)
+	}
+	got.Spec.Disruption.Budgets[1].Schedule = ptr.To("0 23 * * *")
+	if err := kube.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(get().Status.Conditions, ConditionBudgetsValid); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("BudgetsValid after the fix = %+v; want True", cond)
 	}
 }
