@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,26 +29,18 @@ import (
 // after consolidateAfter.
 func consolidatingPool(t *testing.T, kube client.Client, name, consolidateAfter string) *v1alpha1.NodePool {
 	t.Helper()
-	ctx := context.Background()
-	var def v1alpha1.NodePool
-	poll(t, "the sandbox's default NodePool", func() (bool, error) {
-		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	return poolFromDefault(t, kube, name, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption = v1alpha1.Disruption{
+			ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+			ConsolidateAfter:    v1alpha1.NillableDuration(consolidateAfter),
+			Budgets:             []v1alpha1.Budget{{Nodes: "100%"}},
+		}
 	})
-	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *def.Spec.DeepCopy()}
-	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
-	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-		{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
-		{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-	}
-	np.Spec.Disruption = v1alpha1.Disruption{
-		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
-		ConsolidateAfter:    v1alpha1.NillableDuration(consolidateAfter),
-		Budgets:             []v1alpha1.Budget{{Nodes: "100%"}},
-	}
-	if err := kube.Create(ctx, np); err != nil {
-		t.Fatal(err)
-	}
-	return np
 }
 
 // deployment of n 1-cpu pods for the pool, through nodeforge-scheduler.
@@ -66,6 +59,26 @@ func deployment(name, pool string, n int32, edit ...func(*corev1.PodSpec)) *apps
 		Replicas: ptr.To(n), Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 	}}
+}
+
+// scaleTo sets the replicas of Deployment default/name.
+func scaleTo(t *testing.T, cs kubernetes.Interface, name string, replicas int32) {
+	t.Helper()
+	ctx := context.Background()
+	// The Deployment controller writes the object too: read and write
+	// again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = replicas
+		_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, name, scale, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // poolNodes counts the pool's nodes that are not being removed.
@@ -141,14 +154,7 @@ func TestConsolidationShrinksTheFleet(t *testing.T) {
 		t.Fatalf("10 one-cpu pods on %d c7.xlarge nodes (err %v), want at least 4", n, err)
 	}
 	stop := watchPDB(ctx, cs, "shrinking", 2)
-	scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, "shrinking", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 3
-	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "shrinking", scale, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	scaleTo(t, cs, "shrinking", 3)
 	scaled := time.Now()
 	poll(t, "the 3 pods Running on one node, the pool's only one", func() (bool, error) {
 		n, err := poolNodes(ctx, cs, "shrinking")
@@ -210,14 +216,7 @@ func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
 		n, err := runningPods(ctx, cs, "app=racing")
 		return n == 4, err
 	})
-	scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, "racing", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 3
-	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "racing", scale, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	scaleTo(t, cs, "racing", 3)
 	var chosen string
 	poll(t, "consolidation to choose a node and pause", func() (bool, error) {
 		b, err := os.ReadFile(pauseFile)

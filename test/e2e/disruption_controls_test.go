@@ -33,21 +33,14 @@ import (
 // team=name and expire after 30s; consolidation is off.
 func expiringPool(t *testing.T, kube client.Client, name string, edit func(*v1alpha1.NodePool)) {
 	t.Helper()
-	ctx := context.Background()
-	var def v1alpha1.NodePool
-	poll(t, "the sandbox's default NodePool", func() (bool, error) {
-		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	poolFromDefault(t, kube, name, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
+		np.Spec.Template.Spec.ExpireAfter = "30s"
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+		if edit != nil {
+			edit(np)
+		}
 	})
-	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *def.Spec.DeepCopy()}
-	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
-	np.Spec.Template.Spec.ExpireAfter = "30s"
-	np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
-	if edit != nil {
-		edit(np)
-	}
-	if err := kube.Create(ctx, np); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // barePod is a pod for the pool named team, stopping at once when deleted.

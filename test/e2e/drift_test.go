@@ -29,26 +29,18 @@ import (
 // its own, never emptied by consolidation.
 func driftPool(t *testing.T, kube client.Client, name, class string) *v1alpha1.NodePool {
 	t.Helper()
-	ctx := context.Background()
-	var def v1alpha1.NodePool
-	poll(t, "the sandbox's default NodePool", func() (bool, error) {
-		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	return poolFromDefault(t, kube, name, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"generation": "1"}
+		np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "team-" + name}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.large"}},
+		}
+		if class != "" {
+			np.Spec.Template.Spec.NodeClassRef.Name = class
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1", Reasons: []v1alpha1.DisruptionReason{"Drifted"}}}
 	})
-	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *def.Spec.DeepCopy()}
-	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"generation": "1"}
-	np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "team-" + name}
-	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-		{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.large"}},
-	}
-	if class != "" {
-		np.Spec.Template.Spec.NodeClassRef.Name = class
-	}
-	np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
-	np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1", Reasons: []v1alpha1.DisruptionReason{"Drifted"}}}
-	if err := kube.Create(ctx, np); err != nil {
-		t.Fatal(err)
-	}
-	return np
 }
 
 // driftWorkload runs replicas pods of 1.2 CPU (two do not fit a

@@ -13,16 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // benchPrice is the hourly price of the benchmark's one instance type
@@ -96,27 +93,13 @@ func BenchmarkConsolidate(b *testing.B) {
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{
 		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "0s", Budgets: []v1alpha1.Budget{{Nodes: "10%"}}}}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
-	cfg, err := latest.Default()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cs := kubefake.NewClientset()
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
+	sched := newScheduler(ctx, b)
 	k := NewConsolidation(New(kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)
 	k.Timeout = time.Minute
 
 	b.ResetTimer()
 	var d *decision
+	var err error
 	for b.Loop() {
 		if d, err = k.decision(ctx); err != nil {
 			b.Fatal(err)

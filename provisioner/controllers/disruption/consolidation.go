@@ -469,10 +469,16 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, err
 			if !OwnedByDaemonSet(p) && !isMirror(p) && !decided[p.UID] {
 				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil
 			}
+			if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+				return fmt.Sprintf("pod %s was annotated %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt), nil
+			}
 		}
 		node := s.nodes[c.node.Name]
 		if node == nil {
 			return "node " + c.node.Name + " is gone", nil
+		}
+		if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+			return "node " + c.node.Name + " was annotated " + v1alpha1.AnnotationDoNotDisrupt + "=true", nil
 		}
 		cp := *c
 		cp.node = node

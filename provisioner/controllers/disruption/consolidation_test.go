@@ -89,22 +89,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	if len(f.live) > 0 {
 		live = build(append(append([]client.Object{}, f.objs...), f.live...))
 	}
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := kubefake.NewClientset()
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], nil, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
+	sched := newScheduler(ctx, t)
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
 	clock := func() time.Time { return now }
@@ -151,6 +136,28 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 		evs = append(evs, <-rec.Events)
 	}
 	return disrupted, evs
+}
+
+// newScheduler is the simulator with kube-scheduler's default profile.
+func newScheduler(ctx context.Context, tb testing.TB) *simulator.Scheduler {
+	tb.Helper()
+	cfg, err := latest.Default()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cs := kubefake.NewClientset()
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	opts, err := simulator.SharedState(ctx, cs, inf)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	return sched
 }
 
 func countClaims(objs []client.Object) int {

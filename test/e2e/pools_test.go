@@ -1,0 +1,31 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// poolFromDefault creates a NodePool named name: a copy of the sandbox's
+// default pool (its node class, consolidationPolicy WhenEmpty) with
+// edit's changes.
+func poolFromDefault(t *testing.T, kube client.Client, name string, edit func(*v1alpha1.NodePool)) *v1alpha1.NodePool {
+	t.Helper()
+	ctx := context.Background()
+	var def v1alpha1.NodePool
+	poll(t, "the sandbox's default NodePool", func() (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	})
+	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: *def.Spec.DeepCopy()}
+	if edit != nil {
+		edit(np)
+	}
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	return np
+}
