@@ -287,11 +287,14 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			hi = mid - 1
 		}
 	}
-	placed := map[types.UID]string{}
-	if _, _, ok := k.place(ctx, s, multi[:best], k.sched.Place, placed); best >= 2 && ok {
-		d := &decision{nodes: multi[:best], placed: placed}
-		d.why = fmt.Sprintf("the pods of %d nodes fit on the other nodes, saves $%.4f/h", best, d.savings())
-		return d
+	// The search placed pods first-fit; the prefix found is simulated in
+	// full (Filter and Score) before it is a decision.
+	if placed := map[types.UID]string{}; best >= 2 {
+		if _, _, ok := k.place(ctx, s, multi[:best], k.sched.Place, placed); ok {
+			d := &decision{nodes: multi[:best], placed: placed}
+			d.why = fmt.Sprintf("the pods of %d nodes fit on the other nodes, saves $%.4f/h", best, d.savings())
+			return d
+		}
 	}
 	for _, c := range cands {
 		if room[c.pool.Name] <= 0 {
