@@ -181,6 +181,7 @@ func run(args []string) error {
 	if err := claims.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
+	claims.Disruption().SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched))
 	consolidation := disruption.NewConsolidation(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
 	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.consolidationPause
 	if err := mgr.Add(consolidation); err != nil {

@@ -15,11 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	v1helper "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/controller/daemon/util"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +24,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // startSync connects the plugin to the API server: it watches NodePools,
@@ -125,26 +123,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 			logger.Error(err, "Listing daemonsets; sizing the node without their pods", "node", node.Name)
 			return nil
 		}
-		var out []*v1.Pod
-		for _, ds := range dss {
-			pod := &v1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: ds.Spec.Template.Spec}
-			pod.Namespace = ds.Namespace
-			pod.Name = ds.Name + "-daemon"
-			pod.UID = types.UID("daemonset-" + string(ds.UID))
-			// The DaemonSet controller adds these tolerations and pins the
-			// pod to the node; the node's taints and labels decide the rest.
-			util.AddOrUpdateDaemonPodTolerations(&pod.Spec)
-			if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
-				continue
-			}
-			if _, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.TODO(), node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
-				return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
-			}, false); untolerated {
-				continue
-			}
-			out = append(out, pod)
-		}
-		return out
+		return simulator.DaemonSetPods(dss, node)
 	}
 
 	go func() {

@@ -47,6 +47,19 @@ const (
 	// by the provisioner at launch; the claim is drifted once the class's
 	// differs.
 	AnnotationNodeClassHash = Group + "/nodeclass-hash"
+	// AnnotationReplacement on a NodeClaim being disrupted names the claim
+	// launched to take its pods; the node is drained once that claim is
+	// Initialized. It is written before the replacement is created, so a
+	// provisioner that restarts in between finds what it was doing.
+	AnnotationReplacement = Group + "/replacement"
+	// AnnotationReplaces on a replacement NodeClaim names the claim it
+	// replaces. The provisioner launches it with no nominated pods, and
+	// does not disrupt it while that claim is still there.
+	AnnotationReplaces = Group + "/replaces"
+	// AnnotationDisruption on a claim waiting for its replacement is the
+	// reason it is disrupted and why, "Drifted: NodePool a template
+	// changed", for the Event and log line when its node is drained.
+	AnnotationDisruption = Group + "/disruption"
 )
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one

@@ -37,7 +37,7 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 	if err := kube.List(ctx, &claims); err != nil {
 		return false, time.Time{}, err
 	}
-	total, disrupting := 0, 0
+	total, n := 0, 0
 	seen := map[types.UID]bool{}
 	for _, c := range claims.Items {
 		if c.Spec.NodePool != pool.Name || c.Status.NodeName == "" {
@@ -46,11 +46,11 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 		seen[c.UID] = true
 		total++
 		switch {
-		case c.Status.Phase == v1alpha1.NodeClaimDisrupting || !c.DeletionTimestamp.IsZero():
-			disrupting++
+		case isDisrupting(&c):
+			n++
 			delete(b.pending, c.UID) // the cache has caught up
 		case b.pending[c.UID] != "" && c.UID != nc.UID:
-			disrupting++
+			n++
 		}
 	}
 	for uid, p := range b.pending {
@@ -59,11 +59,18 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 		}
 	}
 	allowed, change := budgetAllowed(pool, reason, total, now)
-	if disrupting >= allowed {
+	if n >= allowed {
 		return false, change, nil
 	}
 	b.pending[nc.UID] = pool.Name
 	return true, change, nil
+}
+
+// isDisrupting: the claim counts against its pool's budgets, being
+// deleted, marked Disrupting, or waiting for its replacement before its
+// node is drained.
+func isDisrupting(nc *v1alpha1.NodeClaim) bool {
+	return nc.Status.Phase == v1alpha1.NodeClaimDisrupting || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != ""
 }
 
 // release forgets a decision that was not carried out.

@@ -132,6 +132,8 @@ type decision struct {
 	why   string
 	// placed: where the scheduler would put each of their pods.
 	placed map[types.UID]string
+	// replacement, for one node whose pods need a cheaper new node.
+	replacement *replacement
 }
 
 func (d *decision) names() []string {
@@ -296,6 +298,11 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			return d
 		}
 	}
+	// Then any single node: deleted if its pods fit elsewhere, else
+	// replaced by a cheaper node if one holds them; a deletion anywhere
+	// saves more than a replacement, so all are tried first.
+	var keep []*candidate
+	var nofit []string
 	for _, c := range cands {
 		if room[c.pool.Name] <= 0 {
 			continue
@@ -313,9 +320,52 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			delete(k.blocked, c.claim.UID)
 			return &decision{nodes: []*candidate{c}, placed: placed, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
 		}
-		k.unconsolidatable(ctx, c.claim, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), sayWhy(st)))
+		keep = append(keep, c)
+		nofit = append(nofit, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), sayWhy(st)))
+	}
+	for i, c := range keep {
+		if k.c.replacer == nil || c.price == 0 {
+			k.unconsolidatable(ctx, c.claim, nofit[i])
+			continue
+		}
+		if k.now().After(deadline) {
+			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
+			return nil
+		}
+		rep, why, err := k.c.replacer.plan(ctx, s, c, cheaperThan(c))
+		if err == nil && rep != nil {
+			why = tooFewSpotOptions(rep)
+		}
+		switch {
+		case err != nil:
+			klog.FromContext(ctx).V(2).Info("Planning a replacement failed", "node", c.node.Name, "err", err)
+		case rep != nil && why == "":
+			delete(k.blocked, c.claim.UID)
+			return &decision{nodes: []*candidate{c}, placed: placedByUID(c.pods, rep.placed), replacement: rep,
+				why: replacingWhy(c, rep)}
+		case rep == nil && why == "":
+			// Fits after all, placed as the scheduler scores: the
+			// deletion is found next round.
+		default:
+			k.unconsolidatable(ctx, c.claim, nofit[i]+"; and no cheaper node holds its pods: "+why)
+		}
 	}
 	return nil
+}
+
+// replacingWhy: "replacing c7.2xlarge spot in zone-a ($0.1700/h) with
+// c7.large spot in zone-a ($0.0500/h), saves $0.1200/h".
+func replacingWhy(c *candidate, rep *replacement) string {
+	return fmt.Sprintf("replacing %s with %s, saves $%.4f/h", c.offer, rep.offer, c.price-rep.price)
+}
+
+// placedByUID keys a plan's placements (namespace/name) by pod UID.
+func placedByUID(pods []*corev1.Pod, placed map[string]string) map[types.UID]string {
+	out := make(map[types.UID]string, len(pods))
+	for _, p := range pods {
+		out[p.UID] = placed[p.Namespace+"/"+p.Name]
+	}
+	return out
 }
 
 // simulate places the pods of cands, in queue order, on the cluster
@@ -435,8 +485,20 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 		return callOff("", ctx.Err())
 	case <-time.After(k.Pause):
 	}
-	if why, err := k.stillFits(ctx, d); err != nil || why != "" {
+	why, rep, err := k.stillFits(ctx, d)
+	if err != nil || why != "" {
 		return callOff(why, err)
+	}
+	if rep != nil {
+		// Planned again on the API server's state: the offer may differ.
+		c := d.nodes[0]
+		why := replacingWhy(c, rep)
+		logger.Info("Consolidating node by replacement", "reason", Underutilized, "node", c.node.Name, "why", why)
+		metrics.DisruptionSavings.WithLabelValues(c.pool.Name, string(Underutilized)).Add(c.price - rep.price)
+		if _, err := k.c.startReplacement(ctx, c.claim, rep, Underutilized, why); err != nil {
+			return callOff("", err)
+		}
+		return nil
 	}
 	logger.Info("Disrupting nodes", "reason", Underutilized, "nodes", d.names(), "why", d.why)
 	metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "disrupted").Inc()
@@ -456,11 +518,13 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 
 // stillFits looks at the API server's state, not the cache: the decided
 // nodes run exactly the pods decided on (none bound or nominated since),
-// and those pods still all fit on the rest of the cluster as it is now.
-func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, error) {
+// and those pods still all fit on the rest of the cluster as it is now,
+// or, for a replacement, on the rest and a cheaper new node (which it
+// returns, planned again on this state).
+func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *replacement, error) {
 	s, err := observe(ctx, k.live)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var fresh []*candidate
 	for _, c := range d.nodes {
@@ -470,32 +534,46 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, err
 		}
 		for _, p := range s.onNode[c.node.Name] {
 			if !OwnedByDaemonSet(p) && !isMirror(p) && !decided[p.UID] {
-				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil
+				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil, nil
 			}
 			if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-				return fmt.Sprintf("pod %s was annotated %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt), nil
+				return fmt.Sprintf("pod %s was annotated %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt), nil, nil
 			}
 		}
 		node := s.nodes[c.node.Name]
 		if node == nil {
-			return "node " + c.node.Name + " is gone", nil
+			return "node " + c.node.Name + " is gone", nil, nil
 		}
 		if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			return "node " + c.node.Name + " was annotated " + v1alpha1.AnnotationDoNotDisrupt + "=true", nil
+			return "node " + c.node.Name + " was annotated " + v1alpha1.AnnotationDoNotDisrupt + "=true", nil, nil
 		}
 		cp := *c
 		cp.node = node
 		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return OwnedByDaemonSet(p) || isMirror(p) })
 		if why := s.pdbsRefuse(cp.pods); why != "" {
-			return why, nil
+			return why, nil, nil
 		}
 		slices.SortStableFunc(cp.pods, queueOrder)
 		fresh = append(fresh, &cp)
 	}
-	if pod, st, ok := k.simulate(ctx, s, fresh); !ok {
-		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), sayWhy(st)), nil
+	if d.replacement != nil {
+		rep, why, err := k.c.replacer.plan(ctx, s, fresh[0], cheaperThan(fresh[0]))
+		if err == nil && rep != nil {
+			why = tooFewSpotOptions(rep)
+		}
+		if err != nil || why != "" {
+			return cmp.Or(why, "no replacement"), nil, err
+		}
+		if rep == nil {
+			// Every pod fits elsewhere now: deleting is cheaper still.
+			return "", nil, nil
+		}
+		return "", rep, nil
 	}
-	return "", nil
+	if pod, st, ok := k.simulate(ctx, s, fresh); !ok {
+		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), sayWhy(st)), nil, nil
+	}
+	return "", nil, nil
 }
 
 // fingerprint names a node's pods, to tell when a pod came or went.

@@ -71,7 +71,12 @@ type Controller struct {
 	methods  []Method
 	budgets  budgets
 	blocked  blockedNotes
+	replacer *Replacer // nil: nodes are drained with no replacement first
 }
+
+// SetReplacer makes the controller launch replacement capacity before it
+// drains a node whose pods need it.
+func (c *Controller) SetReplacer(r *Replacer) { c.replacer = r }
 
 // New returns a Controller running the methods in order: the first that
 // chooses a claim disrupts it. now is the clock budget schedules are
@@ -95,8 +100,14 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	if name := nc.Annotations[v1alpha1.AnnotationReplacement]; name != "" {
+		return c.awaitReplacement(ctx, nc, name)
+	}
 	if nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
 		return reconcile.Result{}, nil
+	}
+	if replacing, err := c.replacing(ctx, nc); err != nil || replacing {
+		return reconcile.Result{RequeueAfter: budgetWait}, err
 	}
 	var next time.Duration
 	for _, m := range c.methods {
@@ -169,6 +180,22 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 			logger.Info("Not disrupting node: it changed while being disrupted", "node", nc.Status.NodeName, "reason", m.Reason())
 		}
 		return reconcile.Result{Requeue: held == ""}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+	}
+	if c.replacer != nil && m.Reason() != "Empty" {
+		rep, why, err := c.replacer.forClaim(ctx, nc, pool)
+		if err != nil {
+			c.budgets.release(nc.UID)
+			return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+		}
+		if rep != nil {
+			return c.startReplacement(ctx, nc, rep, m.Reason(), v.Why)
+		}
+		if why != "" {
+			// Not held back for want of a replacement: an expired node
+			// goes all the same, and its pods are provisioned for as
+			// they go pending.
+			logger.Info("No replacement holds the node's pods; draining it without one", "node", nc.Status.NodeName, "reason", m.Reason(), "why", why)
+		}
 	}
 	metrics.DisruptionDecisions.WithLabelValues(string(m.Reason()), "disrupted").Inc()
 	logger.Info("Disrupting node", "node", nc.Status.NodeName, "reason", m.Reason(), "why", v.Why)

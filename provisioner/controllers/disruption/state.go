@@ -80,8 +80,9 @@ func observe(ctx context.Context, r client.Reader) (*state, error) {
 }
 
 // unsettled says why the cluster is changing too much to consolidate:
-// claims being provisioned (their pods' nodes are not known yet) or
-// nodes being drained (their pods are about to take room elsewhere).
+// claims being provisioned (their pods' nodes are not known yet), nodes
+// waiting for their replacement, or nodes being drained (their pods are
+// about to take room elsewhere).
 func (s *state) unsettled() string {
 	for _, nc := range s.claims {
 		switch {
@@ -89,6 +90,8 @@ func (s *state) unsettled() string {
 			if len(s.onNode[nc.Status.NodeName]) > 0 && slices.ContainsFunc(s.onNode[nc.Status.NodeName], func(p *corev1.Pod) bool { return !OwnedByDaemonSet(p) }) {
 				return fmt.Sprintf("node %s is being drained", nc.Status.NodeName)
 			}
+		case nc.Annotations[v1alpha1.AnnotationReplacement] != "":
+			return fmt.Sprintf("node %s is waiting for its replacement %s", nc.Status.NodeName, nc.Annotations[v1alpha1.AnnotationReplacement])
 		case nc.Status.Phase != v1alpha1.NodeClaimInitialized:
 			return fmt.Sprintf("NodeClaim %s is %s", nc.Name, cmp.Or(string(nc.Status.Phase), "new"))
 		}
@@ -134,7 +137,7 @@ func (s *state) budgetRoom(pool *v1alpha1.NodePool, now time.Time) int {
 			continue
 		}
 		total++
-		if nc.Status.Phase == v1alpha1.NodeClaimDisrupting || !nc.DeletionTimestamp.IsZero() {
+		if isDisrupting(nc) {
 			disrupting++
 		}
 	}

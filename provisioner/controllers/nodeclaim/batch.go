@@ -44,20 +44,23 @@ func bindOrder(a, b corev1.Pod) int {
 // status update carries the resourceVersion read, so a nomination the
 // scheduler writes meanwhile makes it fail and the window is judged again.
 func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	// A replacement for a node being disrupted has no nominated pods:
+	// the pods come when that node is drained, once this one is up.
+	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != ""
 	now := c.now()
 	last := nc.CreationTimestamp.Time
 	if nc.Status.LastNominationTime != nil {
 		last = nc.Status.LastNominationTime.Time
 	}
 	idle, open := now.Sub(last), now.Sub(nc.CreationTimestamp.Time)
-	if idle < c.opts.BatchIdle && open < c.opts.BatchMax {
+	if idle < c.opts.BatchIdle && open < c.opts.BatchMax && !replacement {
 		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
 	}
 	pods, err := c.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if len(pods) == 0 {
+	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
 		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
@@ -73,6 +76,10 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
+	if replacement {
+		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+	} else {
+		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
+	}
 	return reconcile.Result{Requeue: true}, nil
 }

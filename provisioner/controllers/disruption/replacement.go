@@ -1,0 +1,455 @@
+package disruption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// Replacement capacity is launched before a node is drained, when the
+// node's pods need it: the pods of a node being disrupted are placed
+// first on the rest of the cluster, as the scheduler would place them
+// (simulator.Scheduler); when some fit nowhere, a new NodeClaim of the
+// pool's current template is made for them, and the node is drained only
+// once that claim is Initialized. The old claim names its replacement
+// (AnnotationReplacement) before the replacement is created, so a
+// provisioner restarted in between picks up where it was: a replacement
+// it cannot find is given up, and the node keeps running.
+//
+// Which new node: for each zone, capacity type and architecture the pool
+// offers, the cheapest instance type that holds the pods that fit
+// nowhere, with the daemonsets that would run there, is tried by placing
+// every pod of the old node on the cluster with that node added. The
+// cheapest that takes them all wins; the claim carries, as options, every
+// instance type of that zone and capacity type that holds what was placed
+// on it, so that the launch can fall back when the cheapest has no
+// capacity.
+
+// MinSpotOptions is how many instance types a spot replacement made to
+// save money must be able to launch as, each cheaper than the node it
+// replaces; with fewer, consolidation keeps the spot node. A replacement
+// that could only become the one or two cheapest spot types would chase
+// the offering most likely to be interrupted next, and be replaced again
+// when it is. Karpenter applies the same rule with the same number (its
+// documentation on spot-to-spot consolidation).
+const MinSpotOptions = 15
+
+// maxReplacementTries bounds the full simulations one replacement plan
+// runs: one per zone, capacity type and architecture, cheapest first.
+const maxReplacementTries = 8
+
+// replacementWait is how often a claim waiting for its replacement looks
+// at it; the replacement's progress does not enqueue the old claim.
+const replacementWait = 2 * time.Second
+
+// replacementRetry is how long a node whose replacement failed keeps
+// running before its method may choose it again.
+const replacementRetry = time.Minute
+
+// Replacer plans replacement capacity with the scheduler's own plugins.
+type Replacer struct {
+	cache client.Reader
+	live  client.Reader // the API server, for a replacement not yet in the cache
+	sched *simulator.Scheduler
+}
+
+// NewReplacer returns a Replacer that reads the cluster from cache and
+// places pods with sched.
+func NewReplacer(cache, live client.Reader, sched *simulator.Scheduler) *Replacer {
+	return &Replacer{cache: cache, live: live, sched: sched}
+}
+
+// replacement is a NodeClaim to launch for the pods of a node that goes.
+type replacement struct {
+	claim *v1alpha1.NodeClaim
+	// offer is the cheapest option, for Events: "c7.large spot in zone-a ($0.0500/h)".
+	offer   string
+	price   float64
+	options int
+	// placed: where the scheduler would put each pod of the old node,
+	// the replacement's name for those it takes.
+	placed map[string]string
+}
+
+// describe: "nodeclaim p-x2k9f (3 instance type options)".
+func (r *replacement) describe() string {
+	options := "options"
+	if r.options == 1 {
+		options = "option"
+	}
+	return fmt.Sprintf("nodeclaim %s (%d instance type %s)", r.claim.Name, r.options, options)
+}
+
+// offerFilter says whether an offer may be the replacement's.
+type offerFilter func(nodeshape.Offer) bool
+
+// plan decides whether c's pods need a replacement and, if so, which. It
+// returns nil, "" when they all fit on the rest of the cluster; nil and
+// why not when no offer of the pool (that accept allows) takes them.
+func (r *Replacer) plan(ctx context.Context, s *state, c *candidate, accept offerFilter) (*replacement, string, error) {
+	view := s.cluster().Without(c.node.Name)
+	var need []*corev1.Pod
+	for _, p := range c.pods {
+		if _, st := r.sched.Place(ctx, view, p); !st.IsSuccess() {
+			need = append(need, p)
+		}
+	}
+	if len(need) == 0 {
+		return nil, "", nil
+	}
+	template := nodeshape.ForPool(c.pool)
+	types, err := catalog.InstanceTypesOf(ctx, r.cache, c.pool.Name)
+	if err != nil {
+		return nil, "", err
+	}
+	offers, err := nodeshape.Offers(template, types, c.pool.Spec.Template.Spec.Requirements)
+	if err != nil {
+		return nil, "", err
+	}
+	if accept != nil {
+		offers = slices.DeleteFunc(offers, func(o nodeshape.Offer) bool { return !accept(o) })
+	}
+	dss, err := r.daemonSets(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	name := newReplacementName(c.pool.Name)
+	// The cheapest offer of each group that holds what fits nowhere else.
+	tried := map[string]bool{}
+	var why string
+	for _, o := range offers {
+		group := groupOf(o)
+		if tried[group] {
+			continue
+		}
+		node := template.Node(name, &o.InstanceType, o.Zone, o.CapacityType)
+		ds := simulator.DaemonSetPods(dss, node)
+		if !holds(node, slices.Concat(ds, need)) {
+			continue
+		}
+		tried[group] = true
+		if len(tried) > maxReplacementTries {
+			break
+		}
+		view := s.cluster().Without(c.node.Name)
+		view.Add(node)
+		for _, p := range ds {
+			if err := view.Bind(p, name); err != nil {
+				return nil, "", err
+			}
+		}
+		placed := map[string]string{}
+		var onNew []*corev1.Pod
+		fits := true
+		for _, p := range c.pods {
+			to, st := r.sched.Place(ctx, view, p)
+			if !st.IsSuccess() {
+				fits = false
+				why = fmt.Sprintf("pod %s fits neither elsewhere nor on a new %s in %s: %s", klog.KObj(p), o.InstanceType.Name, o.Zone, sayWhy(st))
+				break
+			}
+			placed[p.Namespace+"/"+p.Name] = to
+			if to == name {
+				onNew = append(onNew, p)
+			}
+		}
+		if !fits {
+			continue
+		}
+		if len(onNew) == 0 {
+			// Scored elsewhere once the first pass had placed others:
+			// every pod fits without the new node after all.
+			return nil, "", nil
+		}
+		rep := r.claimFor(c, template, name, o, offers, slices.Concat(ds, onNew))
+		rep.placed = placed
+		return rep, "", nil
+	}
+	if why == "" {
+		why = fmt.Sprintf("no instance type of nodepool %s holds pod %s with the daemonsets that would run beside it", c.pool.Name, klog.KObj(need[0]))
+	}
+	return nil, why, nil
+}
+
+func groupOf(o nodeshape.Offer) string {
+	return o.Zone + "/" + o.CapacityType + "/" + o.InstanceType.Labels[corev1.LabelArchStable]
+}
+
+// holds reports whether node's allocatable holds pods' requests and the
+// node affinity of each (a node's labels depend on its instance type).
+func holds(node *corev1.Node, pods []*corev1.Pod) bool {
+	ni := framework.NewNodeInfo(pods...)
+	if !nodeshape.Fits(framework.NewResource(node.Status.Allocatable), ni.Requested, len(pods)) {
+		return false
+	}
+	for _, p := range pods {
+		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(p).Match(node); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// claimFor is the replacement claim: the pool's template as it is now,
+// the options of chosen's group that hold pods, cheapest first.
+func (r *Replacer) claimFor(c *candidate, t nodeshape.Template, name string, chosen nodeshape.Offer, offers []nodeshape.Offer, pods []*corev1.Pod) *replacement {
+	var names []string
+	for _, o := range offers {
+		if groupOf(o) != groupOf(chosen) || slices.Contains(names, o.InstanceType.Name) {
+			continue
+		}
+		if holds(t.Node(name, &o.InstanceType, o.Zone, o.CapacityType), pods) {
+			names = append(names, o.InstanceType.Name)
+		}
+	}
+	np := c.pool
+	reqs := slices.DeleteFunc(slices.Clone(np.Spec.Template.Spec.Requirements), func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
+		switch r.Key {
+		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable:
+			return true
+		}
+		return false
+	})
+	reqs = append(reqs,
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: names},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.Zone}},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.CapacityType}},
+	)
+	if arch := chosen.InstanceType.Labels[corev1.LabelArchStable]; arch != "" {
+		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{arch}})
+	}
+	labels := maps.Clone(t.Labels)
+	annotations := map[string]string{v1alpha1.AnnotationReplaces: c.claim.Name}
+	if hash, err := nodeshape.PoolHash(np); err == nil {
+		annotations[v1alpha1.AnnotationNodePoolHash] = hash
+		annotations[v1alpha1.AnnotationNodePoolHashVersion] = nodeshape.PoolHashVersion
+	}
+	nc := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}, Annotations: annotations},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePool:               np.Name,
+			Requirements:           reqs,
+			Resources:              v1alpha1.ResourceRequirements{Requests: requests(pods)},
+			Labels:                 labels,
+			Annotations:            t.Annotations,
+			Taints:                 t.Taints,
+			StartupTaints:          t.StartupTaints,
+			NodeClassRef:           np.Spec.Template.Spec.NodeClassRef,
+			ExpireAfter:            np.Spec.Template.Spec.ExpireAfter,
+			TerminationGracePeriod: np.Spec.Template.Spec.TerminationGracePeriod.DeepCopy(),
+		},
+	}
+	return &replacement{claim: nc, price: chosen.Price, options: len(names),
+		offer: fmt.Sprintf("%s %s in %s ($%.4f/h)", chosen.InstanceType.Name, chosen.CapacityType, chosen.Zone, chosen.Price)}
+}
+
+// requests is what pods request together, as the scheduler counts it.
+func requests(pods []*corev1.Pod) corev1.ResourceList {
+	r := framework.NewNodeInfo(pods...).Requested
+	out := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(r.Memory, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(int64(len(pods)), resource.DecimalSI),
+	}
+	if r.EphemeralStorage > 0 {
+		out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(r.EphemeralStorage, resource.BinarySI)
+	}
+	for name, q := range r.ScalarResources {
+		out[name] = *resource.NewQuantity(q, resource.DecimalSI)
+	}
+	return out
+}
+
+func (r *Replacer) daemonSets(ctx context.Context) ([]*appsv1.DaemonSet, error) {
+	var list appsv1.DaemonSetList
+	if err := r.cache.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing daemonsets: %w", err)
+	}
+	out := make([]*appsv1.DaemonSet, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// newReplacementName is "<pool>-<5 random characters>", as a claim the
+// scheduler plugin makes is named, known before it is created so that the
+// old claim can name it first.
+func newReplacementName(pool string) string { return pool + "-" + utilrand.String(5) }
+
+// forClaim plans the replacement of one claim's node for a per-claim
+// method (drift, expiration): any offer of the pool, whatever its price.
+// The pods that would move are those a drain evicts and that come back:
+// not daemonset, mirror or finished pods, nor pods with no controller.
+func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (*replacement, string, error) {
+	s, err := observe(ctx, r.cache)
+	if err != nil {
+		return nil, "", err
+	}
+	node := s.nodes[nc.Status.NodeName]
+	if node == nil {
+		return nil, "", nil
+	}
+	var pods []*corev1.Pod
+	for _, p := range s.onNode[node.Name] {
+		if OwnedByDaemonSet(p) || isMirror(p) || metav1.GetControllerOf(p) == nil {
+			continue
+		}
+		pods = append(pods, p)
+	}
+	if len(pods) == 0 {
+		return nil, "", nil
+	}
+	slices.SortStableFunc(pods, queueOrder)
+	return r.plan(ctx, s, &candidate{claim: nc, node: node, pool: pool, pods: pods}, nil)
+}
+
+// startReplacement names the replacement on the old claim, then creates
+// it; the NodeClaim controller launches it as it launches any claim, and
+// awaitReplacement drains the old node once it is Initialized.
+func (c *Controller) startReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *replacement, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	nc = nc.DeepCopy()
+	if nc.Annotations == nil {
+		nc.Annotations = map[string]string{}
+	}
+	nc.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
+	nc.Annotations[v1alpha1.AnnotationDisruption] = string(reason) + ": " + why
+	if err := c.kube.Update(ctx, nc); err != nil {
+		c.budgets.release(nc.UID)
+		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+	}
+	if err := c.kube.Create(ctx, rep.claim); err != nil {
+		// Given up on the next pass, when the replacement is not found.
+		return reconcile.Result{}, err
+	}
+	logger.Info("Launching a replacement before draining node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "reason", reason, "why", why,
+		"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
+	if c.recorder != nil {
+		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Replacing", string(reason), "node %s: %s; launching %s for its pods before draining it", nc.Status.NodeName, why, rep.describe())
+	}
+	metrics.DisruptionDecisions.WithLabelValues(string(reason), "replacing").Inc()
+	return reconcile.Result{RequeueAfter: replacementWait}, nil
+}
+
+// awaitReplacement drains the claim's node once its replacement is
+// Initialized. A replacement that is gone (its launch failed, or was never
+// created) calls the disruption off; so does a do-not-disrupt annotation
+// that appeared meanwhile, and then a replacement not yet Initialized is
+// deleted.
+func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, name string) (reconcile.Result, error) {
+	reason, why, _ := strings.Cut(nc.Annotations[v1alpha1.AnnotationDisruption], ": ")
+	var rep v1alpha1.NodeClaim
+	err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &rep)
+	if err != nil && c.replacer != nil && client.IgnoreNotFound(err) == nil {
+		// Just created, perhaps, and not in the cache yet.
+		err = c.replacer.live.Get(ctx, client.ObjectKey{Name: name}, &rep)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, err
+	}
+	if err != nil || !rep.DeletionTimestamp.IsZero() {
+		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
+	}
+	held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if held == "" && nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		held = "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+	}
+	if held != "" {
+		return c.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
+	}
+	if rep.Status.Phase != v1alpha1.NodeClaimInitialized {
+		klog.FromContext(ctx).V(2).Info("Waiting for the replacement before draining node", "node", nc.Status.NodeName, "replacement", name, "phase", rep.Status.Phase)
+		return reconcile.Result{RequeueAfter: replacementWait}, nil
+	}
+	klog.FromContext(ctx).Info("Disrupting node: its replacement is initialized", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "replacementNode", rep.Status.NodeName)
+	metrics.DisruptionDecisions.WithLabelValues(reason, "disrupted").Inc()
+	return reconcile.Result{}, c.remove(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
+}
+
+// giveUpReplacement calls a disruption waiting for its replacement off:
+// the replacement goes unless it is already a node, the old claim forgets
+// it and its node takes pods again. The method may choose the claim again
+// after replacementRetry.
+func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
+	klog.FromContext(ctx).Info("Not disrupting node: calling its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
+	if c.recorder != nil {
+		c.recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionBlocked", string(reason), "node %s: %s; it keeps running", nc.Status.NodeName, why)
+	}
+	metrics.DisruptionDecisions.WithLabelValues(string(reason), "aborted").Inc()
+	var errs []error
+	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
+		errs = append(errs, client.IgnoreNotFound(c.kube.Delete(ctx, rep)))
+	}
+	nc = nc.DeepCopy()
+	delete(nc.Annotations, v1alpha1.AnnotationReplacement)
+	delete(nc.Annotations, v1alpha1.AnnotationDisruption)
+	if err := c.kube.Update(ctx, nc); err != nil {
+		return reconcile.Result{}, errors.Join(append(errs, err)...)
+	}
+	c.budgets.release(nc.UID)
+	errs = append(errs, c.untaint(ctx, nc.Status.NodeName))
+	return reconcile.Result{RequeueAfter: replacementRetry}, errors.Join(errs...)
+}
+
+// replacing reports whether nc is a replacement whose old claim is still
+// there: it is not disrupted until the old node is gone, or it could be
+// taken for empty before the pods it was launched for arrive.
+func (c *Controller) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
+	old := nc.Annotations[v1alpha1.AnnotationReplaces]
+	if old == "" {
+		return false, nil
+	}
+	var o v1alpha1.NodeClaim
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: old}, &o); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return true, nil
+}
+
+// cheaperThan is consolidation's filter on replacements: cheaper than the
+// node replaced, in the same capacity type (an on-demand node is not
+// replaced by spot, nor spot by on-demand).
+func cheaperThan(c *candidate) offerFilter {
+	return func(o nodeshape.Offer) bool {
+		return o.Price < c.price && o.CapacityType == c.claim.Status.CapacityType
+	}
+}
+
+// tooFewSpotOptions says why a spot replacement is refused under
+// MinSpotOptions, or "".
+func tooFewSpotOptions(rep *replacement) string {
+	if rep.claim == nil || rep.options >= MinSpotOptions {
+		return ""
+	}
+	for _, r := range rep.claim.Spec.Requirements {
+		if r.Key == v1alpha1.LabelCapacityType && slices.Contains(r.Values, string(v1alpha1.CapacityTypeSpot)) {
+			return fmt.Sprintf("a spot replacement could be only %d instance types cheaper than this node, fewer than %d: it would chase the cheapest spot offerings", rep.options, MinSpotOptions)
+		}
+	}
+	return ""
+}

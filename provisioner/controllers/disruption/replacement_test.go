@@ -1,0 +1,288 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// cpuType is an instance type of n cpus (4 GiB each) with one offering
+// in zone-a.
+func cpuType(name string, cpus int, capacityType string, price float64) v1alpha1.InstanceType {
+	alloc := corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		corev1.ResourceMemory: resource.MustParse(fmt.Sprintf("%dGi", 4*cpus)), corev1.ResourcePods: resource.MustParse("110")}
+	return v1alpha1.InstanceType{Name: name, Capacity: alloc, Allocatable: alloc, Labels: map[string]string{corev1.LabelArchStable: "amd64"},
+		Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityType(capacityType), Price: fmt.Sprint(price), Available: true}}}
+}
+
+// replacementFixture: two 4-cpu nodes n1 and n2 of capacityType in pool p,
+// each running one 1-cpu pod that refuses to share a node with the
+// other (required anti-affinity), so neither pod fits elsewhere; the
+// catalog lists the node's type at $0.17/h and the cheaper types given.
+func replacementFixture(capacityType string, cheaper ...v1alpha1.InstanceType) []client.Object {
+	f := &consolidationFixture{}
+	f.node("n1")
+	f.node("n2")
+	for _, o := range f.objs {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Status.CapacityType = capacityType
+			nc.Labels = map[string]string{v1alpha1.LabelNodePool: "p"}
+		}
+	}
+	types := append([]v1alpha1.InstanceType{cpuType("c7.xlarge", 4, capacityType, 0.17)}, cheaper...)
+	return append(f.objs,
+		pod("a", "n1", antiAffinity(true)), pod("b", "n2", antiAffinity(true)),
+		&v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
+			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: types}})
+}
+
+func replacementPool(policy v1alpha1.ConsolidationPolicy) *v1alpha1.NodePool {
+	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{
+		Template: v1alpha1.NodeClaimTemplate{Spec: v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: "nodeforge.dev", Kind: "SimulatedNodeClass", Name: "default"}}},
+		Disruption: v1alpha1.Disruption{ConsolidationPolicy: policy, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+}
+
+func fakeClient(objs ...client.Object) client.Client {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	return crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+		WithIndex(&corev1.Pod{}, IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
+		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+}
+
+func drain(rec *events.FakeRecorder) string {
+	var evs []string
+	for len(rec.Events) > 0 {
+		evs = append(evs, <-rec.Events)
+	}
+	return strings.Join(evs, "\n")
+}
+
+// replacementsOf returns the claims that replace old.
+func replacementsOf(ctx context.Context, t *testing.T, kube client.Client, old string) []v1alpha1.NodeClaim {
+	t.Helper()
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(claims.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Annotations[v1alpha1.AnnotationReplaces] != old })
+}
+
+func instanceTypesOf(nc *v1alpha1.NodeClaim) []string {
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == corev1.LabelInstanceTypeStable {
+			return r.Values
+		}
+	}
+	return nil
+}
+
+// consolidateOnce runs two consolidation rounds consolidateAfter apart
+// over objs, with replacement.
+func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (client.Client, *events.FakeRecorder) {
+	t.Helper()
+	kube := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized))...)
+	sched := newScheduler(ctx, t)
+	rec := events.NewFakeRecorder(100)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	c := New(kube, kubefake.NewClientset(), rec, clock)
+	c.SetReplacer(NewReplacer(kube, kube, sched))
+	k := NewConsolidation(c, kube, kube, sched, clock)
+	k.Pause = 0
+	for range 2 {
+		if err := k.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(31 * time.Second)
+	}
+	return kube, rec
+}
+
+// TestConsolidationReplacesANodeWithACheaperOne: a node whose pod fits on
+// no other node is replaced by a cheaper node that holds it. The old
+// claim names the replacement and is not deleted yet; the replacement
+// carries only cheaper instance types, of the same capacity type, and the
+// Event says what replaces what and what it saves.
+func TestConsolidationReplacesANodeWithACheaperOne(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube, rec := consolidateOnce(ctx, t, replacementFixture("on-demand", cpuType("c7.large", 2, "on-demand", 0.085), cpuType("c7.large", 2, "spot", 0.03)))
+	evs := drain(rec)
+	var old v1alpha1.NodeClaim
+	if err := kube.Get(ctx, client.ObjectKey{Name: "p-n1"}, &old); err != nil {
+		t.Fatalf("the old claim is gone before its replacement is up: %v\n%s", err, evs)
+	}
+	reps := replacementsOf(ctx, t, kube, "p-n1")
+	if len(reps) != 1 {
+		t.Fatalf("%d replacements of p-n1, want 1; events:\n%s", len(reps), evs)
+	}
+	rep := reps[0]
+	if old.Annotations[v1alpha1.AnnotationReplacement] != rep.Name {
+		t.Errorf("old claim names replacement %q, want %q", old.Annotations[v1alpha1.AnnotationReplacement], rep.Name)
+	}
+	if got := instanceTypesOf(&rep); !slices.Equal(got, []string{"c7.large"}) {
+		t.Errorf("replacement may launch as %v, want only the cheaper c7.large", got)
+	}
+	for _, r := range rep.Spec.Requirements {
+		if r.Key == v1alpha1.LabelCapacityType && !slices.Equal(r.Values, []string{"on-demand"}) {
+			t.Errorf("replacement capacity types %v, want on-demand as the node it replaces", r.Values)
+		}
+	}
+	if rep.Annotations[v1alpha1.AnnotationNodePoolHash] == "" {
+		t.Error("replacement is not stamped with its pool's hash: it would look drifted")
+	}
+	want := "replacing c7.xlarge on-demand in zone-a ($0.1700/h) with c7.large on-demand in zone-a ($0.0850/h), saves $0.0850/h; launching nodeclaim " + rep.Name + " (1 instance type option)"
+	if !strings.Contains(evs, want) {
+		t.Errorf("no Event saying %q; events:\n%s", want, evs)
+	}
+	if n := len(replacementsOf(ctx, t, kube, "p-n2")); n != 0 {
+		t.Errorf("p-n2 replaced too, in the same round: %d replacements", n)
+	}
+}
+
+// TestConsolidationKeepsASpotNodeWithFewCheaperOptions: a spot node is
+// replaced only by one of at least MinSpotOptions cheaper spot types.
+func TestConsolidationKeepsASpotNodeWithFewCheaperOptions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var few, many []v1alpha1.InstanceType
+	for i := range MinSpotOptions {
+		it := cpuType(fmt.Sprintf("s%02d.large", i), 2, "spot", 0.05+float64(i)*0.001)
+		many = append(many, it)
+		if i < MinSpotOptions-1 {
+			few = append(few, it)
+		}
+	}
+	kube, rec := consolidateOnce(ctx, t, replacementFixture("spot", few...))
+	evs := drain(rec)
+	if n := len(replacementsOf(ctx, t, kube, "p-n1")); n != 0 {
+		t.Errorf("spot node replaced with only %d cheaper options", len(few))
+	}
+	if want := fmt.Sprintf("only %d instance types cheaper than this node, fewer than %d", len(few), MinSpotOptions); !strings.Contains(evs, want) {
+		t.Errorf("no Event saying %q; events:\n%s", want, evs)
+	}
+
+	kube, rec = consolidateOnce(ctx, t, replacementFixture("spot", many...))
+	evs = drain(rec)
+	reps := replacementsOf(ctx, t, kube, "p-n1")
+	if len(reps) != 1 {
+		t.Fatalf("spot node with %d cheaper options: %d replacements, want 1; events:\n%s", len(many), len(reps), evs)
+	}
+	if got := instanceTypesOf(&reps[0]); len(got) != MinSpotOptions {
+		t.Errorf("spot replacement carries %d options, want all %d cheaper ones", len(got), MinSpotOptions)
+	}
+}
+
+// TestExpiredNodeIsReplacedBeforeItIsDrained: an expired node whose pod
+// fits nowhere else gets a replacement first; it is deleted only once the
+// replacement is Initialized. A replacement that is gone calls the
+// disruption off and lifts the node's taint.
+func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	objs := replacementFixture("on-demand", cpuType("c7.large", 2, "on-demand", 0.085))
+	for _, o := range objs {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Spec.ExpireAfter = "1h"
+			nc.CreationTimestamp = metav1.NewTime(time.Now().Add(-2 * time.Hour))
+			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
+		}
+	}
+	kube := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	rec := events.NewFakeRecorder(100)
+	c := New(kube, kubefake.NewClientset(), rec, time.Now, NewExpiration(time.Now))
+	c.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
+	reconcileClaim := func(name string) reconcile.Result {
+		t.Helper()
+		var nc v1alpha1.NodeClaim
+		if err := kube.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Reconcile(ctx, &nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	get := func(name string) (*v1alpha1.NodeClaim, error) {
+		var nc v1alpha1.NodeClaim
+		err := kube.Get(ctx, client.ObjectKey{Name: name}, &nc)
+		return &nc, err
+	}
+	tainted := func(node string) bool {
+		var n corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint)
+	}
+
+	reconcileClaim("p-n1")
+	reps := replacementsOf(ctx, t, kube, "p-n1")
+	if len(reps) != 1 {
+		t.Fatalf("%d replacements of the expired p-n1, want 1; events:\n%s", len(reps), drain(rec))
+	}
+	if !tainted("n1") {
+		t.Error("node n1 not tainted while its replacement launches: pods could land on it")
+	}
+	reconcileClaim("p-n1")
+	if old, err := get("p-n1"); err != nil || !old.DeletionTimestamp.IsZero() || old.Status.Phase == v1alpha1.NodeClaimDisrupting {
+		t.Fatalf("p-n1 disrupted before its replacement is Initialized (err %v)", err)
+	}
+	// The replacement's node is up: the old node goes.
+	rep := &reps[0]
+	rep.Status.Phase, rep.Status.NodeName = v1alpha1.NodeClaimInitialized, "n3"
+	if err := kube.Status().Update(ctx, rep); err != nil {
+		t.Fatal(err)
+	}
+	reconcileClaim("p-n1")
+	if old, err := get("p-n1"); err == nil && old.DeletionTimestamp.IsZero() {
+		t.Fatalf("p-n1 not deleted once its replacement is Initialized; phase %s; events:\n%s", old.Status.Phase, drain(rec))
+	}
+	if evs := drain(rec); !strings.Contains(evs, "replaced by node n3 ("+rep.Name+")") {
+		t.Errorf("no Disrupting Event naming the replacement; events:\n%s", evs)
+	}
+
+	// p-n2's replacement is gone before it came up: n2 keeps running.
+	reconcileClaim("p-n2")
+	reps = replacementsOf(ctx, t, kube, "p-n2")
+	if len(reps) != 1 {
+		t.Fatalf("%d replacements of the expired p-n2, want 1", len(reps))
+	}
+	if err := kube.Delete(ctx, &reps[0]); err != nil {
+		t.Fatal(err)
+	}
+	res := reconcileClaim("p-n2")
+	old, err := get("p-n2")
+	if err != nil || !old.DeletionTimestamp.IsZero() {
+		t.Fatalf("p-n2 deleted though its replacement failed (err %v)", err)
+	}
+	if old.Annotations[v1alpha1.AnnotationReplacement] != "" || tainted("n2") {
+		t.Errorf("disruption of n2 not called off: replacement %q, tainted %v", old.Annotations[v1alpha1.AnnotationReplacement], tainted("n2"))
+	}
+	if res.RequeueAfter < replacementRetry {
+		t.Errorf("expired p-n2 asked about again after %s, want a retry after %s", res.RequeueAfter, replacementRetry)
+	}
+	if evs := drain(rec); !strings.Contains(evs, "could not be launched") {
+		t.Errorf("no Event saying the replacement could not be launched; events:\n%s", evs)
+	}
+}
+
