@@ -92,8 +92,10 @@ func disruptionEvent(t *testing.T, cs kubernetes.Interface, claim string, reason
 // changes. Every claim is disrupted for drift, saying the template
 // changed; a poller sees, throughout, never more than one of the pool's
 // nodes disrupting (tainted nodeforge.dev/disrupted, or its claim
-// Disrupting or deleted); in the end every node of the pool carries the
-// new label and the template's annotation, and all three pods run.
+// Disrupting or deleted), and never more than one pod not Running: each
+// node's pod fits on no other, so each is replaced before it is drained.
+// In the end every node of the pool carries the new label and the
+// template's annotation, and all three pods run.
 func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
@@ -135,6 +137,7 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 		mu          sync.Mutex
 		most        int
 		seenDrifted = map[string]string{} // claim → Drifted message
+		fewest      = replicas            // pods Running at the worst moment
 	)
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -150,7 +153,8 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 			}
 			claims, err1 := poolClaims(ctx, kube, pool)
 			ns, err2 := nodes()
-			if err1 != nil || err2 != nil {
+			running, err3 := runningPods(ctx, cs, "app="+pool)
+			if err1 != nil || err2 != nil || err3 != nil {
 				continue
 			}
 			disrupting := map[string]bool{}
@@ -173,6 +177,7 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 				}
 			}
 			most = max(most, len(disrupting))
+			fewest = min(fewest, running)
 			mu.Unlock()
 		}
 	}()
@@ -221,7 +226,12 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 	stopWatching()
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("at most %d of the pool's nodes disrupting at once; %d claims seen Drifted", most, len(seenDrifted))
+	t.Logf("at most %d of the pool's nodes disrupting at once; %d claims seen Drifted; at least %d of %d pods Running throughout", most, len(seenDrifted), fewest, replicas)
+	// Each node is replaced before it is drained, one at a time: only the
+	// pod of the node being drained is ever not Running.
+	if fewest < replicas-1 {
+		t.Errorf("only %d of %d pods Running at one point: nodes were drained before their replacements were up", fewest, replicas)
+	}
 	if most > 1 {
 		t.Errorf("%d of the pool's nodes were disrupting at once under a Drifted budget of one node", most)
 	}
@@ -232,6 +242,9 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 		note := disruptionEvent(t, cs, name, "Drifted")
 		if !strings.Contains(note, "NodePool drifting template changed") {
 			t.Errorf("nodeclaim %s: Disrupting Event for Drifted %q, want it to say the template changed", name, note)
+		}
+		if !strings.Contains(note, "replaced by node") {
+			t.Errorf("nodeclaim %s: Disrupting Event for Drifted %q, want it to name the replacement its pod needed", name, note)
 		}
 	}
 	if len(seenDrifted) == 0 {

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +19,11 @@ import (
 )
 
 // TestExpiredNodeIsReplaced: a pool's expireAfter (45s here) disrupts its
-// node once its claim is that old, though the node is busy; the
-// Deployment's pod is evicted, provisioned for again and Running on
-// another node, and the claim says why it went (Event Disrupting: Expired).
+// node once its claim is that old, though the node is busy. The pod fits
+// on no other node of the pool, so a replacement claim is launched first,
+// and the pod is evicted only once the replacement is Initialized (polled
+// throughout); it ends Running on the replacement's node, and the claim
+// says why it went (Event Disrupting: Expired).
 func TestExpiredNodeIsReplaced(t *testing.T) {
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
@@ -72,6 +77,44 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	if old.Spec.ExpireAfter != "45s" {
 		t.Fatalf("the claim's expireAfter is %q, not the pool's", old.Spec.ExpireAfter)
 	}
+	// Watch, from now, when the replacement is up and when the pod left.
+	var (
+		mu                   sync.Mutex
+		repInitialized, left time.Time
+		repName, repNode     string
+	)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			var list v1alpha1.NodeClaimList
+			if err := kube.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelNodePool: "expiring"}); err != nil {
+				continue
+			}
+			on, err := runningOn()
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			for _, nc := range list.Items {
+				if nc.Annotations[v1alpha1.AnnotationReplaces] == old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && repInitialized.IsZero() {
+					repInitialized, repName, repNode = time.Now(), nc.Name, nc.Status.NodeName
+				}
+			}
+			if on != first && left.IsZero() {
+				left = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
+	defer stopWatching()
 	poll(t, "the expired node gone and the pod Running on another", func() (bool, error) {
 		var nc v1alpha1.NodeClaim
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(&old), &nc); err == nil {
@@ -80,6 +123,21 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 		now, err := runningOn()
 		return now != "" && now != first, err
 	})
+	stopWatching()
+	now, err := runningOn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case repInitialized.IsZero():
+		t.Errorf("no replacement of nodeclaim %s was seen Initialized", old.Name)
+	case left.Before(repInitialized):
+		t.Errorf("the pod left node %s at %s, before replacement %s was Initialized at %s", first, left.Format(time.StampMilli), repName, repInitialized.Format(time.StampMilli))
+	case now != repNode:
+		t.Errorf("the pod runs on node %s, not on the replacement's node %s", now, repNode)
+	}
 	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + old.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -92,5 +150,14 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no Disrupting Event with action Expired on nodeclaim %s (%d events)", old.Name, len(evs.Items))
+	}
+	replacing := false
+	for _, e := range evs.Items {
+		if e.Reason == "Replacing" && e.Action == "Expired" && strings.Contains(e.Note, repName) {
+			replacing = true
+		}
+	}
+	if !replacing {
+		t.Errorf("no Replacing Event naming the replacement %s on nodeclaim %s", repName, old.Name)
 	}
 }

@@ -54,7 +54,7 @@ func replacementFixture(capacityType string, cheaper ...v1alpha1.InstanceType) [
 
 func replacementPool(policy v1alpha1.ConsolidationPolicy) *v1alpha1.NodePool {
 	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{
-		Template: v1alpha1.NodeClaimTemplate{Spec: v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: "nodeforge.dev", Kind: "SimulatedNodeClass", Name: "default"}}},
+		Template:   v1alpha1.NodeClaimTemplate{Spec: v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: "nodeforge.dev", Kind: "SimulatedNodeClass", Name: "default"}}},
 		Disruption: v1alpha1.Disruption{ConsolidationPolicy: policy, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
 }
 
@@ -285,4 +285,3 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 		t.Errorf("no Event saying the replacement could not be launched; events:\n%s", evs)
 	}
 }
-
