@@ -276,3 +276,127 @@ func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
 		t.Fatalf("node %s: %v", chosen, err)
 	}
 }
+
+// TestConsolidationReplacesANodeWithACheaperOne: three pods of 1.2 cpu
+// need a c7.xlarge; scaled to one, the pod fits on no other node of the
+// pool, but a c7.large (half the price) holds it. Consolidation launches
+// the c7.large first, and the pod leaves the c7.xlarge only once the
+// replacement is Initialized (polled throughout); it ends Running on the
+// c7.large, the pool's only node, and the old claim says what replaced
+// it and what that saves.
+func TestConsolidationReplacesANodeWithACheaperOne(t *testing.T) {
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
+	const pool = "replacing"
+	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.large", "c7.xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
+		}
+		np.Spec.Disruption = v1alpha1.Disruption{
+			ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+			ConsolidateAfter:    "10s",
+			Budgets:             []v1alpha1.Budget{{Nodes: "100%"}},
+		}
+	})
+	dep := deployment(pool, pool, 3, func(s *corev1.PodSpec) {
+		s.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1200m")
+	})
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "3 pods Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app="+pool)
+		return n == 3, err
+	})
+	claims, err := poolClaims(ctx, kube, pool)
+	if err != nil || len(claims) != 1 || claims[0].Status.InstanceType != "c7.xlarge" {
+		t.Fatalf("want the 3 pods on one c7.xlarge, got claims %v (err %v)", claimTypes(claims), err)
+	}
+	old := claims[0]
+	scaleTo(t, cs, pool, 1)
+
+	var (
+		mu             sync.Mutex
+		repInitialized time.Time
+		left           time.Time
+		repName        string
+	)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			list, err1 := poolClaims(ctx, kube, pool)
+			pods, err2 := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + pool})
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			mu.Lock()
+			for _, nc := range list {
+				if nc.Annotations[v1alpha1.AnnotationReplaces] == old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && repInitialized.IsZero() {
+					repInitialized, repName = time.Now(), nc.Name
+				}
+			}
+			onOld := 0
+			for _, p := range pods.Items {
+				if p.Spec.NodeName == old.Status.NodeName && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+					onOld++
+				}
+			}
+			if onOld == 0 && left.IsZero() {
+				left = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
+	defer stopWatching()
+
+	var final []v1alpha1.NodeClaim
+	poll(t, "the pod Running on a c7.large, the pool's only node", func() (bool, error) {
+		var err error
+		if final, err = poolClaims(ctx, kube, pool); err != nil || len(final) != 1 || final[0].Status.InstanceType != "c7.large" || final[0].Status.Phase != v1alpha1.NodeClaimInitialized {
+			return false, err
+		}
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + pool})
+		if err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning && pods.Items[0].Spec.NodeName == final[0].Status.NodeName, nil
+	})
+	stopWatching()
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case repInitialized.IsZero():
+		t.Errorf("no replacement of nodeclaim %s was seen Initialized", old.Name)
+	case left.Before(repInitialized):
+		t.Errorf("the pod left node %s at %s, before replacement %s was Initialized at %s", old.Status.NodeName, left.Format(time.StampMilli), repName, repInitialized.Format(time.StampMilli))
+	case final[0].Name != repName:
+		t.Errorf("the pool's node is claim %s's, not the replacement %s's", final[0].Name, repName)
+	}
+	note := disruptionEvent(t, cs, old.Name, Underutilized)
+	t.Logf("Disrupting: %s", note)
+	if !strings.Contains(note, "replacing c7.xlarge on-demand in zone-a") || !strings.Contains(note, "with c7.large on-demand in zone-a") || !strings.Contains(note, "saves $") {
+		t.Errorf("Disrupting Event %q does not say what replaced what and what it saves", note)
+	}
+}
+
+// Underutilized is consolidation's disruption reason.
+const Underutilized v1alpha1.DisruptionReason = "Underutilized"
+
+func claimTypes(claims []v1alpha1.NodeClaim) []string {
+	var out []string
+	for _, nc := range claims {
+		out = append(out, nc.Name+":"+nc.Status.InstanceType)
+	}
+	return out
+}

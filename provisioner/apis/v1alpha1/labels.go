@@ -52,6 +52,11 @@ const (
 	// Initialized. It is written before the replacement is created, so a
 	// provisioner that restarts in between finds what it was doing.
 	AnnotationReplacement = Group + "/replacement"
+	// AnnotationReplacementRequested is when AnnotationReplacement was
+	// written (RFC 3339): a replacement not found soon after is one whose
+	// creation has not reached the cache yet; not found long after, it
+	// failed.
+	AnnotationReplacementRequested = Group + "/replacement-requested"
 	// AnnotationReplaces on a replacement NodeClaim names the claim it
 	// replaces. The provisioner launches it with no nominated pods, and
 	// does not disrupt it while that claim is still there.

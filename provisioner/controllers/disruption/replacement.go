@@ -63,6 +63,10 @@ const maxReplacementTries = 8
 // at it; the replacement's progress does not enqueue the old claim.
 const replacementWait = 2 * time.Second
 
+// replacementGrace is how long after naming its replacement a claim
+// waits for it to appear before giving it up.
+const replacementGrace = 30 * time.Second
+
 // replacementRetry is how long a node whose replacement failed keeps
 // running before its method may choose it again.
 const replacementRetry = time.Minute
@@ -335,6 +339,7 @@ func (c *Controller) startReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		nc.Annotations = map[string]string{}
 	}
 	nc.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
+	nc.Annotations[v1alpha1.AnnotationReplacementRequested] = c.now().UTC().Format(time.RFC3339)
 	nc.Annotations[v1alpha1.AnnotationDisruption] = string(reason) + ": " + why
 	if err := c.kube.Update(ctx, nc); err != nil {
 		c.budgets.release(nc.UID)
@@ -369,7 +374,16 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 	if client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, err
 	}
-	if err != nil || !rep.DeletionTimestamp.IsZero() {
+	if err != nil {
+		// Named first, created next: not there yet, or never will be
+		// (the provisioner stopped in between).
+		requested, perr := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationReplacementRequested])
+		if left := replacementGrace - c.now().Sub(requested); perr == nil && left > 0 {
+			return reconcile.Result{RequeueAfter: min(left, replacementWait)}, nil
+		}
+		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
+	}
+	if !rep.DeletionTimestamp.IsZero() {
 		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 	}
 	held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
@@ -407,6 +421,7 @@ func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeCla
 	}
 	nc = nc.DeepCopy()
 	delete(nc.Annotations, v1alpha1.AnnotationReplacement)
+	delete(nc.Annotations, v1alpha1.AnnotationReplacementRequested)
 	delete(nc.Annotations, v1alpha1.AnnotationDisruption)
 	if err := c.kube.Update(ctx, nc); err != nil {
 		return reconcile.Result{}, errors.Join(append(errs, err)...)
@@ -416,9 +431,11 @@ func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeCla
 	return reconcile.Result{RequeueAfter: replacementRetry}, errors.Join(errs...)
 }
 
-// replacing reports whether nc is a replacement whose old claim is still
-// there: it is not disrupted until the old node is gone, or it could be
-// taken for empty before the pods it was launched for arrive.
+// replacing reports whether nc is a replacement its old claim still
+// waits for or is being drained into: it is not disrupted until the old
+// node is gone, or it could be taken for empty before the pods it was
+// launched for arrive. A replacement its old claim gave up is a node like
+// any other.
 func (c *Controller) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
 	old := nc.Annotations[v1alpha1.AnnotationReplaces]
 	if old == "" {
@@ -428,7 +445,7 @@ func (c *Controller) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (boo
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: old}, &o); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return true, nil
+	return o.Annotations[v1alpha1.AnnotationReplacement] == nc.Name, nil
 }
 
 // cheaperThan is consolidation's filter on replacements: cheaper than the

@@ -193,8 +193,8 @@ func TestConsolidationKeepsASpotNodeWithFewCheaperOptions(t *testing.T) {
 
 // TestExpiredNodeIsReplacedBeforeItIsDrained: an expired node whose pod
 // fits nowhere else gets a replacement first; it is deleted only once the
-// replacement is Initialized. A replacement that is gone calls the
-// disruption off and lifts the node's taint.
+// replacement is Initialized. A replacement still gone replacementGrace
+// after it was named calls the disruption off and lifts the node's taint.
 func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -208,7 +208,9 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	}
 	kube := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	rec := events.NewFakeRecorder(100)
-	c := New(kube, kubefake.NewClientset(), rec, time.Now, NewExpiration(time.Now))
+	now := time.Now()
+	clock := func() time.Time { return now }
+	c := New(kube, kubefake.NewClientset(), rec, clock, NewExpiration(clock))
 	c.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
 	reconcileClaim := func(name string) reconcile.Result {
 		t.Helper()
@@ -270,6 +272,11 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	if err := kube.Delete(ctx, &reps[0]); err != nil {
 		t.Fatal(err)
 	}
+	// Not found just after it was named: perhaps not created yet.
+	if reconcileClaim("p-n2"); !tainted("n2") {
+		t.Fatal("disruption of n2 called off at once: a replacement just named may not be created yet")
+	}
+	now = now.Add(replacementGrace)
 	res := reconcileClaim("p-n2")
 	old, err := get("p-n2")
 	if err != nil || !old.DeletionTimestamp.IsZero() {

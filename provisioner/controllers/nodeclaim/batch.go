@@ -73,6 +73,14 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunching
+	if replacement && nc.Status.InstanceTypeOptions == 0 {
+		// The scheduler plugin sets it on the claims it makes.
+		for _, r := range nc.Spec.Requirements {
+			if r.Key == corev1.LabelInstanceTypeStable && r.Operator == corev1.NodeSelectorOpIn {
+				nc.Status.InstanceTypeOptions = int32(len(r.Values))
+			}
+		}
+	}
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
