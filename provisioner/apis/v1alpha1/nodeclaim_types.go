@@ -21,6 +21,7 @@ import (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.nominatedPods`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Replacement",type=string,JSONPath=`.metadata.annotations.nodeforge\.dev/replacement`,priority=1
 // +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`,priority=1
 type NodeClaim struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -114,10 +115,11 @@ const (
 	NodeClaimRegistered NodeClaimPhase = "Registered"
 	// NodeClaimInitialized: the node is ready and its nominated pods are bound.
 	NodeClaimInitialized NodeClaimPhase = "Initialized"
-	// NodeClaimDisrupting: the provisioner is removing the node (today: an
-	// empty Initialized node); the claim is being deleted. A claim deleted
-	// for another reason (a deadline missed, garbage collection) keeps
-	// the phase it had.
+	// NodeClaimDisrupting: the provisioner is removing the node for a
+	// disruption reason (empty, underutilized, expired, drifted), its
+	// replacement, if its pods needed one, already initialized; the claim
+	// is being deleted. A claim deleted for another reason (a deadline
+	// missed, garbage collection) keeps the phase it had.
 	NodeClaimDisrupting NodeClaimPhase = "Disrupting"
 )
 

@@ -1,13 +1,15 @@
 // Package disruption removes initialized nodes voluntarily, and safely.
-// Each Method says which claims it would disrupt and why: emptiness today;
-// consolidation, drift and expiration join the list. What every method
+// Each Method says which claims it would disrupt and why: emptiness,
+// expiration and drift, one claim at a time; consolidation decides over
+// the whole cluster in rounds (consolidation.go). What every method
 // shares is here: the pool's budgets per reason, active within their
 // schedule windows (schedule.go); do-not-disrupt on the claim, its node or
-// a pod on it (donotdisrupt.go); and the last check on live state after
-// the node is tainted, so that a pod bound or annotated meanwhile calls
-// the disruption off. Draining and terminating the node
-// is the NodeClaim controller's termination step, once the claim is
-// deleted.
+// a pod on it (donotdisrupt.go); the last check on live state after the
+// node is tainted, so that a pod bound or annotated meanwhile calls the
+// disruption off; and replacement capacity launched and initialized
+// before a node whose pods fit nowhere else is drained (replacement.go).
+// Draining and terminating the node is the NodeClaim controller's
+// termination step, once the claim is deleted.
 package disruption
 
 import (

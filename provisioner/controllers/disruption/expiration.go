@@ -11,9 +11,9 @@ import (
 // Expiration disrupts a node once its claim is older than the claim's
 // expireAfter (the pool's when the claim was made), so that no node lives
 // past what its operator allows: images and kernels are renewed by
-// replacement. The node is drained through the Eviction API, so
-// PodDisruptionBudgets hold, and its pods are provisioned for again as
-// they go pending; a replacement is not launched first (yet).
+// replacement. When its pods fit nowhere else, a replacement is launched
+// and initialized first (replacement.go); the node is then drained
+// through the Eviction API, so PodDisruptionBudgets hold.
 type Expiration struct {
 	now func() time.Time
 }
