@@ -37,6 +37,9 @@ const (
 	// SchedulerAfterClaimCreate: the scheduler created a claim; its status
 	// (nominated pods, last nomination) is not written yet.
 	SchedulerAfterClaimCreate = "claims/after-create"
+	// AfterReplacementNamed: a claim being disrupted names its
+	// replacement; the replacement is not created yet.
+	AfterReplacementNamed = "replacement/after-name"
 )
 
 var point, marker = os.Getenv("NODEFORGE_CRASH_POINT"), os.Getenv("NODEFORGE_CRASH_MARKER")

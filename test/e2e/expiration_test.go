@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
@@ -159,5 +163,98 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	}
 	if !replacing {
 		t.Errorf("no Replacing Event naming the replacement %s on nodeclaim %s", repName, old.Name)
+	}
+}
+
+// TestCrashAfterNamingAReplacement: the provisioner is SIGKILLed right
+// after an expired claim names its replacement, before the replacement
+// is created, and started again. The name leads nowhere: the claim gives
+// the replacement up (Event DisruptionBlocked), its node keeps its pod
+// meanwhile, and the next try replaces it. In the end the pod runs on
+// the replacement's node, the expired claim and its node are gone, and
+// every claim has exactly one instance, none without a claim.
+func TestCrashAfterNamingAReplacement(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	marker := dir + "/crashed"
+	sb, cs, kube := startSandbox(t, sandbox.Options{Dir: dir, CloudProvider: "simulated",
+		ProvisionerEnv: []string{"NODEFORGE_CRASH_POINT=" + crashpoint.AfterReplacementNamed, "NODEFORGE_CRASH_MARKER=" + marker}})
+	const pool = "crash-replacing"
+	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.ExpireAfter = "30s"
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	})
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment(pool, pool, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the pod Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app="+pool)
+		return n == 1, err
+	})
+	claims, err := poolClaims(ctx, kube, pool)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("want one claim of pool %s, got %v (err %v)", pool, claimTypes(claims), err)
+	}
+	old := claims[0]
+	poll(t, "the provisioner crashed after naming a replacement", func() (bool, error) {
+		_, err := os.Stat(marker)
+		return err == nil, nil
+	})
+	if err := sb.KillAndRestart(ctx, "nodeforge-provisioner"); err != nil {
+		t.Fatal(err)
+	}
+	// Until the replacement is up the pod stays where it is.
+	if n, err := runningPods(ctx, cs, "app="+pool); err != nil || n != 1 {
+		t.Errorf("%d pods Running right after the crash (err %v), want the one on the expired node", n, err)
+	}
+	poll(t, "the expired claim gone and the pod Running on its replacement", func() (bool, error) {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(&old), &v1alpha1.NodeClaim{}); err == nil {
+			return false, nil
+		}
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + pool})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return false, err
+		}
+		claims, err := poolClaims(ctx, kube, pool)
+		return err == nil && len(claims) == 1 && claims[0].Status.NodeName == pods.Items[0].Spec.NodeName &&
+			claims[0].Annotations[v1alpha1.AnnotationReplaces] == old.Name, err
+	})
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + old.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := false
+	for _, e := range evs.Items {
+		if e.Reason == "DisruptionBlocked" && strings.Contains(e.Note, "could not be launched") {
+			gaveUp = true
+		}
+	}
+	if !gaveUp {
+		t.Errorf("no DisruptionBlocked Event on %s for the replacement named before the crash", old.Name)
+	}
+	var all v1alpha1.NodeClaimList
+	poll(t, "every nodeclaim launched", func() (bool, error) {
+		if err := kube.List(ctx, &all); err != nil {
+			return false, err
+		}
+		return !slices.ContainsFunc(all.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Status.ProviderID == "" }), nil
+	})
+	inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perClaim := map[string]int{}
+	for _, in := range inventory {
+		perClaim[in.NodeClaim]++
+	}
+	for _, nc := range all.Items {
+		if perClaim[nc.Name] != 1 {
+			t.Errorf("nodeclaim %s has %d instances, want 1", nc.Name, perClaim[nc.Name])
+		}
+		delete(perClaim, nc.Name)
+	}
+	if len(perClaim) > 0 {
+		t.Errorf("instances without a claim: %v", perClaim)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -69,7 +70,7 @@ const replacementGrace = 30 * time.Second
 
 // replacementRetry is how long a node whose replacement failed keeps
 // running before its method may choose it again.
-const replacementRetry = time.Minute
+const replacementRetry = 30 * time.Second
 
 // Replacer plans replacement capacity with the scheduler's own plugins.
 type Replacer struct {
@@ -345,6 +346,7 @@ func (c *Controller) startReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		c.budgets.release(nc.UID)
 		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
+	crashpoint.Hit(crashpoint.AfterReplacementNamed)
 	if err := c.kube.Create(ctx, rep.claim); err != nil {
 		// Given up on the next pass, when the replacement is not found.
 		return reconcile.Result{}, err
