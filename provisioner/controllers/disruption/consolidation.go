@@ -323,6 +323,10 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 		keep = append(keep, c)
 		nofit = append(nofit, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), sayWhy(st)))
 	}
+	// Then several nodes of one pool into one cheaper new node.
+	if d := k.merge(ctx, s, cands, room, deadline); d != nil {
+		return d
+	}
 	for i, c := range keep {
 		if k.c.replacer == nil || c.price == 0 {
 			k.unconsolidatable(ctx, c.claim, nofit[i])
@@ -332,7 +336,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
 			return nil
 		}
-		rep, why, err := k.c.replacer.plan(ctx, s, c, cheaperThan(c))
+		rep, why, err := k.c.replacer.plan(ctx, s, []*candidate{c}, cheaperThan([]*candidate{c}))
 		if err == nil && rep != nil {
 			why = tooFewSpotOptions(rep)
 		}
@@ -342,7 +346,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 		case rep != nil && why == "":
 			delete(k.blocked, c.claim.UID)
 			return &decision{nodes: []*candidate{c}, placed: placedByUID(c.pods, rep.placed), replacement: rep,
-				why: replacingWhy(c, rep)}
+				why: replacingWhy([]*candidate{c}, rep)}
 		case rep == nil && why == "":
 			// Fits after all, placed as the scheduler scores: the
 			// deletion is found next round.
@@ -354,9 +358,72 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 }
 
 // replacingWhy: "replacing c7.2xlarge spot in zone-a ($0.1700/h) with
-// c7.large spot in zone-a ($0.0500/h), saves $0.1200/h".
-func replacingWhy(c *candidate, rep *replacement) string {
-	return fmt.Sprintf("replacing %s with %s, saves $%.4f/h", c.offer, rep.offer, c.price-rep.price)
+// c7.large spot in zone-a ($0.0500/h), saves $0.1200/h"; several nodes:
+// "replacing 3 nodes ($0.5100/h) with …".
+func replacingWhy(cands []*candidate, rep *replacement) string {
+	what, total := cands[0].offer, cands[0].price
+	if len(cands) > 1 {
+		total = 0
+		for _, c := range cands {
+			total += c.price
+		}
+		what = fmt.Sprintf("%d nodes ($%.4f/h)", len(cands), total)
+	}
+	return fmt.Sprintf("replacing %s with %s, saves $%.4f/h", what, rep.offer, total-rep.price)
+}
+
+// maxMerged bounds how many nodes consolidation tries to replace with one.
+const maxMerged = 10
+
+// merge looks, pool by pool, for the most of the pool's first maxMerged
+// candidates (by bisection, as for deletion) whose pods one cheaper new
+// node holds with the rest of the cluster.
+func (k *Consolidation) merge(ctx context.Context, s *state, cands []*candidate, room map[string]int, deadline time.Time) *decision {
+	if k.c.replacer == nil {
+		return nil
+	}
+	byPool := map[string][]*candidate{}
+	var pools []string
+	for _, c := range cands {
+		if c.price == 0 || len(byPool[c.pool.Name]) >= min(maxMerged, room[c.pool.Name]) {
+			continue
+		}
+		if _, ok := byPool[c.pool.Name]; !ok {
+			pools = append(pools, c.pool.Name)
+		}
+		byPool[c.pool.Name] = append(byPool[c.pool.Name], c)
+	}
+	for _, name := range pools {
+		group := byPool[name]
+		var best []*candidate
+		var bestRep *replacement
+		for lo, hi := 2, len(group); lo <= hi && k.now().Before(deadline); {
+			mid := (lo + hi) / 2
+			var pods []*corev1.Pod
+			for _, c := range group[:mid] {
+				pods = append(pods, c.pods...)
+			}
+			if s.pdbsRefuse(pods) != "" {
+				hi = mid - 1
+				continue
+			}
+			rep, why, err := k.c.replacer.plan(ctx, s, group[:mid], cheaperThan(group[:mid]))
+			if err == nil && rep != nil && why == "" && tooFewSpotOptions(rep) == "" {
+				best, bestRep, lo = group[:mid], rep, mid+1
+			} else {
+				hi = mid - 1
+			}
+		}
+		if bestRep != nil {
+			var pods []*corev1.Pod
+			for _, c := range best {
+				pods = append(pods, c.pods...)
+				delete(k.blocked, c.claim.UID)
+			}
+			return &decision{nodes: best, placed: placedByUID(pods, bestRep.placed), replacement: bestRep, why: replacingWhy(best, bestRep)}
+		}
+	}
+	return nil
 }
 
 // placedByUID keys a plan's placements (namespace/name) by pod UID.
@@ -491,14 +558,18 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 	}
 	if rep != nil {
 		// Planned again on the API server's state: the offer may differ.
-		c := d.nodes[0]
-		why := replacingWhy(c, rep)
-		logger.Info("Consolidating node by replacement", "reason", Underutilized, "node", c.node.Name, "why", why)
-		metrics.DisruptionSavings.WithLabelValues(c.pool.Name, string(Underutilized)).Add(c.price - rep.price)
-		if _, err := k.c.startReplacement(ctx, c.claim, rep, Underutilized, why); err != nil {
-			return callOff("", err)
+		why := replacingWhy(d.nodes, rep)
+		logger.Info("Consolidating by replacement", "reason", Underutilized, "nodes", d.names(), "why", why)
+		claims := make([]*v1alpha1.NodeClaim, len(d.nodes))
+		saved := -rep.price
+		for i, c := range d.nodes {
+			claims[i] = c.claim
+			saved += c.price
 		}
-		return nil
+		metrics.DisruptionSavings.WithLabelValues(d.nodes[0].pool.Name, string(Underutilized)).Add(saved)
+		// A claim it could not name has its taint and budget back; one
+		// named waits for the replacement, or gives it up.
+		return k.c.startReplacement(ctx, claims, rep, Underutilized, why)
 	}
 	logger.Info("Disrupting nodes", "reason", Underutilized, "nodes", d.names(), "why", d.why)
 	metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "disrupted").Inc()
@@ -557,7 +628,14 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 		fresh = append(fresh, &cp)
 	}
 	if d.replacement != nil {
-		rep, why, err := k.c.replacer.plan(ctx, s, fresh[0], cheaperThan(fresh[0]))
+		var pods []*corev1.Pod
+		for _, c := range fresh {
+			pods = append(pods, c.pods...)
+		}
+		if why := s.pdbsRefuse(pods); why != "" {
+			return why, nil, nil
+		}
+		rep, why, err := k.c.replacer.plan(ctx, s, fresh, cheaperThan(fresh))
 		if err == nil && rep != nil {
 			why = tooFewSpotOptions(rep)
 		}

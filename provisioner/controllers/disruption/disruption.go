@@ -190,7 +190,7 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 			return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 		}
 		if rep != nil {
-			return c.startReplacement(ctx, nc, rep, m.Reason(), v.Why)
+			return reconcile.Result{RequeueAfter: replacementWait}, c.startReplacement(ctx, []*v1alpha1.NodeClaim{nc}, rep, m.Reason(), v.Why)
 		}
 		if why != "" {
 			// Not held back for want of a replacement: an expired node

@@ -109,13 +109,22 @@ func (r *replacement) describe() string {
 // offerFilter says whether an offer may be the replacement's.
 type offerFilter func(nodeshape.Offer) bool
 
-// plan decides whether c's pods need a replacement and, if so, which. It
-// returns nil, "" when they all fit on the rest of the cluster; nil and
+// plan decides whether the pods of cands (nodes of one pool) need a
+// replacement and, if so, which: one new node of the pool for them all.
+// It returns nil, "" when they all fit on the rest of the cluster; nil and
 // why not when no offer of the pool (that accept allows) takes them.
-func (r *Replacer) plan(ctx context.Context, s *state, c *candidate, accept offerFilter) (*replacement, string, error) {
-	view := s.cluster().Without(c.node.Name)
+func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accept offerFilter) (*replacement, string, error) {
+	c := cands[0]
+	names := make([]string, len(cands))
+	var pods []*corev1.Pod
+	for i, c := range cands {
+		names[i] = c.node.Name
+		pods = append(pods, c.pods...)
+	}
+	slices.SortStableFunc(pods, queueOrder)
+	view := s.cluster().Without(names...)
 	var need []*corev1.Pod
-	for _, p := range c.pods {
+	for _, p := range pods {
 		if _, st := r.sched.Place(ctx, view, p); !st.IsSuccess() {
 			need = append(need, p)
 		}
@@ -157,7 +166,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, c *candidate, accept offe
 		if len(tried) > maxReplacementTries {
 			break
 		}
-		view := s.cluster().Without(c.node.Name)
+		view := s.cluster().Without(names...)
 		view.Add(node)
 		for _, p := range ds {
 			if err := view.Bind(p, name); err != nil {
@@ -167,7 +176,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, c *candidate, accept offe
 		placed := map[string]string{}
 		var onNew []*corev1.Pod
 		fits := true
-		for _, p := range c.pods {
+		for _, p := range pods {
 			to, st := r.sched.Place(ctx, view, p)
 			if !st.IsSuccess() {
 				fits = false
@@ -187,7 +196,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, c *candidate, accept offe
 			// every pod fits without the new node after all.
 			return nil, "", nil
 		}
-		rep := r.claimFor(c, template, name, o, offers, slices.Concat(ds, onNew))
+		rep := r.claimFor(cands, template, name, o, offers, slices.Concat(ds, onNew))
 		rep.placed = placed
 		return rep, "", nil
 	}
@@ -218,7 +227,7 @@ func holds(node *corev1.Node, pods []*corev1.Pod) bool {
 
 // claimFor is the replacement claim: the pool's template as it is now,
 // the options of chosen's group that hold pods, cheapest first.
-func (r *Replacer) claimFor(c *candidate, t nodeshape.Template, name string, chosen nodeshape.Offer, offers []nodeshape.Offer, pods []*corev1.Pod) *replacement {
+func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name string, chosen nodeshape.Offer, offers []nodeshape.Offer, pods []*corev1.Pod) *replacement {
 	var names []string
 	for _, o := range offers {
 		if groupOf(o) != groupOf(chosen) || slices.Contains(names, o.InstanceType.Name) {
@@ -228,7 +237,7 @@ func (r *Replacer) claimFor(c *candidate, t nodeshape.Template, name string, cho
 			names = append(names, o.InstanceType.Name)
 		}
 	}
-	np := c.pool
+	np := cands[0].pool
 	reqs := slices.DeleteFunc(slices.Clone(np.Spec.Template.Spec.Requirements), func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
 		switch r.Key {
 		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable:
@@ -245,7 +254,11 @@ func (r *Replacer) claimFor(c *candidate, t nodeshape.Template, name string, cho
 		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{arch}})
 	}
 	labels := maps.Clone(t.Labels)
-	annotations := map[string]string{v1alpha1.AnnotationReplaces: c.claim.Name}
+	old := make([]string, len(cands))
+	for i, c := range cands {
+		old[i] = c.claim.Name
+	}
+	annotations := map[string]string{v1alpha1.AnnotationReplaces: strings.Join(old, ",")}
 	if hash, err := nodeshape.PoolHash(np); err == nil {
 		annotations[v1alpha1.AnnotationNodePoolHash] = hash
 		annotations[v1alpha1.AnnotationNodePoolHashVersion] = nodeshape.PoolHashVersion
@@ -327,37 +340,50 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 		return nil, "", nil
 	}
 	slices.SortStableFunc(pods, queueOrder)
-	return r.plan(ctx, s, &candidate{claim: nc, node: node, pool: pool, pods: pods}, nil)
+	return r.plan(ctx, s, []*candidate{{claim: nc, node: node, pool: pool, pods: pods}}, nil)
 }
 
-// startReplacement names the replacement on the old claim, then creates
+// startReplacement names the replacement on the old claims, then creates
 // it; the NodeClaim controller launches it as it launches any claim, and
-// awaitReplacement drains the old node once it is Initialized.
-func (c *Controller) startReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *replacement, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
+// awaitReplacement drains each old node once it is Initialized. A claim
+// that cannot be named keeps its node (its budget and taint go); the
+// replacement is created for those named.
+func (c *Controller) startReplacement(ctx context.Context, claims []*v1alpha1.NodeClaim, rep *replacement, reason v1alpha1.DisruptionReason, why string) error {
 	logger := klog.FromContext(ctx)
-	nc = nc.DeepCopy()
-	if nc.Annotations == nil {
-		nc.Annotations = map[string]string{}
+	var named []*v1alpha1.NodeClaim
+	var errs []error
+	for _, nc := range claims {
+		nc = nc.DeepCopy()
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
+		nc.Annotations[v1alpha1.AnnotationReplacementRequested] = c.now().UTC().Format(time.RFC3339)
+		nc.Annotations[v1alpha1.AnnotationDisruption] = string(reason) + ": " + why
+		if err := c.kube.Update(ctx, nc); err != nil {
+			c.budgets.release(nc.UID)
+			errs = append(errs, err, c.untaint(ctx, nc.Status.NodeName))
+			continue
+		}
+		named = append(named, nc)
 	}
-	nc.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
-	nc.Annotations[v1alpha1.AnnotationReplacementRequested] = c.now().UTC().Format(time.RFC3339)
-	nc.Annotations[v1alpha1.AnnotationDisruption] = string(reason) + ": " + why
-	if err := c.kube.Update(ctx, nc); err != nil {
-		c.budgets.release(nc.UID)
-		return reconcile.Result{}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
+	if len(named) == 0 {
+		return errors.Join(errs...)
 	}
 	crashpoint.Hit(crashpoint.AfterReplacementNamed)
 	if err := c.kube.Create(ctx, rep.claim); err != nil {
-		// Given up on the next pass, when the replacement is not found.
-		return reconcile.Result{}, err
-	}
-	logger.Info("Launching a replacement before draining node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "reason", reason, "why", why,
-		"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
-	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Replacing", string(reason), "node %s: %s; launching %s for its pods before draining it", nc.Status.NodeName, why, rep.describe())
+		// Given up on a later pass, when the replacement is not found.
+		return errors.Join(append(errs, err)...)
 	}
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "replacing").Inc()
-	return reconcile.Result{RequeueAfter: replacementWait}, nil
+	for _, nc := range named {
+		logger.Info("Launching a replacement before draining node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "reason", reason, "why", why,
+			"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
+		if c.recorder != nil {
+			c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Replacing", string(reason), "node %s: %s; launching %s for its pods before draining it", nc.Status.NodeName, why, rep.describe())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // awaitReplacement drains the claim's node once its replacement is
@@ -439,23 +465,34 @@ func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeCla
 // launched for arrive. A replacement its old claim gave up is a node like
 // any other.
 func (c *Controller) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
-	old := nc.Annotations[v1alpha1.AnnotationReplaces]
-	if old == "" {
-		return false, nil
+	for _, old := range strings.Split(nc.Annotations[v1alpha1.AnnotationReplaces], ",") {
+		if old == "" {
+			continue
+		}
+		var o v1alpha1.NodeClaim
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: old}, &o); client.IgnoreNotFound(err) != nil {
+			return false, err
+		} else if err == nil && o.Annotations[v1alpha1.AnnotationReplacement] == nc.Name {
+			return true, nil
+		}
 	}
-	var o v1alpha1.NodeClaim
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: old}, &o); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
-	return o.Annotations[v1alpha1.AnnotationReplacement] == nc.Name, nil
+	return false, nil
 }
 
 // cheaperThan is consolidation's filter on replacements: cheaper than the
-// node replaced, in the same capacity type (an on-demand node is not
-// replaced by spot, nor spot by on-demand).
-func cheaperThan(c *candidate) offerFilter {
+// nodes replaced together, in their capacity type (an on-demand node is
+// not replaced by spot, nor spot by on-demand; nodes of both are not
+// replaced together).
+func cheaperThan(cands []*candidate) offerFilter {
+	var total float64
+	for _, c := range cands {
+		total += c.price
+		if c.claim.Status.CapacityType != cands[0].claim.Status.CapacityType {
+			return func(nodeshape.Offer) bool { return false }
+		}
+	}
 	return func(o nodeshape.Offer) bool {
-		return o.Price < c.price && o.CapacityType == c.claim.Status.CapacityType
+		return o.Price < total && o.CapacityType == cands[0].claim.Status.CapacityType
 	}
 }
 

@@ -292,3 +292,58 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 		t.Errorf("no Event saying the replacement could not be launched; events:\n%s", evs)
 	}
 }
+
+// TestConsolidationMergesNodesIntoOneCheaper: three 4-cpu nodes at
+// $0.17/h each run one 3-cpu pod apiece, so no pod fits on another node
+// and no single node has a cheaper replacement; one 16-cpu node at
+// $0.30/h holds all three pods. The three are replaced by it together.
+func TestConsolidationMergesNodesIntoOneCheaper(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &consolidationFixture{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		f.node(n)
+		f.objs = append(f.objs, pod("p-"+n, n, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("3")
+		}))
+	}
+	for _, o := range f.objs {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Labels = map[string]string{v1alpha1.LabelNodePool: "p"}
+		}
+	}
+	objs := append(f.objs, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
+		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{
+			cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)}}})
+	kube, rec := consolidateOnce(ctx, t, objs)
+	evs := drain(rec)
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	var rep *v1alpha1.NodeClaim
+	named := 0
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		if nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
+			rep = nc
+		}
+	}
+	if rep == nil {
+		t.Fatalf("no replacement; events:\n%s", evs)
+	}
+	for _, nc := range claims.Items {
+		if nc.Annotations[v1alpha1.AnnotationReplacement] == rep.Name {
+			named++
+		}
+	}
+	if named != 3 || rep.Annotations[v1alpha1.AnnotationReplaces] != "p-n1,p-n2,p-n3" {
+		t.Errorf("replacement %s replaces %q, named by %d claims; want all three", rep.Name, rep.Annotations[v1alpha1.AnnotationReplaces], named)
+	}
+	if got := instanceTypesOf(rep); !slices.Equal(got, []string{"c7.4xlarge"}) {
+		t.Errorf("replacement may launch as %v, want c7.4xlarge", got)
+	}
+	if want := "replacing 3 nodes ($0.5100/h) with c7.4xlarge on-demand in zone-a ($0.3000/h), saves $0.2100/h"; !strings.Contains(evs, want) {
+		t.Errorf("no Event saying %q; events:\n%s", want, evs)
+	}
+}
