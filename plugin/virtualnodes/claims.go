@@ -191,7 +191,7 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 		return false
 	})
 	reqs = append(reqs,
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelInstanceTypeStable, Operator: v1.NodeSelectorOpIn, Values: names},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelInstanceTypeStable, Operator: v1.NodeSelectorOpIn, Values: names, MinValues: nodeshape.MinValuesOf(np.Spec.Template.Spec.Requirements, v1.LabelInstanceTypeStable)},
 		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelTopologyZone, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.zone}},
 		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.capacityType}},
 	)

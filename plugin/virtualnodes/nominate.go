@@ -84,7 +84,7 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 	opts := c.group.narrow(c.template, c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
 	// Growing a claim may need a larger instance type: the pool's limits
 	// hold for that too.
-	if opts = p.withinLimits(c.group.pool, opts, c); len(opts) == 0 {
+	if opts = p.withinLimits(c.group.pool, opts, c); len(opts) == 0 || c.group.minValuesUnmet(opts) != "" {
 		return false
 	}
 	before := c.info.Node()
@@ -114,7 +114,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 	}
 	name := p.claimName(pl.np.Name)
 	var candidates []candidate
-	noSize, noLabels := 0, 0
+	noSize, noLabels, noFlex := 0, 0, ""
 	for _, g := range pl.groups {
 		node := g.node(pl.template, name, g.largest)
 		info := framework.NewNodeInfo()
@@ -135,7 +135,11 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 				continue
 			}
 		}
-		if within := p.withinLimits(pl, opts, nil); len(within) > 0 {
+		if why := g.minValuesUnmet(opts); why != "" {
+			noFlex = why
+			continue
+		}
+		if within := p.withinLimits(pl, opts, nil); len(within) > 0 && g.minValuesUnmet(within) == "" {
 			opts = within
 		} else {
 			return nil, p.limitReason(pl, opts[0])
@@ -156,9 +160,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			continue
 		}
 		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
-		if len(cand.opts) > p.args.MaxInstanceTypes {
-			cand.opts = cand.opts[:p.args.MaxInstanceTypes]
-		}
+		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
 		p.register(c)
 		return c, ""
@@ -171,6 +173,8 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		}
 		slices.Sort(rs)
 		return nil, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
+	case noFlex != "":
+		return nil, noFlex
 	case noSize > 0 && noLabels == 0:
 		return nil, p.sizeReason(pl, req)
 	case noLabels > 0:

@@ -52,11 +52,42 @@ type pool struct {
 	// capacity of each instance type in the catalog, for counting claims
 	// the provisioner has closed but not launched yet.
 	capacity map[string]v1.ResourceList
+	// minValues: a requirement of the pool sets minValues, which every
+	// claim's options must keep (nodeshape.MinValuesUnmet).
+	minValues bool
+}
+
+// minValuesUnmet says which of the pool's minValues requirements opts (of
+// group g) do not keep, "" when they keep them all.
+func (g *group) minValuesUnmet(opts []*option) string {
+	if !g.pool.minValues {
+		return ""
+	}
+	types := make([]*v1alpha1.InstanceType, len(opts))
+	for i, o := range opts {
+		types[i] = o.it
+	}
+	return nodeshape.MinValuesUnmet(g.pool.template, g.pool.np.Spec.Template.Spec.Requirements, types, g.zone, g.capacityType)
+}
+
+// cheapest keeps the max cheapest of opts, or more when fewer would not
+// keep the pool's minValues.
+func (g *group) cheapest(opts []*option, max int) []*option {
+	if len(opts) <= max {
+		return opts
+	}
+	for n := max; n < len(opts); n++ {
+		if g.minValuesUnmet(opts[:n]) == "" {
+			return opts[:n]
+		}
+	}
+	return opts
 }
 
 // newPool groups a catalog's available offerings.
 func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, error) {
-	p := &pool{np: np, template: nodeshape.ForPool(np), maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}, capacity: map[string]v1.ResourceList{}}
+	p := &pool{np: np, template: nodeshape.ForPool(np), maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}, capacity: map[string]v1.ResourceList{},
+		minValues: nodeshape.HasMinValues(np.Spec.Template.Spec.Requirements)}
 	if np.Spec.Weight != nil {
 		p.weight = *np.Spec.Weight
 	}

@@ -68,6 +68,9 @@ func TestAPIServerValidation(t *testing.T) {
 		{name: "minValues above the number of values is refused", edit: []string{
 			"spec.template.spec.requirements=[{key: node.kubernetes.io/instance-type, operator: In, values: [a], minValues: 2}]",
 		}, wantErr: "minValues needs operator 'In' with at least that many values"},
+		{name: "minValues above 1 on zones is refused: a claim launches in one zone", edit: []string{
+			"spec.template.spec.requirements=[{key: topology.kubernetes.io/zone, operator: In, values: [zone-a, zone-b], minValues: 2}]",
+		}, wantErr: "minValues above 1 is not supported on topology.kubernetes.io/zone"},
 		{name: "a negative limit is refused", edit: []string{"spec.limits={cpu: '-4'}"},
 			wantErr: "limits must not be negative"},
 		{name: "a malformed limit is refused", edit: []string{"spec.limits={memory: lots}"},

@@ -13,6 +13,7 @@ import (
 // +kubebuilder:validation:XValidation:message="operators 'Exists' and 'DoesNotExist' take no values",rule="!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0"
 // +kubebuilder:validation:XValidation:message="operators 'Gt' and 'Lt' take exactly one value, a whole number",rule="!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))"
 // +kubebuilder:validation:XValidation:message="minValues needs operator 'In' with at least that many values",rule="!has(self.minValues) || (self.operator == 'In' && has(self.values) && self.minValues <= size(self.values))"
+// +kubebuilder:validation:XValidation:message="minValues above 1 is not supported on topology.kubernetes.io/zone, nodeforge.dev/capacity-type or kubernetes.io/arch: each NodeClaim launches in one zone, with one capacity type and one architecture",rule="!has(self.minValues) || self.minValues == 1 || !(self.key in ['topology.kubernetes.io/zone', 'nodeforge.dev/capacity-type', 'kubernetes.io/arch'])"
 type NodeSelectorRequirementWithMinValues struct {
 	// Key is the node label the requirement applies to.
 	// +kubebuilder:validation:MinLength=1
@@ -29,7 +30,12 @@ type NodeSelectorRequirementWithMinValues struct {
 	// +optional
 	Values []string `json:"values,omitempty"`
 	// MinValues is the minimum number of distinct values of Key that the
-	// options left for a launch must span.
+	// options left for a launch must span: a pod joins or makes a claim
+	// only if the instance types that would still hold it span that many,
+	// and a claim whose available options no longer do is not launched
+	// (its pods get another). On instance-type keys it keeps a launch
+	// flexible; on zone, capacity type and architecture it cannot exceed
+	// 1, as a claim is launched in one of each.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=50
 	// +optional

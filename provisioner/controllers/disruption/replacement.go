@@ -95,6 +95,8 @@ type replacement struct {
 	// placed: where the scheduler would put each pod of the old node,
 	// the replacement's name for those it takes.
 	placed map[string]string
+	// unmet: which of the pool's minValues its options do not keep.
+	unmet string
 }
 
 // describe: "nodeclaim p-x2k9f (3 instance type options)".
@@ -197,6 +199,10 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 			return nil, "", nil
 		}
 		rep := r.claimFor(cands, template, name, o, offers, slices.Concat(ds, onNew))
+		if rep.unmet != "" {
+			why = rep.unmet
+			continue
+		}
 		rep.placed = placed
 		return rep, "", nil
 	}
@@ -229,12 +235,14 @@ func holds(node *corev1.Node, pods []*corev1.Pod) bool {
 // the options of chosen's group that hold pods, cheapest first.
 func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name string, chosen nodeshape.Offer, offers []nodeshape.Offer, pods []*corev1.Pod) *replacement {
 	var names []string
+	var its []*v1alpha1.InstanceType
 	for _, o := range offers {
 		if groupOf(o) != groupOf(chosen) || slices.Contains(names, o.InstanceType.Name) {
 			continue
 		}
 		if holds(t.Node(name, &o.InstanceType, o.Zone, o.CapacityType), pods) {
 			names = append(names, o.InstanceType.Name)
+			its = append(its, &o.InstanceType)
 		}
 	}
 	np := cands[0].pool
@@ -246,7 +254,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 		return false
 	})
 	reqs = append(reqs,
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: names},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: names, MinValues: nodeshape.MinValuesOf(np.Spec.Template.Spec.Requirements, corev1.LabelInstanceTypeStable)},
 		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.Zone}},
 		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.CapacityType}},
 	)
@@ -279,6 +287,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 		},
 	}
 	return &replacement{claim: nc, price: chosen.Price, options: len(names),
+		unmet: nodeshape.MinValuesUnmet(t, np.Spec.Template.Spec.Requirements, its, chosen.Zone, chosen.CapacityType),
 		offer: fmt.Sprintf("%s %s in %s ($%.4f/h)", chosen.InstanceType.Name, chosen.CapacityType, chosen.Zone, chosen.Price)}
 }
 

@@ -43,6 +43,23 @@ func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]clou
 	}), nil
 }
 
+// minValuesUnmet says which of the claim's minValues requirements the
+// offers it may launch as (one zone, one capacity type) do not keep.
+func minValuesUnmet(nc *v1alpha1.NodeClaim, offers []cloudprovider.Offer) string {
+	if len(offers) == 0 || !nodeshape.HasMinValues(nc.Spec.Requirements) {
+		return ""
+	}
+	var types []*v1alpha1.InstanceType
+	seen := map[string]bool{}
+	for i := range offers {
+		if it := &offers[i].InstanceType; !seen[it.Name] {
+			seen[it.Name] = true
+			types = append(types, it)
+		}
+	}
+	return nodeshape.MinValuesUnmet(nodeshape.ForClaim(nc), nc.Spec.Requirements, types, offers[0].Zone, offers[0].CapacityType)
+}
+
 // launch creates the instance; Create is idempotent per claim UID, so a
 // crash between Create and the status update launches nothing twice.
 func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
@@ -81,6 +98,16 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 			return reconcile.Result{}, err
 		}
 		return c.refuseForLimits(ctx, nc, exceeded)
+	}
+	if why := minValuesUnmet(nc, offers); why != "" {
+		// Fewer options than the pool holds launches to: its pods get a
+		// claim that keeps them, with the offerings available now.
+		c.limits.Release(nc.UID)
+		logger.Info("Deleting nodeclaim: its available options no longer keep the pool's minValues", "why", why)
+		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", why+"; not launched, the pods will get another claim")
+		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "MinValues").Inc()
+		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
 	if err := c.stampNodeClass(ctx, nc); err != nil {
 		c.limits.Release(nc.UID)

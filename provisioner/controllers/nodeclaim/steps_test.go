@@ -170,6 +170,48 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	}
 }
 
+// TestLaunchKeepsMinValues: a claim held to two instance types
+// (minValues 2) one of which is marked unavailable is not launched on the
+// other: it is deleted, with an Event naming minValues, and nothing is
+// created in the cloud. With both available it launches.
+func TestLaunchKeepsMinValues(t *testing.T) {
+	ctx := context.Background()
+	two := int32(2)
+	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc.Spec.Requirements[0].MinValues = &two
+	s := newSteps(t, nc)
+	s.c.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
+	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a claim left with one option under minValues 2 was not deleted (err %v)", err)
+	}
+	if n := s.cloud.Creates(); n != 0 {
+		t.Errorf("%d launches made for it", n)
+	}
+	rec := s.c.recorder.(*events.FakeRecorder)
+	found := false
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "minValues") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no Event naming minValues")
+	}
+
+	nc = claim(v1alpha1.NodeClaimLaunching)
+	nc.Spec.Requirements[0].MinValues = &two
+	s = newSteps(t, nc)
+	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get(t, nc); got.Status.Phase != v1alpha1.NodeClaimLaunched {
+		t.Errorf("with both options available: phase %s, want Launched", got.Status.Phase)
+	}
+}
+
 // TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance: a node whose
 // providerID the claim names is adopted (the claim's labels, not the
 // pool's as they are now, and the finalizer) only when the cloud says the
