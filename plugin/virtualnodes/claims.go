@@ -182,22 +182,7 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 	for i, o := range c.options {
 		names[i] = o.name
 	}
-	reqs := slices.Clone(np.Spec.Template.Spec.Requirements)
-	reqs = slices.DeleteFunc(reqs, func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
-		switch r.Key {
-		case v1.LabelInstanceTypeStable, v1.LabelTopologyZone, v1alpha1.LabelCapacityType, v1.LabelArchStable:
-			return true
-		}
-		return false
-	})
-	reqs = append(reqs,
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelInstanceTypeStable, Operator: v1.NodeSelectorOpIn, Values: names, MinValues: nodeshape.MinValuesOf(np.Spec.Template.Spec.Requirements, v1.LabelInstanceTypeStable)},
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelTopologyZone, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.zone}},
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.capacityType}},
-	)
-	if c.group.arch != "" {
-		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1.LabelArchStable, Operator: v1.NodeSelectorOpIn, Values: []string{c.group.arch}})
-	}
+	reqs := nodeshape.ClaimRequirements(np.Spec.Template.Spec.Requirements, names, c.group.zone, c.group.capacityType, c.group.arch)
 	nc := &v1alpha1.NodeClaim{
 		ObjectMeta: metaName(c.name, map[string]string{v1alpha1.LabelNodePool: np.Name}),
 		Spec: v1alpha1.NodeClaimSpec{

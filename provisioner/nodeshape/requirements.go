@@ -2,6 +2,7 @@ package nodeshape
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,4 +83,28 @@ func wellKnown(key string) bool {
 		return true
 	}
 	return false
+}
+
+// ClaimRequirements are the requirements of a claim of a pool whose
+// requirements are poolReqs, launched as one of types in zone with
+// capacityType (and arch, if known): the pool's own, but on instance
+// type, zone, capacity type and architecture exactly the claim's options,
+// keeping the pool's minValues on instance types.
+func ClaimRequirements(poolReqs []v1alpha1.NodeSelectorRequirementWithMinValues, types []string, zone, capacityType, arch string) []v1alpha1.NodeSelectorRequirementWithMinValues {
+	reqs := slices.DeleteFunc(slices.Clone(poolReqs), func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
+		switch r.Key {
+		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable:
+			return true
+		}
+		return false
+	})
+	reqs = append(reqs,
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: types, MinValues: MinValuesOf(poolReqs, corev1.LabelInstanceTypeStable)},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}},
+		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{capacityType}},
+	)
+	if arch != "" {
+		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{arch}})
+	}
+	return reqs
 }

@@ -318,47 +318,8 @@ func TestConsolidationReplacesANodeWithACheaperOne(t *testing.T) {
 	old := claims[0]
 	scaleTo(t, cs, pool, 1)
 
-	var (
-		mu             sync.Mutex
-		repInitialized time.Time
-		left           time.Time
-		repName        string
-	)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			list, err1 := poolClaims(ctx, kube, pool)
-			pods, err2 := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + pool})
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			mu.Lock()
-			for _, nc := range list {
-				if nc.Annotations[v1alpha1.AnnotationReplaces] == old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && repInitialized.IsZero() {
-					repInitialized, repName = time.Now(), nc.Name
-				}
-			}
-			onOld := 0
-			for _, p := range pods.Items {
-				if p.Spec.NodeName == old.Status.NodeName && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-					onOld++
-				}
-			}
-			if onOld == 0 && left.IsZero() {
-				left = time.Now()
-			}
-			mu.Unlock()
-		}
-	}()
-	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
-	defer stopWatching()
+	w := watchReplacement(ctx, kube, cs, &old, "app="+pool)
+	defer w.stop()
 
 	var final []v1alpha1.NodeClaim
 	poll(t, "the pod Running on a c7.large, the pool's only node", func() (bool, error) {
@@ -372,15 +333,7 @@ func TestConsolidationReplacesANodeWithACheaperOne(t *testing.T) {
 		}
 		return len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning && pods.Items[0].Spec.NodeName == final[0].Status.NodeName, nil
 	})
-	stopWatching()
-	mu.Lock()
-	defer mu.Unlock()
-	switch {
-	case repInitialized.IsZero():
-		t.Errorf("no replacement of nodeclaim %s was seen Initialized", old.Name)
-	case left.Before(repInitialized):
-		t.Errorf("the pod left node %s at %s, before replacement %s was Initialized at %s", old.Status.NodeName, left.Format(time.StampMilli), repName, repInitialized.Format(time.StampMilli))
-	case final[0].Name != repName:
+	if repName, _ := w.check(t); repName != "" && final[0].Name != repName {
 		t.Errorf("the pool's node is claim %s's, not the replacement %s's", final[0].Name, repName)
 	}
 	note := disruptionEvent(t, cs, old.Name, Underutilized)

@@ -233,24 +233,8 @@ func crash(t *testing.T, tc crashCase) {
 			}
 		}
 	}
-	inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	perClaim := map[string]int{}
-	for _, in := range inventory {
-		perClaim[in.NodeClaim]++
-	}
-	for _, nc := range claims.Items {
-		if perClaim[nc.Name] != 1 {
-			t.Errorf("nodeclaim %s has %d instances, want 1", nc.Name, perClaim[nc.Name])
-		}
-		delete(perClaim, nc.Name)
-	}
-	if len(perClaim) > 0 {
-		t.Errorf("instances without a claim: %v", perClaim)
-	}
-	t.Logf("%s (%s): %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, victim, len(claims.Items), len(inventory), replaced)
+	instances := oneInstancePerClaim(t, ctx, kube, claims.Items)
+	t.Logf("%s (%s): %d claims, %d instances, 8 pods Running, %d replaced (drained)", tc.name, victim, len(claims.Items), instances, replaced)
 }
 
 // leading names the replica of component, other than except, that

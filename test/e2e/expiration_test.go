@@ -5,9 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
@@ -82,43 +79,8 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 		t.Fatalf("the claim's expireAfter is %q, not the pool's", old.Spec.ExpireAfter)
 	}
 	// Watch, from now, when the replacement is up and when the pod left.
-	var (
-		mu                   sync.Mutex
-		repInitialized, left time.Time
-		repName, repNode     string
-	)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			var list v1alpha1.NodeClaimList
-			if err := kube.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelNodePool: "expiring"}); err != nil {
-				continue
-			}
-			on, err := runningOn()
-			if err != nil {
-				continue
-			}
-			mu.Lock()
-			for _, nc := range list.Items {
-				if nc.Annotations[v1alpha1.AnnotationReplaces] == old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && repInitialized.IsZero() {
-					repInitialized, repName, repNode = time.Now(), nc.Name, nc.Status.NodeName
-				}
-			}
-			if on != first && left.IsZero() {
-				left = time.Now()
-			}
-			mu.Unlock()
-		}
-	}()
-	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
-	defer stopWatching()
+	w := watchReplacement(ctx, kube, cs, &old, "app=expiring")
+	defer w.stop()
 	poll(t, "the expired node gone and the pod Running on another", func() (bool, error) {
 		var nc v1alpha1.NodeClaim
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(&old), &nc); err == nil {
@@ -127,20 +89,9 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 		now, err := runningOn()
 		return now != "" && now != first, err
 	})
-	stopWatching()
-	now, err := runningOn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	switch {
-	case repInitialized.IsZero():
-		t.Errorf("no replacement of nodeclaim %s was seen Initialized", old.Name)
-	case left.Before(repInitialized):
-		t.Errorf("the pod left node %s at %s, before replacement %s was Initialized at %s", first, left.Format(time.StampMilli), repName, repInitialized.Format(time.StampMilli))
-	case now != repNode:
-		t.Errorf("the pod runs on node %s, not on the replacement's node %s", now, repNode)
+	repName, repNode := w.check(t)
+	if now, err := runningOn(); err != nil || (repNode != "" && now != repNode) {
+		t.Errorf("the pod runs on node %s (err %v), not on the replacement's node %s", now, err, repNode)
 	}
 	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + old.Name})
 	if err != nil {
@@ -240,21 +191,5 @@ func TestCrashAfterNamingAReplacement(t *testing.T) {
 		}
 		return !slices.ContainsFunc(all.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Status.ProviderID == "" }), nil
 	})
-	inventory, err := simulated.Inventory(ctx, kube, "nodeforge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	perClaim := map[string]int{}
-	for _, in := range inventory {
-		perClaim[in.NodeClaim]++
-	}
-	for _, nc := range all.Items {
-		if perClaim[nc.Name] != 1 {
-			t.Errorf("nodeclaim %s has %d instances, want 1", nc.Name, perClaim[nc.Name])
-		}
-		delete(perClaim, nc.Name)
-	}
-	if len(perClaim) > 0 {
-		t.Errorf("instances without a claim: %v", perClaim)
-	}
+	oneInstancePerClaim(t, ctx, kube, all.Items)
 }

@@ -246,21 +246,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 		}
 	}
 	np := cands[0].pool
-	reqs := slices.DeleteFunc(slices.Clone(np.Spec.Template.Spec.Requirements), func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
-		switch r.Key {
-		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable:
-			return true
-		}
-		return false
-	})
-	reqs = append(reqs,
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: names, MinValues: nodeshape.MinValuesOf(np.Spec.Template.Spec.Requirements, corev1.LabelInstanceTypeStable)},
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.Zone}},
-		v1alpha1.NodeSelectorRequirementWithMinValues{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{chosen.CapacityType}},
-	)
-	if arch := chosen.InstanceType.Labels[corev1.LabelArchStable]; arch != "" {
-		reqs = append(reqs, v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{arch}})
-	}
+	reqs := nodeshape.ClaimRequirements(np.Spec.Template.Spec.Requirements, names, chosen.Zone, chosen.CapacityType, chosen.InstanceType.Labels[corev1.LabelArchStable])
 	labels := maps.Clone(t.Labels)
 	old := make([]string, len(cands))
 	for i, c := range cands {
