@@ -205,6 +205,7 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			LastNominationTime:  &metav1.MicroTime{Time: c.lastAdded},
 		},
 	}
+	nc.OwnerReferences = nodeshape.OwnedBy(np)
 	if c.written != nil {
 		nc.ResourceVersion = c.written.ResourceVersion
 		nc.UID = c.written.UID

@@ -108,3 +108,14 @@ func ClaimRequirements(poolReqs []v1alpha1.NodeSelectorRequirementWithMinValues,
 	}
 	return reqs
 }
+
+// OwnedBy is the owner reference a claim of np carries, so that deleting
+// the pool deletes its claims (the garbage collector does, in the
+// background; each claim's finalizer drains its node and terminates its
+// instance first). None for a pool not read from the API server.
+func OwnedBy(np *v1alpha1.NodePool) []metav1.OwnerReference {
+	if np.UID == "" {
+		return nil
+	}
+	return []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodePool", Name: np.Name, UID: np.UID}}
+}

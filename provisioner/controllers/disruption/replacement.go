@@ -258,7 +258,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 		annotations[v1alpha1.AnnotationNodePoolHashVersion] = nodeshape.PoolHashVersion
 	}
 	nc := &v1alpha1.NodeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: np.Name}, Annotations: annotations, OwnerReferences: nodeshape.OwnedBy(np)},
 		Spec: v1alpha1.NodeClaimSpec{
 			NodePool:               np.Name,
 			Requirements:           reqs,

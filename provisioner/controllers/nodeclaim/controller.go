@@ -256,6 +256,39 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if !nc.DeletionTimestamp.IsZero() {
 		return c.finalize(ctx, nc)
 	}
+	if len(nc.OwnerReferences) == 0 {
+		// Claims made before claims named their pool as owner: name it
+		// now, or, the pool being gone, go as its claims go.
+		var pool v1alpha1.NodePool
+		err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool)
+		if apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Info("NodePool gone; deleting its nodeclaim")
+			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NodePoolDeleted").Inc()
+			c.event(nc, corev1.EventTypeNormal, "NodePoolDeleted", "Delete", "nodepool "+nc.Spec.NodePool+" is gone; draining the node and terminating its instance")
+			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		}
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if owners := nodeshape.OwnedBy(&pool); owners != nil {
+			nc.OwnerReferences = owners
+			return reconcile.Result{Requeue: true}, c.kube.Update(ctx, nc)
+		}
+	}
+	if nc.Status.NodeName != "" {
+		// A Node deleted by a user (it waits on Nodeforge's finalizer):
+		// its claim goes too, which drains it and terminates its instance.
+		node, err := c.nodeOf(ctx, nc)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if node != nil && !node.DeletionTimestamp.IsZero() {
+			klog.FromContext(ctx).Info("Node deleted; deleting its nodeclaim, which drains it and terminates its instance", "node", node.Name, "providerID", nc.Status.ProviderID)
+			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NodeDeleted").Inc()
+			c.event(nc, corev1.EventTypeNormal, "NodeDeleted", "Delete", fmt.Sprintf("node %s was deleted; draining it and terminating instance %s", node.Name, nc.Status.ProviderID))
+			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		}
+	}
 	switch nc.Status.Phase {
 	case "", v1alpha1.NodeClaimNominating:
 		return c.closeWhenBatched(ctx, nc)

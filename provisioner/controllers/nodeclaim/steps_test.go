@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -478,5 +479,103 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 				t.Errorf("%s Events: %d on pods, %d on the claim; want 2 and 2", ReasonTerminationGracePeriod, onPod, onClaim)
 			}
 		})
+	}
+}
+
+// TestDrainOfANodeThatIsNotReadyFinishes: on a node whose Ready
+// condition is Unknown (its kubelet gone), a pod already terminating is
+// deleted for good once its grace period is over, not before; a mirror
+// pod is neither evicted nor waited for; once the pod is gone the drain
+// is over though no terminationGracePeriod is set.
+func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimInitialized)
+	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "default", UID: "uid-stuck", Finalizers: []string{"example.com/hold"}},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static", Namespace: "kube-system", UID: "uid-static", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	s := newSteps(t, node, terminating, mirror)
+	// The pod was deleted with a 30s grace 10s ago: 20s are left.
+	if err := s.kube.Delete(ctx, terminating, client.GracePeriodSeconds(30)); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(terminating), &got); err != nil {
+		t.Fatal(err)
+	}
+	live := kubefake.NewClientset(got.DeepCopy(), mirror.DeepCopy())
+	s.c.pods = live
+	forced := func() []string {
+		var out []string
+		for _, a := range live.Actions() {
+			if d, ok := a.(clienttesting.DeleteActionImpl); ok && d.GetResource().Resource == "pods" && *d.GetDeleteOptions().GracePeriodSeconds == 0 {
+				out = append(out, d.GetName())
+			}
+			if a.GetSubresource() == "eviction" {
+				t.Errorf("evicted %v", a)
+			}
+		}
+		return out
+	}
+	s.now = got.DeletionTimestamp.Add(-20 * time.Second)
+	if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
+		t.Fatalf("drain with a pod terminating: %v %v; want a requeue", res, err)
+	}
+	if f := forced(); len(f) > 0 {
+		t.Fatalf("deleted %v for good before its grace period was over", f)
+	}
+	s.now = got.DeletionTimestamp.Add(time.Second)
+	if _, err := s.c.drain(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	if f := forced(); !slices.Equal(f, []string{"stuck"}) {
+		t.Fatalf("deleted for good %v once its grace period was over; want the stuck pod only", f)
+	}
+	// The cache sees it gone: the drain is over, the mirror pod aside.
+	got.Finalizers = nil
+	if err := s.kube.Update(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.c.drain(ctx, nc); err != nil || !res.IsZero() {
+		t.Errorf("drain with only a mirror pod left: %v %v; want it over", res, err)
+	}
+}
+
+// TestDeletedNodeDeletesItsClaim: a user deletes a claim's Node (it waits
+// on the finalizer); the claim is deleted, which drains the node and
+// terminates its instance.
+func TestDeletedNodeDeletesItsClaim(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimInitialized)
+	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+	nc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "nodeforge.dev/v1alpha1", Kind: "NodePool", Name: "pool", UID: "uid-pool"}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	s := newSteps(t, nc, node)
+	if err := s.kube.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.step(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("claim of a deleted node not deleted (err %v)", err)
+	}
+}
+
+// TestClaimOfAPoolThatIsGoneIsDeleted: a claim with no owner (made before
+// claims named their pool as owner) whose pool is gone is deleted.
+func TestClaimOfAPoolThatIsGoneIsDeleted(t *testing.T) {
+	ctx := context.Background()
+	orphan := claim(v1alpha1.NodeClaimLaunching)
+	orphan.Spec.NodePool = "gone"
+	s := newSteps(t, orphan)
+	if _, err := s.c.step(ctx, s.get(t, orphan)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(orphan), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("claim of a deleted pool not deleted (err %v)", err)
 	}
 }

@@ -95,14 +95,23 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	}
 	now := c.now()
 	deadline, capped := drainDeadline(nc)
+	// A node whose kubelet does not answer never finishes a pod's
+	// termination: such a pod is deleted once its grace period is over,
+	// as the pod garbage collector would.
+	unreachable := !ready(node)
 	remaining := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if disruption.OwnedByDaemonSet(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if disruption.OwnedByDaemonSet(p) || isMirror(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		remaining++
 		if !p.DeletionTimestamp.IsZero() {
+			if unreachable && !now.Before(p.DeletionTimestamp.Time) {
+				if err := c.forceDelete(ctx, node, p); err != nil {
+					return reconcile.Result{}, err
+				}
+			}
 			continue
 		}
 		if capped && !now.Before(deadline.Add(-podGrace(p))) {
@@ -174,5 +183,28 @@ func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeCla
 	note := fmt.Sprintf("node %s: nodeclaim %s's terminationGracePeriod %s is running out; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, nc.Name, tgp, grace)
 	c.recordPod(p, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", note)
 	c.event(nc, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", fmt.Sprintf("deleted pod %s/%s: terminationGracePeriod %s is running out", p.Namespace, p.Name, tgp))
+	return nil
+}
+
+// isMirror: a static pod's mirror is the kubelet's; it goes with its node
+// and cannot be evicted.
+func isMirror(p *corev1.Pod) bool {
+	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
+	return ok
+}
+
+// forceDelete removes a pod whose node does not answer and whose grace
+// period is over: its kubelet will never confirm it stopped. The UID
+// precondition spares a pod recreated under the same name.
+func (c *Controller) forceDelete(ctx context.Context, node *corev1.Node, p *corev1.Pod) error {
+	klog.FromContext(ctx).Info("Deleting pod on a node that is not ready: its grace period is over and its kubelet does not answer", "pod", klog.KObj(p), "node", node.Name)
+	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting pod %s/%s from node %s that is not ready: %w", p.Namespace, p.Name, node.Name, err)
+	}
+	c.recordPod(p, corev1.EventTypeWarning, "NodeNotReady", "Drain", fmt.Sprintf("node %s is not ready and the pod's grace period is over; deleted, as its kubelet cannot confirm it stopped", node.Name))
 	return nil
 }
