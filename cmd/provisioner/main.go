@@ -187,6 +187,9 @@ func run(args []string) error {
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
+	if err := mgr.Add(disruption.NewRepair(claims.Disruption(), mgr.GetClient(), time.Now)); err != nil {
+		return err
+	}
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}

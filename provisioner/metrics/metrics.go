@@ -45,13 +45,32 @@ var (
 		Help:    "Seconds from a pod's creation to its binding to a node Nodeforge launched for it.",
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
 	})
-	// DisruptionDecisions counts voluntary disruption decisions by reason
-	// and outcome: disrupted, aborted (the last look at live state called
-	// it off), budget (a budget refused it when it was carried out).
+	// DisruptionDecisions counts disruption decisions by reason and
+	// outcome: disrupted, replacing (a replacement launched first),
+	// aborted (the last look at live state, or a failed replacement,
+	// called it off), budget (a budget refused it when it was carried out).
 	DisruptionDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_disruption_decisions_total",
-		Help: "Voluntary disruption decisions by reason (Empty, Underutilized, Drifted, Expired) and outcome (disrupted, aborted, budget).",
+		Help: "Disruption decisions by reason (Empty, Underutilized, Drifted, Expired, Unhealthy) and outcome (disrupted, replacing, aborted, budget).",
 	}, []string{"reason", "outcome"})
+	// ZoneStates is 1 for each zone's current state (Normal,
+	// PartialDisruption, FullDisruption), 0 for the others.
+	ZoneStates = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodeforge_repair_zone_state",
+		Help: "1 for each zone's state as repair's rate limits read it (Normal, PartialDisruption, FullDisruption), 0 otherwise.",
+	}, []string{"zone", "state"})
+	// Repairs counts unhealthy nodes repaired, per pool.
+	Repairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_repairs_total",
+		Help: "Unhealthy nodes repaired (replaced), per nodepool.",
+	}, []string{"nodepool"})
+	// RepairsHeld counts repairs held back, per pool and the rule that
+	// held them: zone (its state or rate), pool (too much of it
+	// unhealthy), budget.
+	RepairsHeld = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_repairs_held_total",
+		Help: "Repairs of unhealthy nodes held back, per nodepool and rule (zone, pool, budget).",
+	}, []string{"nodepool", "rule"})
 	// DisruptionSavings adds up, per pool and reason, the hourly price of
 	// the nodes disrupted.
 	DisruptionSavings = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -72,5 +91,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration)
+	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld)
 }

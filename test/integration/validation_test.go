@@ -52,7 +52,11 @@ func TestAPIServerValidation(t *testing.T) {
 			"spec.template.spec.startupTaints=[{key: node.cilium.io/agent-not-ready, effect: NoExecute}]",
 			"spec.template.spec.expireAfter=Never",
 			"spec.template.spec.terminationGracePeriod=48h",
+			"spec.repair={policies: [{conditionType: Ready, conditionStatus: Unknown, tolerationDuration: 10m}, {conditionType: example.com/GPUHealthy, conditionStatus: 'False', tolerationDuration: 1m}]}",
 		}},
+		{name: "a repair policy with a status other than True, False or Unknown is refused", edit: []string{
+			"spec.repair={policies: [{conditionType: Ready, conditionStatus: Broken, tolerationDuration: 10m}]}",
+		}, wantErr: `Unsupported value: "Broken"`},
 		{name: "an unknown requirement operator is refused", edit: []string{
 			"spec.template.spec.requirements=[{key: zone, operator: Matches, values: [a]}]",
 		}, wantErr: `Unsupported value: "Matches": supported values: "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"`},

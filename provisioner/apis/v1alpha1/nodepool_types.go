@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -42,6 +44,16 @@ type NodePoolSpec struct {
 	// still launching; nothing is launched past them.
 	// +optional
 	Limits Limits `json:"limits,omitempty"`
+	// Repair says when a node of the pool is unhealthy, and so replaced:
+	// when one of its conditions matches a policy for longer than the
+	// policy's toleration. Unset: Ready False or Unknown for 30m (the
+	// conditions and toleration Karpenter's node repair uses for every
+	// provider). Set with no policies: the pool's nodes are not repaired.
+	// Repair is rate-limited per zone as kube-controller-manager's node
+	// lifecycle controller limits evictions, and none is done in a pool
+	// more than 20% of whose nodes are unhealthy.
+	// +optional
+	Repair *Repair `json:"repair,omitempty"`
 	// Weight orders pools: a pod goes to the highest-weight pool that can
 	// hold it. Pools without a weight come last.
 	// +kubebuilder:validation:Minimum=1
@@ -212,6 +224,51 @@ type Disruption struct {
 	// +listType=atomic
 	// +optional
 	Budgets []Budget `json:"budgets,omitempty"`
+}
+
+// Repair is when a node of a pool is unhealthy.
+type Repair struct {
+	// Policies: a node is unhealthy once a condition matches one for
+	// longer than its toleration.
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=atomic
+	// +optional
+	Policies []RepairPolicy `json:"policies"`
+}
+
+// RepairPolicy names a node condition that makes a node unhealthy.
+type RepairPolicy struct {
+	// ConditionType of the node: Ready, or one a node problem detector or
+	// device plugin sets (say, example.com/GPUHealthy).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +required
+	ConditionType string `json:"conditionType"`
+	// ConditionStatus that is unhealthy.
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	// +required
+	ConditionStatus string `json:"conditionStatus"`
+	// TolerationDuration is how long the condition may hold, from its
+	// lastTransitionTime, before the node is repaired.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=12
+	// +required
+	TolerationDuration metav1.Duration `json:"tolerationDuration"`
+}
+
+// DefaultRepairPolicies apply to a pool that sets no repair.
+var DefaultRepairPolicies = []RepairPolicy{
+	{ConditionType: string(corev1.NodeReady), ConditionStatus: string(corev1.ConditionFalse), TolerationDuration: metav1.Duration{Duration: 30 * time.Minute}},
+	{ConditionType: string(corev1.NodeReady), ConditionStatus: string(corev1.ConditionUnknown), TolerationDuration: metav1.Duration{Duration: 30 * time.Minute}},
+}
+
+// RepairPolicies are the pool's, or the defaults.
+func (np *NodePool) RepairPolicies() []RepairPolicy {
+	if np.Spec.Repair == nil {
+		return DefaultRepairPolicies
+	}
+	return np.Spec.Repair.Policies
 }
 
 // DisruptionReason names a disruption method a budget applies to.

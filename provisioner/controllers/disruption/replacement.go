@@ -409,15 +409,18 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 	if !rep.DeletionTimestamp.IsZero() {
 		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 	}
-	held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if held == "" && nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		held = "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
-	}
-	if held != "" {
-		return c.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
+	// Repair is involuntary: do-not-disrupt holds every other reason.
+	if v1alpha1.DisruptionReason(reason) != Unhealthy {
+		held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if held == "" && nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+			held = "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+		}
+		if held != "" {
+			return c.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
+		}
 	}
 	if rep.Status.Phase != v1alpha1.NodeClaimInitialized {
 		klog.FromContext(ctx).V(2).Info("Waiting for the replacement before draining node", "node", nc.Status.NodeName, "replacement", name, "phase", rep.Status.Phase)

@@ -1,0 +1,241 @@
+package disruption
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Unhealthy is the reason repair disrupts a node under.
+const Unhealthy v1alpha1.DisruptionReason = "Unhealthy"
+
+// MaxUnhealthyFraction: no node of a pool is repaired while more than
+// this share of its nodes is unhealthy (Karpenter's node repair rule and
+// number): so many at once is an outage, not bad nodes.
+const MaxUnhealthyFraction = 0.2
+
+// Repair replaces the nodes of Nodeforge's pools that are unhealthy: a
+// condition matching one of the pool's repair policies for longer than
+// its toleration (v1alpha1.NodePool.RepairPolicies). It is involuntary,
+// so do-not-disrupt does not hold it; the pool's budgets for Unhealthy
+// do, and so do two rules of their own: the zone's state and token
+// bucket (zones.go), and MaxUnhealthyFraction. A node whose pods fit
+// nowhere else gets its replacement first, as for every disruption
+// (replacement.go); then its claim is deleted, which drains the node
+// (pods that cannot finish terminating on it are deleted once their grace
+// is over) and terminates its instance.
+type Repair struct {
+	c     *Controller
+	cache client.Reader
+	now   func() time.Time
+
+	// Interval between rounds.
+	Interval time.Duration
+	// Rules limit repair per zone.
+	Rules ZoneRules
+
+	limiters zoneLimiters
+	held     map[types.UID]string // claim → why last held, said once
+}
+
+// NewRepair returns the repair of c's pools.
+func NewRepair(c *Controller, cache client.Reader, now func() time.Time) *Repair {
+	return &Repair{c: c, cache: cache, now: now, Interval: 5 * time.Second, Rules: DefaultZoneRules, held: map[types.UID]string{}}
+}
+
+// Start runs rounds until ctx ends; only the leader runs it.
+func (r *Repair) Start(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("repair"))
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := r.Round(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Repair round failed")
+		}
+	}, r.Interval)
+	return nil
+}
+
+// sick is a claim whose node is unhealthy, and why.
+type sick struct {
+	claim *v1alpha1.NodeClaim
+	node  *corev1.Node
+	pool  *v1alpha1.NodePool
+	since time.Time // when the matching condition began
+	why   string
+}
+
+// unhealthy says which of the pool's policies the node's conditions
+// match past their toleration at now, and since when; "" if none.
+func unhealthy(node *corev1.Node, policies []v1alpha1.RepairPolicy, now time.Time) (string, time.Time) {
+	for _, p := range policies {
+		for _, c := range node.Status.Conditions {
+			if string(c.Type) != p.ConditionType || string(c.Status) != p.ConditionStatus {
+				continue
+			}
+			if held := now.Sub(c.LastTransitionTime.Time); held >= p.TolerationDuration.Duration {
+				return fmt.Sprintf("condition %s has been %s for %s (toleration %s)", c.Type, c.Status, held.Round(time.Second), p.TolerationDuration.Duration), c.LastTransitionTime.Time
+			}
+		}
+	}
+	return "", time.Time{}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Round computes the zones' states from every node of the cluster, then
+// repairs the unhealthy nodes the rules allow, longest unhealthy first.
+func (r *Repair) Round(ctx context.Context) error {
+	var (
+		claims v1alpha1.NodeClaimList
+		nodes  corev1.NodeList
+		pools  v1alpha1.NodePoolList
+	)
+	for _, l := range []client.ObjectList{&claims, &nodes, &pools} {
+		if err := r.cache.List(ctx, l); err != nil {
+			return fmt.Errorf("listing %T: %w", l, err)
+		}
+	}
+	now := r.now()
+	// The zones, from all nodes, as the node lifecycle controller counts.
+	counts := map[string]zoneCount{}
+	byName := map[string]*corev1.Node{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		byName[n.Name] = n
+		z := counts[n.Labels[corev1.LabelTopologyZone]]
+		if nodeReady(n) {
+			z.ready++
+		} else {
+			z.notReady++
+		}
+		counts[n.Labels[corev1.LabelTopologyZone]] = z
+	}
+	zones := r.Rules.decide(counts)
+	for _, zone := range zonesOf(zones) {
+		for _, st := range []ZoneState{ZoneNormal, ZonePartialDisruption, ZoneFullDisruption} {
+			v := 0.0
+			if zones[zone].state == st {
+				v = 1
+			}
+			metrics.ZoneStates.WithLabelValues(zone, string(st)).Set(v)
+		}
+	}
+	poolOf := map[string]*v1alpha1.NodePool{}
+	for i := range pools.Items {
+		poolOf[pools.Items[i].Name] = &pools.Items[i]
+	}
+	total, bad := map[string]int{}, map[string]int{}
+	var sicks []sick
+	seen := map[types.UID]bool{}
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		node, pool := byName[nc.Status.NodeName], poolOf[nc.Spec.NodePool]
+		if node == nil || pool == nil {
+			continue
+		}
+		total[pool.Name]++
+		why, since := unhealthy(node, pool.RepairPolicies(), now)
+		if why == "" {
+			continue
+		}
+		bad[pool.Name]++
+		seen[nc.UID] = true
+		if nc.Status.Phase != v1alpha1.NodeClaimInitialized || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != "" {
+			continue // being removed already
+		}
+		sicks = append(sicks, sick{claim: nc, node: node, pool: pool, since: since, why: why})
+	}
+	for uid := range r.held {
+		if !seen[uid] {
+			delete(r.held, uid)
+		}
+	}
+	slices.SortFunc(sicks, func(a, b sick) int {
+		return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.node.Name, b.node.Name))
+	})
+	for _, s := range sicks {
+		zone := s.node.Labels[corev1.LabelTopologyZone]
+		d := zones[zone]
+		if d.rate <= 0 {
+			r.hold(ctx, s, "zone", d.why)
+			continue
+		}
+		if frac := float64(bad[s.pool.Name]) / float64(total[s.pool.Name]); frac > MaxUnhealthyFraction {
+			r.hold(ctx, s, "pool", fmt.Sprintf("nodepool %s has %d of %d nodes unhealthy, more than %d%%: more likely an outage than bad nodes; not repairing", s.pool.Name, bad[s.pool.Name], total[s.pool.Name], int(MaxUnhealthyFraction*100)))
+			continue
+		}
+		ok, _, err := r.c.budgets.reserve(ctx, r.cache, s.pool, s.claim, Unhealthy, now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			r.hold(ctx, s, "budget", fmt.Sprintf("nodepool %s's disruption budget for Unhealthy is spent", s.pool.Name))
+			continue
+		}
+		// The zone's token last, so that a budget's refusal spends none.
+		if !r.limiters.allow(zone, d.rate, now) {
+			r.c.budgets.release(s.claim.UID)
+			r.hold(ctx, s, "zone", fmt.Sprintf("%s; the zone's last repair was too recent, next within %s", d.why, time.Duration(float64(time.Second)/d.rate).Round(time.Second)))
+			continue
+		}
+		if err := r.repair(ctx, s, d.why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hold says, once per reason, why an unhealthy node is not repaired now.
+func (r *Repair) hold(ctx context.Context, s sick, rule, why string) {
+	metrics.RepairsHeld.WithLabelValues(s.pool.Name, rule).Inc()
+	if r.held[s.claim.UID] == why {
+		return
+	}
+	r.held[s.claim.UID] = why
+	klog.FromContext(ctx).Info("Not repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "unhealthy", s.why, "rule", rule, "why", why)
+	if r.c.recorder != nil {
+		r.c.recorder.Eventf(s.claim, nil, corev1.EventTypeWarning, "RepairHeld", string(Unhealthy), "node %s: %s; %s", s.node.Name, s.why, why)
+	}
+}
+
+// repair replaces the node: tainted, a replacement launched first when
+// its pods need one, else its claim deleted at once.
+func (r *Repair) repair(ctx context.Context, s sick, rule string) error {
+	delete(r.held, s.claim.UID)
+	why := fmt.Sprintf("unhealthy: %s; %s", s.why, rule)
+	klog.FromContext(ctx).Info("Repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "why", why)
+	metrics.Repairs.WithLabelValues(s.pool.Name).Inc()
+	if err := r.c.taint(ctx, s.node.Name); err != nil {
+		r.c.budgets.release(s.claim.UID)
+		return err
+	}
+	if r.c.replacer != nil {
+		rep, _, err := r.c.replacer.forClaim(ctx, s.claim, s.pool)
+		if err != nil {
+			r.c.budgets.release(s.claim.UID)
+			return err
+		}
+		if rep != nil {
+			return r.c.startReplacement(ctx, []*v1alpha1.NodeClaim{s.claim}, rep, Unhealthy, why)
+		}
+	}
+	metrics.DisruptionDecisions.WithLabelValues(string(Unhealthy), "disrupted").Inc()
+	return r.c.remove(ctx, s.claim, Unhealthy, why)
+}
