@@ -483,8 +483,15 @@ func processesUnder(t *testing.T, dir string) []string {
 // a hang, it does not assert speed.
 func poll(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
+	pollFor(t, 2*time.Minute, what, cond)
+}
+
+// pollFor is poll with a longer bound, for what takes longer by design
+// (a node lease running out, say).
+func pollFor(t *testing.T, bound time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
 	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, bound, true, func(context.Context) (bool, error) {
 		ok, err := cond()
 		last = err
 		return ok, nil
