@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -21,8 +22,8 @@ import (
 const Unhealthy v1alpha1.DisruptionReason = "Unhealthy"
 
 // MaxUnhealthyFraction: no node of a pool is repaired while more than
-// this share of its nodes is unhealthy (Karpenter's node repair rule and
-// number): so many at once is an outage, not bad nodes.
+// this share of its nodes, rounded up, is unhealthy (Karpenter's node
+// repair rule and number): so many at once is an outage, not bad nodes.
 const MaxUnhealthyFraction = 0.2
 
 // Repair replaces the nodes of Nodeforge's pools that are unhealthy: a
@@ -177,8 +178,10 @@ func (r *Repair) Round(ctx context.Context) error {
 			r.hold(ctx, s, "zone", d.why)
 			continue
 		}
-		if frac := float64(bad[s.pool.Name]) / float64(total[s.pool.Name]); frac > MaxUnhealthyFraction {
-			r.hold(ctx, s, "pool", fmt.Sprintf("nodepool %s has %d of %d nodes unhealthy, more than %d%%: more likely an outage than bad nodes; not repairing", s.pool.Name, bad[s.pool.Name], total[s.pool.Name], int(MaxUnhealthyFraction*100)))
+		// 20% rounded up, as Karpenter scales it: a pool of up to five
+		// nodes may have one repaired.
+		if allowed := int(math.Ceil(MaxUnhealthyFraction * float64(total[s.pool.Name]))); bad[s.pool.Name] > allowed {
+			r.hold(ctx, s, "pool", fmt.Sprintf("nodepool %s has %d of %d nodes unhealthy, more than %d%% (%d): more likely an outage than bad nodes; not repairing", s.pool.Name, bad[s.pool.Name], total[s.pool.Name], int(MaxUnhealthyFraction*100), allowed))
 			continue
 		}
 		ok, _, err := r.c.budgets.reserve(ctx, r.cache, s.pool, s.claim, Unhealthy, now)

@@ -128,13 +128,21 @@ func TestRepair(t *testing.T) {
 		pool: &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}},
 		want: 0, event: "every zone is in FullDisruption",
 	}, {
-		name: "more than 20% of a pool unhealthy: none repaired",
+		name: "more than 20% of a pool unhealthy (4 of 12; 20% rounds up to 3): none repaired",
 		fleet: func(f *repairFleet) {
 			f.add("a", 3, 1, 40*time.Minute, now)
 			f.add("b", 3, 1, 40*time.Minute, now)
-			f.add("c", 3, 1, 40*time.Minute, now)
+			f.add("c", 2, 2, 40*time.Minute, now)
 		},
-		want: 0, event: "nodepool p has 3 of 12 nodes unhealthy, more than 20%",
+		want: 0, event: "nodepool p has 4 of 12 nodes unhealthy, more than 20% (3)",
+	}, {
+		name: "a pool of one node may have it repaired: 20% of 1 rounds up to 1",
+		fleet: func(f *repairFleet) {
+			f.add("a", 0, 1, 40*time.Minute, now)
+			f.objs = append(f.objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{corev1.LabelTopologyZone: "b"}},
+				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+		},
+		want: 1, event: "zone a is in FullDisruption (none of 1 nodes Ready) while other zones are not: repairing at 0.1/s",
 	}, {
 		name: "a pool's own policy replaces the defaults: a GPU condition is repaired, Ready Unknown is not",
 		fleet: func(f *repairFleet) {
