@@ -15,19 +15,26 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 )
 
-// replacementWatch polls, every 100ms until stopped, for the first claim
-// replacing old seen Initialized, and for the moment no pod of selector
-// is Running on old's node any more.
+// replacementWatch polls, every 100ms until checked, whether a claim
+// replacing old is Initialized and whether a pod of selector is still
+// Running on old's node; it notes a moment when the pods had left that
+// node while no replacement was Initialized yet.
 type replacementWatch struct {
-	old                  *v1alpha1.NodeClaim
-	mu                   sync.Mutex
-	repInitialized, left time.Time
-	repName, repNode     string
-	stop                 func()
+	ctx      context.Context
+	kube     client.Client
+	cs       kubernetes.Interface
+	old      *v1alpha1.NodeClaim
+	selector string
+
+	mu               sync.Mutex
+	repName, repNode string
+	repSeen          bool
+	early            string // when and how the pods left too soon
+	stop             func()
 }
 
 func watchReplacement(ctx context.Context, kube client.Client, cs kubernetes.Interface, old *v1alpha1.NodeClaim, selector string) *replacementWatch {
-	w := &replacementWatch{old: old}
+	w := &replacementWatch{ctx: ctx, kube: kube, cs: cs, old: old, selector: selector}
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
@@ -38,47 +45,59 @@ func watchReplacement(ctx context.Context, kube client.Client, cs kubernetes.Int
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			var list v1alpha1.NodeClaimList
-			err1 := kube.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelNodePool: old.Spec.NodePool})
-			pods, err2 := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			w.mu.Lock()
-			for _, nc := range list.Items {
-				if nc.Annotations[v1alpha1.AnnotationReplaces] == old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && w.repInitialized.IsZero() {
-					w.repInitialized, w.repName, w.repNode = time.Now(), nc.Name, nc.Status.NodeName
-				}
-			}
-			onOld := 0
-			for _, p := range pods.Items {
-				if p.Spec.NodeName == old.Status.NodeName && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-					onOld++
-				}
-			}
-			if onOld == 0 && w.left.IsZero() {
-				w.left = time.Now()
-			}
-			w.mu.Unlock()
+			w.observe()
 		}
 	}()
 	w.stop = sync.OnceFunc(func() { close(stop); <-watched })
 	return w
 }
 
-// check stops the watch and says whether the replacement was Initialized
-// before the pods left old's node; it returns the replacement's claim and
-// node names.
+// observe looks once: the replacement first, then the pods, so that a
+// replacement Initialized by the time the pods are seen gone counts.
+func (w *replacementWatch) observe() {
+	var list v1alpha1.NodeClaimList
+	if err := w.kube.List(w.ctx, &list, client.MatchingLabels{v1alpha1.LabelNodePool: w.old.Spec.NodePool}); err != nil {
+		return
+	}
+	w.mu.Lock()
+	for _, nc := range list.Items {
+		if nc.Annotations[v1alpha1.AnnotationReplaces] == w.old.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && !w.repSeen {
+			w.repSeen, w.repName, w.repNode = true, nc.Name, nc.Status.NodeName
+		}
+	}
+	seen := w.repSeen
+	w.mu.Unlock()
+	pods, err := w.cs.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{LabelSelector: w.selector})
+	if err != nil {
+		return
+	}
+	onOld := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == w.old.Status.NodeName && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			onOld++
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if onOld == 0 && !seen && w.early == "" {
+		w.early = time.Now().Format(time.StampMilli)
+	}
+}
+
+// check stops the watch, looks once more, and says whether a replacement
+// was Initialized before the pods left old's node; it returns the
+// replacement's claim and node names.
 func (w *replacementWatch) check(t *testing.T) (string, string) {
 	t.Helper()
 	w.stop()
+	w.observe()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.repInitialized.IsZero():
+	case w.early != "":
+		t.Errorf("at %s no pod was Running on node %s any more, and no replacement of nodeclaim %s was Initialized yet", w.early, w.old.Status.NodeName, w.old.Name)
+	case !w.repSeen:
 		t.Errorf("no replacement of nodeclaim %s was seen Initialized", w.old.Name)
-	case w.left.Before(w.repInitialized):
-		t.Errorf("the pods left node %s at %s, before replacement %s was Initialized at %s", w.old.Status.NodeName, w.left.Format(time.StampMilli), w.repName, w.repInitialized.Format(time.StampMilli))
 	}
 	return w.repName, w.repNode
 }
