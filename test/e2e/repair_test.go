@@ -16,8 +16,9 @@ import (
 )
 
 // TestFailedNodeIsRepaired: kwok stops running one node (its annotation
-// taken away, as if its kubelet died), so kube-controller-manager's node
-// lifecycle controller marks it Ready Unknown once its lease runs out.
+// taken away and kwok started again, as if the node's kubelet died), so
+// kube-controller-manager's node lifecycle controller marks it Ready
+// Unknown once its lease runs out.
 // The pool tolerates that for 10s; then the node is repaired: a
 // replacement is launched for its pod (which fits no other node), the
 // pod runs there, and the failed node, its claim and its instance are
@@ -25,7 +26,7 @@ import (
 // Event names the rule that allowed the repair.
 func TestFailedNodeIsRepaired(t *testing.T) {
 	ctx := context.Background()
-	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
+	sb, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool = "repairing"
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
 		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
@@ -47,9 +48,13 @@ func TestFailedNodeIsRepaired(t *testing.T) {
 		t.Fatalf("want one claim of pool %s, got %v (err %v)", pool, claimTypes(claims), err)
 	}
 	old := claims[0]
-	// The node's kubelet dies: kwok lets it go.
+	// The node's kubelet dies: kwok, started again, no longer runs it
+	// (a running kwok keeps the leases of the nodes it took on).
 	patch := []byte(`{"metadata":{"annotations":{"kwok.x-k8s.io/node":null}}}`)
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, old.Status.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.KillAndRestart(ctx, "kwok"); err != nil {
 		t.Fatal(err)
 	}
 	failed := time.Now()
