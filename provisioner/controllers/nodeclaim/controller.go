@@ -256,21 +256,17 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if !nc.DeletionTimestamp.IsZero() {
 		return c.finalize(ctx, nc)
 	}
-	if len(nc.OwnerReferences) == 0 {
-		// Claims made before claims named their pool as owner: name it
-		// now, or, the pool being gone, go as its claims go.
+	if len(nc.OwnerReferences) == 0 && nc.Status.Phase == v1alpha1.NodeClaimInitialized {
+		// Claims made before claims named their pool as owner (those
+		// left are running nodes): name it now. A pool not found is not
+		// taken as deleted: a cache that has not seen a new pool yet
+		// must not delete its claims.
 		var pool v1alpha1.NodePool
 		err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool)
-		if apierrors.IsNotFound(err) {
-			klog.FromContext(ctx).Info("NodePool gone; deleting its nodeclaim")
-			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NodePoolDeleted").Inc()
-			c.event(nc, corev1.EventTypeNormal, "NodePoolDeleted", "Delete", "nodepool "+nc.Spec.NodePool+" is gone; draining the node and terminating its instance")
-			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
-		}
-		if err != nil {
+		if client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
-		if owners := nodeshape.OwnedBy(&pool); owners != nil {
+		if owners := nodeshape.OwnedBy(&pool); err == nil && owners != nil {
 			nc.OwnerReferences = owners
 			return reconcile.Result{Requeue: true}, c.kube.Update(ctx, nc)
 		}

@@ -564,18 +564,3 @@ func TestDeletedNodeDeletesItsClaim(t *testing.T) {
 		t.Errorf("claim of a deleted node not deleted (err %v)", err)
 	}
 }
-
-// TestClaimOfAPoolThatIsGoneIsDeleted: a claim with no owner (made before
-// claims named their pool as owner) whose pool is gone is deleted.
-func TestClaimOfAPoolThatIsGoneIsDeleted(t *testing.T) {
-	ctx := context.Background()
-	orphan := claim(v1alpha1.NodeClaimLaunching)
-	orphan.Spec.NodePool = "gone"
-	s := newSteps(t, orphan)
-	if _, err := s.c.step(ctx, s.get(t, orphan)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(orphan), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
-		t.Errorf("claim of a deleted pool not deleted (err %v)", err)
-	}
-}
