@@ -55,6 +55,7 @@ type options struct {
 	gcGrace                 time.Duration
 	consolidationInterval   time.Duration
 	consolidationPause      time.Duration
+	repair                  disruption.ZoneRules
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -90,6 +91,10 @@ func run(args []string) error {
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
 	fs.DurationVar(&o.consolidationInterval, "consolidation-interval", 10*time.Second, "How often consolidation looks for nodes whose pods fit elsewhere.")
 	fs.DurationVar(&o.consolidationPause, "consolidation-validation-pause", 5*time.Second, "How long consolidation waits, with the chosen nodes tainted, before it looks at live state again and disrupts them: a pod being bound there meanwhile calls it off.")
+	fs.Float64Var(&o.repair.Rate, "node-repair-rate", disruption.DefaultZoneRules.Rate, "Unhealthy nodes repaired per second in a zone, as kube-controller-manager's --node-eviction-rate.")
+	fs.Float64Var(&o.repair.SecondaryRate, "secondary-node-repair-rate", disruption.DefaultZoneRules.SecondaryRate, "Unhealthy nodes repaired per second in a zone in PartialDisruption, as kube-controller-manager's --secondary-node-eviction-rate; none when the zone has no more than --large-cluster-size-threshold nodes.")
+	fs.Float64Var(&o.repair.UnhealthyThreshold, "unhealthy-zone-threshold", disruption.DefaultZoneRules.UnhealthyThreshold, "Share of a zone's nodes not Ready (more than 2 of them) at which the zone is in PartialDisruption, as kube-controller-manager's flag of that name.")
+	fs.IntVar(&o.repair.LargeClusterThreshold, "large-cluster-size-threshold", disruption.DefaultZoneRules.LargeClusterThreshold, "A zone in PartialDisruption with no more nodes than this is not repaired at all, as kube-controller-manager's flag of that name.")
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration of nodeforge-scheduler (the file or ConfigMap the scheduler is given): pods are bound only where its profile's PreFilter and Filter plugins accept them. Empty: the scheduler's defaults.")
 	fs.StringVar(&o.schedulerProfile, "scheduler-profile", "nodeforge-scheduler", "Profile of --scheduler-config to judge binds by (ignored without --scheduler-config).")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
@@ -187,7 +192,9 @@ func run(args []string) error {
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
-	if err := mgr.Add(disruption.NewRepair(claims.Disruption(), mgr.GetClient(), time.Now)); err != nil {
+	repair := disruption.NewRepair(claims.Disruption(), mgr.GetClient(), time.Now)
+	repair.Rules = o.repair
+	if err := mgr.Add(repair); err != nil {
 		return err
 	}
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
@@ -280,6 +287,10 @@ func (o *options) validate() error {
 	}
 	if o.batchMax < o.batchIdle {
 		errs = append(errs, fmt.Errorf("--batch-max-duration=%s: must not be less than --batch-idle-duration=%s", o.batchMax, o.batchIdle))
+	}
+	if r := o.repair; r.Rate < 0 || r.SecondaryRate < 0 || r.UnhealthyThreshold <= 0 || r.UnhealthyThreshold > 1 || r.LargeClusterThreshold < 0 {
+		errs = append(errs, fmt.Errorf("--node-repair-rate=%g, --secondary-node-repair-rate=%g, --unhealthy-zone-threshold=%g, --large-cluster-size-threshold=%d: rates must not be negative, the threshold must be in (0, 1], the size not negative",
+			r.Rate, r.SecondaryRate, r.UnhealthyThreshold, r.LargeClusterThreshold))
 	}
 	if o.nodeClaimWorkers < 1 || o.nodeClaimWorkers > 64 {
 		errs = append(errs, fmt.Errorf("--nodeclaim-workers=%d: must be from 1 to 64", o.nodeClaimWorkers))

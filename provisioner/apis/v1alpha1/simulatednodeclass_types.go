@@ -53,7 +53,7 @@ type SimulatedNodeClassSpec struct {
 }
 
 // SimulatedFaultKind is the kind of fault the simulated cloud injects.
-// +kubebuilder:validation:Enum=InsufficientCapacity;LaunchFailure;NeverRegister
+// +kubebuilder:validation:Enum=InsufficientCapacity;LaunchFailure;NeverRegister;NodeFailure
 type SimulatedFaultKind string
 
 // The faults the simulated cloud can inject.
@@ -65,10 +65,21 @@ const (
 	FaultLaunchFailure SimulatedFaultKind = "LaunchFailure"
 	// FaultNeverRegister launches matching instances whose nodes never join.
 	FaultNeverRegister SimulatedFaultKind = "NeverRegister"
+	// FaultNodeFailure makes the nodes of matching instances fail `after`
+	// they registered (at once for those registered longer ago): their
+	// kubelets stop renewing their node leases, so the node lifecycle
+	// controller marks them Ready Unknown as it would a dead machine.
+	// It fails running nodes as well as new ones, so a fault naming only
+	// a zone is that zone's outage. A node it failed stays failed when the
+	// fault is removed, as a dead kubelet does not come back: it is
+	// repaired, or deleted by hand.
+	FaultNodeFailure SimulatedFaultKind = "NodeFailure"
 )
 
 // SimulatedFault injects one kind of fault into the launches whose offering
-// matches every field that is set (an empty field matches everything).
+// matches every field that is set (an empty field matches everything);
+// NodeFailure into the instances, running or launched later.
+// +kubebuilder:validation:XValidation:message="after applies to kind NodeFailure only",rule="!has(self.after) || self.kind == 'NodeFailure'"
 type SimulatedFault struct {
 	// Kind of fault.
 	// +required
@@ -85,6 +96,12 @@ type SimulatedFault struct {
 	// +listType=set
 	// +optional
 	CapacityTypes []CapacityType `json:"capacityTypes,omitempty"`
+	// After is, for NodeFailure, how long after its node registered an
+	// instance fails. Zero: as soon as it registers.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	After *metav1.Duration `json:"after,omitempty"`
 }
 
 // CapacityType is a purchase option: spot or on-demand.

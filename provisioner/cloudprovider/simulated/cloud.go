@@ -55,7 +55,10 @@ const (
 	// labelDevices is "pending" on an instance whose node has registered
 	// without its extended resources yet (devicePluginDelay).
 	labelDevices = "simulated.nodeforge.dev/devices"
-	dataKey      = "instance.json"
+	// labelFailed is "true" on an instance whose node a NodeFailure fault
+	// has failed.
+	labelFailed = "simulated.nodeforge.dev/failed"
+	dataKey     = "instance.json"
 )
 
 // Record is one simulated machine as the inventory keeps it.
@@ -68,6 +71,9 @@ type Record struct {
 	Taints        []corev1.Taint    `json:"taints"`
 	RegisterAt    time.Time         `json:"registerAt"`
 	NeverRegister bool              `json:"neverRegister,omitempty"`
+	// NodeClass is the SimulatedNodeClass it was launched with, whose
+	// NodeFailure faults apply to it.
+	NodeClass string `json:"nodeClass,omitempty"`
 	// DevicesAt, when after RegisterAt, is when the node's extended
 	// resources appear (the node class's devicePluginDelay).
 	DevicesAt time.Time `json:"devicesAt,omitzero"`
@@ -175,7 +181,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 				NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: c.now(),
 			},
 			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Annotations: l.Template.Annotations, Taints: l.Template.RegistrationTaints(),
-			RegisterAt: c.now().Add(delay), NeverRegister: never,
+			RegisterAt: c.now().Add(delay), NeverRegister: never, NodeClass: class.Name,
 		}
 		if devices > 0 {
 			r.DevicesAt = r.RegisterAt.Add(devices)
@@ -255,17 +261,23 @@ func (c *Cloud) List(ctx context.Context) ([]*cloudprovider.Instance, error) {
 }
 
 // Run registers the nodes of booted instances until ctx ends, the way
-// their kubelets would. It runs in the leader only.
+// their kubelets would, and fails those a NodeFailure fault names. It
+// runs in the leader only.
 func (c *Cloud) Run(ctx context.Context) error {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			if err := c.register(ctx); err != nil && ctx.Err() == nil {
 				klog.FromContext(ctx).Error(err, "Registering simulated nodes")
+			}
+			if tick%5 == 0 {
+				if err := c.fail(ctx); err != nil && ctx.Err() == nil {
+					klog.FromContext(ctx).Error(err, "Failing simulated nodes")
+				}
 			}
 		}
 	}

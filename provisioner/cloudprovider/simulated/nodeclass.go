@@ -9,15 +9,20 @@ import (
 
 // NodeClasses declares SimulatedNodeClass. It is ready as soon as it
 // exists: nothing in it needs resolving against the cloud (no controller
-// sets its status conditions). A change to its spec (delays, faults, tags)
-// makes the nodes launched from it drifted.
+// sets its status conditions). A change to how its machines are made
+// (delays, tags) makes the nodes launched from it drifted; a change to its
+// faults does not: they are the simulated cloud's weather, not a launch
+// setting, and a NodeFailure fault that drifted the nodes it is set to
+// fail would have them replaced before they fail.
 func (c *Cloud) NodeClasses() []cloudprovider.NodeClass {
 	return []cloudprovider.NodeClass{{
 		Kind:  "SimulatedNodeClass",
 		New:   func() client.Object { return &v1alpha1.SimulatedNodeClass{} },
 		Ready: func(client.Object) (bool, string, string) { return true, "Exists", "" },
 		Hash: func(o client.Object) (string, error) {
-			return cloudprovider.SpecHash(o.(*v1alpha1.SimulatedNodeClass).Spec)
+			spec := o.(*v1alpha1.SimulatedNodeClass).Spec
+			spec.Faults = nil
+			return cloudprovider.SpecHash(spec)
 		},
 	}}
 }

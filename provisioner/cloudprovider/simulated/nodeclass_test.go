@@ -26,8 +26,12 @@ func TestSimulatedNodeClassDeclaration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	class.Spec.Faults = []v1alpha1.SimulatedFault{{Kind: v1alpha1.FaultInsufficientCapacity, Zones: []string{"zone-a"}}}
+	class.Spec.Faults = []v1alpha1.SimulatedFault{{Kind: v1alpha1.FaultNodeFailure, Zones: []string{"zone-a"}}}
+	if after, _ := decl.Hash(class); after != before {
+		t.Errorf("adding a fault changed the hash from %s to %s: the nodes it is to fail would be replaced as drifted", before, after)
+	}
+	class.Spec.Tags = map[string]string{"team": "a"}
 	if after, _ := decl.Hash(class); after == before {
-		t.Errorf("adding a fault left the hash at %s", before)
+		t.Errorf("adding a tag left the hash at %s", before)
 	}
 }

@@ -1,0 +1,129 @@
+package simulated
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+)
+
+// FailedHolder is the holder the simulated cloud writes into the node
+// lease of a node it fails. kwok renews a node's lease only while it holds
+// it (or the lease has expired), and treats a node whose lease another
+// holds as not its own: it stops playing its stages. So the lease stops
+// being renewed and the node's status stops changing, as when a kubelet
+// dies, and the node lifecycle controller marks the node Ready Unknown
+// once its grace period has passed. The lease keeps its last renew time
+// and is given a duration of years, so that kwok never takes it back.
+const FailedHolder = "nodeforge-simulated-failure"
+
+// failedLeaseSeconds is the failed lease's duration: ten years.
+const failedLeaseSeconds = 10 * 365 * 24 * 3600
+
+// fail fails the registered nodes that a NodeFailure fault of their node
+// class names and whose delay has passed.
+func (c *Cloud) fail(ctx context.Context) error {
+	var classes v1alpha1.SimulatedNodeClassList
+	if err := c.kube.List(ctx, &classes); err != nil {
+		return fmt.Errorf("listing SimulatedNodeClasses: %w", err)
+	}
+	faults := map[string][]v1alpha1.SimulatedFault{}
+	for _, cl := range classes.Items {
+		for _, f := range cl.Spec.Faults {
+			if f.Kind == v1alpha1.FaultNodeFailure {
+				faults[cl.Name] = append(faults[cl.Name], f)
+			}
+		}
+	}
+	if len(faults) == 0 {
+		return nil
+	}
+	registered, err := c.labelled(ctx, labelRegistered, "true")
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	for _, e := range registered {
+		if e.cm.Labels[labelFailed] == "true" {
+			continue
+		}
+		f, due := failureOf(e.in, faults[e.in.NodeClass])
+		if f == nil || now.Before(due) {
+			continue
+		}
+		if err := c.failNode(ctx, e, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// failureOf is the first NodeFailure fault that names the instance's
+// offering, and when it fails the instance.
+func failureOf(in Record, faults []v1alpha1.SimulatedFault) (*v1alpha1.SimulatedFault, time.Time) {
+	o := cloudprovider.Offer{Zone: in.Zone, CapacityType: in.CapacityType}
+	o.InstanceType.Name = in.InstanceType
+	for i := range faults {
+		f := &faults[i]
+		if !faultMatches(*f, o) {
+			continue
+		}
+		due := in.RegisterAt
+		if f.After != nil {
+			due = due.Add(f.After.Duration)
+		}
+		return f, due
+	}
+	return nil, time.Time{}
+}
+
+// failNode takes the node's lease from kwok, then marks the instance
+// failed; a conflict leaves both for the next round.
+func (c *Cloud) failNode(ctx context.Context, e entry, f *v1alpha1.SimulatedFault) error {
+	var lease coordinationv1.Lease
+	key := client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: e.in.NodeName}
+	err := c.api.Get(ctx, key, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Never renewed: the node dies before its kubelet's first lease.
+		lease = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec:       coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(c.now()))},
+		}
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To(FailedHolder), ptr.To(int32(failedLeaseSeconds))
+		err = c.kube.Create(ctx, &lease)
+	case err == nil:
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To(FailedHolder), ptr.To(int32(failedLeaseSeconds))
+		err = c.kube.Update(ctx, &lease)
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failing simulated node %s: %w", e.in.NodeName, err)
+	}
+	e.cm.Labels[labelFailed] = "true"
+	if err := c.kube.Update(ctx, e.cm); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	}
+	after := time.Duration(0)
+	if f.After != nil {
+		after = f.After.Duration
+	}
+	klog.FromContext(ctx).Info("Simulated node failed: its kubelet stopped renewing its lease", "node", e.in.NodeName, "providerID", e.in.ProviderID,
+		"zone", e.in.Zone, "instanceType", e.in.InstanceType, "capacityType", e.in.CapacityType, "nodeClass", e.in.NodeClass, "after", after)
+	return nil
+}
