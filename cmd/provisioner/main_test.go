@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 )
 
 func TestFlagsFromEnv(t *testing.T) {
@@ -41,7 +43,8 @@ func TestFlagsFromEnv(t *testing.T) {
 // named in the error; the defaults, with a cloud provider chosen, pass.
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
-		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, consolidationPause: 5 * time.Second, qps: 200, burst: 300}
+		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, consolidationPause: 5 * time.Second, qps: 200, burst: 300,
+		repair: disruption.DefaultZoneRules}
 	if err := good.validate(); err != nil {
 		t.Fatalf("the defaults were refused: %v", err)
 	}
@@ -58,6 +61,8 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		"--cloud-call-timeout=0s: must be more than 0":                                        func(o *options) { o.cloudCallTimeout = 0 },
 		"--garbage-collection-grace=0s: must be more than 0":                                  func(o *options) { o.gcGrace = 0 },
 		"--nodeclaim-workers=0: must be from 1 to 64":                                         func(o *options) { o.nodeClaimWorkers = 0 },
+		"--unhealthy-zone-threshold=1.5":                                                      func(o *options) { o.repair.UnhealthyThreshold = 1.5 },
+		"--secondary-node-repair-rate=-1":                                                     func(o *options) { o.repair.SecondaryRate = -1 },
 		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":                     func(o *options) { o.qps = 0 },
 	} {
 		o := good
