@@ -71,6 +71,12 @@ var (
 		Name: "nodeforge_repairs_held_total",
 		Help: "Repairs of unhealthy nodes held back, per nodepool and rule (zone, pool, budget).",
 	}, []string{"nodepool", "rule"})
+	// InterruptionMessages counts the cloud's interruption messages, per
+	// kind and what was done.
+	InterruptionMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_interruption_messages_total",
+		Help: "Interruption queue messages, by kind (SpotInterruption, RebalanceRecommendation, ScheduledChange, InstanceStopping, Unknown) and action (replacing, disrupted, recorded, alreadyGoing, unknownInstance, ignored, error; queueError when the queue could not be read).",
+	}, []string{"kind", "action"})
 	// DisruptionSavings adds up, per pool and reason, the hourly price of
 	// the nodes disrupted.
 	DisruptionSavings = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -91,5 +97,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld)
+	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages)
 }

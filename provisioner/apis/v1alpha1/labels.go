@@ -65,6 +65,11 @@ const (
 	// reason it is disrupted and why, "Drifted: NodePool a template
 	// changed", for the Event and log line when its node is drained.
 	AnnotationDisruption = Group + "/disruption"
+	// AnnotationDrainBy on a claim waiting for its replacement is when
+	// (RFC 3339) its node is drained whether or not the replacement is
+	// ready: the cloud takes the instance back soon after (a spot
+	// interruption).
+	AnnotationDrainBy = Group + "/drain-by"
 )
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one

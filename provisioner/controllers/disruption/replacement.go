@@ -402,15 +402,19 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		// (the provisioner stopped in between).
 		requested, perr := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationReplacementRequested])
 		if left := replacementGrace - c.now().Sub(requested); perr == nil && left > 0 {
+			if by, ok := drainBy(nc); ok && by.Sub(c.now()) < min(left, replacementWait) {
+				return c.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+			}
 			return reconcile.Result{RequeueAfter: min(left, replacementWait)}, nil
 		}
-		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
+		return c.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
 	}
 	if !rep.DeletionTimestamp.IsZero() {
-		return c.giveUpReplacement(ctx, nc, nil, v1alpha1.DisruptionReason(reason), fmt.Sprintf("replacement %s is gone: it could not be launched", name))
+		return c.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
 	}
-	// Repair is involuntary: do-not-disrupt holds every other reason.
-	if v1alpha1.DisruptionReason(reason) != Unhealthy {
+	// Repair and interruption are involuntary: do-not-disrupt holds every
+	// other reason.
+	if involuntary := v1alpha1.DisruptionReason(reason) == Unhealthy || v1alpha1.DisruptionReason(reason) == Interrupted; !involuntary {
 		held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
 		if err != nil {
 			return reconcile.Result{}, err
@@ -423,12 +427,45 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		}
 	}
 	if rep.Status.Phase != v1alpha1.NodeClaimInitialized {
+		if by, ok := drainBy(nc); ok && by.Sub(c.now()) < replacementWait {
+			return c.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+		}
 		klog.FromContext(ctx).V(2).Info("Waiting for the replacement before draining node", "node", nc.Status.NodeName, "replacement", name, "phase", rep.Status.Phase)
 		return reconcile.Result{RequeueAfter: replacementWait}, nil
 	}
 	klog.FromContext(ctx).Info("Disrupting node: its replacement is initialized", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "replacementNode", rep.Status.NodeName)
 	metrics.DisruptionDecisions.WithLabelValues(reason, "disrupted").Inc()
 	return reconcile.Result{}, c.remove(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
+}
+
+// drainByDeadline drains the node of a claim whose replacement is not
+// ready when its AnnotationDrainBy comes, or waits for it.
+func (c *Controller) drainByDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string, by time.Time) (reconcile.Result, error) {
+	if left := by.Sub(c.now()); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	klog.FromContext(ctx).Info("Disrupting node before its replacement is ready: its instance is about to go", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "drainBy", by)
+	metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
+	return reconcile.Result{}, c.remove(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
+}
+
+// drainBy is the claim's AnnotationDrainBy, if it has one.
+func drainBy(nc *v1alpha1.NodeClaim) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationDrainBy])
+	return t, err == nil
+}
+
+// replacementGone: a voluntary disruption is called off when its
+// replacement could not be launched; an interruption is not, as the
+// instance goes anyway: its node is drained, and its pods, pending, get
+// new capacity as any pending pod does.
+func (c *Controller) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string) (reconcile.Result, error) {
+	if reason == Interrupted {
+		klog.FromContext(ctx).Info("Disrupting node without its replacement: its instance is going", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name)
+		metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
+		return reconcile.Result{}, c.remove(ctx, nc, reason, fmt.Sprintf("%s; replacement %s could not be launched, draining anyway", why, name))
+	}
+	return c.giveUpReplacement(ctx, nc, nil, reason, fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 }
 
 // giveUpReplacement calls a disruption waiting for its replacement off:

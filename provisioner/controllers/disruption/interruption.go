@@ -1,0 +1,228 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Interrupted is the reason a node the cloud is taking back is disrupted
+// under.
+const Interrupted v1alpha1.DisruptionReason = "Interrupted"
+
+// Interruption acts on the cloud's interruption messages (on AWS, an SQS
+// queue fed by EventBridge rules):
+//
+//   - a spot interruption warning marks the offering (instance type, zone,
+//     spot) unavailable, so that nothing is launched there for a while,
+//     launches a replacement for the node's pods at once and drains the
+//     node when the replacement is Initialized or, at the latest, halfway
+//     through the notice (a minute before EC2 reclaims it), leaving its
+//     pods the other half to terminate;
+//   - an instance stopping, stopped, shutting down or terminated: the
+//     same, drained at once, nothing marked (the capacity is not short);
+//   - scheduled maintenance: a replacement first, drained when it is
+//     Initialized, or an hour before the maintenance at the latest;
+//   - a rebalance recommendation: an Event only; the interruption warning,
+//     if it comes, is acted on (acting on every recommendation would churn
+//     spot nodes that are never interrupted).
+//
+// It is involuntary: neither disruption budgets nor do-not-disrupt hold
+// it, as the instance goes whatever Nodeforge does; PodDisruptionBudgets
+// are respected by the drain as always. A replacement that cannot be
+// launched does not call the drain off.
+type Interruption struct {
+	c           *Controller
+	cache       client.Reader
+	queue       cloudprovider.InterruptionQueue
+	unavailable *cloudprovider.UnavailableOfferings
+	now         func() time.Time
+}
+
+// NewInterruption returns the handler of queue's messages for c's claims.
+func NewInterruption(c *Controller, cache client.Reader, queue cloudprovider.InterruptionQueue, unavailable *cloudprovider.UnavailableOfferings, now func() time.Time) *Interruption {
+	return &Interruption{c: c, cache: cache, queue: queue, unavailable: unavailable, now: now}
+}
+
+// scheduledDrainLead is how long before scheduled maintenance a node is
+// drained at the latest.
+const scheduledDrainLead = time.Hour
+
+// NeedLeaderElection: only the leader takes messages off the queue.
+func (in *Interruption) NeedLeaderElection() bool { return true }
+
+// Start receives and handles messages until ctx ends. A message whose
+// handling failed stays in the queue and comes back after its visibility
+// timeout; a queue that cannot be read is retried with backoff.
+func (in *Interruption) Start(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("interruption"))
+	logger := klog.FromContext(ctx)
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 6, Cap: time.Minute}
+	delay := backoff
+	for ctx.Err() == nil {
+		msgs, err := in.queue.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			d := delay.Step()
+			logger.Error(err, "Reading the interruption queue; retrying", "retryIn", d)
+			metrics.InterruptionMessages.WithLabelValues("", "queueError").Inc()
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			continue
+		}
+		delay = backoff
+		for _, m := range msgs {
+			action, err := in.Handle(ctx, m)
+			if err != nil {
+				logger.Error(err, "Handling interruption message; it will be delivered again", "kind", m.Kind, "instances", m.InstanceIDs)
+				metrics.InterruptionMessages.WithLabelValues(string(m.Kind), "error").Inc()
+				continue
+			}
+			metrics.InterruptionMessages.WithLabelValues(string(m.Kind), action).Inc()
+			if err := in.queue.Done(ctx, m); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Removing handled interruption message from the queue; it will be delivered again and handled once more", "kind", m.Kind, "instances", m.InstanceIDs)
+			}
+		}
+	}
+	return nil
+}
+
+// Handle acts on one message and says what it did: "disrupted",
+// "replacing", "recorded" (rebalance), "alreadyGoing", "unknownInstance"
+// or "ignored".
+func (in *Interruption) Handle(ctx context.Context, m cloudprovider.Interruption) (string, error) {
+	logger := klog.FromContext(ctx)
+	if m.Kind == cloudprovider.UnknownMessage {
+		logger.Info("Ignoring interruption queue message", "detail", m.Detail)
+		return "ignored", nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := in.cache.List(ctx, &claims); err != nil {
+		return "", err
+	}
+	action := "unknownInstance"
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		if nc.Status.ProviderID == "" || !m.MatchesProviderID(nc.Status.ProviderID) {
+			continue
+		}
+		a, err := in.handleClaim(ctx, m, nc)
+		if err != nil {
+			return "", err
+		}
+		action = a
+	}
+	if action == "unknownInstance" {
+		logger.V(1).Info("Interruption message for an instance no NodeClaim has", "kind", m.Kind, "instances", m.InstanceIDs, "detail", m.Detail)
+	}
+	return action, nil
+}
+
+func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interruption, nc *v1alpha1.NodeClaim) (string, error) {
+	logger := klog.FromContext(ctx).WithValues("nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName, "kind", m.Kind)
+	now := in.now()
+	why := m.Detail
+	if !m.Deadline.IsZero() {
+		why = fmt.Sprintf("%s; the instance goes at %s", m.Detail, m.Deadline.UTC().Format(time.RFC3339))
+	}
+	if m.Kind == cloudprovider.RebalanceRecommendation {
+		logger.Info("Spot rebalance recommendation: not acting on it; an interruption warning would be", "detail", m.Detail)
+		in.event(nc, corev1.EventTypeNormal, "RebalanceRecommended", "node %s: %s; no action until an interruption warning", nc.Status.NodeName, m.Detail)
+		return "recorded", nil
+	}
+	if m.Kind == cloudprovider.SpotInterruption && nc.Status.InstanceType != "" && in.unavailable != nil {
+		o := cloudprovider.Offer{Zone: nc.Status.Zone, CapacityType: string(v1alpha1.CapacityTypeSpot)}
+		o.InstanceType.Name = nc.Status.InstanceType
+		in.unavailable.Mark(o)
+		logger.Info("Spot offering marked unavailable: its capacity is being reclaimed", "instanceType", o.InstanceType.Name, "zone", o.Zone)
+	}
+	if !nc.DeletionTimestamp.IsZero() {
+		return "alreadyGoing", nil
+	}
+	// When the node must be drained at the latest.
+	var by time.Time
+	switch m.Kind {
+	case cloudprovider.SpotInterruption:
+		by = now
+		if !m.Deadline.IsZero() && !m.Sent.IsZero() {
+			by = m.Sent.Add(m.Deadline.Sub(m.Sent) / 2)
+		}
+	case cloudprovider.InstanceStopping:
+		by = now
+	case cloudprovider.ScheduledChange:
+		if !m.Deadline.IsZero() {
+			by = m.Deadline.Add(-scheduledDrainLead)
+		}
+	}
+	if rep := nc.Annotations[v1alpha1.AnnotationReplacement]; rep != "" {
+		// Already being replaced (drift, expiry...): make it an
+		// interruption, with its deadline.
+		return "replacing", in.annotate(ctx, nc, by, why)
+	}
+	if nc.Status.Phase != v1alpha1.NodeClaimInitialized || nc.Status.NodeName == "" {
+		logger.Info("Interrupted instance has no node yet: deleting its claim; its pods get other capacity", "why", why)
+		in.event(nc, corev1.EventTypeWarning, "Interrupted", "%s", why)
+		return "disrupted", in.c.remove(ctx, nc, Interrupted, why)
+	}
+	if err := in.c.taint(ctx, nc.Status.NodeName); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	var pool v1alpha1.NodePool
+	var rep *replacement
+	if err := in.cache.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err == nil && in.c.replacer != nil && (by.IsZero() || by.After(now)) {
+		r, _, err := in.c.replacer.forClaim(ctx, nc, &pool)
+		if err != nil {
+			return "", err
+		}
+		rep = r
+	} else if client.IgnoreNotFound(err) != nil {
+		return "", err
+	}
+	logger.Info("Instance interrupted", "why", why, "drainBy", by, "replacement", rep != nil)
+	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
+	if rep == nil {
+		// No replacement needed (its pods fit elsewhere), none possible,
+		// or no time for one: drain now.
+		metrics.DisruptionDecisions.WithLabelValues(string(Interrupted), "disrupted").Inc()
+		return "disrupted", in.c.remove(ctx, nc, Interrupted, why)
+	}
+	marked := nc.DeepCopy()
+	if !by.IsZero() {
+		if marked.Annotations == nil {
+			marked.Annotations = map[string]string{}
+		}
+		marked.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
+	}
+	return "replacing", in.c.startReplacement(ctx, []*v1alpha1.NodeClaim{marked}, rep, Interrupted, why)
+}
+
+// annotate makes a claim already waiting for a replacement an
+// interruption, drained by by at the latest.
+func (in *Interruption) annotate(ctx context.Context, nc *v1alpha1.NodeClaim, by time.Time, why string) error {
+	nc = nc.DeepCopy()
+	nc.Annotations[v1alpha1.AnnotationDisruption] = string(Interrupted) + ": " + why
+	if old, ok := drainBy(nc); !by.IsZero() && (!ok || by.Before(old)) {
+		nc.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
+	}
+	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
+	return in.c.kube.Update(ctx, nc)
+}
+
+func (in *Interruption) event(nc *v1alpha1.NodeClaim, typ, reason, format string, args ...any) {
+	if in.c.recorder != nil {
+		in.c.recorder.Eventf(nc, nil, typ, reason, string(Interrupted), format, args...)
+	}
+}
