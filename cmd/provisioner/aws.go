@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -35,6 +36,8 @@ type awsOptions struct {
 	pricingRefresh  time.Duration
 	pricingEndpoint string
 	maxAttempts     int
+	queue           string
+	sqsEndpoint     string
 
 	// set by provider
 	sdk    sdkaws.Config
@@ -53,6 +56,8 @@ func (a *awsOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.serviceCIDR, "cluster-service-cidr", "10.100.0.0/16", "Service CIDR of the cluster, written into the nodes' NodeConfig.")
 	fs.DurationVar(&a.pricingRefresh, "aws-pricing-refresh-interval", 12*time.Hour, "How often to refresh on-demand prices from the AWS Pricing API; 0 keeps the shipped table.")
 	fs.StringVar(&a.pricingEndpoint, "aws-pricing-endpoint", "", "Pricing API endpoint URL; empty: the public one in us-east-1.")
+	fs.StringVar(&a.queue, "interruption-queue", "", "Name or URL of the SQS queue that EventBridge rules feed with EC2's spot interruption warnings, rebalance recommendations, instance state changes and AWS Health scheduled changes (docs/aws.md); empty: interruptions are not watched.")
+	fs.StringVar(&a.sqsEndpoint, "aws-sqs-endpoint", "", "SQS endpoint URL; empty: the region's. For tests and private endpoints.")
 	fs.IntVar(&a.maxAttempts, "aws-max-attempts", 8, "Attempts per AWS call; throttling and transient errors are retried with exponential backoff.")
 }
 
@@ -110,6 +115,21 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 		Region: sdk.Region, ClusterName: a.clusterName, ClusterEndpoint: a.clusterEndpoint, ClusterCA: ca,
 		ClusterServiceCIDR: a.serviceCIDR, KubernetesVersion: v.Major + "." + strings.TrimSuffix(v.Minor, "+"),
 	})
+}
+
+// interruptionQueue is the SQS queue of --interruption-queue, or nil;
+// provider must have run.
+func (a *awsOptions) interruptionQueue() *aws.InterruptionQueue {
+	if a.queue == "" {
+		return nil
+	}
+	api := sqs.NewFromConfig(a.sdk, func(o *sqs.Options) {
+		if a.sqsEndpoint != "" {
+			o.BaseEndpoint = sdkaws.String(a.sqsEndpoint)
+		}
+	})
+	klog.InfoS("Watching the interruption queue", "queue", a.queue, "sqsEndpoint", a.sqsEndpoint)
+	return aws.NewInterruptionQueue(api, a.queue)
 }
 
 func (a *awsOptions) clusterCA(cfg *rest.Config) ([]byte, error) {

@@ -197,6 +197,11 @@ func run(args []string) error {
 	if err := mgr.Add(repair); err != nil {
 		return err
 	}
+	if q := o.aws.interruptionQueue(); q != nil {
+		if err := mgr.Add(disruption.NewInterruption(claims.Disruption(), mgr.GetClient(), q, unavailable, time.Now)); err != nil {
+			return err
+		}
+	}
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -291,6 +296,9 @@ func (o *options) validate() error {
 	if r := o.repair; r.Rate < 0 || r.SecondaryRate < 0 || r.UnhealthyThreshold <= 0 || r.UnhealthyThreshold > 1 || r.LargeClusterThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--node-repair-rate=%g, --secondary-node-repair-rate=%g, --unhealthy-zone-threshold=%g, --large-cluster-size-threshold=%d: rates must not be negative, the threshold must be in (0, 1], the size not negative",
 			r.Rate, r.SecondaryRate, r.UnhealthyThreshold, r.LargeClusterThreshold))
+	}
+	if o.aws.queue != "" && o.cloudProvider != "aws" {
+		errs = append(errs, fmt.Errorf("--interruption-queue=%s: only the aws provider has an interruption queue", o.aws.queue))
 	}
 	if o.nodeClaimWorkers < 1 || o.nodeClaimWorkers > 64 {
 		errs = append(errs, fmt.Errorf("--nodeclaim-workers=%d: must be from 1 to 64", o.nodeClaimWorkers))

@@ -62,6 +62,7 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		"--garbage-collection-grace=0s: must be more than 0":                                  func(o *options) { o.gcGrace = 0 },
 		"--nodeclaim-workers=0: must be from 1 to 64":                                         func(o *options) { o.nodeClaimWorkers = 0 },
 		"--unhealthy-zone-threshold=1.5":                                                      func(o *options) { o.repair.UnhealthyThreshold = 1.5 },
+		"--interruption-queue=q: only the aws provider has an interruption queue":             func(o *options) { o.aws.queue = "q" },
 		"--secondary-node-repair-rate=-1":                                                     func(o *options) { o.repair.SecondaryRate = -1 },
 		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":                     func(o *options) { o.qps = 0 },
 	} {
