@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +22,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/test/ec2fake"
+	"github.com/nodeforge/nodeforge/test/sqsfake"
 )
 
 // awsRegion is the sandbox's fake EC2 region, in the sandbox's own process
@@ -31,6 +35,10 @@ type awsRegion struct {
 	EC2   *ec2fake.Server
 	URL   string
 	stop  func()
+	// SQS holds the interruption queue, at SQSURL.
+	SQS     *sqsfake.Server
+	SQSURL  string
+	sqsStop func()
 	cs    kubernetes.Interface
 	delay time.Duration
 	types map[string]ec2fake.InstanceType
@@ -67,10 +75,19 @@ func startAWSRegion(cfg *rest.Config, delay time.Duration) (*awsRegion, error) {
 	})
 	// As the cloud controller manager would, delete the node of an
 	// instance that is gone.
+	// As EventBridge's state-change rule would, tell the interruption
+	// queue.
 	r.EC2.OnTerminate(func(in ec2fake.Instance) {
 		_ = cs.CoreV1().Nodes().Delete(r.ctx, in.PrivateDNSName, metav1.DeleteOptions{})
+		_, _ = r.SQS.Send(InterruptionQueue, ec2Event("EC2 Instance State-change Notification", in.ID, map[string]string{"state": "terminated"}, time.Now()))
 	})
+	r.SQS = sqsfake.New()
+	if r.SQSURL, r.sqsStop, err = r.SQS.Start(); err != nil {
+		return nil, err
+	}
+	r.SQS.CreateQueue(InterruptionQueue)
 	if r.URL, r.stop, err = r.EC2.Start(); err != nil {
+		r.sqsStop()
 		return nil, err
 	}
 	return r, nil
@@ -80,6 +97,42 @@ func (r *awsRegion) close() {
 	r.cancel()
 	r.wg.Wait()
 	r.stop()
+	r.sqsStop()
+}
+
+// InterruptionQueue is the name of the sandbox's interruption queue.
+const InterruptionQueue = "nodeforge-sandbox"
+
+// ec2Event is an EventBridge event of source aws.ec2 about one instance,
+// in the shape EC2's user guide gives its events.
+func ec2Event(detailType, instanceID string, detail map[string]string, at time.Time) string {
+	d := map[string]string{"instance-id": instanceID}
+	maps.Copy(d, detail)
+	raw, _ := json.Marshal(map[string]any{
+		"version": "0", "id": fmt.Sprintf("sandbox-%d", at.UnixNano()), "detail-type": detailType, "source": "aws.ec2",
+		"account": sqsfake.Account, "time": at.UTC().Format(time.RFC3339), "region": "us-west-2",
+		"resources": []string{"arn:aws:ec2:us-west-2:" + sqsfake.Account + ":instance/" + instanceID}, "detail": d,
+	})
+	return string(raw)
+}
+
+// SpotInterruption sends the interruption queue a spot interruption
+// warning for the instance, as if EC2 had sent it at sent (its two
+// minutes' notice counting from then), through the real SQS client as
+// EventBridge would deliver it.
+func (s *Sandbox) SpotInterruption(ctx context.Context, instanceID string, sent time.Time) error {
+	if s.region == nil {
+		return fmt.Errorf("the sandbox has no AWS region")
+	}
+	c := sqs.New(sqs.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(s.region.SQSURL),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIASANDBOX", "sandbox", "")})
+	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: sdkaws.String(InterruptionQueue)})
+	if err != nil {
+		return err
+	}
+	body := ec2Event("EC2 Spot Instance Interruption Warning", instanceID, map[string]string{"instance-action": "terminate"}, sent)
+	_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: sdkaws.String(body)})
+	return err
 }
 
 // boot registers the instance's node as its kubelet would.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/manifests"
 	"github.com/nodeforge/nodeforge/test/ec2fake"
+	"github.com/nodeforge/nodeforge/test/sqsfake"
 )
 
 // Options configure a sandbox.
@@ -80,6 +81,11 @@ type Sandbox struct {
 	// EC2 is the fake EC2 region of a sandbox with the aws provider, for
 	// tests to inject faults into and inspect; nil otherwise.
 	EC2 *ec2fake.Server
+	// SQS is the fake SQS endpoint of a sandbox with the aws provider,
+	// holding the interruption queue (InterruptionQueue) the provisioner
+	// watches; EventBridge's part is played by the sandbox: instance state
+	// changes are sent to it, and SpotInterruption sends a warning.
+	SQS *sqsfake.Server
 
 	procs    []*process
 	progress io.Writer
@@ -244,7 +250,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
 			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
 		}
-		s.EC2 = s.region.EC2
+		s.EC2, s.SQS = s.region.EC2, s.region.SQS
 		defaults = []string{"examples/aws.yaml"}
 	}
 	if err := applyFiles(ctx, s.Config, defaults...); err != nil {
@@ -348,6 +354,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		provArgs = append(provArgs,
 			"--aws-region=us-west-2",
 			"--aws-ec2-endpoint="+s.region.URL,
+			"--aws-sqs-endpoint="+s.region.SQSURL,
+			"--interruption-queue="+InterruptionQueue,
 			"--cluster-name=sandbox",
 			"--cluster-endpoint="+s.Server,
 			"--cluster-ca-file="+filepath.Join(dir, "pki", "ca.crt"),
@@ -381,7 +389,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
 	if s.region != nil {
-		endpoints += "ec2=" + s.region.URL + "\n"
+		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints"), []byte(endpoints), 0o644); err != nil {
 		return nil, err
