@@ -11,8 +11,8 @@ import (
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,16 +32,16 @@ import (
 // kubelet settings its NodeConfig says. What joins is what the provisioner's
 // user data asks for.
 type awsRegion struct {
-	EC2   *ec2fake.Server
-	URL   string
-	stop  func()
+	EC2  *ec2fake.Server
+	URL  string
+	stop func()
 	// SQS holds the interruption queue, at SQSURL.
 	SQS     *sqsfake.Server
 	SQSURL  string
 	sqsStop func()
-	cs    kubernetes.Interface
-	delay time.Duration
-	types map[string]ec2fake.InstanceType
+	cs      kubernetes.Interface
+	delay   time.Duration
+	types   map[string]ec2fake.InstanceType
 
 	ctx    context.Context
 	cancel context.CancelFunc
