@@ -1,0 +1,107 @@
+package simulated
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+)
+
+// TestNodeFailureTakesTheLeaseAfterItsDelay: a NodeFailure fault naming
+// the instance's zone fails its node once it has been registered for the
+// fault's `after`, not before: the node's lease is taken from kwok (held
+// by FailedHolder, its renew time kept, for years) and the instance is
+// marked failed. A fault naming another zone fails nothing, and a failed
+// node stays failed when the fault is removed.
+func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	now := time.Now()
+	c.now = func() time.Time { return now }
+	in, err := c.Create(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node := "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
+	renewed := metav1.NewMicroTime(now.Add(-time.Second).Truncate(time.Microsecond))
+	kwokLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kwok"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed}}
+	if err := c.kube.Create(ctx, kwokLease); err != nil {
+		t.Fatal(err)
+	}
+	setFaults := func(f ...v1alpha1.SimulatedFault) {
+		t.Helper()
+		var class v1alpha1.SimulatedNodeClass
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
+			t.Fatal(err)
+		}
+		class.Spec.Faults = f
+		if err := c.kube.Update(ctx, &class); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder := func() string {
+		t.Helper()
+		var lease coordinationv1.Lease
+		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(kwokLease), &lease); err != nil {
+			t.Fatal(err)
+		}
+		if !lease.Spec.RenewTime.Equal(&renewed) {
+			t.Errorf("the failed lease's renew time moved from %s to %s: the node would look alive", renewed, lease.Spec.RenewTime)
+		}
+		return ptr.Deref(lease.Spec.HolderIdentity, "")
+	}
+
+	setFaults(v1alpha1.SimulatedFault{Kind: v1alpha1.FaultNodeFailure, Zones: []string{"zone-b"}})
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(); h != "kwok" {
+		t.Fatalf("a fault of zone-b failed a node of zone-a (lease held by %s)", h)
+	}
+
+	setFaults(v1alpha1.SimulatedFault{Kind: v1alpha1.FaultNodeFailure, Zones: []string{"zone-a"}, After: &metav1.Duration{Duration: time.Minute}})
+	now = now.Add(59 * time.Second)
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(); h != "kwok" {
+		t.Fatalf("the node failed 59s after registering, before its fault's 1m (lease held by %s)", h)
+	}
+	now = now.Add(time.Second)
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(); h != FailedHolder {
+		t.Fatalf("the node did not fail 1m after registering: lease held by %s", h)
+	}
+	var lease coordinationv1.Lease
+	if err := c.kube.Get(ctx, client.ObjectKeyFromObject(kwokLease), &lease); err != nil {
+		t.Fatal(err)
+	}
+	if d := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); d < 365*24*3600 {
+		t.Errorf("the failed lease lasts %ds: kwok would take it back when it runs out", d)
+	}
+	failed, err := c.labelled(ctx, labelFailed, "true")
+	if err != nil || len(failed) != 1 {
+		t.Fatalf("instances marked failed: %d (err %v), want 1", len(failed), err)
+	}
+
+	setFaults()
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(); h != FailedHolder {
+		t.Errorf("the failed node came back when its fault was removed (lease held by %s)", h)
+	}
+}
