@@ -15,10 +15,11 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 .PHONY: build
-build: ## Build nodeforge-scheduler, nodeforge-provisioner and nodeforge-sandbox into bin/.
+build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/.
 	$(GO) build -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
 	$(GO) build -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
+	$(GO) build -o $(BIN)/nodeforge-convert ./cmd/convert
 
 .PHONY: components
 components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok.
