@@ -198,7 +198,7 @@ func run(args []string) error {
 		return err
 	}
 	if q := o.aws.interruptionQueue(); q != nil {
-		if err := mgr.Add(disruption.NewInterruption(claims.Disruption(), mgr.GetClient(), q, unavailable, time.Now)); err != nil {
+		if err := mgr.Add(disruption.NewInterruption(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), q, unavailable, time.Now)); err != nil {
 			return err
 		}
 	}

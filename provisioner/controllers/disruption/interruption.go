@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,14 +45,17 @@ const Interrupted v1alpha1.DisruptionReason = "Interrupted"
 type Interruption struct {
 	c           *Controller
 	cache       client.Reader
+	live        client.Reader
 	queue       cloudprovider.InterruptionQueue
 	unavailable *cloudprovider.UnavailableOfferings
 	now         func() time.Time
 }
 
-// NewInterruption returns the handler of queue's messages for c's claims.
-func NewInterruption(c *Controller, cache client.Reader, queue cloudprovider.InterruptionQueue, unavailable *cloudprovider.UnavailableOfferings, now func() time.Time) *Interruption {
-	return &Interruption{c: c, cache: cache, queue: queue, unavailable: unavailable, now: now}
+// NewInterruption returns the handler of queue's messages for c's claims,
+// found in cache and read from live (the API server) before they are
+// changed.
+func NewInterruption(c *Controller, cache, live client.Reader, queue cloudprovider.InterruptionQueue, unavailable *cloudprovider.UnavailableOfferings, now func() time.Time) *Interruption {
+	return &Interruption{c: c, cache: cache, live: live, queue: queue, unavailable: unavailable, now: now}
 }
 
 // scheduledDrainLead is how long before scheduled maintenance a node is
@@ -119,11 +124,26 @@ func (in *Interruption) Handle(ctx context.Context, m cloudprovider.Interruption
 		if nc.Status.ProviderID == "" || !m.MatchesProviderID(nc.Status.ProviderID) {
 			continue
 		}
-		a, err := in.handleClaim(ctx, m, nc)
+		// The cache may be a write behind (the claim's status was just
+		// updated): read the claim from the API server, and once more
+		// on a conflict, rather than leave the message for its
+		// redelivery, half a spot notice later.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var live v1alpha1.NodeClaim
+			if err := in.live.Get(ctx, client.ObjectKeyFromObject(nc), &live); err != nil {
+				return err
+			}
+			a, err := in.handleClaim(ctx, m, &live)
+			action = a
+			return err
+		})
+		if apierrors.IsNotFound(err) {
+			action = "alreadyGoing"
+			continue
+		}
 		if err != nil {
 			return "", err
 		}
-		action = a
 	}
 	if action == "unknownInstance" {
 		logger.V(1).Info("Interruption message for an instance no NodeClaim has", "kind", m.Kind, "instances", m.InstanceIDs, "detail", m.Detail)
@@ -192,12 +212,15 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 		return "", err
 	}
 	logger.Info("Instance interrupted", "why", why, "drainBy", by, "replacement", rep != nil)
-	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
 	if rep == nil {
 		// No replacement needed (its pods fit elsewhere), none possible,
 		// or no time for one: drain now.
+		if err := in.c.remove(ctx, nc, Interrupted, why); err != nil {
+			return "", err
+		}
 		metrics.DisruptionDecisions.WithLabelValues(string(Interrupted), "disrupted").Inc()
-		return "disrupted", in.c.remove(ctx, nc, Interrupted, why)
+		in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
+		return "disrupted", nil
 	}
 	marked := nc.DeepCopy()
 	if !by.IsZero() {
@@ -206,7 +229,11 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 		}
 		marked.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
 	}
-	return "replacing", in.c.startReplacement(ctx, []*v1alpha1.NodeClaim{marked}, rep, Interrupted, why)
+	if err := in.c.startReplacement(ctx, []*v1alpha1.NodeClaim{marked}, rep, Interrupted, why); err != nil {
+		return "", err
+	}
+	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
+	return "replacing", nil
 }
 
 // annotate makes a claim already waiting for a replacement an

@@ -42,7 +42,7 @@ func newInterruptionSetup(ctx context.Context, t *testing.T) *interruptionSetup 
 	clock := func() time.Time { return s.now }
 	s.c = New(s.kube, kubefake.NewClientset(), s.rec, clock)
 	s.c.SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t)))
-	s.in = NewInterruption(s.c, s.kube, nil, s.unavailable, clock)
+	s.in = NewInterruption(s.c, s.kube, s.kube, nil, s.unavailable, clock)
 	return s
 }
 
@@ -111,6 +111,42 @@ func TestSpotInterruptionReplacesThenDrainsByHalfTheNotice(t *testing.T) {
 	}
 	if s.gone(ctx, "p-n2") {
 		t.Error("p-n2, not interrupted, is gone")
+	}
+}
+
+// TestInterruptionReadsTheClaimLive: the cache's copy of the claim is
+// older than the API server's (its status was just written, as when the
+// node's pods were bound): the interruption is handled at once, on the
+// API server's copy, not refused for a conflict and left for the
+// message's redelivery half a notice later.
+func TestInterruptionReadsTheClaimLive(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newInterruptionSetup(ctx, t)
+	var objs []client.Object
+	for _, o := range replacementFixture("spot", cpuType("c7.large", 2, "spot", 0.05)) {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Status.ProviderID = "aws:///zone-a/i-" + nc.Status.NodeName
+		}
+		objs = append(objs, o)
+	}
+	stale := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	nc := s.claim(ctx, t, "p-n1")
+	nc.Status.NominatedPods = 0
+	nc.Labels["bound"] = "yes"
+	if err := s.kube.Update(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	s.in.cache = stale
+	action, err := s.in.Handle(ctx, cloudprovider.Interruption{Kind: cloudprovider.SpotInterruption, InstanceIDs: []string{"i-n1"}, Sent: s.now, Deadline: s.now.Add(2 * time.Minute), Detail: "spot"})
+	if err != nil || action != "replacing" {
+		t.Fatalf("Handle on a stale cache = %q, %v; want replacing", action, err)
+	}
+	if reps := replacementsOf(ctx, t, s.kube, "p-n1"); len(reps) != 1 {
+		t.Errorf("%d replacements of p-n1, want 1", len(reps))
+	}
+	if got := s.claim(ctx, t, "p-n1"); got.Labels["bound"] != "yes" || got.Annotations[v1alpha1.AnnotationDrainBy] == "" {
+		t.Errorf("the live claim's change was lost or the interruption not recorded: labels %v, annotations %v", got.Labels, got.Annotations)
 	}
 }
 
