@@ -242,3 +242,46 @@ func lockFile(path string) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// Helm returns the helm binary pinned in hack/tools/helm, building it into
+// the cache the first time (a minute or two), for the chart's tests and
+// the sandbox's install from the chart.
+func Helm(ctx context.Context, progress io.Writer) (string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	src, err := FindSource()
+	if err != nil {
+		return "", err
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	sum, err := os.ReadFile(filepath.Join(src, "hack", "tools", "helm", "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(sum)
+	dir := filepath.Join(d, "nodeforge", "tools", runtime.Version()+"-"+hex.EncodeToString(h[:])[:12])
+	bin := filepath.Join(dir, "helm")
+	if exists(bin) {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if exists(bin) {
+		return bin, nil
+	}
+	fmt.Fprintln(progress, "building helm from hack/tools/helm (first run only)")
+	if _, err := goOutput(ctx, filepath.Join(src, "hack", "tools", "helm"), "build", "-o", bin+".tmp", "helm.sh/helm/v4/cmd/helm"); err != nil {
+		return "", err
+	}
+	return bin, os.Rename(bin+".tmp", bin)
+}

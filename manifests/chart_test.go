@@ -1,0 +1,310 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeforge/nodeforge/test/sandbox"
+)
+
+var (
+	kube client.Client
+	helm string
+)
+
+func TestMain(m *testing.M) { sandbox.TestMain(m, setup) }
+
+func setup(m *testing.M) (int, error) {
+	ctx := context.Background()
+	var err error
+	if helm, err = sandbox.Helm(ctx, os.Stderr); err != nil {
+		return 0, fmt.Errorf("building helm: %w", err)
+	}
+	sb, stop, err := sandbox.StartControlPlane(ctx, os.Stderr)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	if kube, err = sb.Client(); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
+
+// required are the values an aws install must set.
+var required = []string{"provisioner.clusterName=demo", "provisioner.clusterEndpoint=https://demo.example"}
+
+// runHelm runs helm on this directory's chart.
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(helm, args...)
+	cmd.Dir = wd
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String(), nil
+}
+
+// render runs helm template in namespace nf-chart with the values set.
+func render(t *testing.T, set ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "nodeforge", ".", "--namespace", "nf-chart", "--include-crds"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := runHelm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Strict: a key twice in a mapping (two templates setting one label)
+	// is an error, as it is for kubectl.
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(out, -1) {
+		var m map[string]any
+		if err := yaml.UnmarshalStrict([]byte(doc), &m); err != nil {
+			t.Errorf("rendered document is not strict YAML: %v\n%s", err, doc)
+		}
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("rendered chart is not YAML: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the chart renders no %s %s", kind, name)
+	return nil
+}
+
+func str(o *unstructured.Unstructured, path ...string) string {
+	v, _, _ := unstructured.NestedFieldNoCopy(o.Object, path...)
+	return fmt.Sprint(v)
+}
+
+// TestChartLints: helm lint, strict, with the values an install must set.
+func TestChartLints(t *testing.T) {
+	args := []string{"lint", ".", "--strict"}
+	for _, s := range required {
+		args = append(args, "--set", s)
+	}
+	if out, err := runHelm(t, args...); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "0 chart(s) failed") {
+		t.Errorf("helm lint: %s", out)
+	}
+}
+
+// TestChartDefaults renders the chart with only the required values and
+// checks what an operator relies on: two replicas of each program, leader
+// election in the release's namespace, the restricted security context,
+// placement off Nodeforge's own nodes and across zones, probes, PDBs and
+// metrics Services; the RBAC files the sandbox applies, moved to the
+// release's namespace; no simulated-cloud permissions; and every object
+// accepted by a real API server (server-side dry run).
+func TestChartDefaults(t *testing.T) {
+	objs := render(t, required...)
+	for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
+		d := find(t, objs, "Deployment", name)
+		spec, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+		if r := str(d, "spec", "replicas"); r != "2" {
+			t.Errorf("%s: %s replicas, want 2", name, r)
+		}
+		if spec["priorityClassName"] != "system-cluster-critical" || spec["serviceAccountName"] != name {
+			t.Errorf("%s: priorityClassName %v, serviceAccountName %v", name, spec["priorityClassName"], spec["serviceAccountName"])
+		}
+		c := spec["containers"].([]any)[0].(map[string]any)
+		sc := c["securityContext"].(map[string]any)
+		if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true ||
+			fmt.Sprint(sc["capabilities"]) != "map[drop:[ALL]]" || fmt.Sprint(sc["seccompProfile"]) != "map[type:RuntimeDefault]" {
+			t.Errorf("%s: container securityContext %v is not restricted", name, sc)
+		}
+		if c["livenessProbe"] == nil || c["readinessProbe"] == nil || c["resources"] == nil {
+			t.Errorf("%s: probes or resources missing", name)
+		}
+		aff := fmt.Sprint(spec["affinity"])
+		if !strings.Contains(aff, "key:nodeforge.dev/nodepool operator:DoesNotExist") {
+			t.Errorf("%s: affinity %s does not keep it off Nodeforge's nodes", name, aff)
+		}
+		if !strings.Contains(fmt.Sprint(spec["topologySpreadConstraints"]), "topology.kubernetes.io/zone") {
+			t.Errorf("%s: not spread across zones", name)
+		}
+		find(t, objs, "PodDisruptionBudget", name)
+		find(t, objs, "Service", name+"-metrics")
+		if sa := find(t, objs, "ServiceAccount", name); sa.GetNamespace() != "nf-chart" {
+			t.Errorf("ServiceAccount %s in namespace %q", name, sa.GetNamespace())
+		}
+	}
+	prov := find(t, objs, "Deployment", "nodeforge-provisioner")
+	args := str(prov, "spec", "template", "spec", "containers")
+	for _, want := range []string{"--cloud-provider=aws", "--cluster-name=demo", "--cluster-endpoint=https://demo.example", "--leader-election-namespace=nf-chart", "--scheduler-config=/etc/nodeforge/scheduler/config.yaml"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("provisioner args lack %s: %s", want, args)
+		}
+	}
+	cm := find(t, objs, "ConfigMap", "nodeforge-scheduler-config")
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(str(cm, "data", "config.yaml")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if le := cfg["leaderElection"].(map[string]any); le["resourceNamespace"] != "nf-chart" || le["leaderElect"] != true {
+		t.Errorf("scheduler leader election %v, want on, in nf-chart", le)
+	}
+	for _, o := range objs {
+		for _, s := range subjects(o) {
+			if s["namespace"] == "nodeforge" {
+				t.Errorf("%s %s binds a subject in namespace nodeforge, not the release's", o.GetKind(), o.GetName())
+			}
+		}
+		if o.GetName() == "nodeforge-provisioner:simulated-cloud" {
+			t.Errorf("%s %s rendered with the aws provider", o.GetKind(), o.GetName())
+		}
+		if o.GetKind() == "ServiceMonitor" {
+			t.Error("a ServiceMonitor rendered though metrics.serviceMonitor.enabled is false")
+		}
+	}
+	for _, crd := range []string{"nodepools.nodeforge.dev", "nodeclaims.nodeforge.dev", "ec2nodeclasses.nodeforge.dev"} {
+		find(t, objs, "CustomResourceDefinition", crd)
+	}
+	dryRun(t, objs)
+}
+
+// TestChartValues renders non-default values and checks each is acted on.
+func TestChartValues(t *testing.T) {
+	objs := render(t,
+		"provisioner.cloudProvider=simulated",
+		"scheduler.replicas=3",
+		"scheduler.virtualNodesArgs.maxClaimsTried=8",
+		"scheduler.extraProfiles[0].schedulerName=second",
+		"provisioner.extraArgs[0]=--batch-max-duration=5s",
+		`provisioner.serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/nodeforge`,
+		"metrics.serviceMonitor.enabled=true",
+		"topologySpread=false",
+	)
+	if r := str(find(t, objs, "Deployment", "nodeforge-scheduler"), "spec", "replicas"); r != "3" {
+		t.Errorf("scheduler replicas %s, want 3", r)
+	}
+	prov := find(t, objs, "Deployment", "nodeforge-provisioner")
+	args := str(prov, "spec", "template", "spec", "containers")
+	for _, want := range []string{"--cloud-provider=simulated", "--simulated-namespace=nf-chart", "--batch-max-duration=5s"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("provisioner args lack %s: %s", want, args)
+		}
+	}
+	if strings.Contains(args, "--cluster-name") {
+		t.Errorf("simulated provisioner given aws flags: %s", args)
+	}
+	if ts := str(prov, "spec", "template", "spec", "topologySpreadConstraints"); ts != "<nil>" {
+		t.Errorf("topologySpread=false left %s", ts)
+	}
+	var cfg struct {
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+			PluginConfig  []struct {
+				Name string         `json:"name"`
+				Args map[string]any `json:"args"`
+			} `json:"pluginConfig"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(str(find(t, objs, "ConfigMap", "nodeforge-scheduler-config"), "data", "config.yaml")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Profiles) != 2 || cfg.Profiles[1].SchedulerName != "second" {
+		t.Errorf("profiles %+v, want nodeforge-scheduler and second", cfg.Profiles)
+	} else if args := cfg.Profiles[0].PluginConfig[0].Args; fmt.Sprint(args["maxClaimsTried"]) != "8" || fmt.Sprint(args["maxInstanceTypes"]) != "60" {
+		t.Errorf("VirtualNodes args %v, want maxClaimsTried 8 over the shipped ones", args)
+	}
+	sa := find(t, objs, "ServiceAccount", "nodeforge-provisioner")
+	if sa.GetAnnotations()["eks.amazonaws.com/role-arn"] != "arn:aws:iam::111122223333:role/nodeforge" {
+		t.Errorf("provisioner ServiceAccount annotations %v", sa.GetAnnotations())
+	}
+	if len(find(t, objs, "ServiceAccount", "nodeforge-scheduler").GetAnnotations()) != 0 {
+		t.Error("the provisioner's annotations went on the scheduler's ServiceAccount too")
+	}
+	role := find(t, objs, "Role", "nodeforge-provisioner:simulated-cloud")
+	if ns := role.GetNamespace(); ns != "nf-chart" && ns != "kube-node-lease" {
+		t.Errorf("simulated-cloud Role in %s", ns)
+	}
+	find(t, objs, "ServiceMonitor", "nodeforge-scheduler")
+	find(t, objs, "ServiceMonitor", "nodeforge-provisioner")
+	dryRun(t, slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }))
+}
+
+// TestChartRefusesBadValues: a provider the provisioner does not have, or
+// aws without its cluster, is refused by helm with a message saying so.
+func TestChartRefusesBadValues(t *testing.T) {
+	for set, want := range map[string]string{
+		"provisioner.cloudProvider=gce":   `provisioner.cloudProvider "gce": choose aws or simulated`,
+		"provisioner.cloudProvider=aws":   "provisioner.clusterName and provisioner.clusterEndpoint are required",
+		"provisioner.clusterName=nothing": "provisioner.clusterName and provisioner.clusterEndpoint are required",
+	} {
+		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want an error saying %q", set, err, want)
+		}
+	}
+}
+
+func subjects(o *unstructured.Unstructured) []map[string]any {
+	list, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+	var out []map[string]any
+	for _, s := range list {
+		if m, ok := s.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// dryRun applies every object server-side, dry run, into namespace
+// nf-chart (created for real).
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nf-chart"}}
+	if err := kube.Create(ctx, ns); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if err := kube.Patch(ctx, o, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner("helm")); err != nil {
+			t.Errorf("the API server refused %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+{{/* Labels of every object of the chart. */}}
+{{- define "nodeforge.labels" -}}
+app.kubernetes.io/part-of: nodeforge
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of one program's objects: (list $ "scheduler"). */}}
+{{- define "nodeforge.componentLabels" -}}
+{{ include "nodeforge.labels" (index . 0) }}
+app.kubernetes.io/name: nodeforge-{{ index . 1 }}
+{{- end }}
+
+{{/* Selector labels of one program: (list $ "scheduler"). */}}
+{{- define "nodeforge.selector" -}}
+app.kubernetes.io/name: nodeforge-{{ index . 1 }}
+app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
+{{- end }}
+
+{{/* The image of one program: (list $ "scheduler"). */}}
+{{- define "nodeforge.image" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s:%s" $root.Values.image.repository (index . 1) (default $root.Chart.AppVersion $root.Values.image.tag) -}}
+{{- end }}
+
+{{/*
+The objects of a YAML file of this chart (the RBAC files the sandbox
+applies as they are: one source), for this release: what they put in
+namespace "nodeforge" goes in the release's namespace, ServiceAccounts get
+the annotations of their program's values, everything gets the chart's
+labels. (list $ "scheduler/rbac.yaml")
+*/}}
+{{- define "nodeforge.fromFile" -}}
+{{- $root := index . 0 -}}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" ($root.Files.Get (index . 1)) -1 }}
+{{- $o := fromYaml $doc }}
+{{- if and $o (hasKey $o "kind") (not (hasKey $o "Error")) }}
+{{- if eq (dig "metadata" "namespace" "" $o) "nodeforge" }}
+{{- $_ := set $o.metadata "namespace" $root.Release.Namespace }}
+{{- end }}
+{{- range $s := (default (list) $o.subjects) }}
+{{- if eq (default "" $s.namespace) "nodeforge" }}
+{{- $_ := set $s "namespace" $root.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- if eq $o.kind "ServiceAccount" }}
+{{- $values := ternary $root.Values.scheduler $root.Values.provisioner (eq $o.metadata.name "nodeforge-scheduler") }}
+{{- with $values.serviceAccount.annotations }}
+{{- $_ := set $o.metadata "annotations" (merge (deepCopy .) (default (dict) $o.metadata.annotations)) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $o.metadata "labels" (merge (default (dict) $o.metadata.labels) (include "nodeforge.labels" $root | fromYaml)) }}
+{{- with $root.Values.commonAnnotations }}
+{{- $_ := set $o.metadata "annotations" (merge (default (dict) $o.metadata.annotations) (deepCopy .)) }}
+{{- end }}
+---
+{{ toYaml $o }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod placement of one program: (list $ "scheduler" $values). Off the nodes
+Nodeforge manages (a node it launched must not carry the program that
+decides whether it stays), spread across zones and nodes.
+*/}}
+{{- define "nodeforge.placement" -}}
+{{- $root := index . 0 -}}{{- $name := index . 1 -}}{{- $v := index . 2 -}}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {key: nodeforge.dev/nodepool, operator: DoesNotExist}
+  {{- with $v.affinity.podAntiAffinity }}
+  podAntiAffinity:
+    {{- toYaml . | nindent 4 }}
+  {{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "nodeforge.selector" (list $root $name) | nindent 12 }}
+  {{- end }}
+  {{- with $v.affinity.podAffinity }}
+  podAffinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- if $root.Values.topologySpread }}
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "nodeforge.selector" (list $root $name) | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/* The restricted Pod Security Standard, for the pod and its container. */}}
+{{- define "nodeforge.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
+{{- define "nodeforge.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsNonRoot: true
+  capabilities: {drop: [ALL]}
+  seccompProfile: {type: RuntimeDefault}
+{{- end }}
