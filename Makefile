@@ -8,6 +8,15 @@ SHELL := /usr/bin/env bash
 BIN       ?= $(CURDIR)/bin
 GO        ?= go
 TOOLS_MOD := hack/tools
+# The version stamped into the programs (--version).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# and the Kubernetes version the scheduler is built from, as Kubernetes'
+# own build stamps it (kube-scheduler --version, build_info metrics).
+KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
+KUBE_MINOR   := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+LDFLAGS   := -X github.com/nodeforge/nodeforge/version.Version=$(VERSION) \
+	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR)
 CONTROLLER_GEN := $(BIN)/controller-gen
 
 # Test packages run one at a time: each integration package starts its own
@@ -16,10 +25,10 @@ TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 .PHONY: build
 build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/.
-	$(GO) build -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
-	$(GO) build -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
-	$(GO) build -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
-	$(GO) build -o $(BIN)/nodeforge-convert ./cmd/convert
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
 
 .PHONY: components
 components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok.

@@ -35,6 +35,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
 	"github.com/nodeforge/nodeforge/simulator"
+	"github.com/nodeforge/nodeforge/version"
 )
 
 type options struct {
@@ -76,6 +77,7 @@ func run(args []string) error {
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
 	var o options
+	printVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
@@ -106,6 +108,10 @@ func run(args []string) error {
 	o.aws.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *printVersion {
+		fmt.Println(version.String("nodeforge-provisioner"))
+		return nil
 	}
 	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/cli"
+	k8sversion "k8s.io/component-base/version"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
@@ -20,9 +21,18 @@ import (
 
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
 	"github.com/nodeforge/nodeforge/simulator"
+	"github.com/nodeforge/nodeforge/version"
 )
 
 func main() {
+	// Nodeforge's version, and the kube-scheduler it is built on;
+	// kube-scheduler's own --version would print only the latter.
+	for _, a := range os.Args[1:] {
+		if a == "--version" || a == "--version=true" {
+			fmt.Printf("%s (kube-scheduler %s)\n", version.String("nodeforge-scheduler"), k8sversion.Get().GitVersion)
+			return
+		}
+	}
 	cfg, err := schedulerConfig(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nodeforge-scheduler:", err)
