@@ -14,6 +14,9 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 # own build stamps it (kube-scheduler --version, build_info metrics).
 KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
 KUBE_MINOR   := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+STATIC    := CGO_ENABLED=0
+space     := $(empty) $(empty)
+comma     := ,
 LDFLAGS   := -X github.com/nodeforge/nodeforge/version.Version=$(VERSION) \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR)
@@ -24,11 +27,26 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
 
 .PHONY: build
-build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
+build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/ (static).
+	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
+	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
+	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
+	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
+
+# The images' architectures; each is cross-compiled (the host's shares
+# make build's compiled packages).
+IMAGE_ARCHS ?= amd64 arm64
+
+.PHONY: images
+images: ## Build the OCI images of nodeforge-scheduler and nodeforge-provisioner (linux/amd64, linux/arm64) into bin/images, without a container daemon.
+	for arch in $(IMAGE_ARCHS); do \
+	  for p in scheduler provisioner; do \
+	    $(STATIC) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/linux_$$arch/nodeforge-$$p ./cmd/$$p || exit 1; \
+	  done; \
+	done
+	$(GO) run -C $(TOOLS_MOD)/images . --bins $(BIN) --out $(BIN)/images --version $(VERSION) \
+	  --revision "$$(git rev-parse HEAD 2>/dev/null)" --archs "$(subst $(space),$(comma),$(IMAGE_ARCHS))" \
+	  nodeforge-scheduler nodeforge-provisioner
 
 .PHONY: components
 components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok.
@@ -43,8 +61,9 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifest
 	$(CONTROLLER_GEN) crd paths=./provisioner/apis/... output:crd:artifacts:config=manifests/crds
 
 .PHONY: test
-test: components $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries in bin/.
+test: components images $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries and images in bin/.
 	NODEFORGE_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test $(TEST_FLAGS) ./...
+	NODEFORGE_IMAGES=$(BIN)/images $(GO) test -C $(TOOLS_MOD)/images -count=1 ./...
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go in docs/benchmarks.md).

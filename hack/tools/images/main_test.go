@@ -1,0 +1,93 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+)
+
+// TestImages inspects the images make images wrote ($NODEFORGE_IMAGES):
+// each program's OCI layout holds a valid index (every digest and size
+// checked) of a linux/amd64 and a linux/arm64 image, each with the
+// program as its entrypoint, run as a user that is not root, with the OCI
+// labels of its title and version, and the binary at the entrypoint's
+// path. make test builds them first; outside it, the test has nothing to
+// inspect and says so.
+func TestImages(t *testing.T) {
+	dir := os.Getenv("NODEFORGE_IMAGES")
+	if dir == "" {
+		t.Skip("NODEFORGE_IMAGES is not set: run make test (or make images, then set it to bin/images)")
+	}
+	for _, program := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
+		t.Run(program, func(t *testing.T) {
+			p, err := layout.FromPath(filepath.Join(dir, program))
+			if err != nil {
+				t.Fatal(err)
+			}
+			outer, err := p.ImageIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			om, err := outer.IndexManifest()
+			if err != nil || len(om.Manifests) != 1 {
+				t.Fatalf("layout index: %v, %+v; want one index", err, om)
+			}
+			idx, err := outer.ImageIndex(om.Manifests[0].Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validate.Index(idx); err != nil {
+				t.Fatalf("the index does not validate: %v", err)
+			}
+			im, err := idx.IndexManifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var archs []string
+			for _, d := range im.Manifests {
+				if d.Platform == nil || d.Platform.OS != "linux" {
+					t.Fatalf("manifest %s has platform %+v", d.Digest, d.Platform)
+				}
+				archs = append(archs, d.Platform.Architecture)
+				img, err := idx.Image(d.Digest)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cf, err := img.ConfigFile()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cf.Architecture != d.Platform.Architecture || cf.OS != "linux" {
+					t.Errorf("%s: config says %s/%s", d.Platform.Architecture, cf.OS, cf.Architecture)
+				}
+				if !slices.Equal(cf.Config.Entrypoint, []string{"/" + program}) {
+					t.Errorf("%s: entrypoint %v", d.Platform.Architecture, cf.Config.Entrypoint)
+				}
+				if u := cf.Config.User; u == "" || u == "0" || u == "root" || u[:2] == "0:" {
+					t.Errorf("%s: runs as %q, want a user that is not root", d.Platform.Architecture, u)
+				}
+				if cf.Config.Labels["org.opencontainers.image.title"] != program || cf.Config.Labels["org.opencontainers.image.version"] == "" {
+					t.Errorf("%s: labels %v", d.Platform.Architecture, cf.Config.Labels)
+				}
+				layers, err := img.Layers()
+				if err != nil || len(layers) != 2 {
+					t.Fatalf("%s: %d layers (%v), want the CA bundle and the binary", d.Platform.Architecture, len(layers), err)
+				}
+				if size, _ := layers[1].Size(); size < 1<<20 {
+					t.Errorf("%s: the binary's layer is %d bytes", d.Platform.Architecture, size)
+				}
+			}
+			slices.Sort(archs)
+			if !slices.Equal(archs, []string{"amd64", "arm64"}) {
+				t.Errorf("architectures %v, want amd64 and arm64", archs)
+			}
+			if st, err := os.Stat(filepath.Join(dir, program+".tar")); err != nil || st.Size() < 1<<20 {
+				t.Errorf("the layout's tar: %v", err)
+			}
+		})
+	}
+}
