@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/cli"
-	k8sversion "k8s.io/component-base/version"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
+	k8sversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
