@@ -28,23 +28,13 @@ var (
 	helm string
 )
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, setup) }
-
-func setup(m *testing.M) (int, error) {
-	ctx := context.Background()
-	var err error
-	if helm, err = sandbox.Helm(ctx, os.Stderr); err != nil {
-		return 0, fmt.Errorf("building helm: %w", err)
-	}
-	sb, stop, err := sandbox.StartControlPlane(ctx, os.Stderr)
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
-	if kube, err = sb.Client(); err != nil {
-		return 0, err
-	}
-	return m.Run(), nil
+func TestMain(m *testing.M) {
+	sandbox.ControlPlaneMain(m, &kube, func(ctx context.Context) (err error) {
+		if helm, err = sandbox.Helm(ctx, os.Stderr); err != nil {
+			return fmt.Errorf("building helm: %w", err)
+		}
+		return nil
+	})
 }
 
 // required are the values an aws install must set.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,19 +18,7 @@ import (
 // kube is an admin client of a control plane with Nodeforge's CRDs.
 var kube client.Client
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, run0) }
-
-func run0(m *testing.M) (int, error) {
-	sb, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
-	if kube, err = sb.Client(); err != nil {
-		return 0, err
-	}
-	return m.Run(), nil
-}
+func TestMain(m *testing.M) { sandbox.ControlPlaneMain(m, &kube, nil) }
 
 // karpenterYAML is what a Karpenter v1 user has: two NodePools and two
 // EC2NodeClasses, with requirements (well-known and Karpenter's own

@@ -8,7 +8,6 @@ package aws
 import (
 	"context"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -30,19 +29,7 @@ import (
 // kube is an admin client of the package's control plane.
 var kube client.Client
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
-
-func run(m *testing.M) (int, error) {
-	sb, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
-	if kube, err = sb.Client(); err != nil {
-		return 0, err
-	}
-	return m.Run(), nil
-}
+func TestMain(m *testing.M) { sandbox.ControlPlaneMain(m, &kube, nil) }
 
 // region is one test's fake EC2 region and a provider launching into it.
 type region struct {

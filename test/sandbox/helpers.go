@@ -89,3 +89,27 @@ func TestMain(m *testing.M, setup func(*testing.M) (int, error)) {
 	}
 	os.Exit(code)
 }
+
+// ControlPlaneMain is TestMain for a package whose tests share one control
+// plane (etcd and kube-apiserver with Nodeforge's CRDs and RBAC): it runs
+// before (if any), starts the control plane, sets *kube to an admin client
+// of it, runs the tests and stops it.
+func ControlPlaneMain(m *testing.M, kube *client.Client, before func(context.Context) error) {
+	TestMain(m, func(m *testing.M) (int, error) {
+		ctx := context.Background()
+		if before != nil {
+			if err := before(ctx); err != nil {
+				return 0, err
+			}
+		}
+		sb, stop, err := StartControlPlane(ctx, os.Stderr)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+		if *kube, err = sb.Client(); err != nil {
+			return 0, err
+		}
+		return m.Run(), nil
+	})
+}
