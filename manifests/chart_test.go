@@ -207,7 +207,13 @@ func TestChartValues(t *testing.T) {
 		`provisioner.serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/nodeforge`,
 		"metrics.serviceMonitor.enabled=true",
 		"topologySpread=false",
+		"commonAnnotations.example\\.com/owner=platform",
 	)
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" && o.GetAnnotations()["example.com/owner"] != "platform" {
+			t.Errorf("%s %s lacks commonAnnotations: %v", o.GetKind(), o.GetName(), o.GetAnnotations())
+		}
+	}
 	if r := str(find(t, objs, "Deployment", "nodeforge-scheduler"), "spec", "replicas"); r != "3" {
 		t.Errorf("scheduler replicas %s, want 3", r)
 	}
@@ -245,7 +251,7 @@ func TestChartValues(t *testing.T) {
 	if sa.GetAnnotations()["eks.amazonaws.com/role-arn"] != "arn:aws:iam::111122223333:role/nodeforge" {
 		t.Errorf("provisioner ServiceAccount annotations %v", sa.GetAnnotations())
 	}
-	if len(find(t, objs, "ServiceAccount", "nodeforge-scheduler").GetAnnotations()) != 0 {
+	if _, ok := find(t, objs, "ServiceAccount", "nodeforge-scheduler").GetAnnotations()["eks.amazonaws.com/role-arn"]; ok {
 		t.Error("the provisioner's annotations went on the scheduler's ServiceAccount too")
 	}
 	role := find(t, objs, "Role", "nodeforge-provisioner:simulated-cloud")
@@ -264,6 +270,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"provisioner.cloudProvider=gce":   `provisioner.cloudProvider "gce": choose aws or simulated`,
 		"provisioner.cloudProvider=aws":   "provisioner.clusterName and provisioner.clusterEndpoint are required",
 		"provisioner.clusterName=nothing": "provisioner.clusterName and provisioner.clusterEndpoint are required",
+		"provisioner.cloudProvider=simulated,scheduler.affinity.nodeAffinity.x=y": "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector",
 	} {
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -10,6 +10,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- end }}
 {{- end }}
 
+{{/* The commonAnnotations, as a metadata field, if there are any. */}}
+{{- define "nodeforge.annotations" -}}
+{{- with .Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{/* Labels of one program's objects: (list $ "scheduler"). */}}
 {{- define "nodeforge.componentLabels" -}}
 {{ include "nodeforge.labels" (index . 0) }}
@@ -71,6 +79,9 @@ decides whether it stays), spread across zones and nodes.
 */}}
 {{- define "nodeforge.placement" -}}
 {{- $root := index . 0 -}}{{- $name := index . 1 -}}{{- $v := index . 2 -}}
+{{- if $v.affinity.nodeAffinity }}
+{{- fail (printf "%s.affinity.nodeAffinity is not supported: use %s.nodeSelector (the chart's own node affinity keeps the pods off the nodes Nodeforge manages)" $name $name) }}
+{{- end }}
 {{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
