@@ -4,15 +4,23 @@
 // client can be driven at it over loopback HTTP.
 //
 // It models what an interruption queue needs: standard queues, messages
-// with visibility timeouts and receive counts, long polling, and deletion
-// by receipt handle. Member names and error shapes are the SDK's (its
-// schemas and type registry: QueueUrl, MessageBody, MD5OfBody,
-// com.amazonaws.sqs#QueueDoesNotExist...); the MD5 of each body is given, as
-// the SDK checks it. Faults can be injected and every request is recorded.
+// with visibility timeouts and receive counts, long polling, deletion by
+// receipt handle, and purging. Member names and error shapes are the
+// SDK's (service/sqs schemas/schemas.go and type_registry.go: QueueUrl,
+// MessageBody, MD5OfBody, com.amazonaws.sqs#QueueDoesNotExist...); the MD5
+// of each body is given, as the SDK checks it. SQS is "query compatible":
+// the SDK sends X-Amzn-Query-Mode: true and takes an error's code from the
+// X-Amzn-Query-Error header SQS answers with (e.g.
+// AWS.SimpleQueueService.NonExistentQueue), so errors carry that header
+// too. System attributes (ApproximateReceiveCount, SentTimestamp,
+// ApproximateFirstReceiveTimestamp) come back only when asked for. Faults
+// can be injected and every request is recorded.
 //
 // Not modelled: FIFO queues, message attributes, delays, dead-letter
-// queues, batches, and signature verification (a SigV4 Authorization
-// header must be present; its signature is not checked).
+// queues, batches, ChangeMessageVisibility, queue attributes other than
+// VisibilityTimeout at creation, and signature verification (a SigV4
+// Authorization header must be present; its signature is not checked).
+// Visibility timeouts and long polls run on the real clock.
 package sqsfake
 
 import (
@@ -23,6 +31,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,19 +41,26 @@ import (
 // Account is the account ID in every queue URL.
 const Account = "000000000000"
 
-// Request is one call received, recorded whether it succeeded or not.
+// Request is one call received, recorded whether it succeeded or not, so
+// that tests can count calls and retries and read what the client sent.
 type Request struct {
+	// Action is the operation named by X-Amz-Target, e.g. ReceiveMessage.
 	Action string
-	Body   map[string]any
-	Time   time.Time
+	// Body is the JSON request body as decoded by encoding/json.
+	Body map[string]any
+	// Time is when the request arrived.
+	Time time.Time
 }
 
 // Message is a message in a queue, as Messages reports it.
 type Message struct {
-	ID           string
-	Body         string
+	// ID is the MessageId SQS gave it.
+	ID string
+	// Body is the message body as sent.
+	Body string
+	// ReceiveCount is how many times it has been received.
 	ReceiveCount int
-	// InFlight: received and not yet visible again.
+	// InFlight is true while it is received and not yet visible again.
 	InFlight bool
 }
 
@@ -80,6 +96,7 @@ type Server struct {
 	requests []Request
 	faults   map[string]*fault
 	wake     chan struct{}
+	polling  int // ReceiveMessage calls waiting now
 	now      func() time.Time
 }
 
@@ -157,12 +174,22 @@ func (s *Server) Requests() []Request {
 }
 
 // FailNext makes the next n calls of action fail with HTTP status and the
-// error code given (e.g. 500 "InternalError", 400 "ThrottlingException"),
-// before they do anything.
+// error code given (e.g. 500 "InternalError", 400 "RequestThrottled"),
+// before they do anything. It replaces any fault pending for action; n = 0
+// clears it.
 func (s *Server) FailNext(action string, n, status int, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[action] = &fault{n: n, status: status, code: code}
+}
+
+// Polling returns how many ReceiveMessage calls are waiting for a message
+// now, so that a test can send once a consumer is parked in a long poll,
+// or check that a cancelled poll has ended.
+func (s *Server) Polling() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.polling
 }
 
 func (s *Server) wakeLocked() {
@@ -177,29 +204,43 @@ type apiError struct {
 	msg    string
 }
 
+// queryCodes are the codes SQS puts in X-Amzn-Query-Error where they differ
+// from the error's shape name (the AWSQueryError traits in the SDK's
+// schemas/schemas.go).
+var queryCodes = map[string]string{
+	"QueueDoesNotExist":    "AWS.SimpleQueueService.NonExistentQueue",
+	"UnsupportedOperation": "AWS.SimpleQueueService.UnsupportedOperation",
+	"QueueNameExists":      "QueueAlreadyExists",
+}
+
+// ServeHTTP answers one AWS JSON 1.0 request: POST / with X-Amz-Target
+// AmazonSQS.<Action> and a JSON body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Amzn-RequestId", newID())
+	queryMode := r.Header.Get("X-Amzn-Query-Mode") == "true"
+	fail := func(e apiError) { writeError(w, e, queryMode) }
 	target := r.Header.Get("X-Amz-Target")
 	action, ok := strings.CutPrefix(target, "AmazonSQS.")
 	var body map[string]any
 	if r.Method != http.MethodPost || !ok {
-		writeError(w, apiError{400, "InvalidAction", "expected POST with X-Amz-Target: AmazonSQS.<Action>, got " + r.Method + " " + target})
+		fail(apiError{400, "InvalidAction", "expected POST with X-Amz-Target: AmazonSQS.<Action>, got " + r.Method + " " + target})
 		return
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, apiError{400, "SerializationException", "request body is not JSON: " + err.Error()})
+		fail(apiError{400, "SerializationException", "request body is not JSON: " + err.Error()})
 		return
 	}
 	s.mu.Lock()
 	s.requests = append(s.requests, Request{Action: action, Body: body, Time: s.now()})
 	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
 		s.mu.Unlock()
-		writeError(w, apiError{403, "MissingAuthenticationToken", "request is not signed with SigV4"})
+		fail(apiError{403, "MissingAuthenticationToken", "request is not signed with SigV4"})
 		return
 	}
 	if f := s.faults[action]; f != nil && f.n > 0 {
 		f.n--
 		s.mu.Unlock()
-		writeError(w, apiError{f.status, f.code, "injected fault"})
+		fail(apiError{f.status, f.code, "injected fault"})
 		return
 	}
 	s.mu.Unlock()
@@ -218,18 +259,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out, aerr = s.deleteMessage(body)
 	case "DeleteQueue":
 		out, aerr = s.deleteQueue(body)
+	case "PurgeQueue":
+		out, aerr = s.purgeQueue(body)
 	default:
 		aerr = &apiError{400, "UnsupportedOperation", "sqsfake does not implement " + action}
 	}
 	if aerr != nil {
-		writeError(w, *aerr)
+		fail(*aerr)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-func writeError(w http.ResponseWriter, e apiError) {
+// writeError answers with an AWS JSON error document; the SDK finds the
+// error's shape by __type. In query mode it also sets X-Amzn-Query-Error
+// (code;Sender or code;Receiver), from which the SDK takes ErrorCode().
+func writeError(w http.ResponseWriter, e apiError, queryMode bool) {
+	if queryMode {
+		code, fault := e.code, "Sender"
+		if q, ok := queryCodes[code]; ok {
+			code = q
+		}
+		if e.status >= 500 {
+			fault = "Receiver"
+		}
+		w.Header().Set("X-Amzn-Query-Error", code+";"+fault)
+	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.WriteHeader(e.status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + e.code, "message": e.msg})
@@ -262,10 +318,14 @@ func (s *Server) queueOf(body map[string]any) (*queue, *apiError) {
 	return nil, &apiError{400, "QueueDoesNotExist", "The specified queue does not exist: " + u}
 }
 
+// queueName is what SQS accepts for a standard queue's name.
+var queueName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
+
 func (s *Server) createQueue(body map[string]any) (any, *apiError) {
 	name := str(body, "QueueName")
-	if name == "" || len(name) > 80 {
-		return nil, &apiError{400, "InvalidAttributeName", "QueueName must be 1 to 80 characters"}
+	if !queueName.MatchString(name) {
+		return nil, &apiError{400, "InvalidParameterValue",
+			"QueueName must be 1 to 80 letters, digits, hyphens or underscores (FIFO queues are not modelled): " + name}
 	}
 	vis := 30 * time.Second
 	if attrs, ok := body["Attributes"].(map[string]any); ok {
@@ -299,6 +359,33 @@ func (s *Server) deleteQueue(body map[string]any) (any, *apiError) {
 	return map[string]string{}, nil
 }
 
+// purgeQueue drops every message, in flight or not.
+func (s *Server) purgeQueue(body map[string]any) (any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, aerr := s.queueOf(body)
+	if aerr != nil {
+		return nil, aerr
+	}
+	q.msgs = nil
+	return map[string]string{}, nil
+}
+
+// wanted returns the system attributes a ReceiveMessage asks for, in
+// MessageSystemAttributeNames or the older AttributeNames; "All" is all.
+func wanted(body map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for _, key := range []string{"MessageSystemAttributeNames", "AttributeNames"} {
+		list, _ := body[key].([]any)
+		for _, v := range list {
+			if name, ok := v.(string); ok {
+				out[name] = true
+			}
+		}
+	}
+	return out
+}
+
 func (s *Server) sendMessage(body map[string]any) (any, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,6 +412,10 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *api
 	if wait < 0 || wait > 20 {
 		return nil, &apiError{400, "InvalidParameterValue", "WaitTimeSeconds must be from 0 to 20"}
 	}
+	if v := num(body, "VisibilityTimeout", 0); v < 0 || v > 43200 {
+		return nil, &apiError{400, "InvalidParameterValue", "VisibilityTimeout must be from 0 to 43200"}
+	}
+	attrs := wanted(body)
 	deadline := time.NewTimer(time.Duration(wait) * time.Second)
 	defer deadline.Stop()
 	for {
@@ -362,33 +453,58 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *api
 				m.stale[m.receipt] = true
 			}
 			m.visibleAt, m.receipt = now.Add(vis), newID()+newID()
-			out = append(out, map[string]any{
-				"MessageId": m.id, "ReceiptHandle": m.receipt, "MD5OfBody": md5Hex(m.body), "Body": m.body,
-				"Attributes": map[string]string{
-					"ApproximateReceiveCount":          strconv.Itoa(m.receives),
-					"SentTimestamp":                    strconv.FormatInt(m.sent.UnixMilli(), 10),
-					"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
-				},
-			})
+			msg := map[string]any{"MessageId": m.id, "ReceiptHandle": m.receipt, "MD5OfBody": md5Hex(m.body), "Body": m.body}
+			got := map[string]string{}
+			for name, v := range map[string]string{
+				"ApproximateReceiveCount":          strconv.Itoa(m.receives),
+				"SentTimestamp":                    strconv.FormatInt(m.sent.UnixMilli(), 10),
+				"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
+			} {
+				if attrs["All"] || attrs[name] {
+					got[name] = v
+				}
+			}
+			if len(got) > 0 {
+				msg["Attributes"] = got
+			}
+			out = append(out, msg)
 		}
 		wake := s.wake
+		if len(out) == 0 && wait > 0 {
+			s.polling++
+		}
 		s.mu.Unlock()
-		if len(out) > 0 || wait == 0 {
+		if len(out) > 0 {
 			return map[string]any{"Messages": out}, nil
 		}
+		if wait == 0 {
+			return map[string]any{}, nil // SQS leaves Messages out when there are none
+		}
+		// Wait for a send, for an in-flight message to become visible
+		// again, for the end of the wait, or for the client to go away.
 		var reappear <-chan time.Time
+		var t *time.Timer
 		if next >= 0 {
-			t := time.NewTimer(next)
-			defer t.Stop()
+			t = time.NewTimer(next)
 			reappear = t.C
 		}
+		ended := false
 		select {
 		case <-wake:
 		case <-reappear:
 		case <-deadline.C:
-			return map[string]any{"Messages": []any{}}, nil
+			ended = true
 		case <-r.Context().Done():
-			return map[string]any{"Messages": []any{}}, nil
+			ended = true
+		}
+		if t != nil {
+			t.Stop()
+		}
+		s.mu.Lock()
+		s.polling--
+		s.mu.Unlock()
+		if ended {
+			return map[string]any{}, nil
 		}
 	}
 }
