@@ -267,9 +267,9 @@ func TestChartValues(t *testing.T) {
 // aws without its cluster, is refused by helm with a message saying so.
 func TestChartRefusesBadValues(t *testing.T) {
 	for set, want := range map[string]string{
-		"provisioner.cloudProvider=gce":   `provisioner.cloudProvider "gce": choose aws or simulated`,
-		"provisioner.cloudProvider=aws":   "provisioner.clusterName and provisioner.clusterEndpoint are required",
-		"provisioner.clusterName=nothing": "provisioner.clusterName and provisioner.clusterEndpoint are required",
+		"provisioner.cloudProvider=gce":                                           `provisioner.cloudProvider "gce": choose aws or simulated`,
+		"provisioner.cloudProvider=aws":                                           "provisioner.clusterName and provisioner.clusterEndpoint are required",
+		"provisioner.clusterName=nothing":                                         "provisioner.clusterName and provisioner.clusterEndpoint are required",
 		"provisioner.cloudProvider=simulated,scheduler.affinity.nodeAffinity.x=y": "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector",
 	} {
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)

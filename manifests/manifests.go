@@ -1,6 +1,7 @@
-// Package manifests embeds the YAML that installs Nodeforge: the CRDs, the
-// namespace, the scheduler's and provisioner's identities and permissions,
-// the scheduler configuration and the examples. The sandbox installs these
+// Package manifests embeds the YAML that installs Nodeforge: the chart
+// (this directory), and in it the CRDs, the scheduler's and provisioner's
+// identities and permissions and the scheduler configuration; the
+// namespace and the examples. The sandbox installs these
 // very files, so what is tested is what a cluster gets.
 package manifests
 
@@ -9,6 +10,7 @@ import "embed"
 // FS holds every manifest, by path relative to this directory.
 //
 //go:embed namespace.yaml crds/*.yaml scheduler/*.yaml provisioner/*.yaml examples/*.yaml
+//go:embed Chart.yaml values.yaml README.md .helmignore templates/*
 var FS embed.FS
 
 // Install lists, in the order to apply them, the manifests a cluster needs

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -71,8 +69,11 @@ func demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logs := newLogFollower(sb.Log("nodeforge-scheduler"), sb.Log("nodeforge-provisioner"))
+	// The decisions, read as an operator reads them: the logs of the
+	// chart's Deployments through the API server (kwok serves them).
+	logs := newLogFollower(ctx, cs, "nodeforge-scheduler", "nodeforge-provisioner")
 	fmt.Printf("try: kubectl --kubeconfig %s get nodeclaims,nodes\n", sb.Kubeconfig)
+	fmt.Printf("     kubectl --kubeconfig %s -n nodeforge logs deploy/nodeforge-provisioner\n", sb.Kubeconfig)
 
 	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter 30s")
 	raw, err := manifests.FS.ReadFile("examples/apps.yaml")
@@ -139,7 +140,7 @@ func demo(ctx context.Context, args []string) error {
 			return err
 		}
 		peakPrice = max(peakPrice, price)
-		logs.print()
+		logs.flush()
 	}
 	var left v1alpha1.NodeClaimList
 	if err := kube.List(ctx, &left); err != nil {
@@ -240,39 +241,60 @@ func until(ctx context.Context, what string, logs *logFollower, cond func() (boo
 	return nil
 }
 
-// logFollower prints the decision lines components append to their logs.
+// logFollower prints the decision lines of the Deployments' logs, as
+// `kubectl logs deploy/<name>` shows them: the log of the Deployment's
+// running pod, through the API server.
 type logFollower struct {
-	files   []string
-	offsets map[string]int64
+	ctx         context.Context
+	cs          kubernetes.Interface
+	deployments []string
+	seen        map[string]int // lines printed, by pod
+	last        time.Time
 }
 
-func newLogFollower(files ...string) *logFollower {
-	return &logFollower{files: files, offsets: map[string]int64{}}
+func newLogFollower(ctx context.Context, cs kubernetes.Interface, deployments ...string) *logFollower {
+	return &logFollower{ctx: ctx, cs: cs, deployments: deployments, seen: map[string]int{}}
 }
 
+// flush prints what is new now.
+func (l *logFollower) flush() {
+	l.last = time.Time{}
+	l.print()
+}
+
+// print prints what is new, at most once a second.
 func (l *logFollower) print() {
-	for _, f := range l.files {
-		fh, err := os.Open(f)
+	if time.Since(l.last) < time.Second {
+		return
+	}
+	l.last = time.Now()
+	for _, d := range l.deployments {
+		pods, err := l.cs.CoreV1().Pods("nodeforge").List(l.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + d})
 		if err != nil {
 			continue
 		}
-		if _, err := fh.Seek(l.offsets[f], io.SeekStart); err == nil {
-			r := bufio.NewReader(fh)
-			for {
-				line, err := r.ReadString('\n')
-				if err != nil {
-					break // a partial line is read again next time
-				}
-				l.offsets[f] += int64(len(line))
-				for _, d := range decisions {
-					if strings.Contains(line, `"`+d+`"`) {
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			raw, err := l.cs.CoreV1().Pods("nodeforge").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(l.ctx)
+			if err != nil {
+				continue
+			}
+			lines := strings.SplitAfter(string(raw), "\n")
+			if n := len(lines); n > 0 && !strings.HasSuffix(lines[n-1], "\n") {
+				lines = lines[:n-1] // a partial line is read again next time
+			}
+			for _, line := range lines[min(l.seen[p.Name], len(lines)):] {
+				for _, dec := range decisions {
+					if strings.Contains(line, `"`+dec+`"`) {
 						fmt.Print("  log: " + trimLog(line))
 						break
 					}
 				}
 			}
+			l.seen[p.Name] = len(lines)
 		}
-		fh.Close()
 	}
 }
 

@@ -101,7 +101,8 @@ func up(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "directory for the sandbox's kubeconfig, logs and data (required)")
 	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: the provisioner launches through the AWS SDK into a fake EC2 region on loopback")
 	delay := fs.Duration("aws-registration-delay", 2*time.Second, "with aws: how long an instance takes to join as a node")
-	replicas := fs.Int("replicas", 1, "replicas of nodeforge-scheduler and of nodeforge-provisioner; each elects a leader, the others stand by (logs: nodeforge-scheduler-2.log...)")
+	replicas := fs.Int("replicas", 1, "replicas of nodeforge-scheduler and of nodeforge-provisioner (the chart's scheduler.replicas and provisioner.replicas); each elects a leader, the others stand by (logs: kubectl logs of each pod, or logs/nodeforge-scheduler-2.log...)")
+	processes := fs.Bool("processes", false, "run the scheduler and provisioner as plain processes instead of installing the chart")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,12 +117,15 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay,
-		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas})
+		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Processes: *processes})
 	if err != nil {
 		return err
 	}
 	defer sb.Stop()
 	fmt.Printf("ready kubeconfig=%s\n", sb.Kubeconfig)
+	if !*processes {
+		fmt.Printf("decisions: kubectl --kubeconfig %s -n nodeforge logs deploy/nodeforge-provisioner (and deploy/nodeforge-scheduler)\n", sb.Kubeconfig)
+	}
 	exited := sb.Exited()
 	lost := map[string]int{}
 	for {

@@ -513,7 +513,7 @@ func TestDemo(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
 			}
-			wants := []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Launched instance"`, `"Bound pods to node"`, `"Disrupting node"`, "Done: every step reached its expected state"}
+			wants := []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Nominated pods to nodeclaim"`, `"Launched instance"`, `"Bound pods to node"`, `"Disrupting node"`, "Done: every step reached its expected state"}
 			if provider == "aws" {
 				wants = append(wants, `providerID="aws:///us-west-2`, `"Terminated instance"`)
 			}

@@ -29,9 +29,14 @@ type Binaries struct {
 	KubeControllerManager string
 	Kwok                  string
 	// KwokStages is kwok's default stages as a --config file.
-	KwokStages  string
+	KwokStages string
+	// KwokLogsCRD is the CustomResourceDefinition of kwok's Logs, which
+	// point `kubectl logs` of the chart's pods at their processes' logs.
+	KwokLogsCRD string
 	Scheduler   string
 	Provisioner string
+	// Helm renders the chart the sandbox installs; see Helm.
+	Helm string
 	// KubernetesVersion is the version the Kubernetes components report.
 	KubernetesVersion string
 }
@@ -107,6 +112,7 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		KubeControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Kwok:                  filepath.Join(dir, "kwok"),
 		KwokStages:            filepath.Join(dir, "kwok-stages.yaml"),
+		KwokLogsCRD:           filepath.Join(dir, "kwok-logs-crd.yaml"),
 		KubernetesVersion:     version,
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -155,8 +161,24 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		}
 	}
 
+	if !exists(b.KwokLogsCRD) {
+		crd, err := goOutput(ctx, filepath.Join(o.Source, "hack", "tools"), "run", "./kwokcrds")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(b.KwokLogsCRD+".tmp", []byte(crd+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(b.KwokLogsCRD+".tmp", b.KwokLogsCRD); err != nil {
+			return nil, err
+		}
+	}
+
 	if o.KubernetesOnly {
 		return b, nil
+	}
+	if b.Helm, err = Helm(ctx, o.Progress); err != nil {
+		return nil, fmt.Errorf("building helm, which renders the chart the sandbox installs: %w", err)
 	}
 	if o.BinDir != "" {
 		b.Scheduler = filepath.Join(o.BinDir, "nodeforge-scheduler")

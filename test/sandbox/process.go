@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -17,8 +19,8 @@ import (
 // process group of its own, with its output in logs/<name>.log.
 type process struct {
 	name    string
+	spec    spec
 	cmd     *exec.Cmd
-	env     []string // added to the sandbox's environment
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	err     error         // exit status, valid after done is closed
@@ -27,32 +29,115 @@ type process struct {
 	check func(context.Context) error
 }
 
+// spec is how to start a process, kept to start it again.
+type spec struct {
+	name, bin string
+	args      []string
+	// env is added to the sandbox's environment, or, with ownEnv, is the
+	// whole environment (a pod's process sees only its container's).
+	env    []string
+	ownEnv bool
+	// criLog, when set, gets the output too, in the CRI log format a
+	// kubelet writes (<RFC 3339 time> <stream> F <line>), which kwok reads
+	// to answer `kubectl logs`.
+	criLog string
+}
+
 // startProcess starts bin with args. The child gets SIGKILL if the sandbox
 // itself dies, so even a killed sandbox leaves nothing running.
 func startProcess(logDir, name, bin string, env []string, args ...string) (*process, error) {
-	logPath := filepath.Join(logDir, name+".log")
+	return startSpec(logDir, spec{name: name, bin: bin, args: args, env: env})
+}
+
+func startSpec(logDir string, sp spec) (*process, error) {
+	logPath := filepath.Join(logDir, sp.name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
+	closers := []io.Closer{logFile}
+	cmd := exec.Command(sp.bin, sp.args...)
+	switch {
+	case sp.ownEnv:
+		cmd.Env = sp.env
+	case len(sp.env) > 0:
+		cmd.Env = append(os.Environ(), sp.env...)
 	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
+	if sp.criLog != "" {
+		if err := os.MkdirAll(filepath.Dir(sp.criLog), 0o755); err != nil {
+			logFile.Close()
+			return nil, err
+		}
+		cri, err := os.OpenFile(sp.criLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			logFile.Close()
+			return nil, err
+		}
+		var mu sync.Mutex
+		stdout := &criWriter{mu: &mu, w: cri, stream: "stdout"}
+		stderr := &criWriter{mu: &mu, w: cri, stream: "stderr"}
+		cmd.Stdout = io.MultiWriter(logFile, stdout)
+		cmd.Stderr = io.MultiWriter(logFile, stderr)
+		closers = append(closers, stdout, stderr, cri)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		for _, c := range closers {
+			c.Close()
+		}
+		return nil, fmt.Errorf("starting %s: %w", sp.name, err)
 	}
-	p := &process{name: name, cmd: cmd, env: env, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: sp.name, spec: sp, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		for _, c := range closers {
+			c.Close()
+		}
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// criWriter writes each complete line of one stream as a CRI log line.
+// Both streams of a process share one file and one mutex.
+type criWriter struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	stream string
+	buf    []byte
+}
+
+func (c *criWriter) Write(b []byte) (int, error) {
+	c.buf = append(c.buf, b...)
+	for {
+		i := bytes.IndexByte(c.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if err := c.line(c.buf[:i], "F"); err != nil {
+			return 0, err
+		}
+		c.buf = c.buf[i+1:]
+	}
+}
+
+func (c *criWriter) line(text []byte, tag string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := fmt.Fprintf(c.w, "%s %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), c.stream, tag, text)
+	return err
+}
+
+// Close writes a last line the process left unfinished.
+func (c *criWriter) Close() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	err := c.line(c.buf, "F")
+	c.buf = nil
+	return err
 }
 
 func (p *process) exited() bool {

@@ -62,9 +62,15 @@ type Options struct {
 	// Progress gets one line per component as it comes up.
 	Progress io.Writer
 	// SchedulerConfig, when set, is the KubeSchedulerConfiguration of
-	// nodeforge-scheduler instead of the shipped one; the provisioner's
-	// bind gate reads the same.
+	// nodeforge-scheduler instead of the shipped one (in the chart's
+	// ConfigMap, as a user would edit it); the provisioner's bind gate
+	// reads the same.
 	SchedulerConfig []byte
+	// Processes runs the scheduler and provisioner as plain processes
+	// with the sandbox's own certificates and flags instead of installing
+	// the chart (see install.go), which is the default: for tests of the
+	// programs that need nothing of the install, and start a little sooner.
+	Processes bool
 }
 
 // Sandbox is a running control plane.
@@ -88,6 +94,7 @@ type Sandbox struct {
 	SQS *sqsfake.Server
 
 	procs    []*process
+	pods     map[string]string // component → pod, when the chart is installed
 	progress io.Writer
 	region   *awsRegion
 }
@@ -118,7 +125,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "endpoints"} {
+	for _, stale := range []string{"etcd", "pki", "logs", "kubeconfig", "kubeconfigs", "nodeforge-scheduler-config.yaml", "endpoints", "pods", "chart", "helm"} {
 		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
 			return nil, err
 		}
@@ -151,6 +158,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	kubeconfigs := map[string]identity{
 		"admin":                   {user: "nodeforge-sandbox-admin", groups: []string{"system:masters"}},
 		"kube-controller-manager": {user: "system:kube-controller-manager"},
+		"kube-scheduler":          {user: "system:kube-scheduler"},
 		// kwok plays every kubelet; in a real cluster it would be many identities.
 		"kwok":                  {user: "kwok", groups: []string{"system:masters"}},
 		"nodeforge-scheduler":   serviceAccount(namespace, "nodeforge-scheduler"),
@@ -223,6 +231,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse.
 		"--endpoint-reconciler-type=none",
+		// kubectl logs and exec reach kwok, the nodes' kubelet, at the
+		// address the control-plane node reports; node names do not resolve.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--allow-privileged=true",
 		"--profiling=false",
 	)
@@ -236,22 +247,61 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
-	if err := applyFiles(ctx, s.Config, manifests.Install...); err != nil {
-		return nil, err
-	}
-	if err := waitServed(ctx, s.Config); err != nil {
-		return nil, err
+	installed := !o.ControlPlaneOnly && !o.Processes
+	if !installed {
+		if err := applyFiles(ctx, s.Config, manifests.Install...); err != nil {
+			return nil, err
+		}
+		if err := waitServed(ctx, s.Config); err != nil {
+			return nil, err
+		}
 	}
 	if o.ControlPlaneOnly {
 		return s, nil
 	}
 	defaults := []string{"provisioner/simulated-rbac.yaml", "examples/default.yaml"}
+	if installed {
+		// The chart has the simulated cloud's permissions.
+		defaults = []string{"examples/default.yaml"}
+	}
 	if o.CloudProvider == "aws" {
 		if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
 			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
 		}
 		s.EC2, s.SQS = s.region.EC2, s.region.SQS
 		defaults = []string{"examples/aws.yaml"}
+	}
+	if installed {
+		crd, err := os.ReadFile(bin.KwokLogsCRD)
+		if err != nil {
+			return nil, err
+		}
+		if err := Apply(ctx, s.Config, crd); err != nil {
+			return nil, fmt.Errorf("applying kwok's Logs CRD: %w", err)
+		}
+		rendered, err := s.renderChart(ctx, bin.Helm, s.chartValues(o))
+		if err != nil {
+			return nil, err
+		}
+		if err := applyFiles(ctx, s.Config, "namespace.yaml"); err != nil {
+			return nil, err
+		}
+		if err := Apply(ctx, s.Config, rendered); err != nil {
+			return nil, fmt.Errorf("installing the chart (%s): %w", filepath.Join(dir, "chart-rendered.yaml"), err)
+		}
+		if err := waitServed(ctx, s.Config); err != nil {
+			return nil, err
+		}
+		if o.SchedulerConfig != nil {
+			cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, "nodeforge-scheduler-config", metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			cm.Data["config.yaml"] = string(o.SchedulerConfig)
+			if _, err := cs.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := applyFiles(ctx, s.Config, defaults...); err != nil {
 		return nil, err
@@ -289,16 +339,22 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 
 	// kwok runs the nodes annotated kwok.x-k8s.io/node=fake and their pods.
-	kwok, err := s.start(logDir, "kwok", bin.Kwok,
-		"--kubeconfig="+filepath.Join(dir, "kubeconfigs", "kwok.kubeconfig"),
-		"--config="+bin.KwokStages,
+	kwokArgs := []string{
+		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "kwok.kubeconfig"),
+		"--config=" + bin.KwokStages,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--node-lease-duration-seconds=40",
 		"--cidr=10.244.0.0/16",
 		"--node-ip=10.0.0.1",
 		fmt.Sprintf("--server-address=127.0.0.1:%d", p.kwok),
-	)
+	}
+	if installed {
+		// Nodes report kwok's server as their kubelet's port, and kwok
+		// serves the logs its Logs objects point at (see install.go).
+		kwokArgs = append(kwokArgs, fmt.Sprintf("--node-port=%d", p.kwok), "--enable-crds=Logs")
+	}
+	kwok, err := s.start(logDir, "kwok", bin.Kwok, kwokArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -311,6 +367,19 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	// node at all.
 	if err := applyFiles(ctx, s.Config, "examples/control-plane-node.yaml"); err != nil {
 		return nil, err
+	}
+
+	if installed {
+		if err := s.startStockScheduler(ctx, bin.Scheduler); err != nil {
+			return nil, err
+		}
+		if err := s.runDeployment(ctx, cs, "nodeforge-scheduler", bin.Scheduler, map[int32]int{10259: p.scheduler}); err != nil {
+			return nil, err
+		}
+		if err := s.runDeployment(ctx, cs, "nodeforge-provisioner", bin.Provisioner, map[int32]int{8080: p.provisionerMetrics, 8081: p.provisionerHealth}); err != nil {
+			return nil, err
+		}
+		return s, s.writeEndpoints(p)
 	}
 
 	// nodeforge-scheduler, with the shipped configuration.
@@ -386,15 +455,17 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 			return nil, err
 		}
 	}
+	return s, s.writeEndpoints(p)
+}
+
+// writeEndpoints writes <dir>/endpoints: where the components listen.
+func (s *Sandbox) writeEndpoints(p ports) error {
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
 	if s.region != nil {
 		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "endpoints"), []byte(endpoints), 0o644); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return os.WriteFile(filepath.Join(s.Dir, "endpoints"), []byte(endpoints), 0o644)
 }
 
 // Stop stops every component, newest first, and waits for them to exit.
@@ -449,7 +520,7 @@ func (s *Sandbox) KillAndRestart(ctx context.Context, component string) error {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.done
 		}
-		next, err := startProcess(filepath.Join(s.Dir, "logs"), p.name, p.cmd.Path, p.env, p.cmd.Args[1:]...)
+		next, err := startSpec(filepath.Join(s.Dir, "logs"), p.spec)
 		if err != nil {
 			return err
 		}
