@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,14 +92,8 @@ func crash(t *testing.T, tc crashCase) {
 		}
 	}
 	sb, cs, kube := startSandbox(t, opts)
-	var class v1alpha1.SimulatedNodeClass
-	if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
-		t.Fatal(err)
-	}
-	class.Spec.RegistrationDelay = &metav1.Duration{Duration: 3 * time.Second}
-	if err := kube.Update(ctx, &class); err != nil {
-		t.Fatal(err)
-	}
+	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	update(t, kube, class, func() { class.Spec.RegistrationDelay = &metav1.Duration{Duration: 3 * time.Second} })
 
 	labels := map[string]string{"app": "crash"}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "crash", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
@@ -307,8 +302,16 @@ func TestCrashInGarbageCollection(t *testing.T) {
 	if err := sb.Kill("nodeforge-provisioner"); err != nil {
 		t.Fatal(err)
 	}
-	orphan.Finalizers = nil
-	if err := kube.Update(ctx, &orphan); err != nil {
+	// Read afresh: the provisioner may have written the claim (its status
+	// after binding) since the list, up to its kill.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(&orphan), &orphan); err != nil {
+			return err
+		}
+		orphan.Finalizers = nil
+		return kube.Update(ctx, &orphan)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.Delete(ctx, &orphan); client.IgnoreNotFound(err) != nil {

@@ -184,13 +184,7 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
 	defer stopWatching()
 
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(np), np); err != nil {
-		t.Fatal(err)
-	}
-	np.Spec.Template.ObjectMeta.Labels["generation"] = "2"
-	if err := kube.Update(ctx, np); err != nil {
-		t.Fatal(err)
-	}
+	update(t, kube, np, func() { np.Spec.Template.ObjectMeta.Labels["generation"] = "2" })
 
 	// Three replacements in turn take longer than one poll's two minutes.
 	var left []string
@@ -292,13 +286,7 @@ func TestChangedNodeClassDriftsItsNode(t *testing.T) {
 	if old.Annotations[v1alpha1.AnnotationNodeClassHash] == "" {
 		t.Fatalf("the launched claim carries no node class hash: %v", old.Annotations)
 	}
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(class), class); err != nil {
-		t.Fatal(err)
-	}
-	class.Spec.Tags = map[string]string{"image": "v2"}
-	if err := kube.Update(ctx, class); err != nil {
-		t.Fatal(err)
-	}
+	update(t, kube, class, func() { class.Spec.Tags = map[string]string{"image": "v2"} })
 	poll(t, "the old claim gone and the pod Running on a new node", func() (bool, error) {
 		claims, err := poolClaims(ctx, kube, pool)
 		if err != nil || slices.ContainsFunc(claims, func(nc v1alpha1.NodeClaim) bool { return nc.Name == old.Name }) {

@@ -29,14 +29,8 @@ func TestCloudFaults(t *testing.T) {
 	kube := nodeforgeClient(t, kubeconfig)
 	setFaults := func(faults ...v1alpha1.SimulatedFault) {
 		t.Helper()
-		var class v1alpha1.SimulatedNodeClass
-		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
-			t.Fatal(err)
-		}
-		class.Spec.Faults = faults
-		if err := kube.Update(ctx, &class); err != nil {
-			t.Fatal(err)
-		}
+		class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+		update(t, kube, class, func() { class.Spec.Faults = faults })
 	}
 	// runPod creates a pod that only a new node can hold and returns the
 	// node it ends up Running on.

@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeforge/nodeforge/test/sandbox"
 )
@@ -178,6 +180,23 @@ func TestLeaderFailoverAcrossChartReplicas(t *testing.T) {
 		if log := podLog(t, cs, pods[c.component]); !strings.Contains(log, c.want) {
 			t.Errorf("the log of pod %s, the new %s leader, lacks %s:\n%s", pods[c.component], c.component, c.want, tailLines(log, 30))
 		}
+	}
+}
+
+// update reads obj afresh, mutates it and updates it, again on a
+// conflict: the provisioner writes the status of pools, classes and claims
+// at any time, which changes their resourceVersion.
+func update(t *testing.T, kube client.Client, obj client.Object, mutate func()) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := kube.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return kube.Update(context.Background(), obj)
+	})
+	if err != nil {
+		t.Fatalf("updating %s: %v", obj.GetName(), err)
 	}
 }
 
