@@ -56,7 +56,7 @@ func demo(ctx context.Context, args []string) error {
 	defer os.RemoveAll(dir)
 
 	step("Starting the sandbox in %s", dir)
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second})
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second, Install: true})
 	if err != nil {
 		return err
 	}

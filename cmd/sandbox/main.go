@@ -117,7 +117,7 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay,
-		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Processes: *processes})
+		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Install: !*processes})
 	if err != nil {
 		return err
 	}

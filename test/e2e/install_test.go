@@ -75,7 +75,7 @@ func TestSandboxRunsTheChart(t *testing.T) {
 		t.Fatal("kubectl is needed to read the logs as an operator does: ", err)
 	}
 	ctx := context.Background()
-	sb, cs, _ := startSandbox(t, sandbox.Options{})
+	sb, cs, _ := startSandbox(t, sandbox.Options{Install: true})
 
 	for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
 		d, err := cs.AppsV1().Deployments("nodeforge").Get(ctx, name, metav1.GetOptions{})
@@ -142,7 +142,7 @@ func TestSandboxRunsTheChart(t *testing.T) {
 // pod logs show.
 func TestLeaderFailoverAcrossChartReplicas(t *testing.T) {
 	ctx := context.Background()
-	sb, cs, _ := startSandbox(t, sandbox.Options{SchedulerReplicas: 2, ProvisionerReplicas: 2})
+	sb, cs, _ := startSandbox(t, sandbox.Options{Install: true, SchedulerReplicas: 2, ProvisionerReplicas: 2})
 	for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
 		d, err := cs.AppsV1().Deployments("nodeforge").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -83,7 +83,10 @@ func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[strin
 	if err := os.WriteFile(valuesPath, raw, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, helm, "template", Release, chart, "--namespace", namespace, "--include-crds", "--values", valuesPath)
+	// Relative paths: helm splits --values at commas, which test
+	// directories' names can hold.
+	cmd := exec.CommandContext(ctx, helm, "template", Release, "./chart", "--namespace", namespace, "--include-crds", "--values", "chart-values.yaml")
+	cmd.Dir = s.Dir
 	// helm keeps caches and settings under these; the sandbox's own.
 	home := filepath.Join(s.Dir, "helm")
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
@@ -371,7 +374,7 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 		ports[p.ContainerPort] = free[0]
 	}
 
-	args := podArgs(c, mounts, ports)
+	args := podArgs(c, mounts, ports, s.Dir)
 
 	// Where a pod's program reads its in-cluster credentials and listens on
 	// the pod's own address, the sandbox's must be told: per program.
@@ -450,12 +453,14 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 // podArgs is a container's command line as it runs on this machine: an
 // argument that names a mount path names the directory standing for it,
 // and one that listens on every interface at a container port listens on
-// loopback at the port it is mapped to.
-func podArgs(c corev1.Container, mounts map[string]string, ports map[int32]int) []string {
+// loopback at the port it is mapped to. A path in the sandbox's own
+// directory (sandboxDir: files the sandbox passes through the chart's
+// extraArgs, such as the cluster CA) is a path on this machine already.
+func podArgs(c corev1.Container, mounts map[string]string, ports map[int32]int, sandboxDir string) []string {
 	args := make([]string, 0, len(c.Command)+len(c.Args)+8)
 	for _, a := range slices.Concat(c.Command, c.Args) {
 		// The longest mount path the value is in, once.
-		if flag, value, ok := strings.Cut(a, "="); ok {
+		if flag, value, ok := strings.Cut(a, "="); ok && !strings.HasPrefix(value, sandboxDir+"/") {
 			best := ""
 			for mount := range mounts {
 				if (value == mount || strings.HasPrefix(value, mount+"/")) && len(mount) > len(best) {
@@ -582,7 +587,7 @@ func readiness(c corev1.Container, ports map[int32]int) (func(context.Context) e
 func (s *Sandbox) Pod(component string) (string, error) {
 	pod, ok := s.pods[component]
 	if !ok {
-		return "", fmt.Errorf("no pod runs as component %q (the sandbox installs the chart unless Options.Processes)", component)
+		return "", fmt.Errorf("no pod runs as component %q (the sandbox installs the chart with Options.Install)", component)
 	}
 	return pod, nil
 }

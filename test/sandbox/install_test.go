@@ -24,12 +24,13 @@ func TestPodArgsMapMountsAndPorts(t *testing.T) {
 		"--health-probe-bind-address=0.0.0.0:8081",
 		"--other-bind-address=:9999", // not a container port
 		"--cluster-name=/etc/nodeforge/schedulerx",
+		"--cluster-ca-file=/tmp/sb/pki/ca.crt", // the sandbox's, under /tmp
 		"--v=2",
 	}}
 	// The pod's directories are under /tmp, itself a mount path.
 	mounts := map[string]string{"/etc/nodeforge/scheduler": "/tmp/sb/pods/p/volumes/config", "/etc": "/tmp/sb/pods/p/volumes/etc", "/tmp": "/tmp/sb/pods/p/volumes/tmp"}
 	ports := map[int32]int{8080: 41000, 8081: 41001}
-	got := podArgs(c, mounts, ports)
+	got := podArgs(c, mounts, ports, "/tmp/sb")
 	want := []string{
 		"--config=/tmp/sb/pods/p/volumes/config/config.yaml",
 		"--scheduler-config=/tmp/sb/pods/p/volumes/config",
@@ -37,6 +38,7 @@ func TestPodArgsMapMountsAndPorts(t *testing.T) {
 		"--health-probe-bind-address=127.0.0.1:41001",
 		"--other-bind-address=:9999",
 		"--cluster-name=/tmp/sb/pods/p/volumes/etc/nodeforge/schedulerx",
+		"--cluster-ca-file=/tmp/sb/pki/ca.crt",
 		"--v=2",
 	}
 	if !slices.Equal(got, want) {

@@ -66,11 +66,12 @@ type Options struct {
 	// ConfigMap, as a user would edit it); the provisioner's bind gate
 	// reads the same.
 	SchedulerConfig []byte
-	// Processes runs the scheduler and provisioner as plain processes
-	// with the sandbox's own certificates and flags instead of installing
-	// the chart (see install.go), which is the default: for tests of the
-	// programs that need nothing of the install, and start a little sooner.
-	Processes bool
+	// Install installs Nodeforge from the chart (see install.go), as
+	// `nodeforge-sandbox up` and the demo do. Without it the scheduler and
+	// provisioner run as plain processes with certificates of their
+	// ServiceAccounts' names and the same RBAC: for tests of the programs
+	// that need nothing of the install.
+	Install bool
 }
 
 // Sandbox is a running control plane.
@@ -247,7 +248,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 
-	installed := !o.ControlPlaneOnly && !o.Processes
+	installed := !o.ControlPlaneOnly && o.Install
 	if !installed {
 		if err := applyFiles(ctx, s.Config, manifests.Install...); err != nil {
 			return nil, err
