@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -117,7 +118,8 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay,
-		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Install: !*processes})
+		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Install: !*processes,
+		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv()})
 	if err != nil {
 		return err
 	}
@@ -144,4 +146,24 @@ func up(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
 		}
 	}
+}
+
+// programEnv is what of up's environment the programs get: NODEFORGE_*
+// variables (the provisioner takes every flag as NODEFORGE_<FLAG>, and
+// both take crash and pause points), but for the sandbox's own. Installed
+// from the chart they reach the pods' env through its values.
+func programEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "NODEFORGE_BIN_DIR", "NODEFORGE_SOURCE", "NODEFORGE_E2E_LOGS":
+			continue
+		}
+		if strings.HasPrefix(name, "NODEFORGE_") {
+			env = append(env, kv)
+		}
+	}
+	slices.Sort(env)
+	return env
 }

@@ -23,8 +23,15 @@ import (
 // holds as not its own: it stops playing its stages. So the lease stops
 // being renewed and the node's status stops changing, as when a kubelet
 // dies, and the node lifecycle controller marks the node Ready Unknown
-// once its grace period has passed. The lease keeps its last renew time
-// and is given a duration of years, so that kwok never takes it back.
+// once its grace period has passed. The taking is the lease's last
+// renewal: its renew time is the moment of failure. A write that changed
+// the lease but not its renew time would stop the node from ever being
+// marked: kube-controller-manager's node lifecycle controller (1.37,
+// NodeControllerLeaseCircuitBreaker) reads the live lease of a node whose
+// cached lease looks expired, and while its resourceVersion differs from
+// that of the last renewal it saw, takes its cache for stale and skips the
+// node. The lease is given a duration of years, so that kwok never takes
+// it back.
 const FailedHolder = "nodeforge-simulated-failure"
 
 // failedLeaseSeconds is the failed lease's duration: ten years.
@@ -104,6 +111,7 @@ func (c *Cloud) failNode(ctx context.Context, e entry, f *v1alpha1.SimulatedFaul
 		err = c.kube.Create(ctx, &lease)
 	case err == nil:
 		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = ptr.To(FailedHolder), ptr.To(int32(failedLeaseSeconds))
+		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.now()))
 		err = c.kube.Update(ctx, &lease)
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {

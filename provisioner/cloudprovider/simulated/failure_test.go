@@ -17,7 +17,7 @@ import (
 // TestNodeFailureTakesTheLeaseAfterItsDelay: a NodeFailure fault naming
 // the instance's zone fails its node once it has been registered for the
 // fault's `after`, not before: the node's lease is taken from kwok (held
-// by FailedHolder, its renew time kept, for years) and the instance is
+// by FailedHolder, renewed a last time at the failure, for years) and the instance is
 // marked failed. A fault naming another zone fails nothing, and a failed
 // node stays failed when the fault is removed.
 func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
@@ -56,8 +56,8 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(kwokLease), &lease); err != nil {
 			t.Fatal(err)
 		}
-		if !lease.Spec.RenewTime.Equal(&renewed) {
-			t.Errorf("the failed lease's renew time moved from %s to %s: the node would look alive", renewed, lease.Spec.RenewTime)
+		if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h == "kwok" && !lease.Spec.RenewTime.Equal(&renewed) {
+			t.Errorf("the lease of a node not failed was renewed at %s, not by kwok at %s", lease.Spec.RenewTime, renewed)
 		}
 		return ptr.Deref(lease.Spec.HolderIdentity, "")
 	}
@@ -89,6 +89,12 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 	if err := c.kube.Get(ctx, client.ObjectKeyFromObject(kwokLease), &lease); err != nil {
 		t.Fatal(err)
 	}
+	// The taking is the last renewal, so that the node lifecycle
+	// controller sees a renewal with the taking's resourceVersion (see
+	// FailedHolder), and never one after it.
+	if at := metav1.NewMicroTime(now.Truncate(time.Microsecond)); !lease.Spec.RenewTime.Equal(&at) {
+		t.Errorf("the failed lease's renew time is %s, want the failure's %s", lease.Spec.RenewTime, at)
+	}
 	if d := ptr.Deref(lease.Spec.LeaseDurationSeconds, 0); d < 365*24*3600 {
 		t.Errorf("the failed lease lasts %ds: kwok would take it back when it runs out", d)
 	}
@@ -103,5 +109,12 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 	}
 	if h := holder(); h != FailedHolder {
 		t.Errorf("the failed node came back when its fault was removed (lease held by %s)", h)
+	}
+	var again coordinationv1.Lease
+	if err := c.kube.Get(ctx, client.ObjectKeyFromObject(kwokLease), &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.ResourceVersion != lease.ResourceVersion {
+		t.Errorf("the failed lease was written again (resourceVersion %s → %s): the node lifecycle controller would take its cache for stale", lease.ResourceVersion, again.ResourceVersion)
 	}
 }
