@@ -95,6 +95,34 @@ func (c *Cluster) Without(names ...string) *View {
 	return v
 }
 
+// Draining returns a view of the cluster in which the named nodes hold
+// none of their pods and carry taint: what the scheduler lists while those
+// nodes are drained. They still count, e.g. as domains of a topology
+// spread constraint (whose nodeTaintsPolicy is Ignore by default), so a
+// pod that must go to a draining node's zone has nowhere to go until the
+// node is gone. IsDraining tells a placement on one of them.
+func (c *Cluster) Draining(taint v1.Taint, names ...string) *View {
+	v := c.Without(names...)
+	v.draining = sets.New[string]()
+	for _, name := range names {
+		ni := c.infos[name]
+		if ni == nil {
+			continue
+		}
+		node := ni.Node().DeepCopy()
+		node.Spec.Taints = append(node.Spec.Taints, taint)
+		drained := framework.NewNodeInfo()
+		drained.SetNode(node)
+		v.changed[name] = drained
+		v.removed.Delete(name)
+		v.draining.Insert(name)
+	}
+	return v
+}
+
+// IsDraining tells whether the named node is one the view drains.
+func (v *View) IsDraining(name string) bool { return v.draining.Has(name) }
+
 // View is a what-if on a Cluster: some nodes gone, some added, pods
 // placed. The Cluster under it is never written; a node a view changes is
 // copied first. A View is what the scheduling framework lists while it
@@ -105,6 +133,8 @@ type View struct {
 	added   []string // names of nodes the view adds, in order
 	changed map[string]*framework.NodeInfo
 	pvcs    map[string]int
+	// draining are nodes kept with no pods and a taint (Draining).
+	draining sets.Set[string]
 
 	lists *viewLists // nil when a change made them stale
 }

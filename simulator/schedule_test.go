@@ -91,3 +91,62 @@ func TestPlaceWithoutANodeCountsWhatIsLeft(t *testing.T) {
 		t.Errorf("4-cpu pod on a node with 2 cpu used: %v, want refused by NodeResourcesFit", st)
 	}
 }
+
+// TestDrainingNodesStillCountAsSpreadDomains: a pod spread across zones
+// (maxSkew 1, DoNotSchedule) from the only node of zone c fits on the
+// nodes of zones a and b when c's node is gone, but not while it is being
+// drained: the scheduler still counts zone c, empty, as a domain. The
+// draining node holds none of its pods, carries the taint, and is told
+// apart by IsDraining; the cluster under the view is not changed.
+func TestDrainingNodesStillCountAsSpreadDomains(t *testing.T) {
+	s := newTestScheduler(t)
+	ctx := context.Background()
+	zoned := func(name, zone string) *v1.Node {
+		n := gateNode(name)
+		n.Labels[v1.LabelTopologyZone] = zone
+		return n
+	}
+	spread := func(name string) *v1.Pod {
+		p := gatePod(name, 0)
+		p.Labels = map[string]string{"app": "spread"}
+		p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone,
+			WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
+		return p
+	}
+	cluster := NewCluster(
+		[]*v1.Node{zoned("a1", "zone-a"), zoned("a2", "zone-a"), zoned("b1", "zone-b"), zoned("c1", "zone-c")},
+		[]*v1.Pod{bound(spread("s-a"), "a1"), bound(spread("s-b"), "b1"), bound(spread("s-c"), "c1")})
+	taint := v1.Taint{Key: "example.com/disrupted", Effect: v1.TaintEffectNoSchedule}
+
+	if node, st := s.Place(ctx, cluster.Without("c1"), spread("s-c")); !st.IsSuccess() {
+		t.Fatalf("without c1, s-c was refused (%v); zones a and b hold one spread pod each", st)
+	} else {
+		t.Logf("without c1, s-c goes to %s", node)
+	}
+	view := cluster.Draining(taint, "c1")
+	if node, st := s.Place(ctx, view, spread("s-c")); st.IsSuccess() {
+		t.Fatalf("while c1 drains, s-c was placed on %s; zone c, empty, still counts (skew 2)", node)
+	} else if st.Plugin() != "PodTopologySpread" && st.Plugin() != "TaintToleration" {
+		t.Errorf("refused by %q (%s), want the spread constraint", st.Plugin(), st.Message())
+	}
+	if !view.IsDraining("c1") || view.IsDraining("a1") {
+		t.Errorf("IsDraining(c1)=%v IsDraining(a1)=%v, want true and false", view.IsDraining("c1"), view.IsDraining("a1"))
+	}
+	drained, err := view.NodeInfos().Get("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drained.GetPods()) != 0 || len(drained.Node().Spec.Taints) != 1 {
+		t.Errorf("the draining node has %d pods and taints %v, want none and the taint", len(drained.GetPods()), drained.Node().Spec.Taints)
+	}
+	if got := len(cluster.Node("c1").GetPods()); got != 1 || len(cluster.Node("c1").Node().Spec.Taints) != 0 {
+		t.Errorf("the cluster's node c1 changed under the view: %d pods, taints %v", got, cluster.Node("c1").Node().Spec.Taints)
+	}
+	// A pod that tolerates the taint may be placed on the draining node;
+	// callers tell it with IsDraining.
+	tolerant := spread("s-c")
+	tolerant.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}}
+	if node, st := s.Place(ctx, view, tolerant); !st.IsSuccess() || !view.IsDraining(node) {
+		t.Errorf("a pod tolerating every taint went to %q (%v), want the draining c1, the only node of zone c", node, st)
+	}
+}

@@ -461,9 +461,18 @@ func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate,
 		return nil, fwk.NewStatus(fwk.Unschedulable, s.pdbsRefuse(pods)), false
 	}
 	slices.SortStableFunc(pods, queueOrder)
-	view := s.cluster().Without(names...)
+	// The nodes stay in the view, empty and tainted, as the scheduler sees
+	// them while they are drained: a spread constraint still counts their
+	// zones, and a pod that needs one of them would be left pending (and
+	// provisioned for) until they are gone.
+	view := s.cluster().Draining(corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}, names...)
 	for _, p := range pods {
 		node, st := place(ctx, view, p)
+		if st.IsSuccess() && view.IsDraining(node) {
+			// A pod that tolerates the taint goes back to a node being
+			// removed, and is left without one when it goes.
+			st = fwk.NewStatus(fwk.Unschedulable, "it tolerates the disruption taint and would be placed back on node "+node+", which is being removed")
+		}
 		if !st.IsSuccess() {
 			return p, st, false
 		}
