@@ -153,34 +153,18 @@ func envVars(env []string) []any {
 // one more plugin registered, and with the stock profile below (no
 // VirtualNodes) it schedules exactly as kube-scheduler does.
 func (s *Sandbox) startStockScheduler(ctx context.Context, bin string) error {
-	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", "kube-scheduler.kubeconfig")
-	config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+	const config = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
-clientConnection: {kubeconfig: %q}
 leaderElection: {leaderElect: false}
 profiles:
 - schedulerName: default-scheduler
-`, kubeconfig)
-	path := filepath.Join(s.Dir, "kube-scheduler-config.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		return err
-	}
+`
 	port, err := freePorts(1)
 	if err != nil {
 		return err
 	}
-	p, err := s.start(filepath.Join(s.Dir, "logs"), "kube-scheduler", bin,
-		"--config="+path,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port[0]),
-		"--cert-dir="+filepath.Join(s.Dir, "pki", "kube-scheduler"),
-	)
-	if err != nil {
-		return err
-	}
-	return s.ready(ctx, p, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port[0])))
+	_, err = s.startScheduler(ctx, "kube-scheduler", bin, []byte(config), port[0], nil, "kube-scheduler")
+	return err
 }
 
 // runDeployment waits until the pods of a Deployment of the chart run (on
@@ -495,19 +479,9 @@ func schedulerClientConnection(args []string, kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		return fmt.Errorf("the scheduler configuration %s: %w", path, err)
-	}
-	cc, _ := cfg["clientConnection"].(map[string]any)
-	if cc == nil {
-		cc = map[string]any{}
-	}
-	cc["kubeconfig"] = kubeconfig
-	cfg["clientConnection"] = cc
-	out, err := yaml.Marshal(cfg)
+	out, err := withClientConnection(raw, map[string]any{"kubeconfig": kubeconfig})
 	if err != nil {
-		return err
+		return fmt.Errorf("the scheduler configuration %s: %w", path, err)
 	}
 	return os.WriteFile(path, out, 0o644)
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -391,7 +392,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.SchedulerConfig != nil {
 		shipped = o.SchedulerConfig
 	}
-	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv); err != nil {
+	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv, "nodeforge-scheduler"); err != nil {
 		return nil, err
 	}
 	for i := 2; i <= o.SchedulerReplicas; i++ {
@@ -399,7 +400,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.startScheduler(ctx, fmt.Sprintf("nodeforge-scheduler-%d", i), bin.Scheduler, shipped, port[0], o.SchedulerEnv); err != nil {
+		if _, err := s.startScheduler(ctx, fmt.Sprintf("nodeforge-scheduler-%d", i), bin.Scheduler, shipped, port[0], o.SchedulerEnv, "nodeforge-scheduler"); err != nil {
 			return nil, err
 		}
 	}
@@ -602,23 +603,21 @@ func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config [
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.startScheduler(ctx, name, bin, config, pp[0], nil)
+	p, err := s.startScheduler(ctx, name, bin, config, pp[0], nil, "nodeforge-scheduler")
 	if err != nil {
 		return nil, err
 	}
 	return func() { p.stop(stopGrace) }, nil
 }
 
-func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string) (*process, error) {
-	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", "nodeforge-scheduler.kubeconfig")
-	var cfg map[string]any
-	if err := yaml.Unmarshal(config, &cfg); err != nil {
-		return nil, fmt.Errorf("parsing the configuration of %s: %w", name, err)
-	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
-	raw, err := yaml.Marshal(cfg)
+// startScheduler runs a scheduler binary as the identity of
+// kubeconfigs/<identity>.kubeconfig, with config's client connection
+// pointed at it.
+func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string, identity string) (*process, error) {
+	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", identity+".kubeconfig")
+	raw, err := withClientConnection(config, map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the configuration of %s: %w", name, err)
 	}
 	path := filepath.Join(s.Dir, name+"-config.yaml")
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
@@ -637,6 +636,22 @@ func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config [
 		return nil, err
 	}
 	return p, s.ready(ctx, p, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))
+}
+
+// withClientConnection sets fields of a KubeSchedulerConfiguration's
+// clientConnection, keeping the others.
+func withClientConnection(config []byte, fields map[string]any) ([]byte, error) {
+	var cfg map[string]any
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, err
+	}
+	cc, _ := cfg["clientConnection"].(map[string]any)
+	if cc == nil {
+		cc = map[string]any{}
+	}
+	maps.Copy(cc, fields)
+	cfg["clientConnection"] = cc
+	return yaml.Marshal(cfg)
 }
 
 // waitServed waits until the API server serves every Nodeforge resource.
