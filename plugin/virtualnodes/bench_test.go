@@ -186,8 +186,9 @@ func benchPods(n int) []*v1.Pod {
 
 // BenchmarkNominate measures pods nominated per second through the
 // scheduler's path for a pending pod, and the fleet it asks for: nodes,
-// its $/h (each claim at its cheapest option) and a lower bound (the
-// requested resources at the cheapest price per vCPU and per GiB).
+// its $/h (each claim at its cheapest option) and two lower bounds: the
+// requested resources at the cheapest price per vCPU and per GiB, and the
+// same with the catalog's shape (2 GiB per vCPU) taken into account.
 func BenchmarkNominate(b *testing.B) {
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
@@ -199,6 +200,10 @@ func BenchmarkNominate(b *testing.B) {
 				gib += p.Spec.Containers[0].Resources.Requests.Memory().AsApproximateFloat64() / (1 << 30)
 			}
 			lowerBound := cpu*0.025*0.7 + gib*0.001*0.7
+			// Every type of this catalog has 2 GiB per vCPU, so a fleet
+			// holds at least max(cpu, GiB/2) vCPU, each with its 2 GiB,
+			// at the spot price: the bound no fleet of these types beats.
+			shapeBound := max(cpu, gib/2) * (0.025 + 2*0.001) * 0.7
 			var elapsed time.Duration
 			var nodes int
 			var cost float64
@@ -222,6 +227,8 @@ func BenchmarkNominate(b *testing.B) {
 			b.ReportMetric(float64(nodes), "nodes")
 			b.ReportMetric(cost, "$/h")
 			b.ReportMetric(lowerBound, "lowerbound$/h")
+			b.ReportMetric(cost/lowerBound, "fleet/bound")
+			b.ReportMetric(cost/shapeBound, "fleet/shapebound")
 		})
 	}
 }

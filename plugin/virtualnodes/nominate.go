@@ -1,6 +1,7 @@
 package virtualnodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,8 +17,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-
-	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
 )
 
 // decision is the outcome of nominate: a claim, or per pool why not.
@@ -43,23 +42,19 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
 	sig := signature(pod)
-	tried := 0
-	if c := p.hints[sig]; c != nil && c.open {
-		tried++
-		if p.tryClaim(ctx, state, pod, req, c) {
-			return decision{claim: c}
-		}
+	// First the claims the pod fits without a larger instance type: room
+	// already paid for. Tightest first, so that small claims fill up
+	// before a node grows or a new one is made.
+	if c := p.fillSlack(ctx, state, pod, req, p.hints[sig]); c != nil {
+		p.hints[sig] = c
+		return decision{claim: c}
 	}
-	for i := len(p.order) - 1; i >= 0 && tried < p.args.MaxClaimsTried; i-- {
-		c := p.order[i]
-		if c == p.hints[sig] || !nodeshape.Fits(largest(c.options).alloc, sum(c.info.Requested, req), len(c.info.Pods)+1) {
-			continue
-		}
-		tried++
-		if p.tryClaim(ctx, state, pod, req, c) {
-			p.hints[sig] = c
-			return decision{claim: c}
-		}
+	// Then the claims that hold it on a larger instance type, the
+	// smallest increase in price first.
+	c, tried := p.grow(ctx, state, pod, req, p.hints[sig])
+	if c != nil {
+		p.hints[sig] = c
+		return decision{claim: c}
 	}
 	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.order))
 
@@ -76,6 +71,103 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 		reasons = append(reasons, "no NodePool has a published instance type catalog")
 	}
 	return decision{reasons: reasons}
+}
+
+// fillSlack nominates pod to an open claim whose cheapest open option
+// holds it as it is, trying at most MaxClaimsTried of them: hint first,
+// then the claims left with the least room once the pod is in. It returns
+// nil when none takes the pod.
+func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) *claim {
+	type slack struct {
+		c    *claim
+		left float64 // fraction of the cheapest option's cpu and memory left, summed
+	}
+	var fits []slack
+	for _, c := range p.order {
+		if len(c.options) == 0 {
+			continue
+		}
+		alloc := c.options[0].alloc
+		if left, ok := room(alloc, c.info.Requested, req, len(c.info.Pods)+1); ok {
+			if c == hint {
+				left = -1
+			}
+			fits = append(fits, slack{c: c, left: left})
+		}
+	}
+	slices.SortStableFunc(fits, func(a, b slack) int { return cmp.Compare(a.left, b.left) })
+	for i, f := range fits {
+		if i == p.args.MaxClaimsTried {
+			break
+		}
+		if p.tryClaim(ctx, state, pod, req, f.c) {
+			return f.c
+		}
+	}
+	return nil
+}
+
+// grow nominates pod to an open claim that holds it once it becomes a
+// larger instance type, trying at most MaxClaimsTried of them, those whose
+// price rises least first (the hint, then the newest, among equals). It
+// returns the claim, or nil, and how many claims were tried.
+func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) (*claim, int) {
+	type growth struct {
+		c     *claim
+		rise  float64
+		order int
+	}
+	var fits []growth
+	for i, c := range p.order {
+		// The claim's node is its largest option.
+		if _, ok := room(c.info.Allocatable, c.info.Requested, req, len(c.info.Pods)+1); len(c.options) == 0 || !ok {
+			continue
+		}
+		for _, o := range c.options {
+			if _, ok := room(o.alloc, c.info.Requested, req, len(c.info.Pods)+1); ok {
+				g := growth{c: c, rise: o.price - c.options[0].price, order: -i}
+				if c == hint {
+					g.order = -len(p.order)
+				}
+				fits = append(fits, g)
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(fits, func(a, b growth) int { return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order)) })
+	tried := 0
+	for _, g := range fits {
+		if tried == p.args.MaxClaimsTried {
+			break
+		}
+		tried++
+		if p.tryClaim(ctx, state, pod, req, g.c) {
+			return g.c, tried
+		}
+	}
+	return nil, tried
+}
+
+// room reports whether alloc holds used plus req with pods pods, and the
+// fractions of its cpu and memory left then, summed.
+func room(alloc *framework.Resource, used fwk.Resource, req *framework.Resource, pods int) (float64, bool) {
+	cpu, mem := used.GetMilliCPU()+req.MilliCPU, used.GetMemory()+req.Memory
+	if cpu > alloc.MilliCPU || mem > alloc.Memory || used.GetEphemeralStorage()+req.EphemeralStorage > alloc.EphemeralStorage || int64(pods) > int64(alloc.AllowedPodNumber) {
+		return 0, false
+	}
+	for name, q := range req.ScalarResources {
+		if q > 0 && used.GetScalarResources()[name]+q > alloc.ScalarResources[name] {
+			return 0, false
+		}
+	}
+	var c, m float64
+	if alloc.MilliCPU > 0 {
+		c = float64(alloc.MilliCPU-cpu) / float64(alloc.MilliCPU)
+	}
+	if alloc.Memory > 0 {
+		m = float64(alloc.Memory-mem) / float64(alloc.Memory)
+	}
+	return max(c, m), true
 }
 
 // tryClaim nominates pod to c if the options left can hold it and the
