@@ -31,6 +31,10 @@ func (postFilterStub) PostFilter(context.Context, fwk.CycleState, *v1.Pod, fwk.N
 func (postFilterStub) Filter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo) *fwk.Status {
 	return nil
 }
+func (postFilterStub) PreFilter(context.Context, fwk.CycleState, *v1.Pod, []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	return nil, nil
+}
+func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
 // manifests/scheduler/config.yaml as the scheduler does and checks the
@@ -70,5 +74,9 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	// And its Filter, which keeps nominated pods for their claim's node.
 	if !slices.ContainsFunc(fw.ListPlugins().Filter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
 		t.Errorf("Filter plugins %v: want %s among them", fw.ListPlugins().Filter.Enabled, virtualnodes.Name)
+	}
+	// And its PreFilter, which lets pods it has not nominated skip that Filter.
+	if !slices.ContainsFunc(fw.ListPlugins().PreFilter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
+		t.Errorf("PreFilter plugins %v: want %s among them", fw.ListPlugins().PreFilter.Enabled, virtualnodes.Name)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,5 +231,31 @@ func BenchmarkNominate(b *testing.B) {
 			b.ReportMetric(cost/lowerBound, "fleet/bound")
 			b.ReportMetric(cost/shapeBound, "fleet/shapebound")
 		})
+	}
+}
+
+// TestPreFilterSkipsPodsNotNominated: a pod VirtualNodes has not nominated
+// skips its Filter (PreFilter says Skip); a nominated pod is held for its
+// claim's node by Filter, with or without PreFilter having run.
+func TestPreFilterSkipsPodsNotNominated(t *testing.T) {
+	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
+	h := newHarness(t, []*pool{benchPool(t)})
+	pod := benchPods(1)[0]
+	if _, s := h.plugin.PreFilter(ctx, framework.NewCycleState(), pod, nil); s.Code() != fwk.Skip {
+		t.Fatalf("PreFilter of a pod not nominated: %v, want Skip", s)
+	}
+	c, s := h.schedule(ctx, pod)
+	if !s.IsSuccess() || c == nil {
+		t.Fatalf("not nominated: %v", s)
+	}
+	state := framework.NewCycleState()
+	if _, s := h.plugin.PreFilter(ctx, state, pod, nil); !s.IsSuccess() {
+		t.Fatalf("PreFilter of a nominated pod: %v, want success", s)
+	}
+	for name, st := range map[string]fwk.CycleState{"after PreFilter": state, "without PreFilter": framework.NewCycleState()} {
+		s := h.plugin.Filter(ctx, st, pod, h.real[0])
+		if s.Code() != fwk.Unschedulable || !strings.Contains(s.Message(), c.name) {
+			t.Errorf("Filter %s on another node: %v, want Unschedulable naming %s", name, s, c.name)
+		}
 	}
 }

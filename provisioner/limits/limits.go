@@ -147,24 +147,41 @@ func (l *Ledger) Usage(ctx context.Context, pool string) (corev1.ResourceList, e
 	return used, err
 }
 
+// IndexClaimPool is the field index of NodeClaims by spec.nodePool that
+// the Ledger, the pool status and the disruption budgets read through, so
+// that none lists every claim of every pool on each decision. The cache
+// they read must have it (the NodeClaim controller registers it).
+const IndexClaimPool = "spec.nodePool"
+
+// ClaimPool is IndexClaimPool's function.
+func ClaimPool(o client.Object) []string {
+	return []string{o.(*v1alpha1.NodeClaim).Spec.NodePool}
+}
+
 // usage adds up the pool's claims, nodes and reservations, leaving out the
 // claim except. It drops reservations the cache has caught up with, and
 // says whether any other launch of the pool is still in flight. Callers
 // hold l.mu.
 func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (corev1.ResourceList, bool, error) {
+	if !l.seeded {
+		// Once, every pool's claims: reservations for launches a
+		// crash interrupted.
+		var all v1alpha1.NodeClaimList
+		if err := l.kube.List(ctx, &all); err != nil {
+			return nil, false, fmt.Errorf("listing nodeclaims: %w", err)
+		}
+		if err := l.seed(ctx, all.Items); err != nil {
+			return nil, false, err
+		}
+		l.seeded = true
+	}
 	var claims v1alpha1.NodeClaimList
-	if err := l.kube.List(ctx, &claims); err != nil {
-		return nil, false, fmt.Errorf("listing nodeclaims: %w", err)
+	if err := l.kube.List(ctx, &claims, client.MatchingFields{IndexClaimPool: pool}); err != nil {
+		return nil, false, fmt.Errorf("listing nodeclaims of nodepool %s: %w", pool, err)
 	}
 	var nodes corev1.NodeList
 	if err := l.kube.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelNodePool: pool}); err != nil {
 		return nil, false, fmt.Errorf("listing nodes of nodepool %s: %w", pool, err)
-	}
-	if !l.seeded {
-		if err := l.seed(ctx, claims.Items); err != nil {
-			return nil, false, err
-		}
-		l.seeded = true
 	}
 	used := corev1.ResourceList{}
 	nodeCapacity := map[string]corev1.ResourceList{}

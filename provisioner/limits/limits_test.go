@@ -40,7 +40,7 @@ func newKube(t *testing.T, objs ...client.Object) client.Client {
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
-	return crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, IndexClaimPool, ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 }
 
 func names(offers []cloudprovider.Offer) []string {

@@ -1,8 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -11,7 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -20,16 +30,27 @@ import (
 )
 
 // BenchmarkScaleUp1000 scales a Deployment from 0 to 1,000 pods (500m cpu,
-// 512Mi each) in the sandbox, with the shipped binaries and the default
-// pool, and reports the seconds until all are Running, the nodes launched,
-// the fleet's $/h and a lower bound: the requested cpu, or memory, at the
-// catalog's cheapest price per vCPU, or per GiB, whichever is higher.
-func BenchmarkScaleUp1000(b *testing.B) {
-	const replicas = 1000
+// 512Mi each) in the sandbox, with the shipped binaries installed from the
+// chart and the default pool; see scaleUp for what it reports.
+func BenchmarkScaleUp1000(b *testing.B) { scaleUp(b, 1000) }
+
+// BenchmarkScaleUp5000 is BenchmarkScaleUp1000 with 5,000 pods.
+func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000) }
+
+// scaleUp scales a Deployment from 0 to replicas pods and reports: the
+// seconds from the scale call until all are Running; each pod's time from
+// its creation to Running (p50, p99), and the seconds from the last pod's
+// creation to all Running, both as seen on a watch; the nodes launched, the
+// fleet's $/h and a lower bound (the requested cpu, or memory, at the
+// catalog's cheapest price per vCPU, or per GiB, whichever is higher); and
+// the CPU seconds nodeforge-scheduler and nodeforge-provisioner used over
+// the run, with their peak resident memory.
+func scaleUp(b *testing.B, replicas int) {
 	for range b.N {
 		b.StopTimer()
 		ctx := context.Background()
-		cmd, kubeconfig := upSandbox(b, b.TempDir())
+		dir := b.TempDir()
+		cmd, kubeconfig := upSandbox(b, dir)
 		cs := clientFor(b, kubeconfig)
 		labels := map[string]string{"app": "scale"}
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "scale", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
@@ -43,6 +64,8 @@ func BenchmarkScaleUp1000(b *testing.B) {
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
+		w := watchPods(ctx, b, cs, "app=scale")
+		procs := []*procStat{findProcess(b, dir, "nodeforge-scheduler"), findProcess(b, dir, "nodeforge-provisioner")}
 		b.StartTimer()
 		start := time.Now()
 		// The deployment controller writes the Deployment too: retry a
@@ -52,21 +75,25 @@ func BenchmarkScaleUp1000(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			s.Spec.Replicas = replicas
+			s.Spec.Replicas = int32(replicas)
 			_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "scale", s, metav1.UpdateOptions{})
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
-		err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Minute, true, func(ctx context.Context) (bool, error) {
-			n, err := runningPods(ctx, cs, "app=scale")
-			return err == nil && n == replicas, nil
-		})
+		created, running, err := w.wait(replicas, 30*time.Minute)
 		seconds := time.Since(start).Seconds()
 		b.StopTimer()
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", replicas, err)
 		}
+		var lat []float64
+		var lastCreated, lastRunning time.Time
+		for uid, r := range running {
+			lat = append(lat, r.Sub(created[uid]).Seconds())
+			lastCreated, lastRunning = later(lastCreated, created[uid]), later(lastRunning, r)
+		}
+		slices.Sort(lat)
 		kube := nodeforgeClient(b, kubeconfig)
 		var claims v1alpha1.NodeClaimList
 		if err := kube.List(ctx, &claims); err != nil {
@@ -77,13 +104,176 @@ func BenchmarkScaleUp1000(b *testing.B) {
 			p, _ := strconv.ParseFloat(nc.Status.Price, 64)
 			fleet += p
 		}
+		bound := lowerBound(b, float64(replicas)*0.5, float64(replicas)*0.5)
 		b.ReportMetric(seconds, "s-to-running")
+		b.ReportMetric(percentile(lat, 0.50), "p50-created-to-running-s")
+		b.ReportMetric(percentile(lat, 0.99), "p99-created-to-running-s")
+		b.ReportMetric(lastRunning.Sub(lastCreated).Seconds(), "s-last-created-to-all-running")
 		b.ReportMetric(float64(len(claims.Items)), "nodes")
 		b.ReportMetric(fleet, "$/h")
-		b.ReportMetric(lowerBound(b, replicas*0.5, replicas*0.5), "lowerbound$/h")
+		b.ReportMetric(bound, "lowerbound$/h")
+		b.ReportMetric(fleet/bound, "fleet/bound")
+		for _, p := range procs {
+			cpu, rss := p.since()
+			b.ReportMetric(cpu, p.name+"-cpu-s")
+			b.ReportMetric(rss, p.name+"-peak-rss-MiB")
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// percentile of sorted xs, nearest rank.
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[min(len(xs)-1, int(math.Ceil(q*float64(len(xs))))-1)]
+}
+
+// podWatch records when each pod matching a selector was first seen, and
+// first seen Running.
+type podWatch struct {
+	mu       sync.Mutex
+	created  map[types.UID]time.Time
+	running  map[types.UID]time.Time
+	failed   error
+	progress chan struct{}
+}
+
+func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selector string) *podWatch {
+	b.Helper()
+	w := &podWatch{created: map[types.UID]time.Time{}, running: map[types.UID]time.Time{}, progress: make(chan struct{}, 1)}
+	wi, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(wi.Stop)
+	go func() {
+		for ev := range wi.ResultChan() {
+			now := time.Now()
+			p, ok := ev.Object.(*corev1.Pod)
+			w.mu.Lock()
+			if !ok {
+				w.failed = fmt.Errorf("watch: %v", ev.Object)
+				w.mu.Unlock()
+				break
+			}
+			if _, seen := w.created[p.UID]; !seen {
+				w.created[p.UID] = now
+			}
+			if _, seen := w.running[p.UID]; !seen && p.Status.Phase == corev1.PodRunning {
+				w.running[p.UID] = now
+			}
+			w.mu.Unlock()
+			select {
+			case w.progress <- struct{}{}:
+			default:
+			}
+		}
+		w.mu.Lock()
+		if w.failed == nil {
+			w.failed = fmt.Errorf("the pod watch ended")
+		}
+		w.mu.Unlock()
+		close(w.progress)
+	}()
+	return w
+}
+
+// wait returns the times once n pods have been seen Running.
+func (w *podWatch) wait(n int, timeout time.Duration) (map[types.UID]time.Time, map[types.UID]time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		if len(w.running) >= n {
+			defer w.mu.Unlock()
+			return maps.Clone(w.created), maps.Clone(w.running), nil
+		}
+		failed, got := w.failed, len(w.running)
+		w.mu.Unlock()
+		if failed != nil {
+			return nil, nil, failed
+		}
+		select {
+		case <-w.progress:
+		case <-deadline:
+			return nil, nil, fmt.Errorf("%d of %d Running after %s", got, n, timeout)
+		}
+	}
+}
+
+// procStat is a sandbox program's process, with its CPU time when found.
+type procStat struct {
+	name string
+	pid  int
+	cpu  float64 // seconds
+}
+
+// findProcess finds the process of program that belongs to the sandbox in
+// dir (its command line or environment names dir).
+func findProcess(b *testing.B, dir, program string) *procStat {
+	b.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || filepath.Base(string(bytes.SplitN(cmdline, []byte{0}, 2)[0])) != program {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !bytes.Contains(cmdline, []byte(dir)) && !bytes.Contains(environ, []byte(dir)) {
+			continue
+		}
+		p := &procStat{name: program, pid: pid}
+		p.cpu, _ = p.read()
+		return p
+	}
+	b.Fatalf("no %s process of the sandbox in %s", program, dir)
+	return nil
+}
+
+// read returns the process's CPU seconds (user and system) and its peak
+// resident memory in MiB.
+func (p *procStat) read() (float64, float64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	cpu := (utime + stime) / 100 // USER_HZ
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	var rss float64
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			rss = kb / 1024
+		}
+	}
+	return cpu, rss
+}
+
+// since returns the CPU seconds used since the process was found, and its
+// peak resident memory.
+func (p *procStat) since() (float64, float64) {
+	cpu, rss := p.read()
+	return cpu - p.cpu, rss
 }
 
 // lowerBound prices cpu cores and memory GiB at the catalog's cheapest

@@ -325,6 +325,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--cluster-signing-cert-file="+certs.path("ca.crt"),
 		"--cluster-signing-key-file="+certs.path("ca.key"),
 		"--profiling=false",
+		// The client rate of a control plane sized for scale-ups of
+		// thousands of pods (the Kubernetes project's own large-cluster
+		// scalability jobs run kube-controller-manager at 100/100), not
+		// the default 20 requests/s: at 20/s the ReplicaSet controller's
+		// pod creation, not Nodeforge, would set the pace of a sandbox
+		// scale-up.
+		"--kube-api-qps=100",
+		"--kube-api-burst=100",
 	)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
 func TestBudgetNodes(t *testing.T) {
@@ -51,7 +52,7 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 		nc.Status.NodeName = fmt.Sprintf("n%d", i)
 		claims, objs = append(claims, nc), append(objs, nc)
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	var b budgets
 	var allowed atomic.Int32
 	var wg sync.WaitGroup

@@ -16,6 +16,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
 // expiredSetup is an initialized claim of pool "p", on node n1, past its
@@ -45,7 +46,7 @@ func newExpired(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods .
 	for _, p := range pods {
 		objs, live = append(objs, p), append(live, p.DeepCopy())
 	}
-	s.kube = crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+	s.kube = crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
 		WithIndex(&corev1.Pod{}, IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
 		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()

@@ -43,7 +43,7 @@ const (
 	// On NodeClaims.
 	indexClaimNode       = "status.nodeName"
 	indexClaimProviderID = "status.providerID"
-	indexClaimPool       = "spec.nodePool"
+	indexClaimPool       = limits.IndexClaimPool
 	indexClaimClass      = "spec.nodeClassRef" // kind/name
 )
 
@@ -137,9 +137,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimPool, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.NodeClaim).Spec.NodePool}
-	}); err != nil {
+	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimPool, limits.ClaimPool); err != nil {
 		return err
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimClass, func(o client.Object) []string {

@@ -26,6 +26,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -117,8 +118,8 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, fmt.Errorf("listing nodes of nodepool %s: %w", pool.Name, err)
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := c.client.List(ctx, &claims); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing nodeclaims: %w", err)
+	if err := c.client.List(ctx, &claims, client.MatchingFields{limits.IndexClaimPool: pool.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing nodeclaims of nodepool %s: %w", pool.Name, err)
 	}
 
 	status := pool.Status.DeepCopy()

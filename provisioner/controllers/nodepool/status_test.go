@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
 func poolWithClass(name string, ref v1alpha1.NodeClassReference) *v1alpha1.NodePool {
@@ -65,7 +66,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 			np := poolWithClass("pool", tc.ref)
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(class, np).WithStatusSubresource(np).Build()
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(class, np).WithStatusSubresource(np).Build()
 			cloud := fake.New()
 			if tc.notReady != "" {
 				cloud.SetNodeClassReady("default", false, tc.notReady)
@@ -97,7 +98,7 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(
 		poolWithClass("uses-it", simulatedClass("a")),
 		poolWithClass("other-name", simulatedClass("b")),
 		poolWithClass("other-kind", v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "a"}),
@@ -127,7 +128,7 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 		{Nodes: "10%"},
 		{Nodes: "0", Schedule: ptr.To("0 25 * * *"), Duration: &metav1.Duration{Duration: time.Hour}},
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 	recorder := events.NewFakeRecorder(10)
 	c := NewStatusController(kube, fake.New().NodeClasses(), recorder)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}
