@@ -12,6 +12,7 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=nc
 // +kubebuilder:subresource:status
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodePool`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.nodePool`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.status.instanceType`
 // +kubebuilder:printcolumn:name="Options",type=integer,JSONPath=`.status.instanceTypeOptions`
