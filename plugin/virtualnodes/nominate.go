@@ -80,7 +80,7 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) *claim {
 	type slack struct {
 		c    *claim
-		left float64 // fraction of the cheapest option's cpu and memory left, summed
+		left float64 // the larger of the fractions of cpu and memory the cheapest option has left
 	}
 	var fits []slack
 	for _, c := range p.order {
@@ -149,7 +149,7 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.P
 }
 
 // room reports whether alloc holds used plus req with pods pods, and the
-// fractions of its cpu and memory left then, summed.
+// larger of the fractions of its cpu and memory left then.
 func room(alloc *framework.Resource, used fwk.Resource, req *framework.Resource, pods int) (float64, bool) {
 	cpu, mem := used.GetMilliCPU()+req.MilliCPU, used.GetMemory()+req.Memory
 	if cpu > alloc.MilliCPU || mem > alloc.Memory || used.GetEphemeralStorage()+req.EphemeralStorage > alloc.EphemeralStorage || int64(pods) > int64(alloc.AllowedPodNumber) {
