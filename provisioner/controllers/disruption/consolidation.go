@@ -450,6 +450,10 @@ func (k *Consolidation) fits(ctx context.Context, s *state, cands []*candidate) 
 	return k.place(ctx, s, cands, k.sched.PlaceAny, nil)
 }
 
+// disruptedTaint is the taint a node being disrupted gets before it is
+// drained: simulations show the nodes they remove with it.
+var disruptedTaint = corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
+
 func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate, place func(context.Context, *simulator.View, *corev1.Pod) (string, *fwk.Status), placed map[types.UID]string) (*corev1.Pod, *fwk.Status, bool) {
 	names := make([]string, len(cands))
 	var pods []*corev1.Pod
@@ -465,7 +469,7 @@ func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate,
 	// them while they are drained: a spread constraint still counts their
 	// zones, and a pod that needs one of them would be left pending (and
 	// provisioned for) until they are gone.
-	view := s.cluster().Draining(corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}, names...)
+	view := s.cluster().Draining(disruptedTaint, names...)
 	for _, p := range pods {
 		node, st := place(ctx, view, p)
 		if st.IsSuccess() && view.IsDraining(node) {

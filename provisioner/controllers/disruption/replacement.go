@@ -16,6 +16,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -124,10 +125,13 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		pods = append(pods, c.pods...)
 	}
 	slices.SortStableFunc(pods, queueOrder)
-	view := s.cluster().Without(names...)
+	// The nodes replaced stay in the view, empty and tainted, as the
+	// scheduler sees them while they are drained (consolidation's place
+	// does the same): a zone spread still counts their zones.
+	view := s.cluster().Draining(disruptedTaint, names...)
 	var need []*corev1.Pod
 	for _, p := range pods {
-		if _, st := r.sched.Place(ctx, view, p); !st.IsSuccess() {
+		if to, st := r.sched.Place(ctx, view, p); !st.IsSuccess() || view.IsDraining(to) {
 			need = append(need, p)
 		}
 	}
@@ -168,7 +172,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		if len(tried) > maxReplacementTries {
 			break
 		}
-		view := s.cluster().Without(names...)
+		view := s.cluster().Draining(disruptedTaint, names...)
 		view.Add(node)
 		for _, p := range ds {
 			if err := view.Bind(p, name); err != nil {
@@ -180,6 +184,9 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		fits := true
 		for _, p := range pods {
 			to, st := r.sched.Place(ctx, view, p)
+			if st.IsSuccess() && view.IsDraining(to) {
+				st = fwk.NewStatus(fwk.Unschedulable, "it tolerates the disruption taint and would be placed back on node "+to+", which is being removed")
+			}
 			if !st.IsSuccess() {
 				fits = false
 				why = fmt.Sprintf("pod %s fits neither elsewhere nor on a new %s in %s: %s", klog.KObj(p), o.InstanceType.Name, o.Zone, sayWhy(st))
