@@ -14,9 +14,11 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -104,6 +106,21 @@ type Sandbox struct {
 // ports the sandbox listens on, all on 127.0.0.1.
 type ports struct {
 	etcdClient, etcdPeer, apiserver, controllerManager, kwok, scheduler, provisionerHealth, provisionerMetrics int
+}
+
+// taken reports whether any of the URLs' ports is one of p.
+func (p ports) taken(urls ...string) bool {
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			continue
+		}
+		port, _ := strconv.Atoi(u.Port())
+		if slices.Contains([]int{p.etcdClient, p.etcdPeer, p.apiserver, p.controllerManager, p.kwok, p.scheduler, p.provisionerHealth, p.provisionerMetrics}, port) {
+			return true
+		}
+	}
+	return false
 }
 
 const (
@@ -267,8 +284,17 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		defaults = []string{"examples/default.yaml"}
 	}
 	if o.CloudProvider == "aws" {
-		if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
-			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
+		// The fakes listen on ports the kernel picks, which may be one
+		// reserved above for a component not started yet (the
+		// provisioner's metrics port was, once): start them again then.
+		for attempt := 1; ; attempt++ {
+			if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
+				return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
+			}
+			if !p.taken(s.region.URL, s.region.SQSURL) || attempt == 10 {
+				break
+			}
+			s.region.close()
 		}
 		s.EC2, s.SQS = s.region.EC2, s.region.SQS
 		defaults = []string{"examples/aws.yaml"}
