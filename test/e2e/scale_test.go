@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,11 +26,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // BenchmarkScaleUp1000 scales a Deployment from 0 to 1,000 pods (500m cpu,
@@ -109,6 +115,23 @@ func scaleUp(b *testing.B, replicas int) {
 		b.ReportMetric(percentile(lat, 0.50), "p50-created-to-running-s")
 		b.ReportMetric(percentile(lat, 0.99), "p99-created-to-running-s")
 		b.ReportMetric(lastRunning.Sub(lastCreated).Seconds(), "s-last-created-to-all-running")
+		// Where the time went, step by step, at the median and p99.
+		w.mu.Lock()
+		for _, step := range []struct {
+			name     string
+			from, to map[types.UID]time.Time
+		}{{"created-to-nominated", created, w.nominated}, {"nominated-to-bound", w.nominated, w.bound}, {"bound-to-running", w.bound, running}} {
+			var d []float64
+			for uid, t := range step.to {
+				if f, ok := step.from[uid]; ok {
+					d = append(d, t.Sub(f).Seconds())
+				}
+			}
+			slices.Sort(d)
+			b.ReportMetric(percentile(d, 0.50), "p50-"+step.name+"-s")
+			b.ReportMetric(percentile(d, 0.99), "p99-"+step.name+"-s")
+		}
+		w.mu.Unlock()
 		b.ReportMetric(float64(len(claims.Items)), "nodes")
 		b.ReportMetric(fleet, "$/h")
 		b.ReportMetric(bound, "lowerbound$/h")
@@ -118,6 +141,16 @@ func scaleUp(b *testing.B, replicas int) {
 			b.ReportMetric(cpu, p.name+"-cpu-s")
 			b.ReportMetric(rss, p.name+"-peak-rss-MiB")
 		}
+		reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning)
+		for _, program := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
+			b.ReportMetric(float64(reqs.total[program]), program+"-api-requests")
+			b.ReportMetric(float64(reqs.writes[program]), program+"-api-writes")
+		}
+		if attempts, queued := schedulerAttempts(b, dir, kubeconfig); attempts > 0 {
+			b.ReportMetric(attempts/float64(replicas), "scheduling-attempts/pod")
+			b.Logf("scheduler queue: pods moved by event:\n%s", queued)
+		}
+		b.Logf("API requests from the scale call to the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
@@ -141,16 +174,19 @@ func percentile(xs []float64, q float64) float64 {
 // podWatch records when each pod matching a selector was first seen, and
 // first seen Running.
 type podWatch struct {
-	mu       sync.Mutex
-	created  map[types.UID]time.Time
-	running  map[types.UID]time.Time
-	failed   error
-	progress chan struct{}
+	mu      sync.Mutex
+	created map[types.UID]time.Time
+	running map[types.UID]time.Time
+	// nominated and bound: when the pod was first seen with a nominated
+	// node, and with a node, to tell which step the time went to.
+	nominated, bound map[types.UID]time.Time
+	failed           error
+	progress         chan struct{}
 }
 
 func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selector string) *podWatch {
 	b.Helper()
-	w := &podWatch{created: map[types.UID]time.Time{}, running: map[types.UID]time.Time{}, progress: make(chan struct{}, 1)}
+	w := &podWatch{created: map[types.UID]time.Time{}, running: map[types.UID]time.Time{}, nominated: map[types.UID]time.Time{}, bound: map[types.UID]time.Time{}, progress: make(chan struct{}, 1)}
 	wi, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		b.Fatal(err)
@@ -168,6 +204,12 @@ func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selec
 			}
 			if _, seen := w.created[p.UID]; !seen {
 				w.created[p.UID] = now
+			}
+			if _, seen := w.nominated[p.UID]; !seen && p.Status.NominatedNodeName != "" {
+				w.nominated[p.UID] = now
+			}
+			if _, seen := w.bound[p.UID]; !seen && p.Spec.NodeName != "" {
+				w.bound[p.UID] = now
 			}
 			if _, seen := w.running[p.UID]; !seen && p.Status.Phase == corev1.PodRunning {
 				w.running[p.UID] = now
@@ -278,6 +320,120 @@ func (p *procStat) read() (float64, float64) {
 func (p *procStat) since() (float64, float64) {
 	cpu, rss := p.read()
 	return cpu - p.cpu, rss
+}
+
+// schedulerAttempts reads the metrics of the nodeforge-scheduler replica
+// whose port the sandbox's endpoints file names: its scheduling attempts
+// (scheduler_schedule_attempts_total, every result), and the lines of
+// scheduler_queue_incoming_pods_total (which events moved pods between
+// its queues). Zero when that replica is not the leader.
+func schedulerAttempts(b *testing.B, dir, kubeconfig string) (float64, string) {
+	b.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "endpoints"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var url string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "scheduler-metrics="); ok {
+			url = v
+		}
+	}
+	cfg := mustConfig(b, kubeconfig)
+	// The admin's client certificate, which the scheduler's delegated
+	// authorization accepts; the scheduler serves a certificate it made
+	// for itself, which no CA of the sandbox signed.
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 30 * time.Second}).Get(url)
+	if err != nil {
+		b.Fatalf("reading the scheduler's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("reading the scheduler's metrics: %s: %s", resp.Status, body)
+	}
+	var attempts float64
+	var queued strings.Builder
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			attempts += v
+		}
+		if strings.HasPrefix(line, "scheduler_queue_incoming_pods_total{") {
+			queued.WriteString("  " + line + "\n")
+		}
+	}
+	return attempts, queued.String()
+}
+
+// requestCounts are API requests counted in the sandbox's audit log.
+type requestCounts struct {
+	total, writes map[string]int // by program
+	by            map[string]int // by "program verb resource"
+}
+
+// apiRequests counts the requests Nodeforge's programs made whose answer
+// was complete between from and to, as the API server's audit log
+// (sandbox.AuditLog) has them: by program (its service account's name,
+// every replica), of them the writes, and by verb and resource.
+func apiRequests(b *testing.B, path string, from, to time.Time) requestCounts {
+	b.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	out := requestCounts{total: map[string]int{}, writes: map[string]int{}, by: map[string]int{}}
+	dec := json.NewDecoder(f)
+	for {
+		var ev struct {
+			Verb           string
+			User           struct{ Username string }
+			ObjectRef      *struct{ Resource, Subresource string }
+			StageTimestamp metav1.MicroTime
+		}
+		if err := dec.Decode(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			b.Fatalf("reading %s: %v", path, err)
+		}
+		at := ev.StageTimestamp.Time
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		program := ev.User.Username[strings.LastIndexByte(ev.User.Username, ':')+1:]
+		resource := "(none)"
+		if ev.ObjectRef != nil {
+			resource = ev.ObjectRef.Resource
+			if ev.ObjectRef.Subresource != "" {
+				resource += "/" + ev.ObjectRef.Subresource
+			}
+		}
+		out.total[program]++
+		switch ev.Verb {
+		case "create", "update", "patch", "delete", "deletecollection":
+			out.writes[program]++
+		}
+		out.by[program+" "+ev.Verb+" "+resource]++
+	}
+	return out
+}
+
+// top lists the n largest counts by verb and resource, one a line.
+func (r requestCounts) top(n int) string {
+	keys := slices.Collect(maps.Keys(r.by))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(r.by[b], r.by[a]), cmp.Compare(a, b)) })
+	var sb strings.Builder
+	for _, k := range keys[:min(n, len(keys))] {
+		fmt.Fprintf(&sb, "  %6d %s\n", r.by[k], k)
+	}
+	return sb.String()
 }
 
 // lowerBound prices cpu cores and memory GiB at the catalog's cheapest

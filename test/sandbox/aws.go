@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
@@ -39,7 +40,7 @@ type awsRegion struct {
 	SQS     *sqsfake.Server
 	SQSURL  string
 	sqsStop func()
-	cs      kubernetes.Interface
+	cs      atomic.Pointer[kubernetes.Clientset] // set by connect
 	delay   time.Duration
 	types   map[string]ec2fake.InstanceType
 
@@ -48,13 +49,15 @@ type awsRegion struct {
 	wg     sync.WaitGroup
 }
 
-func startAWSRegion(cfg *rest.Config, delay time.Duration) (*awsRegion, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
+// startAWSRegion starts the fake EC2 and SQS endpoints. They listen at
+// once, on ports the kernel picks, before the sandbox reserves the ports
+// of its other components, so that they can never take one of those;
+// connect gives them the API server, which they need only once the
+// provisioner launches or terminates an instance.
+func startAWSRegion(delay time.Duration) (*awsRegion, error) {
+	var err error
 	world := ec2fake.DefaultWorld()
-	r := &awsRegion{EC2: ec2fake.New(world), cs: cs, delay: delay, types: map[string]ec2fake.InstanceType{}}
+	r := &awsRegion{EC2: ec2fake.New(world), delay: delay, types: map[string]ec2fake.InstanceType{}}
 	for _, it := range world.InstanceTypes {
 		r.types[it.Name] = it
 	}
@@ -78,7 +81,7 @@ func startAWSRegion(cfg *rest.Config, delay time.Duration) (*awsRegion, error) {
 	// As EventBridge's state-change rule would, tell the interruption
 	// queue.
 	r.EC2.OnTerminate(func(in ec2fake.Instance) {
-		_ = cs.CoreV1().Nodes().Delete(r.ctx, in.PrivateDNSName, metav1.DeleteOptions{})
+		_ = r.cs.Load().CoreV1().Nodes().Delete(r.ctx, in.PrivateDNSName, metav1.DeleteOptions{})
 		_, _ = r.SQS.Send(InterruptionQueue, ec2Event("EC2 Instance State-change Notification", in.ID, map[string]string{"state": "terminated"}, time.Now()))
 	})
 	r.SQS = sqsfake.New()
@@ -91,6 +94,17 @@ func startAWSRegion(cfg *rest.Config, delay time.Duration) (*awsRegion, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// connect gives the region the sandbox's API server: an instance that
+// boots registers its node there.
+func (r *awsRegion) connect(cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	r.cs.Store(cs)
+	return nil
 }
 
 func (r *awsRegion) close() {
@@ -165,7 +179,7 @@ func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
 		Spec:       corev1.NodeSpec{ProviderID: "aws:///" + in.Zone + "/" + in.ID, Taints: taints},
 		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: aws.Allocatable(capacity, &kubelet)},
 	}
-	if _, err := r.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := r.cs.Load().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil

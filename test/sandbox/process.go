@@ -204,6 +204,9 @@ func tail(path string, n int) string {
 
 // freePorts returns n distinct free TCP ports on the loopback address. All
 // listeners stay open until every port is chosen, so no port repeats.
+// They are closed when it returns, so a listener this process opens on a
+// port the kernel picks before a component binds its port may take it:
+// start such listeners first (startAWSRegion is).
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var listeners []net.Listener

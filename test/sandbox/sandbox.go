@@ -14,11 +14,9 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -103,24 +101,29 @@ type Sandbox struct {
 	region   *awsRegion
 }
 
+// AuditLog is the file, in the sandbox's logs directory, where the API
+// server records every request Nodeforge's programs make (auditPolicyYAML):
+// one JSON line each, with the program's service account as the user, so
+// that what the scheduler and the provisioner ask of the API server can be
+// counted and read back.
+const AuditLog = "audit.log"
+
+// auditPolicyYAML records, at the Metadata level (who, what, which object,
+// the answer's code; no bodies) and once each when its answer is complete,
+// the requests of the service accounts of Nodeforge's namespace, and
+// nothing else.
+const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:` + namespace + `"]
+- level: None
+`
+
 // ports the sandbox listens on, all on 127.0.0.1.
 type ports struct {
 	etcdClient, etcdPeer, apiserver, controllerManager, kwok, scheduler, provisionerHealth, provisionerMetrics int
-}
-
-// taken reports whether any of the URLs' ports is one of p.
-func (p ports) taken(urls ...string) bool {
-	for _, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil {
-			continue
-		}
-		port, _ := strconv.Atoi(u.Port())
-		if slices.Contains([]int{p.etcdClient, p.etcdPeer, p.apiserver, p.controllerManager, p.kwok, p.scheduler, p.provisionerHealth, p.provisionerMetrics}, port) {
-			return true
-		}
-	}
-	return false
 }
 
 const (
@@ -163,6 +166,13 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		}
 	}()
 
+	if o.CloudProvider == "aws" && !o.ControlPlaneOnly {
+		// Before the ports below are reserved: the fakes' own listeners
+		// then hold ports that freePorts cannot hand out.
+		if s.region, err = startAWSRegion(o.AWSRegistrationDelay); err != nil {
+			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
+		}
+	}
 	pp, err := freePorts(8)
 	if err != nil {
 		return nil, err
@@ -224,6 +234,10 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 
 	// kube-apiserver
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o644); err != nil {
+		return nil, err
+	}
 	apiserver, err := s.start(logDir, "kube-apiserver", bin.KubeAPIServer,
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", p.etcdClient),
 		"--bind-address=127.0.0.1",
@@ -255,6 +269,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--allow-privileged=true",
 		"--profiling=false",
+		"--audit-policy-file="+auditPolicy,
+		"--audit-log-path="+filepath.Join(logDir, AuditLog),
 	)
 	if err != nil {
 		return nil, err
@@ -284,17 +300,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		defaults = []string{"examples/default.yaml"}
 	}
 	if o.CloudProvider == "aws" {
-		// The fakes listen on ports the kernel picks, which may be one
-		// reserved above for a component not started yet (the
-		// provisioner's metrics port was, once): start them again then.
-		for attempt := 1; ; attempt++ {
-			if s.region, err = startAWSRegion(s.Config, o.AWSRegistrationDelay); err != nil {
-				return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
-			}
-			if !p.taken(s.region.URL, s.region.SQSURL) || attempt == 10 {
-				break
-			}
-			s.region.close()
+		if err := s.region.connect(s.Config); err != nil {
+			return nil, err
 		}
 		s.EC2, s.SQS = s.region.EC2, s.region.SQS
 		defaults = []string{"examples/aws.yaml"}
