@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -164,6 +165,25 @@ func (v *View) Bind(pod *v1.Pod, node string) error {
 	ni.AddPod(p)
 	for key := range framework.PodPVCKeys(p) {
 		v.pvcs[key]++
+	}
+	v.lists = nil
+	return nil
+}
+
+// Unbind takes pod off the named node of the view: a pod a what-if moves
+// elsewhere.
+func (v *View) Unbind(pod *v1.Pod, node string) error {
+	ni, err := v.writable(node)
+	if err != nil {
+		return err
+	}
+	p := pod.DeepCopy()
+	p.Spec.NodeName = node
+	if err := ni.RemovePod(klog.TODO(), p); err != nil {
+		return err
+	}
+	for key := range framework.PodPVCKeys(p) {
+		v.pvcs[key]--
 	}
 	v.lists = nil
 	return nil

@@ -60,6 +60,42 @@ func (s *Scheduler) PlaceAny(ctx context.Context, view *View, pod *v1.Pod) (stri
 	return s.place(ctx, view, pod, true)
 }
 
+// PlaceAmong places pod on the first of the named nodes, in that order,
+// that the profile's PreFilter and Filter plugins accept in view, and
+// binds it there in the view: "which of these new nodes takes this pod?",
+// for a repack that decides where each pod of a batch goes.
+func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *v1.Pod, names []string) (string, *fwk.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.current.set(view)
+	state := framework.NewCycleState()
+	pod = pod.DeepCopy()
+	pod.Spec.NodeName = ""
+	pre, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !status.IsSuccess() && !status.IsSkip() {
+		return "", status
+	}
+	last := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "none of the nodes offered")
+	for _, name := range names {
+		if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(name) {
+			continue
+		}
+		ni, err := view.NodeInfos().Get(name)
+		if err != nil {
+			return "", fwk.AsStatus(err)
+		}
+		if st := s.fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
+			last = st
+			continue
+		}
+		if err := view.Bind(pod, name); err != nil {
+			return "", fwk.AsStatus(err)
+		}
+		return name, nil
+	}
+	return "", last
+}
+
 func (s *Scheduler) place(ctx context.Context, view *View, pod *v1.Pod, first bool) (string, *fwk.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,9 +1,11 @@
 package virtualnodes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/repack"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -38,6 +41,9 @@ type harness struct {
 	// snapshot is the scheduler's snapshot both frameworks read; setReal
 	// replaces its contents, as a new scheduling cycle would.
 	snapshot *cache.Snapshot
+	// profile and shared build the provisioner's simulator (repack).
+	profile *config.KubeSchedulerProfile
+	shared  []frameworkruntime.Option
 }
 
 // setReal makes the real cluster nodes with pods, for the cycles to come.
@@ -97,7 +103,7 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 	p.setPools(pools)
 	close(p.synced)
 	real, _ := snapshot.NodeInfos().List()
-	return &harness{live: live, plugin: p, real: real, snapshot: snapshot}
+	return &harness{live: live, plugin: p, real: real, snapshot: snapshot, profile: profile, shared: shared}
 }
 
 // schedule runs one pod; it returns the claim it was nominated to, or nil.
@@ -205,9 +211,9 @@ func BenchmarkNominate(b *testing.B) {
 			// holds at least max(cpu, GiB/2) vCPU, each with its 2 GiB,
 			// at the spot price: the bound no fleet of these types beats.
 			shapeBound := max(cpu, gib/2) * (0.025 + 2*0.001) * 0.7
-			var elapsed time.Duration
-			var nodes int
-			var cost float64
+			var elapsed, repackTime time.Duration
+			var nodes, moved int
+			var cost, repacked float64
 			for range b.N {
 				b.StopTimer()
 				h := newHarness(b, []*pool{benchPool(b)})
@@ -223,6 +229,11 @@ func BenchmarkNominate(b *testing.B) {
 				for _, c := range h.plugin.claims {
 					cost += c.options[0].price
 				}
+				b.StopTimer()
+				start = time.Now()
+				repacked, moved, _ = h.repackClaims(ctx, b)
+				repackTime += time.Since(start)
+				b.StartTimer()
 			}
 			b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "pods/s")
 			b.ReportMetric(float64(nodes), "nodes")
@@ -230,6 +241,13 @@ func BenchmarkNominate(b *testing.B) {
 			b.ReportMetric(lowerBound, "lowerbound$/h")
 			b.ReportMetric(cost/lowerBound, "fleet/bound")
 			b.ReportMetric(cost/shapeBound, "fleet/shapebound")
+			// The same claims repacked as one batch, as the provisioner
+			// repacks the claims it closes together (not timed above).
+			b.ReportMetric(repacked, "repacked$/h")
+			b.ReportMetric(repacked/lowerBound, "repacked/bound")
+			b.ReportMetric(repacked/shapeBound, "repacked/shapebound")
+			b.ReportMetric(float64(moved), "moved-pods")
+			b.ReportMetric(repackTime.Seconds()/float64(b.N), "repack-s")
 		})
 	}
 }
@@ -258,4 +276,92 @@ func TestPreFilterSkipsPodsNotNominated(t *testing.T) {
 			t.Errorf("Filter %s on another node: %v, want Unschedulable naming %s", name, s, c.name)
 		}
 	}
+}
+
+// repackClaims repacks the harness's claims as the provisioner would
+// repack a batch of closed claims (repack.Repack), one group (zone,
+// capacity type, architecture) at a time, every other claim as a node
+// around it. It returns the fleet's $/h after, the pods moved, and every
+// plan, by group.
+func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int, map[*group]repack.Plan) {
+	tb.Helper()
+	sched, err := simulator.NewScheduler(ctx, h.profile, nil, h.shared, Name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	byGroup := map[*group][]*claim{}
+	var groups []*group
+	for _, c := range h.plugin.claims {
+		if byGroup[c.group] == nil {
+			groups = append(groups, c.group)
+		}
+		byGroup[c.group] = append(byGroup[c.group], c)
+	}
+	slices.SortFunc(groups, func(a, b *group) int {
+		return cmp.Or(cmp.Compare(a.zone, b.zone), cmp.Compare(a.capacityType, b.capacityType), cmp.Compare(a.arch, b.arch))
+	})
+	// Every group's nodes with their pods, as the plans so far have them.
+	nodes := map[*group][]*v1.Node{}
+	pods := map[*group][]*v1.Pod{}
+	bound := func(pod *v1.Pod, node string) *v1.Pod {
+		p := pod.DeepCopy()
+		p.Spec.NodeName = node
+		return p
+	}
+	optionsOf := map[*group]map[string]*repack.Option{}
+	for _, g := range groups {
+		optionsOf[g] = map[string]*repack.Option{}
+		for _, o := range g.options {
+			optionsOf[g][o.name] = &repack.Option{Name: o.name, Price: o.price, Node: func(name string) *v1.Node { return g.node(g.pool.template, name, o) }}
+		}
+		slices.SortFunc(byGroup[g], func(a, b *claim) int { return cmp.Compare(a.name, b.name) })
+		for _, c := range byGroup[g] {
+			nodes[g] = append(nodes[g], c.node(c.options[0]))
+			for _, pod := range c.pods {
+				pods[g] = append(pods[g], bound(pod, c.name))
+			}
+		}
+	}
+	plans := map[*group]repack.Plan{}
+	var cost float64
+	moved, fresh := 0, 0
+	for _, g := range groups {
+		prob := repack.Problem{Scheduler: sched, DaemonSetPods: h.plugin.daemonSetPods, Nodes: []*v1.Node{controlPlaneNode()},
+			NewName: func() string { fresh++; return fmt.Sprintf("repack-%d", fresh) }}
+		for _, other := range groups {
+			if other != g {
+				prob.Nodes = append(prob.Nodes, nodes[other]...)
+				prob.Pods = append(prob.Pods, pods[other]...)
+			}
+		}
+		for _, o := range g.options {
+			prob.Catalog = append(prob.Catalog, optionsOf[g][o.name])
+		}
+		for _, c := range byGroup[g] {
+			bin := repack.Bin{Name: c.name}
+			for _, o := range c.options {
+				bin.Options = append(bin.Options, optionsOf[g][o.name])
+			}
+			for _, pod := range c.pods {
+				bin.Pods = append(bin.Pods, pod)
+			}
+			slices.SortFunc(bin.Pods, func(a, b *v1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+			prob.Batch = append(prob.Batch, bin)
+		}
+		plan, err := repack.Repack(ctx, prob)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		plans[g] = plan
+		cost += plan.After
+		moved += plan.Moved
+		nodes[g], pods[g] = nil, nil
+		for _, b := range plan.Bins {
+			nodes[g] = append(nodes[g], b.Options[0].Node(b.Name))
+			for _, pod := range b.Pods {
+				pods[g] = append(pods[g], bound(pod, b.Name))
+			}
+		}
+	}
+	return cost, moved, plans
 }

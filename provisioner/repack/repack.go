@@ -1,0 +1,803 @@
+// Package repack packs a batch of closed, not yet launched NodeClaims
+// again before launch, to launch a cheaper set of nodes for the same pods.
+// VirtualNodes decides one pod at a time, as the pods come; the batch seen
+// whole packs tighter. Two packings are made and the cheaper kept:
+//
+//   - the batch as it is, tightened: a node whose pods, some of them moved
+//     into room other nodes have already paid for, fit a cheaper type
+//     shrinks to it, and a node whose pods all fit elsewhere goes; most
+//     pods keep their claim;
+//   - the batch packed afresh: the pods whose place other pods constrain
+//     (pod affinity, anti-affinity, spread) first, the others after, each
+//     onto the node it makes dearer by least, then tightened the same way.
+//
+// Every placement is the shared scheduling simulator's: a pod goes to a
+// node only where the scheduler's Filter plugins accept it, with every
+// other node of the cluster and of the batch in view. The plan is kept
+// only when a replay of all its placements, each node at its final type,
+// is accepted too, and only when it costs less than the batch.
+//
+// A batch is one group of one pool: claims whose nodes differ only in
+// instance type (one zone, one capacity type, one architecture, one
+// template). Moving a pod between them changes no label a topology
+// constraint counts by except the hostname, which the simulator judges,
+// and the Filter plugins' verdict on the largest type holds for any type
+// with room, as for VirtualNodes' claims.
+package repack
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// Option is an instance type a node of the batch can launch as.
+type Option struct {
+	Name  string
+	Price float64
+	// Node is the node it registers as, with the given name as its name
+	// and hostname: labels, taints and allocatable.
+	Node func(name string) *v1.Node
+
+	alloc *framework.Resource
+	probe *v1.Node // Node("repack-probe"), for label matching
+}
+
+// Bin is one node to launch: a claim of the batch, or one the repack
+// makes, with the pods nominated to it and the options it can launch as,
+// cheapest first.
+type Bin struct {
+	Name    string
+	Pods    []*v1.Pod
+	Options []*Option
+}
+
+// Price is what the bin costs: its cheapest option's price.
+func (b *Bin) Price() float64 {
+	if len(b.Options) == 0 {
+		return 0
+	}
+	return b.Options[0].Price
+}
+
+// Problem is a batch to repack and the cluster around it.
+type Problem struct {
+	Scheduler *simulator.Scheduler
+	// Nodes and Pods are the rest of the cluster: real nodes and the
+	// nodes of claims outside the batch, with the pods bound or
+	// nominated to them (Spec.NodeName set to the node).
+	Nodes []*v1.Node
+	Pods  []*v1.Pod
+	// DaemonSetPods are the daemonset pods that would run on a node.
+	DaemonSetPods func(*v1.Node) []*v1.Pod
+	// Catalog is every option a node of the batch can launch as.
+	Catalog []*Option
+	Batch   []Bin
+	// NewName names a node the batch did not have.
+	NewName func() string
+}
+
+// Plan is a repack's outcome.
+type Plan struct {
+	// Bins replace the batch: those named as a batch claim keep that
+	// claim (pods that come from elsewhere move to it), the others are
+	// new claims; batch claims not named are left with no pod. Bins is
+	// the batch itself when Changed is false.
+	Bins    []Bin
+	Changed bool
+	// Before and After are the batch's price and the plan's, per hour.
+	Before, After float64
+	// Moved counts pods whose claim the plan changes.
+	Moved int
+	// How says which packing the plan is ("tightened" or "afresh"); Why
+	// says why the batch was kept, when it was.
+	How, Why string
+}
+
+// minSaving is the least a plan must save, per hour, to replace the
+// batch: moving nominations for less is churn.
+const minSaving = 1e-6
+
+// Repack packs the batch again and returns the plan: a cheaper set of
+// nodes that the simulator accepts every pod on, or the batch unchanged.
+func Repack(ctx context.Context, p Problem) (Plan, error) {
+	keep := Plan{Bins: p.Batch}
+	for _, b := range p.Batch {
+		keep.Before += b.Price()
+	}
+	keep.After = keep.Before
+	if len(p.Batch) == 0 {
+		return keep, nil
+	}
+	var pods []*v1.Pod
+	from := map[*v1.Pod]string{}
+	for _, b := range p.Batch {
+		for _, pod := range b.Pods {
+			pods = append(pods, pod)
+			from[pod] = b.Name
+		}
+	}
+	slices.SortStableFunc(pods, bindOrder)
+	catalog := prepare(p.Catalog)
+	if len(catalog) == 0 {
+		keep.Why = "no instance type to launch"
+		return keep, nil
+	}
+	s := &solver{Problem: &p, catalog: catalog, requests: map[*v1.Pod]*framework.Resource{}}
+	for _, pod := range pods {
+		s.requests[pod] = framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+	}
+
+	var best *packing
+	var whys []string
+	for _, how := range []string{"tightened", "afresh"} {
+		var pk *packing
+		var err error
+		if how == "tightened" {
+			pk, err = s.asIs(ctx)
+		} else {
+			pk, err = s.afresh(ctx, pods)
+		}
+		if err != nil {
+			return keep, err
+		}
+		if pk.why == "" {
+			if err := s.tighten(ctx, pk); err != nil {
+				return keep, err
+			}
+			pk.why, err = s.verify(ctx, pk)
+			if err != nil {
+				return keep, err
+			}
+		}
+		if pk.why != "" {
+			whys = append(whys, how+": "+pk.why)
+			continue
+		}
+		if best == nil || pk.price() < best.price() {
+			best = pk
+		}
+	}
+	if best == nil {
+		keep.Why = fmt.Sprint(whys)
+		return keep, nil
+	}
+	if best.price() > keep.Before-minSaving {
+		keep.Why = fmt.Sprintf("no cheaper: %.4f/h against %.4f/h", best.price(), keep.Before)
+		return keep, nil
+	}
+	plan := Plan{Before: keep.Before, After: best.price(), Changed: true, How: best.how}
+	names := stableNames(best.bins, from)
+	for i, b := range best.bins {
+		if len(b.pods) == 0 {
+			continue
+		}
+		out := Bin{Name: names[i], Pods: b.pods, Options: holding(catalog, b.allowed, b.used, b.count, b.cur)}
+		for _, pod := range b.pods {
+			if from[pod] != out.Name {
+				plan.Moved++
+			}
+		}
+		plan.Bins = append(plan.Bins, out)
+	}
+	return plan, nil
+}
+
+// solver holds what both packings share.
+type solver struct {
+	*Problem
+	catalog  []*Option // cheapest first
+	requests map[*v1.Pod]*framework.Resource
+	masks    map[*v1.Pod][]bool // see mask
+}
+
+// packing is one way to put the batch's pods on nodes, with the view the
+// simulator judged it in: every node at the largest type its pods may run
+// on.
+type packing struct {
+	how   string
+	view  *simulator.View
+	bins  []*packed
+	order []*v1.Pod // the order pods were placed in
+	why   string    // why it cannot be used; "" when it can
+}
+
+func (pk *packing) price() float64 {
+	sum := 0.0
+	for _, b := range pk.bins {
+		if len(b.pods) > 0 {
+			sum += b.price
+		}
+	}
+	return sum
+}
+
+// packed is a node a packing fills.
+type packed struct {
+	name  string
+	pods  []*v1.Pod
+	used  *framework.Resource // pods and daemonset pods
+	count int
+	// allowed are the catalog's options every pod of the node may run on
+	// (required node affinity, node selector), as indexes, cheapest
+	// first; big is the largest of them when the node was opened, as the
+	// view has it.
+	allowed []int
+	big     *Option
+	cur     int // index in the catalog of the cheapest allowed option that holds used
+	price   float64
+}
+
+// asIs is the batch as VirtualNodes packed it, each claim a node.
+func (s *solver) asIs(ctx context.Context) (*packing, error) {
+	pk := &packing{how: "tightened", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
+	of := map[string]*packed{}
+	for _, c := range s.Batch {
+		b, err := s.open(pk.view, c.Name, s.allowedFor(nil, c.Pods...))
+		if err != nil {
+			return nil, err
+		}
+		if b == nil {
+			pk.why = fmt.Sprintf("no instance type all the pods of claim %s may run on", c.Name)
+			return pk, nil
+		}
+		pk.bins = append(pk.bins, b)
+		of[c.Name] = b
+		for _, pod := range c.Pods {
+			if err := pk.view.Bind(pod, b.name); err != nil {
+				return nil, err
+			}
+			b.add(pod, s.requests[pod])
+		}
+		if !s.resize(b) {
+			pk.why = fmt.Sprintf("claim %s holds more than any instance type its pods may run on", c.Name)
+			return pk, nil
+		}
+	}
+	for _, c := range s.Batch {
+		pk.order = append(pk.order, c.Pods...)
+	}
+	slices.SortStableFunc(pk.order, bindOrder)
+	return pk, nil
+}
+
+// afresh packs the pods anew: those whose place other pods constrain
+// first (they decide how many nodes there must be), then the others, each
+// in bind order, onto the node it makes dearer by least.
+func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
+	pk := &packing{how: "afresh", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
+	pk.order = slices.Clone(pods)
+	slices.SortStableFunc(pk.order, func(a, b *v1.Pod) int { return compareBool(constrained(b), constrained(a)) })
+	for _, pod := range pk.order {
+		req := s.requests[pod]
+		allowed := s.allowedFor(nil, pod)
+		if len(allowed) == 0 {
+			pk.why = fmt.Sprintf("no instance type pod %s/%s may run on", pod.Namespace, pod.Name)
+			return pk, nil
+		}
+		fresh := s.freshUsage(s.catalog[allowed[0]])
+		addTo(fresh.used, req)
+		newPrice := s.largestOf(allowed).Price
+		if i := nextHolding(s.catalog, allowed, 0, fresh.used, fresh.count+1); i >= 0 {
+			newPrice = s.catalog[i].Price
+		}
+		at, err := s.placeCheapest(ctx, pk, pod, nil, newPrice)
+		if err != nil {
+			return nil, err
+		}
+		if at != nil {
+			continue
+		}
+		b, err := s.open(pk.view, s.NewName(), allowed)
+		if err != nil {
+			return nil, err
+		}
+		if _, st := s.Scheduler.PlaceAmong(ctx, pk.view, pod, []string{b.name}); !st.IsSuccess() {
+			pk.why = fmt.Sprintf("pod %s/%s fits no new node of the largest type it may run on, %s: %s", pod.Namespace, pod.Name, b.big.Name, st.Message())
+			return pk, nil
+		}
+		b.add(pod, req)
+		if !s.resize(b) {
+			pk.why = fmt.Sprintf("pod %s/%s fits no instance type", pod.Namespace, pod.Name)
+			return pk, nil
+		}
+		pk.bins = append(pk.bins, b)
+	}
+	return pk, nil
+}
+
+// placeCheapest places pod on the node of pk it makes dearer by least,
+// less than limit, where the simulator accepts it: room already paid for
+// first, and among equal rises the node whose cpu and memory it leaves
+// filled most evenly. except is left out. It returns the node, nil when
+// none takes it.
+func (s *solver) placeCheapest(ctx context.Context, pk *packing, pod *v1.Pod, except *packed, limit float64) (*packed, error) {
+	req := s.requests[pod]
+	type cand struct {
+		b         *packed
+		rise      float64
+		next      int
+		imbalance float64
+		allowed   []int
+	}
+	var cands []cand
+	for _, b := range pk.bins {
+		if b == except || len(b.pods) == 0 || !fits(b.used, req, b.count+1, b.big.alloc) {
+			continue
+		}
+		after := b.used.Clone()
+		addTo(after, req)
+		allowed := s.allowedFor(b.allowed, pod)
+		i := nextHolding(s.catalog, allowed, b.cur, after, b.count+1)
+		if i < 0 {
+			continue
+		}
+		rise := s.catalog[i].Price - b.price
+		if rise > limit {
+			continue
+		}
+		a := s.catalog[i].alloc
+		imbalance := math.Abs(float64(after.MilliCPU)/float64(max(a.MilliCPU, 1)) - float64(after.Memory)/float64(max(a.Memory, 1)))
+		cands = append(cands, cand{b, rise, i, imbalance, allowed})
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(cands, func(x, y cand) int {
+		return cmp.Or(cmp.Compare(x.rise, y.rise), cmp.Compare(x.imbalance, y.imbalance))
+	})
+	names := make([]string, len(cands))
+	for i, c := range cands {
+		names[i] = c.b.name
+	}
+	at, _ := s.Scheduler.PlaceAmong(ctx, pk.view, pod, names)
+	for _, c := range cands {
+		if c.b.name == at {
+			c.b.add(pod, req)
+			c.b.allowed = c.allowed
+			c.b.cur, c.b.price = c.next, s.catalog[c.next].Price
+			return c.b, nil
+		}
+	}
+	return nil, nil
+}
+
+// tighten moves pods out of nodes into room other nodes have paid for:
+// a node whose pods all go elsewhere is dropped, and a node that sheds
+// enough of its smallest pods shrinks to a cheaper type. It repeats while
+// a round saves something.
+func (s *solver) tighten(ctx context.Context, pk *packing) error {
+	for round := 0; round < 4; round++ {
+		saved := false
+		// Cheapest nodes first: they are the likeliest to empty.
+		bins := slices.Clone(pk.bins)
+		slices.SortStableFunc(bins, func(a, b *packed) int { return cmp.Compare(a.price, b.price) })
+		for _, b := range bins {
+			if len(b.pods) == 0 {
+				continue
+			}
+			ok, err := s.shed(ctx, pk, b, b.pods)
+			if err != nil {
+				return err
+			}
+			if ok {
+				saved = true
+				continue
+			}
+			// Shrink by one price step: shed the smallest pods until
+			// the rest fit the next cheaper type that could hold them.
+			target := s.cheaperTarget(b)
+			if target < 0 {
+				continue
+			}
+			smallest := slices.Clone(b.pods)
+			slices.SortStableFunc(smallest, func(x, y *v1.Pod) int {
+				return cmp.Or(cmp.Compare(size(s.requests[x]), size(s.requests[y])), bindOrder(x, y))
+			})
+			rest := b.used.Clone()
+			var out []*v1.Pod
+			for _, pod := range smallest {
+				if fits(rest, &framework.Resource{}, b.count-len(out), s.catalog[target].alloc) {
+					break
+				}
+				sub(rest, s.requests[pod])
+				out = append(out, pod)
+			}
+			if len(out) == len(b.pods) {
+				continue // emptying it was tried above
+			}
+			ok, err = s.shed(ctx, pk, b, out)
+			if err != nil {
+				return err
+			}
+			saved = saved || ok
+		}
+		if !saved {
+			return nil
+		}
+	}
+	return nil
+}
+
+// cheaperTarget is the index of the dearest option cheaper than b's that
+// holds b's daemonset pods and at least one of its pods, -1 when none.
+func (s *solver) cheaperTarget(b *packed) int {
+	for _, i := range slices.Backward(b.allowed) {
+		if s.catalog[i].Price < b.price && s.catalog[i].alloc.AllowedPodNumber > b.count-len(b.pods) {
+			return i
+		}
+	}
+	return -1
+}
+
+// shed moves pods off b onto other nodes without making any of them
+// dearer, and resizes b: whether all moved and b now costs less. When
+// some cannot move, every pod moved is put back.
+func (s *solver) shed(ctx context.Context, pk *packing, b *packed, pods []*v1.Pod) (bool, error) {
+	pods = slices.Clone(pods)
+	type move struct {
+		pod *v1.Pod
+		to  *packed
+	}
+	var moves []move
+	undo := func() error {
+		for _, m := range slices.Backward(moves) {
+			if err := pk.view.Unbind(m.pod, m.to.name); err != nil {
+				return err
+			}
+			m.to.remove(m.pod, s.requests[m.pod])
+			m.to.allowed = s.allowedFor(s.allowedFor(nil), m.to.pods...)
+			s.resize(m.to)
+			if err := pk.view.Bind(m.pod, b.name); err != nil {
+				return err
+			}
+			b.add(m.pod, s.requests[m.pod])
+		}
+		b.allowed = s.allowedFor(s.allowedFor(nil), b.pods...)
+		s.resize(b)
+		return nil
+	}
+	before := b.price
+	for _, pod := range pods {
+		if err := pk.view.Unbind(pod, b.name); err != nil {
+			return false, err
+		}
+		b.remove(pod, s.requests[pod])
+		to, err := s.placeCheapest(ctx, pk, pod, b, 0)
+		if err != nil {
+			return false, err
+		}
+		if to == nil {
+			if err := pk.view.Bind(pod, b.name); err != nil {
+				return false, err
+			}
+			b.add(pod, s.requests[pod])
+			return false, undo()
+		}
+		moves = append(moves, move{pod, to})
+	}
+	b.allowed = s.allowedFor(s.allowedFor(nil), b.pods...)
+	if !s.resize(b) || len(b.pods) > 0 && b.price >= before {
+		return false, undo()
+	}
+	return true, nil
+}
+
+// verify replays the packing: the pods placed again in the order the
+// provisioner binds them (priority, then age: the order VirtualNodes
+// nominated them in), each on its node, every node at the cheapest type that holds what
+// it ends with and added when its first pod is placed. It says why the
+// simulator refuses the packing, "" when it accepts every placement.
+func (s *solver) verify(ctx context.Context, pk *packing) (string, error) {
+	view := simulator.NewCluster(s.Nodes, s.Pods).Without()
+	of := map[*v1.Pod]*packed{}
+	for _, b := range pk.bins {
+		for _, pod := range b.pods {
+			of[pod] = b
+		}
+	}
+	order := slices.Collect(maps.Keys(of))
+	slices.SortStableFunc(order, bindOrder)
+	added := map[*packed]bool{}
+	for _, pod := range order {
+		b := of[pod]
+		if !added[b] {
+			added[b] = true
+			node := s.catalog[b.cur].Node(b.name)
+			view.Add(node)
+			if s.DaemonSetPods != nil {
+				for _, ds := range s.DaemonSetPods(node) {
+					if err := view.Bind(ds, b.name); err != nil {
+						return "", err
+					}
+				}
+			}
+		}
+		if _, st := s.Scheduler.PlaceAmong(ctx, view, pod, []string{b.name}); !st.IsSuccess() {
+			return fmt.Sprintf("replayed at its final type %s, node %s refuses pod %s/%s: %s", s.catalog[b.cur].Name, b.name, pod.Namespace, pod.Name, st.Message()), nil
+		}
+	}
+	return "", nil
+}
+
+// open adds a node named name to view, of the largest of the allowed
+// options, with its daemonset pods; nil when none is allowed.
+func (s *solver) open(view *simulator.View, name string, allowed []int) (*packed, error) {
+	if len(allowed) == 0 {
+		return nil, nil
+	}
+	big := s.largestOf(allowed)
+	node := big.Node(name)
+	view.Add(node)
+	b := &packed{name: name, used: &framework.Resource{}, allowed: allowed, big: big}
+	if s.DaemonSetPods != nil {
+		for _, ds := range s.DaemonSetPods(node) {
+			if err := view.Bind(ds, name); err != nil {
+				return nil, err
+			}
+			b.used.Add(resourcehelper.PodRequests(ds, resourcehelper.PodResourcesOptions{}))
+			b.count++
+		}
+	}
+	return b, nil
+}
+
+// freshUsage is what a new node of option o holds before any pod of the
+// batch: its daemonset pods.
+func (s *solver) freshUsage(o *Option) *packed {
+	b := &packed{used: &framework.Resource{}}
+	if s.DaemonSetPods != nil {
+		for _, ds := range s.DaemonSetPods(o.probe) {
+			b.used.Add(resourcehelper.PodRequests(ds, resourcehelper.PodResourcesOptions{}))
+			b.count++
+		}
+	}
+	return b
+}
+
+// resize sets b's type to the cheapest that holds what it has: whether
+// one does.
+func (s *solver) resize(b *packed) bool {
+	i := nextHolding(s.catalog, b.allowed, 0, b.used, b.count)
+	if i < 0 {
+		return false
+	}
+	b.cur, b.price = i, s.catalog[i].Price
+	return true
+}
+
+func (b *packed) add(pod *v1.Pod, req *framework.Resource) {
+	b.pods = append(b.pods, pod)
+	addTo(b.used, req)
+	b.count++
+}
+
+func (b *packed) remove(pod *v1.Pod, req *framework.Resource) {
+	b.pods = slices.DeleteFunc(b.pods, func(p *v1.Pod) bool { return p == pod })
+	sub(b.used, req)
+	b.count--
+}
+
+// fits says whether used plus req, in count pods, fit in alloc.
+func fits(used, req *framework.Resource, count int, alloc *framework.Resource) bool {
+	if count > int(alloc.AllowedPodNumber) || used.MilliCPU+req.MilliCPU > alloc.MilliCPU || used.Memory+req.Memory > alloc.Memory {
+		return false
+	}
+	if need := used.EphemeralStorage + req.EphemeralStorage; need > 0 && need > alloc.EphemeralStorage {
+		return false
+	}
+	for name, q := range used.ScalarResources {
+		if q+req.ScalarResources[name] > alloc.ScalarResources[name] {
+			return false
+		}
+	}
+	for name, q := range req.ScalarResources {
+		if used.ScalarResources[name]+q > alloc.ScalarResources[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// addTo adds req to sum; sub takes it away.
+func addTo(sum, req *framework.Resource) {
+	sum.MilliCPU += req.MilliCPU
+	sum.Memory += req.Memory
+	sum.EphemeralStorage += req.EphemeralStorage
+	for name, q := range req.ScalarResources {
+		sum.AddScalar(name, q)
+	}
+}
+
+func sub(sum, req *framework.Resource) {
+	sum.MilliCPU -= req.MilliCPU
+	sum.Memory -= req.Memory
+	sum.EphemeralStorage -= req.EphemeralStorage
+	for name, q := range req.ScalarResources {
+		sum.AddScalar(name, -q)
+	}
+}
+
+// size orders pods for shedding: the larger of cpu cores and memory GiB.
+func size(r *framework.Resource) float64 {
+	return max(float64(r.MilliCPU)/1000, float64(r.Memory)/(1<<30))
+}
+
+// nextHolding is the index in catalog (cheapest first) of the first
+// allowed option, from index from on, that holds used in count pods; -1
+// when none does.
+func nextHolding(catalog []*Option, allowed []int, from int, used *framework.Resource, count int) int {
+	for _, i := range allowed {
+		if i >= from && fits(used, &framework.Resource{}, count, catalog[i].alloc) {
+			return i
+		}
+	}
+	return -1
+}
+
+// holding are the allowed options of catalog from index from on that
+// hold used in count pods, cheapest first: a bin's launch options.
+func holding(catalog []*Option, allowed []int, used *framework.Resource, count, from int) []*Option {
+	var out []*Option
+	for _, i := range allowed {
+		if i >= from && fits(used, &framework.Resource{}, count, catalog[i].alloc) {
+			out = append(out, catalog[i])
+		}
+	}
+	return out
+}
+
+// allowedFor narrows allowed (every option of the catalog when nil) to
+// the options all of pods may run on by their required node affinity and
+// node selector.
+func (s *solver) allowedFor(allowed []int, pods ...*v1.Pod) []int {
+	if allowed == nil {
+		allowed = make([]int, len(s.catalog))
+		for i := range allowed {
+			allowed[i] = i
+		}
+	}
+	var masks [][]bool
+	for _, pod := range pods {
+		if m := s.mask(pod); m != nil {
+			masks = append(masks, m)
+		}
+	}
+	if len(masks) == 0 {
+		return allowed
+	}
+	return slices.DeleteFunc(slices.Clone(allowed), func(i int) bool {
+		return slices.ContainsFunc(masks, func(m []bool) bool { return !m[i] })
+	})
+}
+
+// mask says, per option of the catalog, whether pod may run on it; nil
+// when the pod may run on any (no node selector, no required node
+// affinity). Computed once a pod.
+func (s *solver) mask(pod *v1.Pod) []bool {
+	if m, ok := s.masks[pod]; ok {
+		return m
+	}
+	var m []bool
+	a := pod.Spec.Affinity
+	if len(pod.Spec.NodeSelector) > 0 || a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		req := nodeaffinity.GetRequiredNodeAffinity(pod)
+		m = make([]bool, len(s.catalog))
+		for i, o := range s.catalog {
+			m[i], _ = req.Match(o.probe)
+		}
+	}
+	if s.masks == nil {
+		s.masks = map[*v1.Pod][]bool{}
+	}
+	s.masks[pod] = m
+	return m
+}
+
+// largestOf is the largest of the allowed options.
+func (s *solver) largestOf(allowed []int) *Option {
+	i := slices.MaxFunc(allowed, func(x, y int) int {
+		a, b := s.catalog[x].alloc, s.catalog[y].alloc
+		return cmp.Or(cmp.Compare(a.MilliCPU, b.MilliCPU), cmp.Compare(a.Memory, b.Memory), cmp.Compare(a.AllowedPodNumber, b.AllowedPodNumber))
+	})
+	return s.catalog[i]
+}
+
+// prepare is catalog cheapest first, each option with its allocatable
+// and a node to match labels against read once.
+func prepare(catalog []*Option) []*Option {
+	out := slices.Clone(catalog)
+	for _, o := range out {
+		o.probe = o.Node("repack-probe")
+		o.alloc = framework.NewResource(o.probe.Status.Allocatable)
+	}
+	slices.SortStableFunc(out, func(a, b *Option) int { return cmp.Compare(a.Price, b.Price) })
+	return out
+}
+
+// stableNames names each node with pods after the batch claim most of its
+// pods come from, each claim name once, largest overlaps first; the rest
+// keep the names the packing gave them. Nodes left with no pod are
+// dropped first (the caller skips them too).
+func stableNames(bins []*packed, from map[*v1.Pod]string) []string {
+	type pair struct {
+		bin   int
+		claim string
+		n     int
+	}
+	var pairs []pair
+	for i, b := range bins {
+		counts := map[string]int{}
+		for _, pod := range b.pods {
+			counts[from[pod]]++
+		}
+		for c, n := range counts {
+			pairs = append(pairs, pair{i, c, n})
+		}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int {
+		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.bin, b.bin), cmp.Compare(a.claim, b.claim))
+	})
+	names := make([]string, len(bins))
+	used := map[string]bool{}
+	for _, pr := range pairs {
+		if names[pr.bin] == "" && !used[pr.claim] {
+			names[pr.bin], used[pr.claim] = pr.claim, true
+		}
+	}
+	for i, b := range bins {
+		if names[i] == "" {
+			names[i] = b.name
+		}
+	}
+	return names
+}
+
+// constrained says whether where the pod may go depends on other pods:
+// required pod affinity or anti-affinity, or a topology spread constraint
+// that must hold.
+func constrained(pod *v1.Pod) bool {
+	if a := pod.Spec.Affinity; a != nil {
+		if a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return true
+		}
+		if a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return true
+		}
+	}
+	return slices.ContainsFunc(pod.Spec.TopologySpreadConstraints, func(c v1.TopologySpreadConstraint) bool {
+		return c.WhenUnsatisfiable == v1.DoNotSchedule
+	})
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// bindOrder is the order the provisioner binds a claim's pods in: higher
+// priority first, then older, then by namespace and name.
+func bindOrder(a, b *v1.Pod) int {
+	return cmp.Or(
+		cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
+		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+	)
+}
