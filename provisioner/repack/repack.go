@@ -1,7 +1,7 @@
 // Package repack packs a batch of closed, not yet launched NodeClaims
 // again before launch, to launch a cheaper set of nodes for the same pods.
 // VirtualNodes decides one pod at a time, as the pods come; the batch seen
-// whole packs tighter. Two packings are made and the cheaper kept:
+// whole packs tighter. Three packings are made and the cheapest kept:
 //
 //   - the batch as it is, tightened: a node whose pods, some of them moved
 //     into room other nodes have already paid for, fit a cheaper type
@@ -9,7 +9,11 @@
 //     pods keep their claim;
 //   - the batch packed afresh: the pods whose place other pods constrain
 //     (pod affinity, anti-affinity, spread) first, the others after, each
-//     onto the node it makes dearer by least, then tightened the same way.
+//     onto the node it makes dearer by least, then tightened the same way;
+//   - the batch on nodes all of one instance type: the type that, filled
+//     first fit by arithmetic, costs least (where each node holds as many
+//     pods as its type allows, growing nodes one pod at a time overshoots),
+//     then tightened the same way.
 //
 // Every placement is the shared scheduling simulator's: a pod goes to a
 // node only where the scheduler's Filter plugins accept it, with every
@@ -141,13 +145,16 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 
 	var best *packing
 	var whys []string
-	for _, how := range []string{"tightened", "afresh"} {
+	for _, how := range []string{"tightened", "afresh", "one type"} {
 		var pk *packing
 		var err error
-		if how == "tightened" {
+		switch how {
+		case "tightened":
 			pk, err = s.asIs(ctx)
-		} else {
+		case "afresh":
 			pk, err = s.afresh(ctx, pods)
+		default:
+			pk, err = s.oneType(ctx, pods)
 		}
 		if err != nil {
 			return keep, err
@@ -244,7 +251,7 @@ func (s *solver) asIs(ctx context.Context) (*packing, error) {
 	pk := &packing{how: "tightened", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
 	of := map[string]*packed{}
 	for _, c := range s.Batch {
-		b, err := s.open(pk.view, c.Name, s.allowedFor(nil, c.Pods...))
+		b, err := s.open(pk.view, c.Name, s.allowedFor(nil, c.Pods...), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -299,7 +306,7 @@ func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
 		if at != nil {
 			continue
 		}
-		b, err := s.open(pk.view, s.NewName(), allowed)
+		b, err := s.open(pk.view, s.NewName(), allowed, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -313,6 +320,130 @@ func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
 			return pk, nil
 		}
 		pk.bins = append(pk.bins, b)
+	}
+	return pk, nil
+}
+
+// oneType packs the pods, in bind order, first fit onto nodes all of one
+// instance type: the type that, filled by arithmetic alone (each pod onto
+// the first node with room, every node then shrunk to the cheapest type
+// that holds it), costs least, or the next of the three cheapest when the
+// simulator refuses a pod a node of it. Where every node holds as many
+// pods as its type allows, or a larger type costs less per resource, this
+// beats growing nodes one pod at a time.
+func (s *solver) oneType(ctx context.Context, pods []*v1.Pod) (*packing, error) {
+	allowed := s.allowedFor(nil, pods...)
+	if len(allowed) == 0 {
+		return &packing{how: "one type", why: "no instance type every pod may run on"}, nil
+	}
+	type estimate struct {
+		i    int
+		cost float64
+	}
+	// A bound first, from the batch's totals (the nodes of a type it
+	// needs at least, by cpu, memory and pod count, at that type's
+	// price); only the eight types with the lowest bound are filled.
+	total := &framework.Resource{}
+	for _, pod := range pods {
+		addTo(total, s.requests[pod])
+	}
+	var bounds []estimate
+	for _, i := range allowed {
+		a := s.catalog[i].alloc
+		if a.MilliCPU <= 0 || a.Memory <= 0 || a.AllowedPodNumber <= 0 {
+			continue
+		}
+		n := max(math.Ceil(float64(total.MilliCPU)/float64(a.MilliCPU)), math.Ceil(float64(total.Memory)/float64(a.Memory)), math.Ceil(float64(len(pods))/float64(a.AllowedPodNumber)))
+		bounds = append(bounds, estimate{i, n * s.catalog[i].Price})
+	}
+	slices.SortStableFunc(bounds, func(a, b estimate) int { return cmp.Compare(a.cost, b.cost) })
+	var ests []estimate
+	for _, bound := range bounds[:min(8, len(bounds))] {
+		i := bound.i
+		fresh := s.freshUsage(s.catalog[i])
+		var nodes []*packed
+		ok := true
+		for _, pod := range pods {
+			req := s.requests[pod]
+			at := slices.IndexFunc(nodes, func(b *packed) bool { return fits(b.used, req, b.count+1, s.catalog[i].alloc) })
+			if at < 0 {
+				if !fits(fresh.used, req, fresh.count+1, s.catalog[i].alloc) {
+					ok = false
+					break
+				}
+				b := &packed{used: fresh.used.Clone(), count: fresh.count, allowed: allowed}
+				nodes = append(nodes, b)
+				at = len(nodes) - 1
+			}
+			nodes[at].add(pod, req)
+		}
+		if !ok {
+			continue
+		}
+		cost := 0.0
+		for _, b := range nodes {
+			if !s.resize(b) {
+				ok = false
+				break
+			}
+			cost += b.price
+		}
+		if ok {
+			ests = append(ests, estimate{i, cost})
+		}
+	}
+	slices.SortStableFunc(ests, func(a, b estimate) int { return cmp.Compare(a.cost, b.cost) })
+	why := "no instance type holds every pod"
+	for _, e := range ests[:min(3, len(ests))] {
+		pk, err := s.fill(ctx, pods, allowed, e.i)
+		if err != nil || pk.why == "" {
+			return pk, err
+		}
+		why = pk.why
+	}
+	return &packing{how: "one type", why: why}, nil
+}
+
+// fill places pods in order, first fit, onto nodes of option i, a new one
+// when none with room takes the pod; then shrinks each node to the
+// cheapest allowed type that holds it.
+func (s *solver) fill(ctx context.Context, pods []*v1.Pod, allowed []int, i int) (*packing, error) {
+	pk := &packing{how: "one type", view: simulator.NewCluster(s.Nodes, s.Pods).Without(), order: pods}
+	for _, pod := range pods {
+		req := s.requests[pod]
+		var names []string
+		for _, b := range pk.bins {
+			if fits(b.used, req, b.count+1, s.catalog[i].alloc) {
+				names = append(names, b.name)
+			}
+		}
+		at := ""
+		if len(names) > 0 {
+			at, _ = s.Scheduler.PlaceAmong(ctx, pk.view, pod, names)
+		}
+		if at == "" {
+			b, err := s.open(pk.view, s.NewName(), allowed, s.catalog[i])
+			if err != nil {
+				return nil, err
+			}
+			if _, st := s.Scheduler.PlaceAmong(ctx, pk.view, pod, []string{b.name}); !st.IsSuccess() {
+				pk.why = fmt.Sprintf("pod %s/%s fits no new node of type %s: %s", pod.Namespace, pod.Name, s.catalog[i].Name, st.Message())
+				return pk, nil
+			}
+			pk.bins = append(pk.bins, b)
+			at = b.name
+		}
+		for _, b := range pk.bins {
+			if b.name == at {
+				b.add(pod, req)
+			}
+		}
+	}
+	for _, b := range pk.bins {
+		if !s.resize(b) {
+			pk.why = fmt.Sprintf("node %s holds more than any type", b.name)
+			return pk, nil
+		}
 	}
 	return pk, nil
 }
@@ -531,13 +662,17 @@ func (s *solver) verify(ctx context.Context, pk *packing) (string, error) {
 	return "", nil
 }
 
-// open adds a node named name to view, of the largest of the allowed
-// options, with its daemonset pods; nil when none is allowed.
-func (s *solver) open(view *simulator.View, name string, allowed []int) (*packed, error) {
+// open adds a node named name to view, of option as (the largest of the
+// allowed options when nil), with its daemonset pods; nil when no option
+// is allowed.
+func (s *solver) open(view *simulator.View, name string, allowed []int, as *Option) (*packed, error) {
 	if len(allowed) == 0 {
 		return nil, nil
 	}
-	big := s.largestOf(allowed)
+	big := as
+	if big == nil {
+		big = s.largestOf(allowed)
+	}
 	node := big.Node(name)
 	view.Add(node)
 	b := &packed{name: name, used: &framework.Resource{}, allowed: allowed, big: big}

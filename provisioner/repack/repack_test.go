@@ -206,7 +206,7 @@ func TestRepackNeverRefusedNeverDearer(t *testing.T) {
 	ctx := context.Background()
 	s := newScheduler(t)
 	catalog := testCatalog()
-	changed, saved := 0, 0.0
+	changed, saved, total := 0, 0.0, 0.0
 	const batches = 40
 	for i := range batches {
 		rng := rand.New(rand.NewPCG(uint64(i), 7))
@@ -252,9 +252,10 @@ func TestRepackNeverRefusedNeverDearer(t *testing.T) {
 		}
 		changed++
 		saved += before - after
+		total += before
 		checkPlan(t, ctx, s, fmt.Sprint("batch ", i), real, bound, batch, plan)
 	}
-	t.Logf("%d of %d batches repacked, saving %.4f/h in all", changed, batches, saved)
+	t.Logf("%d of %d batches repacked, saving %.4f/h of their %.4f/h", changed, batches, saved, total)
 	if changed == 0 {
 		t.Fatal("no batch was repacked: the test proves nothing")
 	}
@@ -308,4 +309,57 @@ func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what s
 			t.Errorf("%s: the simulator refuses pod %s on %s (%s): %s", what, pod.Name, name, node[name].Labels[v1.LabelInstanceTypeStable], st.Message())
 		}
 	}
+}
+
+// TestRepackUniformBatchOnTheTypeItFillsBest: three claims grown to the
+// largest type, 110 pods each (the pod cap every type has), leave 9 of
+// its 64 cpu idle; the same 330 pods on smaller nodes, which the cap does
+// not bind, cost only the cpu they ask: 165, on whole nodes of an even
+// count of cpu, 166. Repack finds that, every pod where the simulator
+// accepts it.
+func TestRepackUniformBatchOnTheTypeItFillsBest(t *testing.T) {
+	ctx := context.Background()
+	s := newScheduler(t)
+	var catalog []*Option
+	for _, cpu := range []int{2, 4, 8, 16, 32, 64} {
+		name := fmt.Sprintf("g.%d", cpu)
+		alloc := v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(int64(4*cpu)<<30, resource.BinarySI),
+			v1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+		}
+		catalog = append(catalog, &Option{Name: name, Price: 0.04 * float64(cpu), Node: func(node string) *v1.Node {
+			return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{v1.LabelHostname: node, v1.LabelInstanceTypeStable: name}},
+				Status: v1.NodeStatus{Allocatable: alloc, Capacity: alloc}}
+		}})
+	}
+	var batch []Bin
+	for c := range 3 {
+		b := Bin{Name: fmt.Sprintf("claim-%d", c), Options: []*Option{catalog[5]}}
+		for i := range 110 {
+			b.Pods = append(b.Pods, &v1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", c, i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d-%d", c, i)), CreationTimestamp: metav1.Unix(int64(c*1000+i), 0)},
+				Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+					v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("512Mi"),
+				}}}}},
+			})
+		}
+		batch = append(batch, b)
+	}
+	fresh := 0
+	plan, err := Repack(ctx, Problem{Scheduler: s, Catalog: catalog, Batch: batch, NewName: func() string { fresh++; return fmt.Sprintf("new-%d", fresh) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plan.Changed {
+		t.Fatalf("kept the batch: %s", plan.Why)
+	}
+	if want := 0.04 * 166; plan.After > want+1e-9 {
+		var types []string
+		for _, b := range plan.Bins {
+			types = append(types, fmt.Sprintf("%s:%d", b.Options[0].Name, len(b.Pods)))
+		}
+		t.Errorf("plan (%s) costs %.4f/h on %v, want %.4f/h", plan.How, plan.After, types, want)
+	}
+	checkPlan(t, ctx, s, "uniform batch", nil, nil, batch, plan)
 }

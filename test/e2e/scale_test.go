@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
@@ -58,6 +59,23 @@ func scaleUp(b *testing.B, replicas int) {
 		dir := b.TempDir()
 		cmd, kubeconfig := upSandbox(b, dir)
 		cs := clientFor(b, kubeconfig)
+		kube := nodeforgeClient(b, kubeconfig)
+		// The default pool is capped at 1,000 cpu, which 5,000 pods of
+		// 500m do not fit in; give it room for the whole Deployment twice
+		// over, so that the pool's limit is not what the run measures.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var np v1alpha1.NodePool
+			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &np); err != nil {
+				return err
+			}
+			np.Spec.Limits = v1alpha1.Limits{
+				corev1.ResourceCPU:    *resource.NewQuantity(int64(max(1000, replicas)), resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(int64(max(4000, replicas))<<30, resource.BinarySI),
+			}
+			return kube.Update(ctx, &np)
+		}); err != nil {
+			b.Fatal(err)
+		}
 		labels := map[string]string{"app": "scale"}
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "scale", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -100,7 +118,6 @@ func scaleUp(b *testing.B, replicas int) {
 			lastCreated, lastRunning = later(lastCreated, created[uid]), later(lastRunning, r)
 		}
 		slices.Sort(lat)
-		kube := nodeforgeClient(b, kubeconfig)
 		var claims v1alpha1.NodeClaimList
 		if err := kube.List(ctx, &claims); err != nil {
 			b.Fatal(err)
