@@ -541,13 +541,18 @@ func addTo(sum, more v1.ResourceList) {
 	}
 }
 
-// limitReason says which limit a new node (the cheapest that would hold
-// the pod, o) would cross.
+// limitReason says which limits a new node (the cheapest that would hold
+// the pod, o) would cross: only those, not every limit the pool sets.
 func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
 	used := p.poolUsage(pl, nil)
 	var parts []string
 	for _, name := range sortedNames(v1.ResourceList(pl.np.Spec.Limits)) {
 		l, u, add := pl.np.Spec.Limits[name], used[name], o.it.Capacity[name]
+		after := u.DeepCopy()
+		after.Add(add)
+		if after.Cmp(l) <= 0 {
+			continue // within this limit: not why
+		}
 		parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, human(name, u), human(name, add), o.name, human(name, l)))
 	}
 	return "limits reached: " + strings.Join(parts, ", ")

@@ -155,7 +155,9 @@ func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {
 func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	limited := func() *pool {
 		pl := benchPool(t)
-		pl.np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("4")}
+		// A memory limit far from reached too: the refusal names only
+		// the limit the node would cross.
+		pl.np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("1000Gi")}
 		return pl
 	}
 	h := newHarness(t, []*pool{limited()})
@@ -178,8 +180,8 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	if s.IsSuccess() {
 		t.Fatal("a fifth cpu was nominated under a 4-cpu limit: the launching claim was not counted")
 	}
-	if want := "limits reached: cpu 4 in use or launching + 1 for t0 > limit 4"; !strings.Contains(s.Message(), want) {
-		t.Errorf("refusal %q does not say %q", s.Message(), want)
+	if want := "limits reached: cpu 4 in use or launching + 1 for t0 > limit 4"; !strings.Contains(s.Message(), want) || strings.Contains(s.Message(), "memory") {
+		t.Errorf("refusal %q does not say %q, or names the memory limit it is within", s.Message(), want)
 	}
 
 	// Launched at a larger type than its cheapest option: the launched

@@ -60,9 +60,11 @@ func scaleUp(b *testing.B, replicas int) {
 		cmd, kubeconfig := upSandbox(b, dir)
 		cs := clientFor(b, kubeconfig)
 		kube := nodeforgeClient(b, kubeconfig)
-		// The default pool is capped at 1,000 cpu, which 5,000 pods of
-		// 500m do not fit in; give it room for the whole Deployment twice
-		// over, so that the pool's limit is not what the run measures.
+		// The default pool is capped at 1,000 cpu and 4,000 GiB, which
+		// 5,000 pods of 500m do not fit in; give it room for the whole
+		// Deployment twice over in cpu, and 8 GiB a cpu in memory (the
+		// most any type of the catalog has), so that the pool's limit is
+		// not what the run measures.
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var np v1alpha1.NodePool
 			if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &np); err != nil {
@@ -70,7 +72,7 @@ func scaleUp(b *testing.B, replicas int) {
 			}
 			np.Spec.Limits = v1alpha1.Limits{
 				corev1.ResourceCPU:    *resource.NewQuantity(int64(max(1000, replicas)), resource.DecimalSI),
-				corev1.ResourceMemory: *resource.NewQuantity(int64(max(4000, replicas))<<30, resource.BinarySI),
+				corev1.ResourceMemory: *resource.NewQuantity(int64(max(4000, 8*replicas))<<30, resource.BinarySI),
 			}
 			return kube.Update(ctx, &np)
 		}); err != nil {
