@@ -25,8 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,7 +208,13 @@ type podWatch struct {
 func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selector string) *podWatch {
 	b.Helper()
 	w := &podWatch{created: map[types.UID]time.Time{}, running: map[types.UID]time.Time{}, nominated: map[types.UID]time.Time{}, bound: map[types.UID]time.Time{}, progress: make(chan struct{}, 1)}
-	wi, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+	// A watch the API server ends (it did, twice, under this load) is
+	// taken up again from the last version seen, so no event is lost.
+	list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wi, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, podWatcher{cs, selector})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -247,6 +255,17 @@ func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selec
 		close(w.progress)
 	}()
 	return w
+}
+
+// podWatcher watches the default namespace's pods matching a selector.
+type podWatcher struct {
+	cs       kubernetes.Interface
+	selector string
+}
+
+func (w podWatcher) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	o.LabelSelector = w.selector
+	return w.cs.CoreV1().Pods("default").Watch(ctx, o)
 }
 
 // wait returns the times once n pods have been seen Running.
@@ -403,12 +422,28 @@ type requestCounts struct {
 // every replica), of them the writes, and by verb and resource.
 func apiRequests(b *testing.B, path string, from, to time.Time) requestCounts {
 	b.Helper()
+	out := requestCounts{total: map[string]int{}, writes: map[string]int{}, by: map[string]int{}}
+	// The API server rotates its audit log at 100 MB (audit-<time>.log
+	// beside it): read those too.
+	base := strings.TrimSuffix(path, ".log")
+	rotated, err := filepath.Glob(base + "-*.log")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range append(rotated, path) {
+		countRequests(b, p, from, to, out)
+	}
+	return out
+}
+
+// countRequests adds the requests of one audit log file to out.
+func countRequests(b *testing.B, path string, from, to time.Time, out requestCounts) {
+	b.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	out := requestCounts{total: map[string]int{}, writes: map[string]int{}, by: map[string]int{}}
 	dec := json.NewDecoder(f)
 	for {
 		var ev struct {
@@ -441,7 +476,6 @@ func apiRequests(b *testing.B, path string, from, to time.Time) requestCounts {
 		}
 		out.by[program+" "+ev.Verb+" "+resource]++
 	}
-	return out
 }
 
 // top lists the n largest counts by verb and resource, one a line.
