@@ -68,11 +68,8 @@ func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *v1.Pod, nam
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.current.set(view)
-	state := framework.NewCycleState()
-	pod = pod.DeepCopy()
-	pod.Spec.NodeName = ""
-	pre, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
-	if !status.IsSuccess() && !status.IsSkip() {
+	state, pod, pre, status := s.preFilter(ctx, pod)
+	if status != nil {
 		return "", status
 	}
 	last := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "none of the nodes offered")
@@ -110,12 +107,23 @@ func (s *Scheduler) place(ctx context.Context, view *View, pod *v1.Pod, first bo
 	return node, nil
 }
 
-func (s *Scheduler) choose(ctx context.Context, view *View, pod *v1.Pod, first bool) (string, *fwk.Status) {
+// preFilter runs the PreFilter plugins for a copy of pod, unbound, as a
+// pending pod: its cycle state, the copy, what PreFilter narrowed the
+// nodes to, and a status only when the pod can go nowhere.
+func (s *Scheduler) preFilter(ctx context.Context, pod *v1.Pod) (fwk.CycleState, *v1.Pod, *fwk.PreFilterResult, *fwk.Status) {
 	state := framework.NewCycleState()
 	pod = pod.DeepCopy()
 	pod.Spec.NodeName = ""
 	pre, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !status.IsSuccess() && !status.IsSkip() {
+		return nil, nil, nil, status
+	}
+	return state, pod, pre, nil
+}
+
+func (s *Scheduler) choose(ctx context.Context, view *View, pod *v1.Pod, first bool) (string, *fwk.Status) {
+	state, pod, pre, status := s.preFilter(ctx, pod)
+	if status != nil {
 		return "", status
 	}
 	all, _ := view.NodeInfos().List()

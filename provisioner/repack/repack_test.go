@@ -1,6 +1,7 @@
 package repack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -71,15 +72,7 @@ func testCatalog() []*Option {
 			}})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *Option) int {
-		switch {
-		case a.Price < b.Price:
-			return -1
-		case a.Price > b.Price:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b *Option) int { return cmp.Compare(a.Price, b.Price) })
 	return out
 }
 
