@@ -85,7 +85,8 @@ type Problem struct {
 	Pods  []*v1.Pod
 	// DaemonSetPods are the daemonset pods that would run on a node.
 	DaemonSetPods func(*v1.Node) []*v1.Pod
-	// Catalog is every option a node of the batch can launch as.
+	// Catalog is every option a node of the batch can launch as; Repack
+	// reads each option's node once and keeps what it read on the option.
 	Catalog []*Option
 	Batch   []Bin
 	// NewName names a node the batch did not have.
@@ -104,7 +105,8 @@ type Plan struct {
 	Before, After float64
 	// Moved counts pods whose claim the plan changes.
 	Moved int
-	// How says which packing the plan is ("tightened" or "afresh"); Why
+	// How says which packing the plan is ("tightened", "afresh" or "one
+	// type"); Why
 	// says why the batch was kept, when it was.
 	How, Why string
 }
@@ -185,7 +187,7 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 		return keep, nil
 	}
 	plan := Plan{Before: keep.Before, After: best.price(), Changed: true, How: best.how}
-	names := stableNames(best.bins, from)
+	names := stableNames(best.bins, from, p.NewName)
 	for i, b := range best.bins {
 		if len(b.pods) == 0 {
 			continue
@@ -201,7 +203,7 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 	return plan, nil
 }
 
-// solver holds what both packings share.
+// solver holds what the packings share.
 type solver struct {
 	*Problem
 	catalog  []*Option // cheapest first
@@ -863,9 +865,10 @@ func prepare(catalog []*Option) []*Option {
 
 // stableNames names each node with pods after the batch claim most of its
 // pods come from, each claim name once, largest overlaps first; the rest
-// keep the names the packing gave them. Nodes left with no pod are
-// dropped first (the caller skips them too).
-func stableNames(bins []*packed, from map[*v1.Pod]string) []string {
+// keep the names the packing gave them, or a new one where that is a
+// claim's name another node took. Nodes left with no pod get no name (the
+// caller skips them).
+func stableNames(bins []*packed, from map[*v1.Pod]string, newName func() string) []string {
 	type pair struct {
 		bin   int
 		claim string
@@ -892,9 +895,17 @@ func stableNames(bins []*packed, from map[*v1.Pod]string) []string {
 		}
 	}
 	for i, b := range bins {
-		if names[i] == "" {
+		if names[i] != "" || len(b.pods) == 0 {
+			continue
+		}
+		// Its own name, unless a node with more of that claim's pods
+		// took it.
+		if used[b.name] {
+			names[i] = newName()
+		} else {
 			names[i] = b.name
 		}
+		used[names[i]] = true
 	}
 	return names
 }

@@ -356,3 +356,30 @@ func TestRepackUniformBatchOnTheTypeItFillsBest(t *testing.T) {
 	}
 	checkPlan(t, ctx, s, "uniform batch", nil, nil, batch, plan)
 }
+
+// TestStableNamesNeverRepeatAName: a node takes the claim most of its
+// pods come from; a node whose own claim's name another node took gets a
+// new name, not the same one twice.
+func TestStableNamesNeverRepeatAName(t *testing.T) {
+	pod := func(name string) *v1.Pod { return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	from := map[*v1.Pod]string{}
+	var x, y []*v1.Pod
+	for i := range 7 {
+		p := pod(fmt.Sprint("x", i))
+		from[p] = "claim-b"
+		if i < 2 {
+			from[p] = "claim-a"
+		}
+		x = append(x, p)
+	}
+	for i := range 3 {
+		p := pod(fmt.Sprint("y", i))
+		from[p] = "claim-b"
+		y = append(y, p)
+	}
+	bins := []*packed{{name: "claim-a", pods: x}, {name: "claim-b", pods: y}, {name: "claim-c"}}
+	names := stableNames(bins, from, func() string { return "new-1" })
+	if want := []string{"claim-b", "new-1", ""}; !slices.Equal(names, want) {
+		t.Errorf("names %v, want %v", names, want)
+	}
+}
