@@ -212,14 +212,13 @@ type solver struct {
 }
 
 // packing is one way to put the batch's pods on nodes, with the view the
-// simulator judged it in: every node at the largest type its pods may run
-// on.
+// simulator judged it in: every node at the type it was opened as (the
+// largest its pods may run on; for "one type", that type).
 type packing struct {
-	how   string
-	view  *simulator.View
-	bins  []*packed
-	order []*v1.Pod // the order pods were placed in
-	why   string    // why it cannot be used; "" when it can
+	how  string
+	view *simulator.View
+	bins []*packed
+	why  string // why it cannot be used; "" when it can
 }
 
 func (pk *packing) price() float64 {
@@ -274,10 +273,6 @@ func (s *solver) asIs(ctx context.Context) (*packing, error) {
 			return pk, nil
 		}
 	}
-	for _, c := range s.Batch {
-		pk.order = append(pk.order, c.Pods...)
-	}
-	slices.SortStableFunc(pk.order, bindOrder)
 	return pk, nil
 }
 
@@ -286,9 +281,9 @@ func (s *solver) asIs(ctx context.Context) (*packing, error) {
 // in bind order, onto the node it makes dearer by least.
 func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
 	pk := &packing{how: "afresh", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
-	pk.order = slices.Clone(pods)
-	slices.SortStableFunc(pk.order, func(a, b *v1.Pod) int { return compareBool(constrained(b), constrained(a)) })
-	for _, pod := range pk.order {
+	order := slices.Clone(pods)
+	slices.SortStableFunc(order, func(a, b *v1.Pod) int { return compareBool(constrained(b), constrained(a)) })
+	for _, pod := range order {
 		req := s.requests[pod]
 		allowed := s.allowedFor(nil, pod)
 		if len(allowed) == 0 {
@@ -410,7 +405,7 @@ func (s *solver) oneType(ctx context.Context, pods []*v1.Pod) (*packing, error) 
 // when none with room takes the pod; then shrinks each node to the
 // cheapest allowed type that holds it.
 func (s *solver) fill(ctx context.Context, pods []*v1.Pod, allowed []int, i int) (*packing, error) {
-	pk := &packing{how: "one type", view: simulator.NewCluster(s.Nodes, s.Pods).Without(), order: pods}
+	pk := &packing{how: "one type", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
 	for _, pod := range pods {
 		req := s.requests[pod]
 		var names []string
