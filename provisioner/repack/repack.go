@@ -39,7 +39,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -134,7 +133,7 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 			from[pod] = b.Name
 		}
 	}
-	slices.SortStableFunc(pods, bindOrder)
+	slices.SortStableFunc(pods, simulator.BindOrder)
 	catalog := prepare(p.Catalog)
 	if len(catalog) == 0 {
 		keep.Why = "no instance type to launch"
@@ -208,7 +207,8 @@ type solver struct {
 	*Problem
 	catalog  []*Option // cheapest first
 	requests map[*v1.Pod]*framework.Resource
-	masks    map[*v1.Pod][]bool // see mask
+	masks    map[*v1.Pod][]bool  // see mask
+	fresh    map[*Option]*packed // see freshUsage
 }
 
 // packing is one way to put the batch's pods on nodes, with the view the
@@ -290,9 +290,10 @@ func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
 			pk.why = fmt.Sprintf("no instance type pod %s/%s may run on", pod.Namespace, pod.Name)
 			return pk, nil
 		}
-		fresh := s.freshUsage(s.catalog[allowed[0]])
+		big := s.largestOf(allowed)
+		fresh := s.freshUsage(big)
 		addTo(fresh.used, req)
-		newPrice := s.largestOf(allowed).Price
+		newPrice := big.Price
 		if i := nextHolding(s.catalog, allowed, 0, fresh.used, fresh.count+1); i >= 0 {
 			newPrice = s.catalog[i].Price
 		}
@@ -531,7 +532,7 @@ func (s *solver) tighten(ctx context.Context, pk *packing) error {
 			}
 			smallest := slices.Clone(b.pods)
 			slices.SortStableFunc(smallest, func(x, y *v1.Pod) int {
-				return cmp.Or(cmp.Compare(size(s.requests[x]), size(s.requests[y])), bindOrder(x, y))
+				return cmp.Or(cmp.Compare(size(s.requests[x]), size(s.requests[y])), simulator.BindOrder(x, y))
 			})
 			rest := b.used.Clone()
 			var out []*v1.Pod
@@ -636,7 +637,7 @@ func (s *solver) verify(ctx context.Context, pk *packing) (string, error) {
 		}
 	}
 	order := slices.Collect(maps.Keys(of))
-	slices.SortStableFunc(order, bindOrder)
+	slices.SortStableFunc(order, simulator.BindOrder)
 	added := map[*packed]bool{}
 	for _, pod := range order {
 		b := of[pod]
@@ -686,16 +687,24 @@ func (s *solver) open(view *simulator.View, name string, allowed []int, as *Opti
 }
 
 // freshUsage is what a new node of option o holds before any pod of the
-// batch: its daemonset pods.
+// batch: its daemonset pods. The daemonsets are asked once an option; the
+// caller gets its own copy to add to.
 func (s *solver) freshUsage(o *Option) *packed {
-	b := &packed{used: &framework.Resource{}}
-	if s.DaemonSetPods != nil {
-		for _, ds := range s.DaemonSetPods(o.probe) {
-			b.used.Add(resourcehelper.PodRequests(ds, resourcehelper.PodResourcesOptions{}))
-			b.count++
+	b, ok := s.fresh[o]
+	if !ok {
+		b = &packed{used: &framework.Resource{}}
+		if s.DaemonSetPods != nil {
+			for _, ds := range s.DaemonSetPods(o.probe) {
+				b.used.Add(resourcehelper.PodRequests(ds, resourcehelper.PodResourcesOptions{}))
+				b.count++
+			}
 		}
+		if s.fresh == nil {
+			s.fresh = map[*Option]*packed{}
+		}
+		s.fresh[o] = b
 	}
-	return b
+	return &packed{used: b.used.Clone(), count: b.count}
 }
 
 // resize sets b's type to the cheapest that holds what it has: whether
@@ -930,15 +939,4 @@ func compareBool(a, b bool) int {
 		return 1
 	}
 	return -1
-}
-
-// bindOrder is the order the provisioner binds a claim's pods in: higher
-// priority first, then older, then by namespace and name.
-func bindOrder(a, b *v1.Pod) int {
-	return cmp.Or(
-		cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
-		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-	)
 }

@@ -1,13 +1,11 @@
 package nodeclaim
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -15,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // nominatedPods are the pending pods nominated to the claim in the order
@@ -30,14 +29,8 @@ func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.P
 	return pods.Items, nil
 }
 
-func bindOrder(a, b corev1.Pod) int {
-	return cmp.Or(
-		cmp.Compare(corev1helpers.PodPriority(&b), corev1helpers.PodPriority(&a)),
-		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-	)
-}
+// bindOrder is simulator.BindOrder for the values a list returns.
+func bindOrder(a, b corev1.Pod) int { return simulator.BindOrder(&a, &b) }
 
 // closeWhenBatched closes the claim to nominations once the batch window
 // has passed: no new nomination for BatchIdle, or open for BatchMax. The
