@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -85,11 +87,13 @@ func topologyViolations(ctx context.Context, cs kubernetes.Interface, pool strin
 // spread maxSkew 1 DoNotSchedule), app anti (4 pods of 500m, required
 // hostname anti-affinity) and a plain filler of 6 pods that makes the
 // pool launch more nodes. The filler scaled to 0 and anti to 2 (neither
-// breaks a constraint), the pool is consolidated; a poller checks throughout, on the bound pods, that the
-// spread never skews by more than 1 across the zones the pool has nodes
-// in and that no two anti pods share a node. In the end the pool has
-// fewer nodes than before the scale-down, consolidation did some of it
-// (an Underutilized Disrupting Event), and all 5 pods are Running.
+// breaks a constraint; the anti pods kept are chosen so that a node is
+// left that consolidation can remove), the pool is consolidated; a poller
+// checks throughout, on the bound pods, that the spread never skews by
+// more than 1 across the zones the pool has nodes in and that no two anti
+// pods share a node. In the end the pool has fewer nodes than after the
+// scale-down, consolidation did some of it (an Underutilized Disrupting
+// Event), and all 5 pods are Running.
 func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
@@ -131,6 +135,28 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 	if v, _, err := topologyViolations(ctx, cs, pool); err != nil || len(v) > 0 {
 		t.Fatalf("constraints broken before any consolidation (err %v): %v", err, v)
 	}
+	// Which anti pods stay decides whether a node can go at all: three
+	// nodes left one per zone, each with a spread pod, cannot be
+	// consolidated (a spread pod moved off one leaves its zone, still
+	// counted while the node drains, one pod short). The 4 anti pods are
+	// on 4 nodes; the 3 spread pods leave one of them, P, without any. P's
+	// anti pod stays, and so does the one on a node Q that is neither P nor
+	// a node T with a spread pod: the rest go. Then P holds one anti pod
+	// that T has room for (T keeps at most 3 cpu of spread pods), and no
+	// spread pod: its removal is an Underutilized consolidation however
+	// the pods were placed. The ReplicaSet controller deletes the pods of
+	// least pod-deletion-cost first.
+	keep, err := antiPodsToKeep(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range keep {
+		patch := []byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"1000"}}}`)
+		if _, err := cs.CoreV1().Pods("default").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("anti pods kept: %v", keep)
 	scaleTo(t, cs, "filler", 0)
 	scaleTo(t, cs, "anti", 2)
 	var before int
@@ -138,6 +164,11 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app in (spread, anti, filler)"})
 		if err != nil || len(pods.Items) != 5 {
 			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Labels["app"] == "anti" && !slices.Contains(keep, p.Name) {
+				return false, fmt.Errorf("anti pod %s stayed, not one of %v", p.Name, keep)
+			}
 		}
 		_, before, err = topologyViolations(ctx, cs, pool)
 		return err == nil, err
@@ -176,26 +207,35 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 	stopWatching := sync.OnceFunc(func() { close(stop); <-watched })
 	defer stopWatching()
 
-	// Two anti pods need two nodes: the pool ends with at least two. It
-	// must shrink below what the scale-down left.
-	var after int
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
-		var err error
-		if _, after, err = topologyViolations(ctx, cs, pool); err != nil || after >= before {
+	// Done when consolidation has removed a node (an Underutilized
+	// Disrupting Event), no node of the pool is being removed, and the 5
+	// pods are Running: a step still draining is watched to its end.
+	var after, underutilized int
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
+		if err != nil {
+			return false, nil
+		}
+		underutilized = 0
+		for _, e := range evs.Items {
+			if e.Action == string(Underutilized) {
+				underutilized++
+			}
+		}
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodePool + "=" + pool})
+		if err != nil {
+			return false, nil
+		}
+		if _, after, err = topologyViolations(ctx, cs, pool); err != nil || after != len(nodes.Items) {
 			return false, nil
 		}
 		a, err1 := runningPods(ctx, cs, "app=spread")
 		b, err2 := runningPods(ctx, cs, "app=anti")
-		return err1 == nil && err2 == nil && a == 3 && b == 2, nil
+		return underutilized > 0 && err1 == nil && err2 == nil && a == 3 && b == 2, nil
 	})
-	if err != nil {
-		t.Fatalf("the pool did not shrink below %d nodes with all 5 pods Running (now %d nodes)", before, after)
-	}
-	// The consolidation may go on a step; watch until it settles.
-	time.Sleep(15 * time.Second)
 	stopWatching()
-	if _, final, err := topologyViolations(ctx, cs, pool); err == nil {
-		after = final
+	if err != nil {
+		t.Fatalf("no Underutilized consolidation finished with all 5 pods Running (%d Underutilized Events, %d nodes)", underutilized, after)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -217,18 +257,51 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 			}
 		}
 	}
+	if after >= before {
+		t.Errorf("the pool did not shrink: %d nodes after the scale-down, %d after consolidation", before, after)
+	}
 	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	underutilized := 0
 	for _, e := range evs.Items {
 		if e.Action == string(Underutilized) {
-			underutilized++
 			t.Logf("event on %s: %s", e.Regarding.Name, e.Note)
 		}
 	}
-	if underutilized == 0 {
-		t.Error("no Disrupting Event with action Underutilized: consolidation did none of it")
+}
+
+// antiPodsToKeep names the two anti pods to keep for the scale-down to
+// leave a node consolidation can remove (see its use): the one on a node
+// P with no spread pod, and one on a node Q that is neither P nor a node
+// T with a spread pod. The anti pods are one to a node, on 4 nodes, and
+// the spread pods 3: so P exists, and Q does.
+func antiPodsToKeep(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app in (spread, anti)"})
+	if err != nil {
+		return nil, err
 	}
+	antiOn := map[string]string{} // node → its anti pod
+	spreadOn := map[string]bool{}
+	for _, p := range pods.Items {
+		switch {
+		case p.Spec.NodeName == "" || p.DeletionTimestamp != nil:
+			return nil, fmt.Errorf("pod %s is not bound, or is being deleted", p.Name)
+		case p.Labels["app"] == "anti":
+			antiOn[p.Spec.NodeName] = p.Name
+		default:
+			spreadOn[p.Spec.NodeName] = true
+		}
+	}
+	if len(antiOn) != 4 {
+		return nil, fmt.Errorf("4 anti pods should be on 4 nodes: %v", antiOn)
+	}
+	nodes := slices.Sorted(maps.Keys(antiOn))
+	p := slices.IndexFunc(nodes, func(n string) bool { return !spreadOn[n] })
+	if p < 0 || len(spreadOn) == 0 {
+		return nil, fmt.Errorf("no node with anti and no spread pod, or no spread pod bound: anti %v, spread %v", antiOn, spreadOn)
+	}
+	t := slices.Sorted(maps.Keys(spreadOn))[0]
+	q := slices.IndexFunc(nodes, func(n string) bool { return n != nodes[p] && n != t })
+	return []string{antiOn[nodes[p]], antiOn[nodes[q]]}, nil
 }
