@@ -69,3 +69,10 @@ func New(ctx context.Context, profile *config.KubeSchedulerProfile, opts ...fram
 	metrics.Register()
 	return frameworkruntime.NewFramework(ctx, Registry(), profile, opts...)
 }
+
+// NewWithRegistry is New with registry in place of Registry(): the
+// scheduler's plugins, some of them wrapped by the caller.
+func NewWithRegistry(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
+	metrics.Register()
+	return frameworkruntime.NewFramework(ctx, registry, profile, opts...)
+}

@@ -26,6 +26,12 @@ type view struct {
 	// real snapshot does not change within a cycle, nor do the virtual
 	// nodes until the pod is nominated, and PreFilter plugins each ask.
 	lists map[string][]fwk.NodeInfo
+	// InterPodAffinity's PreFilter states saved per pod class, and the
+	// nominations since (affinitycache.go); version moves on every other
+	// change to the virtual nodes.
+	affinity  map[string]*affinityEntry
+	additions []addition
+	version   uint64
 }
 
 // reset forgets the memoised lists; call it whenever a decision starts.

@@ -190,7 +190,11 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 		klog.FromContext(ctx).V(5).Info("Nodeclaim rejected the pod", "pod", klog.KObj(pod), "nodeClaim", c.name, "reasons", s.Reasons())
 		return false
 	}
+	if c.info.Node() != before {
+		p.view.changed() // its pods are counted under the new labels
+	}
 	c.add(pod, opts, p.now())
+	p.view.added(c.info, pod)
 	return true
 }
 
@@ -255,6 +259,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
 		p.register(c)
+		p.view.added(c.info, append(slices.Clone(cand.ds), pod)...)
 		return c, ""
 	}
 	switch {

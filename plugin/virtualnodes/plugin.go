@@ -205,7 +205,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
-	fw, err := simulator.New(ctx, simulator.Profile(profile, strings.ToLower(Name), Name),
+	fw, err := simulator.NewWithRegistry(ctx, withAffinityCache(simulator.Registry(), v), simulator.Profile(profile, strings.ToLower(Name), Name),
 		frameworkruntime.WithClientSet(h.ClientSet()),
 		frameworkruntime.WithKubeConfig(h.KubeConfig()),
 		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),
@@ -359,6 +359,7 @@ func (p *VirtualNodes) drop(c *claim) {
 	if c.info == nil {
 		return
 	}
+	p.view.changed()
 	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
 	if p.view.byName[c.name] == fwk.NodeInfo(c.info) {
 		delete(p.view.byName, c.name)
@@ -379,6 +380,7 @@ func (p *VirtualNodes) unview(c *claim, pod *v1.Pod) {
 	delete(c.bound, pod.UID)
 	if c.info != nil {
 		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
+		p.view.changed()
 	}
 	if len(c.bound) == 0 {
 		delete(p.settling, c)
@@ -437,6 +439,7 @@ func (p *VirtualNodes) setPools(pools []*pool) {
 	})
 	// Placeholders: one empty node per group, so each zone a pool can
 	// launch in is a topology domain and a new node is always possible.
+	p.view.changed()
 	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool {
 		return strings.HasPrefix(n.Node().Name, "placeholder-")
 	})

@@ -305,6 +305,7 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 			cl.lastAdded = nc.Status.LastNominationTime.Time
 		}
 		p.register(cl)
+		p.view.changed()
 		return cl
 	}
 	return nil
@@ -389,6 +390,7 @@ func (p *VirtualNodes) podGone(pod *v1.Pod, deleted bool) {
 	case c.open:
 		delete(p.nominated, pod.UID)
 		c.remove(pod)
+		p.view.changed()
 	case deleted || c.info == nil:
 		p.unview(c, pod)
 	default:
