@@ -170,11 +170,33 @@ func (g *Gate) Start(ctx context.Context, timeout time.Duration) error {
 // status means the scheduler would accept the pod there; otherwise the
 // status says which plugin refused and why.
 func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*v1.Pod) (s *fwk.Status, handOff string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	cached, err := g.nodes.List(labels.Everything())
+	session, err := g.Session(node, slices.DeleteFunc(slices.Clone(onNode), func(p *v1.Pod) bool { return p.UID == pod.UID }))
 	if err != nil {
 		return fwk.AsStatus(err), ""
+	}
+	return session.Check(ctx, pod)
+}
+
+// GateSession judges the pods of one node in turn, as Check does, on the
+// cluster as the gate's informers had it when the session began: the
+// cluster (every node and bound pod) is read once for the node's pods,
+// not once for each, and each pod the caller binds or hands off there
+// (Placed) counts on the node for the pods judged after it.
+type GateSession struct {
+	g    *Gate
+	node string
+	view *View
+	// elsewhere are the pods the informers have bound to other nodes, by
+	// UID: a pod judged is left out of the cluster, wherever it is.
+	elsewhere map[types.UID]*v1.Pod
+}
+
+// Session begins judging pods for node, with onNode counted on it (see
+// Check for what the caller's node and pods replace).
+func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
+	cached, err := g.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
 	}
 	// The taint held back is lifted from every node, not only the judged
 	// one: the other nodes that carry it are having their pods bound and
@@ -197,9 +219,10 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	}
 	all, err := g.pods.List(labels.Everything())
 	if err != nil {
-		return fwk.AsStatus(err), ""
+		return nil, err
 	}
-	seen := map[types.UID]bool{pod.UID: true}
+	seen := map[types.UID]bool{}
+	elsewhere := map[types.UID]*v1.Pod{}
 	var bound []*v1.Pod
 	for _, p := range onNode {
 		if !seen[p.UID] {
@@ -213,19 +236,39 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 		// The judged node's pods are the caller's alone.
 		if p.Spec.NodeName != "" && p.Spec.NodeName != node.Name && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && !seen[p.UID] {
 			bound = append(bound, p)
+			elsewhere[p.UID] = p
 		}
 	}
-	view := NewCluster(nodes, bound).Without()
+	return &GateSession{g: g, node: node.Name, view: NewCluster(nodes, bound).Without(), elsewhere: elsewhere}, nil
+}
+
+// Placed counts pod on the session's node: the caller bound it there, or
+// handed it to the scheduler to bind there.
+func (s *GateSession) Placed(pod *v1.Pod) error { return s.view.Bind(pod, s.node) }
+
+// Check is Gate.Check for pod on the session's node, with the pods placed
+// so far counted there. The pod must not be one of them.
+func (gs *GateSession) Check(ctx context.Context, pod *v1.Pod) (s *fwk.Status, handOff string) {
+	g, view, nodeName := gs.g, gs.view, gs.node
+	if p, ok := gs.elsewhere[pod.UID]; ok {
+		// Bound elsewhere as the informers have it (a moment ahead of the
+		// caller's cache): judged as if not there, as Check always did.
+		if err := view.Unbind(p, p.Spec.NodeName); err == nil {
+			defer func() { _ = view.Bind(p, p.Spec.NodeName) }()
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.current.set(view)
 	state := framework.NewCycleState()
 	pre, s, _ := g.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !s.IsSuccess() && !s.IsSkip() {
 		return s, ""
 	}
-	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(node.Name) {
+	if pre != nil && !pre.AllNodes() && !pre.NodeNames.Has(nodeName) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin(s) PreFilter result").WithPlugin("PreFilter"), ""
 	}
-	ni, err := view.NodeInfos().Get(node.Name)
+	ni, err := view.NodeInfos().Get(nodeName)
 	if err != nil {
 		return fwk.AsStatus(err), ""
 	}
@@ -235,13 +278,13 @@ func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*
 	// PreBindPreFlight reads what Reserve decided (VolumeBinding: whether
 	// every volume is bound once assumed); Reserve assumes in the gate's
 	// own caches only, and Unreserve takes it back.
-	if s := g.fw.RunReservePluginsReserve(ctx, state, pod, node.Name); !s.IsSuccess() {
-		g.fw.RunReservePluginsUnreserve(ctx, state, pod, node.Name)
+	if s := g.fw.RunReservePluginsReserve(ctx, state, pod, nodeName); !s.IsSuccess() {
+		g.fw.RunReservePluginsUnreserve(ctx, state, pod, nodeName)
 		return s, ""
 	}
-	defer g.fw.RunReservePluginsUnreserve(ctx, state, pod, node.Name)
+	defer g.fw.RunReservePluginsUnreserve(ctx, state, pod, nodeName)
 	var why []string
-	switch s := g.fw.RunPreBindPreFlights(ctx, state, pod, node.Name); {
+	switch s := g.fw.RunPreBindPreFlights(ctx, state, pod, nodeName); {
 	case s.Code() == fwk.Error:
 		return s, ""
 	case s.IsSuccess():

@@ -64,6 +64,23 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 	if s, _ := g.Check(ctx, gatePod("b", 80), held, []*v1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
 		t.Fatalf("second pod on host port 80 beside one just bound: %v %s %s", s.Code(), s.Plugin(), s.Message())
 	}
+	// In a session, a pod placed counts for the pods judged after it.
+	session, err := g.Session(held, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := session.Check(ctx, gatePod("a", 80)); !s.IsSuccess() {
+		t.Fatalf("first pod on host port 80 refused in a session: %s %s", s.Plugin(), s.Message())
+	}
+	if s, _ := session.Check(ctx, gatePod("b", 80)); !s.IsSuccess() {
+		t.Fatalf("a pod judged, not placed, counted in a session: %s %s", s.Plugin(), s.Message())
+	}
+	if err := session.Placed(gatePod("a", 80)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := session.Check(ctx, gatePod("b", 80)); s.IsSuccess() || s.Plugin() != "NodePorts" {
+		t.Fatalf("second pod on host port 80 beside one placed in the session: %v %s %s", s.Code(), s.Plugin(), s.Message())
+	}
 	// A pod the gate's informer still shows on the node, which the caller
 	// knows is gone, does not count there.
 	stale := gatePod("stale", 80)

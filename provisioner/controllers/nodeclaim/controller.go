@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +32,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // Field indexes the controller relies on.
@@ -74,10 +74,12 @@ type Options struct {
 	Workers int
 }
 
-// Gate is the scheduler's verdict on a pod and a node, and what only its
-// binding cycle would do for the pod there; see simulator.Gate.
+// Gate is the scheduler's verdict on pods for a node, and what only its
+// binding cycle would do for a pod there; see simulator.Gate.
 type Gate interface {
-	Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) (s *fwk.Status, handOff string)
+	// Session begins judging pods for node, onNode counted on it: the
+	// cluster is read once for all of them.
+	Session(node *corev1.Node, onNode []*corev1.Pod) (*simulator.GateSession, error)
 }
 
 // Controller reconciles NodeClaims.

@@ -116,6 +116,18 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			onNode = append(onNode, p)
 		}
 	}
+	// The cluster is read once for the node's pods: each pod bound or
+	// handed off below counts on the node for the ones after it.
+	gate, err := c.opts.Gate.Session(node, onNode)
+	if err != nil {
+		logger.V(2).Info("Bind gate cannot judge yet; retrying", "node", node.Name, "err", err)
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	placed := func(p *corev1.Pod) {
+		if err := gate.Placed(p); err != nil {
+			logger.Error(err, "Counting a placed pod in the bind gate", "pod", klog.KObj(p), "node", node.Name)
+		}
+	}
 	bound, handedOff := 0, 0
 	for i := range pods {
 		p := &pods[i]
@@ -124,7 +136,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
-		s, handOff := c.opts.Gate.Check(ctx, p, node, onNode)
+		s, handOff := gate.Check(ctx, p)
 		if s.Code() == fwk.Error {
 			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
 			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
@@ -158,7 +170,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			}
 			logger.Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", handOff)
 			c.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, handOff))
-			onNode = append(onNode, p)
+			placed(p)
 			handedOff++
 			continue
 		}
@@ -171,7 +183,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 		if err == nil {
 			crashpoint.Hit(crashpoint.MidBind)
-			onNode = append(onNode, p)
+			placed(p)
 			bound++
 			// Bound directly, not by the scheduler: say so where kubectl
 			// describe pod shows the scheduler's own "Scheduled" event.
