@@ -23,6 +23,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // refusalConfirm is how long the bind gate must keep refusing a pod
@@ -30,6 +31,10 @@ import (
 // cluster by a moment (a pod its affinity needs, bound elsewhere just
 // now), and a cleared nomination costs a new node.
 const refusalConfirm = 2 * time.Second
+
+// gateRefresh is how long a binding pass judges pods on one reading of the
+// cluster (simulator.GateSession) before reading it again.
+const gateRefresh = 500 * time.Millisecond
 
 // refusals remembers when the gate first refused each pod, across workers.
 type refusals struct {
@@ -116,16 +121,18 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			onNode = append(onNode, p)
 		}
 	}
-	// The cluster is read once for the node's pods: each pod bound or
-	// handed off below counts on the node for the ones after it.
-	gate, err := c.opts.Gate.Session(node, onNode)
-	if err != nil {
-		logger.V(2).Info("Bind gate cannot judge yet; retrying", "node", node.Name, "err", err)
-		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
-	}
+	// The gate reads the cluster once for many of the node's pods, not
+	// once for each: each pod bound or handed off below counts on the
+	// node for the ones after it. It reads it again every gateRefresh, so
+	// that what the scheduler and the other workers bind elsewhere
+	// meanwhile is seen about as soon as the gate's informers see it.
+	var gate *simulator.GateSession
+	var gateRead time.Time
 	placed := func(p *corev1.Pod) {
+		onNode = append(onNode, p)
 		if err := gate.Placed(p); err != nil {
 			logger.Error(err, "Counting a placed pod in the bind gate", "pod", klog.KObj(p), "node", node.Name)
+			gate = nil
 		}
 	}
 	bound, handedOff := 0, 0
@@ -133,6 +140,13 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		p := &pods[i]
 		if already[p.UID] {
 			continue // bound or handed off on an earlier pass; the cache has not seen it yet
+		}
+		if gate == nil || time.Since(gateRead) > gateRefresh {
+			if gate, err = c.opts.Gate.Session(node, onNode); err != nil {
+				logger.V(2).Info("Bind gate cannot judge yet; retrying", "node", node.Name, "err", err)
+				return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+			}
+			gateRead = time.Now()
 		}
 		// The scheduler's own verdict, with the pods already there and
 		// the ones just bound: what it would refuse is not bound.
