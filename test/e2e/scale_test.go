@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -109,6 +110,7 @@ func scaleUp(b *testing.B, replicas int) {
 		}); err != nil {
 			b.Fatal(err)
 		}
+		profiled := profileScheduler(b, dir, kubeconfig)
 		created, running, err := w.wait(replicas, 30*time.Minute)
 		seconds := time.Since(start).Seconds()
 		b.StopTimer()
@@ -172,6 +174,7 @@ func scaleUp(b *testing.B, replicas int) {
 			b.Logf("scheduler queue: pods moved by event:\n%s", queued)
 		}
 		b.Logf("API requests from the scale call to the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
+		profiled()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
@@ -367,33 +370,9 @@ func (p *procStat) since() (float64, float64) {
 // its queues). Zero when that replica is not the leader.
 func schedulerAttempts(b *testing.B, dir, kubeconfig string) (float64, string) {
 	b.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "endpoints"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var url string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "scheduler-metrics="); ok {
-			url = v
-		}
-	}
-	cfg := mustConfig(b, kubeconfig)
-	// The admin's client certificate, which the scheduler's delegated
-	// authorization accepts; the scheduler serves a certificate it made
-	// for itself, which no CA of the sandbox signed.
-	tlsCfg, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
-	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 30 * time.Second}).Get(url)
+	body, err := schedulerGet(dir, kubeconfig, "/metrics", 30*time.Second)
 	if err != nil {
 		b.Fatalf("reading the scheduler's metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		b.Fatalf("reading the scheduler's metrics: %s: %s", resp.Status, body)
 	}
 	var attempts float64
 	var queued strings.Builder
@@ -408,6 +387,79 @@ func schedulerAttempts(b *testing.B, dir, kubeconfig string) (float64, string) {
 		}
 	}
 	return attempts, queued.String()
+}
+
+// profileScheduler, when NODEFORGE_BENCH_PROFILE names a directory,
+// records the CPU profile of the scheduler replica the sandbox publishes
+// (kube-scheduler's /debug/pprof, on by default) for the first
+// NODEFORGE_BENCH_PROFILE_SECONDS (default 30) after the scale call, into
+// scheduler-<N>.pprof there; the function it returns waits for it.
+// Without the variable it does nothing: the figures are taken without.
+func profileScheduler(b *testing.B, dir, kubeconfig string) func() {
+	out := os.Getenv("NODEFORGE_BENCH_PROFILE")
+	if out == "" {
+		return func() {}
+	}
+	seconds := 30
+	if v, err := strconv.Atoi(os.Getenv("NODEFORGE_BENCH_PROFILE_SECONDS")); err == nil && v > 0 {
+		seconds = v
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body, err := schedulerGet(dir, kubeconfig, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), time.Duration(seconds+60)*time.Second)
+		if err != nil {
+			b.Logf("profiling the scheduler: %v", err)
+			return
+		}
+		path := filepath.Join(out, fmt.Sprintf("scheduler-%d.pprof", time.Now().Unix()))
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			b.Logf("profiling the scheduler: %v", err)
+			return
+		}
+		b.Logf("the scheduler's CPU profile of the first %d s: %s", seconds, path)
+	}()
+	return func() { <-done }
+}
+
+// schedulerGet reads path from the secure port of the nodeforge-scheduler
+// replica whose port the sandbox's endpoints file names.
+func schedulerGet(dir, kubeconfig, path string, timeout time.Duration) ([]byte, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "endpoints"))
+	if err != nil {
+		return nil, err
+	}
+	var url string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "scheduler-metrics="); ok {
+			url = strings.TrimSuffix(v, "/metrics") + path
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// The admin's client certificate, which the scheduler's delegated
+	// authorization accepts; the scheduler serves a certificate it made
+	// for itself, which no CA of the sandbox signed.
+	tlsCfg, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: timeout}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return body, nil
 }
 
 // requestCounts are API requests counted in the sandbox's audit log.
