@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,19 +92,26 @@ func TestAWSProvider(t *testing.T) {
 		if len(perClaim) > 0 {
 			t.Errorf("instances without a claim: %v", perClaim)
 		}
-		// The nodes joined with what the user data says, and were adopted.
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodePool + "=default"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The nodes joined with what the user data says, and were adopted:
+		// each opened to the scheduler once its pods were bound. The
+		// binding taint is lifted just after the binds, so a pod may be
+		// Running a moment before its node is open: wait for it.
+		var nodes *corev1.NodeList
+		poll(t, "every node of the pool without the binding taint", func() (bool, error) {
+			var err error
+			if nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelNodePool + "=default"}); err != nil {
+				return false, err
+			}
+			for _, n := range nodes.Items {
+				if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
+					return false, fmt.Errorf("node %s still has the binding taint", n.Name)
+				}
+			}
+			return true, nil
+		})
 		for _, n := range nodes.Items {
 			if !strings.HasPrefix(n.Spec.ProviderID, "aws:///us-west-2") || n.Labels[v1alpha1.LabelCapacityType] != "spot" || n.Labels[corev1.LabelInstanceTypeStable] == "" {
 				t.Errorf("node %s: providerID %q, labels %v", n.Name, n.Spec.ProviderID, n.Labels)
-			}
-			for _, taint := range n.Spec.Taints {
-				if taint.Key == v1alpha1.TaintBinding {
-					t.Errorf("node %s still has the binding taint", n.Name)
-				}
 			}
 		}
 		if err := cs.AppsV1().Deployments("default").Delete(ctx, "crash", metav1.DeleteOptions{}); err != nil {
