@@ -64,15 +64,14 @@ func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *
 // New builds the simulation framework for profile (already passed through
 // Profile) with the scheduler's whole registry.
 func New(ctx context.Context, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
-	// The framework counts into the scheduler's metrics; kube-scheduler
-	// registers them at start, and registering is done once per process.
-	metrics.Register()
-	return frameworkruntime.NewFramework(ctx, Registry(), profile, opts...)
+	return NewWithRegistry(ctx, Registry(), profile, opts...)
 }
 
 // NewWithRegistry is New with registry in place of Registry(): the
 // scheduler's plugins, some of them wrapped by the caller.
 func NewWithRegistry(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
+	// The framework counts into the scheduler's metrics; kube-scheduler
+	// registers them at start, and registering is done once per process.
 	metrics.Register()
 	return frameworkruntime.NewFramework(ctx, registry, profile, opts...)
 }

@@ -157,15 +157,7 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 	if e := v.affinity[class]; e != nil && e.version == v.version && e.real == rp && e.skip != nil {
 		if c.skipHolds(e.skip, v.additions[e.n:]) {
 			e.n = len(v.additions)
-			if checkAffinityHit != nil {
-				fresh := framework.NewCycleState()
-				_, s := c.InterPodAffinity.PreFilter(ctx, fresh, pod, nodes)
-				d, _ := fresh.Read(affinityStateKey)
-				if s.IsSkip() {
-					d = nil
-				}
-				checkAffinityHit(pod, nil, d)
-			}
+			c.check(ctx, pod, nodes, nil)
 			return nil, fwk.NewStatus(fwk.Skip)
 		}
 		delete(v.affinity, class)
@@ -182,15 +174,7 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 		if replayed {
 			e.n = len(v.additions)
 			state.Write(affinityStateKey, e.state.Clone())
-			if checkAffinityHit != nil {
-				fresh := framework.NewCycleState()
-				if _, s := c.InterPodAffinity.PreFilter(ctx, fresh, pod, nodes); s.IsSuccess() {
-					d, _ := fresh.Read(affinityStateKey)
-					checkAffinityHit(pod, e.state, d)
-				} else {
-					checkAffinityHit(pod, e.state, nil)
-				}
-			}
+			c.check(ctx, pod, nodes, e.state)
 			return nil, nil
 		}
 		delete(v.affinity, class)
@@ -236,4 +220,18 @@ func (c *cachedAffinity) skipHolds(pod *v1.Pod, added []addition) bool {
 		}
 	}
 	return true
+}
+
+// check hands checkAffinityHit, when set, the saved state a decision used
+// (nil for a Skip) and the one computed afresh (nil when it skips too).
+func (c *cachedAffinity) check(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
+	if checkAffinityHit == nil {
+		return
+	}
+	fresh := framework.NewCycleState()
+	var d fwk.StateData
+	if _, s := c.InterPodAffinity.PreFilter(ctx, fresh, pod, nodes); s.IsSuccess() {
+		d, _ = fresh.Read(affinityStateKey)
+	}
+	checkAffinityHit(pod, saved, d)
 }
