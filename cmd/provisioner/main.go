@@ -57,6 +57,7 @@ type options struct {
 	consolidationInterval   time.Duration
 	consolidationPause      time.Duration
 	repair                  disruption.ZoneRules
+	repack                  bool
 	leaderElect             bool
 	leaderElectionNamespace string
 	metricsAddr             string
@@ -83,6 +84,7 @@ func run(args []string) error {
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
+	fs.BoolVar(&o.repack, "repack", true, "Before launch, pack each batch of closed NodeClaims (one pool, zone, capacity type and architecture) again into the cheapest set of nodes the scheduling simulator accepts, and move the nominations; false launches each claim as the scheduler plugin packed it.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.launchTTL, "launch-ttl", 10*time.Minute, "Delete a NodeClaim not launched this long after it was made (every launch failed); its offerings are avoided for a while and its pods get another claim.")
 	fs.DurationVar(&o.initializationTTL, "initialization-ttl", 10*time.Minute, "Delete a NodeClaim, terminating its instance, when its node is not ready for pods (Ready, startup taints gone, promised extended resources in allocatable) this long after registering.")
@@ -186,9 +188,13 @@ func run(args []string) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
-	claims := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, nodeclaim.Options{
+	claimOpts := nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, Gate: gate,
-	})
+	}
+	if o.repack {
+		claimOpts.Repack, claimOpts.Claims = sched, mgr.GetAPIReader()
+	}
+	claims := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, claimOpts)
 	if err := claims.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
@@ -226,7 +232,7 @@ func run(args []string) error {
 		return err
 	}
 	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(cloud.NodeClasses()), "leaderElect", o.leaderElect,
-		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "registrationTTL", o.registrationTTL)
+		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "repack", o.repack, "registrationTTL", o.registrationTTL)
 	return mgr.Start(ctx)
 }
 

@@ -38,8 +38,13 @@ type claim struct {
 	// info is the node the claim would be with its largest open option:
 	// the daemonset pods that would run there and the nominated pods. It is
 	// in the view, so other pods' topology spread and affinity see it.
-	info      *framework.NodeInfo
-	dsPods    []*v1.Pod
+	info   *framework.NodeInfo
+	dsPods []*v1.Pod
+	// lastNode and lastDS are info's node and daemonset pods when the
+	// claim left the view with its last pod: a closed claim a repack
+	// moves pods onto comes back with them.
+	lastNode  *v1.Node
+	lastDS    []*v1.Pod
 	pods      map[types.UID]*v1.Pod
 	created   time.Time
 	lastAdded time.Time

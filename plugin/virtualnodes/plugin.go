@@ -88,7 +88,15 @@ type VirtualNodes struct {
 	// committed changes far less often. Cleared when committed or the
 	// pools change.
 	committedUsage map[string]v1.ResourceList
+	// repacked are the claims a repack emptied and deleted, when: a pod
+	// the scheduler retries with an object still naming one of them was
+	// moved (follow), and keeps the claim it was moved to.
+	repacked map[string]time.Time
 }
+
+// repackedMemory is how long a repacked claim's name is remembered: far
+// longer than an informer lags.
+const repackedMemory = 10 * time.Minute
 
 var (
 	_ fwk.PostFilterPlugin = &VirtualNodes{}
@@ -235,6 +243,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 		refused:        map[types.UID]*v1.Pod{},
 		committed:      map[string]*v1alpha1.NodeClaim{},
 		committedUsage: map[string]v1.ResourceList{},
+		repacked:       map[string]time.Time{},
 		synced:         make(chan struct{}),
 	}, nil
 }
@@ -270,6 +279,15 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		node := pod.Status.NominatedNodeName
 		if c.open || node == "" || node == c.name {
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
+			return nominateTo(c), fwk.NewStatus(fwk.Success)
+		}
+		// The provisioner moved it to another closed claim of its batch
+		// (a repack), and the scheduler saw that before this plugin did.
+		if p.follow(pod, node) {
+			return nominateTo(p.claims[node]), fwk.NewStatus(fwk.Success)
+		}
+		if _, ok := p.repacked[node]; ok {
+			// The pod's object still names the claim it was moved from.
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
 		}
 		// The provisioner handed the pod to the scheduler, nominated to
@@ -364,6 +382,7 @@ func (p *VirtualNodes) drop(c *claim) {
 	if p.view.byName[c.name] == fwk.NodeInfo(c.info) {
 		delete(p.view.byName, c.name)
 	}
+	c.lastNode, c.lastDS = c.info.Node(), c.dsPods
 	c.info, c.dsPods = nil, nil
 }
 

@@ -194,7 +194,7 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 		t.Errorf("usage with a claim launched at 2 cpu and an open 3-cpu claim: %s cpu, want 5", used.Cpu())
 	}
 
-	h.plugin.claimDeleted(first.name)
+	h.plugin.claimDeleted(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: first.name}})
 	if _, s := h.schedule(ctx, testPod("c", "1", "1Gi")); !s.IsSuccess() {
 		t.Errorf("after the launching claim was deleted the pod still does not fit: %s", s.Message())
 	}
@@ -324,7 +324,7 @@ func TestDeletedClosedClaimLeavesTheViewAtOnce(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
 	first := h.closedClaim(t, zoneAntiAffinePod("p1"), v1alpha1.NodeClaimLaunched)
-	h.plugin.claimDeleted(first.name)
+	h.plugin.claimDeleted(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: first.name}})
 	if first.info != nil {
 		t.Fatal("a deleted claim's node is still in the view")
 	}
@@ -425,7 +425,7 @@ func TestNominatedPodWaitsForItsClaimsNode(t *testing.T) {
 	if s := h.plugin.Filter(ctx, nil, testPod("free", "1", "1Gi"), nodeInfo("other")); !s.IsSuccess() {
 		t.Fatalf("a pod not nominated was refused: %s", s.Message())
 	}
-	h.plugin.claimDeleted(c.name)
+	h.plugin.claimDeleted(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.name}})
 	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("other")); !s.IsSuccess() {
 		t.Fatalf("a pod whose claim was deleted still waits for it: %s", s.Message())
 	}
@@ -682,5 +682,60 @@ func TestClaimsDoNotGrowOntoTypesTheirPodsCannotFill(t *testing.T) {
 	bound := perCPU * n * 0.5
 	if pods != n || fleet > 1.03*bound {
 		t.Errorf("%d pods on %d claims at %.2f $/h, %.3f× the %.2f $/h their cpu costs at the family's price; want all %d pods, at most 1.03×", pods, len(h.plugin.claims), fleet, fleet/bound, bound, n)
+	}
+}
+
+// TestRepackedPodsCountWhereTheyMoved: the provisioner repacks a batch
+// of two closed claims, moving p1 from A to B and deleting A with
+// AnnotationRepackedInto. Whichever event the plugin sees first (the pod
+// update naming B, or A's deletion), p1 counts on B from then on, is not
+// decided again, and keeps B when the scheduler retries it, even with an
+// object that still names A; A leaves the view.
+func TestRepackedPodsCountWhereTheyMoved(t *testing.T) {
+	for _, deletedFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deletedFirst=%v", deletedFirst), func(t *testing.T) {
+			h := newHarness(t, []*pool{benchPool(t)})
+			ctx := context.Background()
+			p1, p2 := testPod("p1", "1", "1Gi"), testPod("p2", "1", "1Gi")
+			a := h.closedClaim(t, p1, v1alpha1.NodeClaimLaunching)
+			b := h.closedClaim(t, p2, v1alpha1.NodeClaimLaunching)
+			if a == b {
+				t.Fatal("both pods on one claim; the test needs two")
+			}
+			moved := p1.DeepCopy()
+			moved.Status.NominatedNodeName = b.name
+			deleted := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: a.name, Annotations: map[string]string{
+				v1alpha1.AnnotationRepackedInto: fmt.Sprintf(`{%q:%q}`, p1.UID, b.name)}}}
+			if deletedFirst {
+				h.plugin.claimDeleted(deleted)
+				h.plugin.nominationMoved(moved)
+			} else {
+				h.plugin.nominationMoved(moved)
+				h.plugin.claimDeleted(deleted)
+			}
+			if got := h.plugin.nominated[p1.UID]; got != b {
+				t.Fatalf("p1 counts on %v, want claim %s", got, b.name)
+			}
+			if _, ok := h.plugin.refused[p1.UID]; ok {
+				t.Error("p1 is to be decided again")
+			}
+			if a.info != nil || h.plugin.claims[a.name] != nil {
+				t.Error("claim A is still in the view")
+			}
+			if b.info == nil || len(b.pods) != 2 || len(b.info.Pods)-len(b.dsPods) != 2 {
+				t.Fatalf("claim B's node does not hold both pods")
+			}
+			stale := p1.DeepCopy()
+			stale.Status.NominatedNodeName = a.name
+			for _, pod := range []*v1.Pod{stale, moved} {
+				c, s := h.schedule(ctx, pod)
+				if !s.IsSuccess() || c != b {
+					t.Errorf("p1 retried naming %s: nominated to %v (%v), want B %s", pod.Status.NominatedNodeName, c, s.Message(), b.name)
+				}
+			}
+			if len(h.plugin.claims) != 1 {
+				t.Errorf("%d claims, want B alone", len(h.plugin.claims))
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package virtualnodes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -83,7 +84,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 				obj = t.Obj
 			}
 			if nc, ok := obj.(*v1alpha1.NodeClaim); ok {
-				p.claimDeleted(nc.Name)
+				p.claimDeleted(nc)
 			}
 		},
 	}); err != nil {
@@ -101,6 +102,10 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 				// The provisioner cleared the nomination: the pod did not
 				// fit the node after all and must be decided again.
 				p.nominationCleared(pod)
+			default:
+				// The provisioner may have moved it to another closed
+				// claim of its batch (a repack before launch).
+				p.nominationMoved(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -330,8 +335,17 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	}
 }
 
-// claimDeleted forgets a claim; pods nominated to it get a new one on retry.
-func (p *VirtualNodes) claimDeleted(name string) {
+// claimDeleted forgets a claim; pods nominated to it get a new one on
+// retry, but for those a repack moved to another claim of its batch
+// (AnnotationRepackedInto), which count there from now on.
+func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
+	name := deleted.Name
+	var into map[types.UID]string
+	if raw := deleted.Annotations[v1alpha1.AnnotationRepackedInto]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &into); err != nil {
+			klog.Background().Error(err, "Reading where a repacked nodeclaim's pods went; deciding them again", "nodeClaim", name)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	why := "nodeclaim " + name + " deleted"
@@ -339,7 +353,21 @@ func (p *VirtualNodes) claimDeleted(name string) {
 		delete(p.committed, name)
 		delete(p.committedUsage, nc.Spec.NodePool)
 	}
+	if into != nil {
+		now := p.now()
+		for n, at := range p.repacked {
+			if now.Sub(at) > repackedMemory {
+				delete(p.repacked, n)
+			}
+		}
+		p.repacked[name] = now
+	}
 	if c := p.claims[name]; c != nil {
+		for uid, pod := range c.pods {
+			if to, ok := into[uid]; ok {
+				p.follow(pod, to)
+			}
+		}
 		p.forget(c, why)
 		return
 	}
@@ -373,6 +401,46 @@ func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 		p.refused[pod.UID] = pod
 		p.retryRefused("nomination cleared")
 	}
+}
+
+// nominationMoved follows a pod the provisioner moved from one closed
+// claim to another.
+func (p *VirtualNodes) nominationMoved(pod *v1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.follow(pod, pod.Status.NominatedNodeName)
+}
+
+// follow moves pod from the closed claim it is nominated to onto the
+// closed claim named to, where it counts from now on: whether it did.
+// Only the provisioner moves a pod between closed claims (a repack of
+// their batch before launch); a pod of an open claim, or a claim not
+// known, is left as it is. Callers hold p.mu.
+func (p *VirtualNodes) follow(pod *v1.Pod, to string) bool {
+	from, dst := p.nominated[pod.UID], p.claims[to]
+	if from == nil || from.open || dst == nil || dst.open || from == dst {
+		return false
+	}
+	p.unview(from, pod)
+	p.nominated[pod.UID] = dst
+	dst.pods[pod.UID] = pod
+	if dst.info == nil && dst.lastNode != nil {
+		// Its pods had all gone (moved first): its node comes back.
+		dst.info = framework.NewNodeInfo()
+		dst.info.SetNode(dst.lastNode)
+		dst.dsPods = dst.lastDS
+		for _, d := range dst.dsPods {
+			dst.info.AddPod(d)
+		}
+		p.view.virtual = append(p.view.virtual, dst.info)
+		p.view.byName[dst.name] = dst.info
+	}
+	if dst.info != nil {
+		dst.info.AddPod(pod)
+		p.view.changed()
+	}
+	klog.Background().V(4).Info("Followed a pod moved to another nodeclaim of its batch", "pod", klog.KObj(pod), "from", from.name, "to", dst.name)
+	return true
 }
 
 // podGone takes a pod that was bound or deleted off its claim. A pod bound

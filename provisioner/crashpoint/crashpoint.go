@@ -37,6 +37,9 @@ const (
 	// SchedulerAfterClaimCreate: the scheduler created a claim; its status
 	// (nominated pods, last nomination) is not written yet.
 	SchedulerAfterClaimCreate = "claims/after-create"
+	// MidRepack: a repack plan is written and the first pod has moved to
+	// its new claim; the others have not, and no claim is marked Packed.
+	MidRepack = "repack/after-first-move"
 	// AfterReplacementNamed: a claim being disrupted names its
 	// replacement; the replacement is not created yet.
 	AfterReplacementNamed = "replacement/after-name"

@@ -70,6 +70,17 @@ const (
 	// ready: the cloud takes the instance back soon after (a spot
 	// interruption).
 	AnnotationDrainBy = Group + "/drain-by"
+	// AnnotationRepackPlan on a NodeClaim is a repack of its batch that
+	// the provisioner has decided and not finished (JSON): the claims
+	// that stay, with the instance types and resources each is launched
+	// with, and the pods that move. It is written before anything moves,
+	// so a provisioner that restarts in between finishes the same plan.
+	AnnotationRepackPlan = Group + "/repack-plan"
+	// AnnotationRepackedInto on a NodeClaim a repack emptied is where its
+	// pods went (JSON, pod UID to claim name), written before the claim
+	// is deleted: the scheduler plugin moves them there in its view
+	// instead of deciding them again.
+	AnnotationRepackedInto = Group + "/repacked-into"
 )
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one

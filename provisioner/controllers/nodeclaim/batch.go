@@ -77,10 +77,56 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
+	if !replacement && c.opts.Repack != nil {
+		c.closeWithBatch(ctx, nc)
+	}
 	if replacement {
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	} else {
 		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
 	}
 	return reconcile.Result{Requeue: true}, nil
+}
+
+// closeWithBatch closes, with nc, the open claims of its pool and group
+// that have taken no nomination for half the idle window at least: they
+// are the batch nc is repacked with before launch. A claim still being
+// filled stays open. A claim that cannot be closed now (the scheduler
+// wrote to it meanwhile) is left to its own window.
+func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim) {
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims, client.MatchingFields{indexClaimPool: nc.Spec.NodePool}); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the claims of the batch; closing this one alone")
+		return
+	}
+	group, now := groupOf(nc), c.now()
+	for i := range claims.Items {
+		k := &claims.Items[i]
+		if k.UID == nc.UID || (k.Status.Phase != "" && k.Status.Phase != v1alpha1.NodeClaimNominating) || !k.DeletionTimestamp.IsZero() ||
+			k.Annotations[v1alpha1.AnnotationReplaces] != "" || groupOf(k) != group {
+			continue
+		}
+		last := k.CreationTimestamp.Time
+		if k.Status.LastNominationTime != nil {
+			last = k.Status.LastNominationTime.Time
+		}
+		if now.Sub(last) < c.opts.BatchIdle/2 {
+			continue
+		}
+		pods, err := c.nominatedPods(ctx, k.Name)
+		if err != nil || len(pods) == 0 {
+			continue // its own window deletes it when its pods are gone
+		}
+		if !controllerutil.ContainsFinalizer(k, v1alpha1.FinalizerTermination) {
+			controllerutil.AddFinalizer(k, v1alpha1.FinalizerTermination)
+			if err := c.kube.Update(ctx, k); err != nil {
+				continue
+			}
+		}
+		k.Status.Phase = v1alpha1.NodeClaimLaunching
+		if err := c.kube.Status().Update(ctx, k); err != nil {
+			continue
+		}
+		klog.FromContext(ctx).Info("Closed nodeclaim with its batch", "nodeClaim", k.Name, "batchOf", nc.Name, "pods", len(pods), "idle", now.Sub(last).Round(time.Millisecond))
+	}
 }

@@ -69,6 +69,14 @@ type Options struct {
 	// cluster is now (simulator.Gate: the scheduler profile's PreFilter and
 	// Filter plugins). Only pods it accepts are bound.
 	Gate Gate
+	// Repack, when set, is the scheduling simulator that repacks each
+	// batch of closed claims before launch (pack.go); nil launches each
+	// claim as VirtualNodes packed it.
+	Repack *simulator.Scheduler
+	// Claims reads the claims of a batch to repack: the API server, so
+	// that claims closed together a moment ago are seen closed (the
+	// cache may lag); nil reads the cache.
+	Claims client.Reader
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
@@ -94,11 +102,12 @@ type Controller struct {
 	opts        Options
 	now         func() time.Time
 	refusals    refusals
+	packer      packer
 }
 
 // NewController returns the NodeClaim lifecycle controller.
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
-	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now}
+	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
 	now := func() time.Time { return c.now() }
 	c.disruption = disruption.New(kube, cs, recorder, now, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now), disruption.NewDrift(kube, cloud.NodeClasses()))
 	return c

@@ -67,6 +67,11 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
 		return c.expireRefused(ctx, nc)
 	}
+	if ok, emptied := c.packed(nc); emptied {
+		return reconcile.Result{}, nil // deleted by its repack; the cache lags
+	} else if !ok {
+		return c.pack(ctx, nc)
+	}
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)

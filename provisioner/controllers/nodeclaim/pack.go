@@ -1,0 +1,675 @@
+package nodeclaim
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	"github.com/nodeforge/nodeforge/provisioner/repack"
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// Before a claim is launched, the closed claims of its batch (its pool and
+// group, not launched yet) are packed again (provisioner/repack) into the
+// cheapest set of nodes the scheduling simulator accepts, and the
+// nominations move to that set. A claim is launched only once its Packed
+// condition is True: a claim whose launch may have begun is never packed
+// again.
+//
+// A plan is written on one claim that stays (AnnotationRepackPlan) before
+// anything moves; a provisioner that restarts finishes it before it packs
+// anything else. Then the staying claims get the instance types and
+// resources of the plan, the pods move (status.nominatedNodeName), each
+// emptied claim is annotated with where its pods went and deleted, and the
+// staying claims are marked Packed, the plan's claim last.
+
+// conditionPacked is True on a claim its batch's repack has left ready to
+// launch (reason Repacked or Kept).
+const conditionPacked = "Packed"
+
+// maxPlanBytes keeps a plan well inside what an object's annotations may
+// hold (256 KiB); a larger batch launches as it is.
+const maxPlanBytes = 128 << 10
+
+// maxBatchClaims bounds what one repack takes on, so that the launches
+// waiting behind it are not held up for long.
+const maxBatchClaims = 50
+
+// maxPackedOptions is how many instance types a repacked claim keeps, as
+// VirtualNodes' maxInstanceTypes does by default.
+const maxPackedOptions = 60
+
+// packer is what the controller keeps for repacking.
+type packer struct {
+	mu sync.Mutex
+	// done are the claims packed by this process: the cache may not show
+	// their Packed condition yet. emptied are the claims a repack of this
+	// process emptied: the cache may not show them deleted yet, and they
+	// must not launch.
+	done, emptied map[types.UID]bool
+}
+
+func newPacker() packer {
+	return packer{done: map[types.UID]bool{}, emptied: map[types.UID]bool{}}
+}
+
+// packPlan is a repack decided and written, not yet finished.
+type packPlan struct {
+	// Claims are the claims that stay, with what each is launched with.
+	Claims map[string]packedClaim `json:"claims"`
+	// Moves are the pods that change claim: by the claim they leave, pod
+	// UID to the claim they go to.
+	Moves map[string]map[types.UID]string `json:"moves,omitempty"`
+	// Emptied are the claims left with no pod, deleted once their pods
+	// have moved.
+	Emptied []string `json:"emptied,omitempty"`
+	How     string   `json:"how"`
+	Before  float64  `json:"before"`
+	After   float64  `json:"after"`
+}
+
+type packedClaim struct {
+	InstanceTypes []string            `json:"instanceTypes"`
+	Requests      corev1.ResourceList `json:"requests"`
+	Pods          int32               `json:"pods"`
+}
+
+func isPacked(nc *v1alpha1.NodeClaim) bool {
+	return meta.IsStatusConditionTrue(nc.Status.Conditions, conditionPacked)
+}
+
+// packed reports whether the claim may launch: it is packed, or repacking
+// is off. A claim a repack emptied may not, whatever the cache says of it.
+func (c *Controller) packed(nc *v1alpha1.NodeClaim) (ok, emptied bool) {
+	if c.opts.Repack == nil || nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
+		return true, false
+	}
+	c.packer.mu.Lock()
+	defer c.packer.mu.Unlock()
+	if c.packer.emptied[nc.UID] {
+		return false, true
+	}
+	return isPacked(nc) || c.packer.done[nc.UID], false
+}
+
+// pack repacks the batch of nc, or finishes a plan of its pool left
+// unfinished, then has nc reconciled again.
+func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	c.packer.mu.Lock()
+	defer c.packer.mu.Unlock()
+	if c.packer.done[nc.UID] {
+		return reconcile.Result{Requeue: true}, nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if c.opts.Claims != nil {
+		if err := c.opts.Claims.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: nc.Spec.NodePool}); err != nil {
+			return reconcile.Result{}, err
+		}
+	} else if err := c.kube.List(ctx, &claims, client.MatchingFields{indexClaimPool: nc.Spec.NodePool}); err != nil {
+		return reconcile.Result{}, err
+	}
+	for i := range claims.Items {
+		k := &claims.Items[i]
+		if raw := k.Annotations[v1alpha1.AnnotationRepackPlan]; raw != "" && !isPacked(k) && k.DeletionTimestamp.IsZero() {
+			var plan packPlan
+			if err := json.Unmarshal([]byte(raw), &plan); err != nil {
+				// Not ours to read: launch the claims as they are.
+				klog.FromContext(ctx).Error(err, "Unreadable repack plan; launching its claims as they are", "nodeClaim", k.Name)
+				return reconcile.Result{Requeue: true}, c.markPacked(ctx, k, "Kept", "unreadable repack plan: "+err.Error())
+			}
+			klog.FromContext(ctx).Info("Finishing a repack left unfinished", "nodeClaim", k.Name, "claims", len(plan.Claims), "emptied", len(plan.Emptied))
+			return reconcile.Result{Requeue: true}, c.finishPlan(ctx, k, &plan)
+		}
+	}
+	batch, why, err := c.batchOf(ctx, nc, claims.Items)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if why != "" {
+		return reconcile.Result{Requeue: true}, c.markPacked(ctx, nc, "Kept", why)
+	}
+	plan, why, err := c.planBatch(ctx, nc, batch, claims.Items)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if plan == nil {
+		for _, b := range batch {
+			if err := c.markPacked(ctx, b.nc, "Kept", why); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		return reconcile.Result{Requeue: true}, nil
+	}
+	// The plan goes on the first claim that stays, before anything moves.
+	holder := slices.Sorted(maps.Keys(plan.Claims))[0]
+	var h *v1alpha1.NodeClaim
+	for _, b := range batch {
+		if b.nc.Name == holder {
+			h = b.nc.DeepCopy()
+		}
+	}
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(raw) > maxPlanBytes {
+		for _, b := range batch {
+			if err := c.markPacked(ctx, b.nc, "Kept", fmt.Sprintf("the plan (%d bytes) is too large to record", len(raw))); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		return reconcile.Result{Requeue: true}, nil
+	}
+	if h.Annotations == nil {
+		h.Annotations = map[string]string{}
+	}
+	h.Annotations[v1alpha1.AnnotationRepackPlan] = string(raw)
+	if err := c.kube.Update(ctx, h); err != nil {
+		return reconcile.Result{}, err
+	}
+	moved := 0
+	for _, m := range plan.Moves {
+		moved += len(m)
+	}
+	klog.FromContext(ctx).Info("Repacking batch", "nodeClaims", len(batch), "keeps", len(plan.Claims), "emptied", plan.Emptied, "podsMoved", moved,
+		"how", plan.How, "pricePerHourBefore", formatPrice(plan.Before), "pricePerHourAfter", formatPrice(plan.After), "plan", holder)
+	return reconcile.Result{Requeue: true}, c.finishPlan(ctx, h, plan)
+}
+
+func formatPrice(p float64) string { return strconv.FormatFloat(p, 'f', 4, 64) }
+
+// batchMember is a claim of the batch with its nominated pods.
+type batchMember struct {
+	nc   *v1alpha1.NodeClaim
+	pods []corev1.Pod
+}
+
+// groupOf is what a batch shares: zone, capacity type, architecture and
+// the pool template the claim was made from.
+func groupOf(nc *v1alpha1.NodeClaim) string {
+	return fmt.Sprint(only(nc, corev1.LabelTopologyZone), "/", only(nc, v1alpha1.LabelCapacityType), "/", only(nc, corev1.LabelArchStable), "/", nc.Annotations[v1alpha1.AnnotationNodePoolHash])
+}
+
+// only is the one value a claim's requirement In on key allows, or "".
+func only(nc *v1alpha1.NodeClaim, key string) string {
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == key && r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 1 {
+			return r.Values[0]
+		}
+	}
+	return ""
+}
+
+// instanceTypes are the instance types a claim may launch as, in its
+// requirements' order (cheapest first, as written).
+func instanceTypes(nc *v1alpha1.NodeClaim) []string {
+	for _, r := range nc.Spec.Requirements {
+		if r.Key == corev1.LabelInstanceTypeStable && r.Operator == corev1.NodeSelectorOpIn {
+			return r.Values
+		}
+	}
+	return nil
+}
+
+// unpackable says why a claim cannot be repacked with others, or "".
+func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
+	switch {
+	case nc.Status.Phase != v1alpha1.NodeClaimLaunching || !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID != "" ||
+		meta.FindStatusCondition(nc.Status.Conditions, "Launched") != nil:
+		return "it is launching"
+	case isPacked(nc) || c.packer.done[nc.UID] || c.packer.emptied[nc.UID]:
+		return "it is packed"
+	case nc.Annotations[v1alpha1.AnnotationReplaces] != "":
+		return "it is a replacement"
+	case nodeshape.HasMinValues(nc.Spec.Requirements):
+		return "its pool sets minValues"
+	case only(nc, corev1.LabelTopologyZone) == "" || only(nc, v1alpha1.LabelCapacityType) == "" || len(instanceTypes(nc)) == 0:
+		return "its requirements do not name one zone, one capacity type and its instance types"
+	case pods == 0:
+		return "it has no nominated pod"
+	case int32(pods) != nc.Status.NominatedPods:
+		// The scheduler's nominations have not all reached the cache.
+		return fmt.Sprintf("%d of its %d nominated pods are seen", pods, nc.Status.NominatedPods)
+	}
+	return ""
+}
+
+// batchOf is nc's batch: the claims of its pool and group that are closed,
+// not launched and not packed, with their pods. It says why not when nc
+// cannot be repacked or has no claim to be repacked with.
+func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, string, error) {
+	group := groupOf(nc)
+	var batch []batchMember
+	for i := range claims {
+		k := &claims[i]
+		if k.UID != nc.UID && groupOf(k) != group {
+			continue
+		}
+		pods, err := c.nominatedPods(ctx, k.Name)
+		if err != nil {
+			return nil, "", err
+		}
+		why := c.unpackable(k, len(pods))
+		if k.UID == nc.UID && why != "" {
+			return nil, why, nil
+		}
+		if why == "" {
+			batch = append(batch, batchMember{nc: k, pods: pods})
+		}
+	}
+	if len(batch) < 2 {
+		return nil, "no other claim of its batch is waiting to launch", nil
+	}
+	if len(batch) > maxBatchClaims {
+		// nc and the oldest others: the rest make the next batch.
+		i := slices.IndexFunc(batch, func(b batchMember) bool { return b.nc.UID == nc.UID })
+		batch[0], batch[i] = batch[i], batch[0]
+		slices.SortStableFunc(batch[1:], func(a, b batchMember) int {
+			return cmp.Or(a.nc.CreationTimestamp.Compare(b.nc.CreationTimestamp.Time), cmp.Compare(a.nc.Name, b.nc.Name))
+		})
+		batch = batch[:maxBatchClaims]
+	}
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return nil, "", client.IgnoreNotFound(err)
+	}
+	if hash, err := nodeshape.PoolHash(&pool); err != nil || hash != nc.Annotations[v1alpha1.AnnotationNodePoolHash] {
+		return nil, "its pool changed since it was made", nil
+	}
+	return batch, "", nil
+}
+
+// planBatch repacks the batch; nil (and why) when it stays as it is.
+func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batch []batchMember, claims []v1alpha1.NodeClaim) (*packPlan, string, error) {
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return nil, "", err
+	}
+	zone, capacityType, arch := only(nc, corev1.LabelTopologyZone), only(nc, v1alpha1.LabelCapacityType), only(nc, corev1.LabelArchStable)
+	its, err := catalog.InstanceTypesOf(ctx, c.kube, pool.Name)
+	if err != nil {
+		return nil, "", err
+	}
+	template := nodeshape.ForClaim(nc)
+	offers, err := nodeshape.Offers(template, its, pool.Spec.Template.Spec.Requirements)
+	if err != nil {
+		return nil, "", err
+	}
+	options := map[string]*repack.Option{}
+	var catalogOptions []*repack.Option
+	for _, o := range offers {
+		if o.Zone != zone || o.CapacityType != capacityType || (arch != "" && o.InstanceType.Labels[corev1.LabelArchStable] != arch) {
+			continue
+		}
+		if gone, _ := c.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType); gone || options[o.InstanceType.Name] != nil {
+			continue
+		}
+		it := o.InstanceType
+		opt := &repack.Option{Name: it.Name, Price: o.Price, Node: func(name string) *corev1.Node { return template.Node(name, &it, zone, capacityType) }}
+		options[it.Name] = opt
+		catalogOptions = append(catalogOptions, opt)
+	}
+	var dsList appsv1.DaemonSetList
+	if err := c.kube.List(ctx, &dsList); err != nil {
+		return nil, "", err
+	}
+	dss := make([]*appsv1.DaemonSet, len(dsList.Items))
+	for i := range dsList.Items {
+		dss[i] = &dsList.Items[i]
+	}
+	nodes, pods, err := c.around(ctx, batch, claims)
+	if err != nil {
+		return nil, "", err
+	}
+	fresh := 0
+	prob := repack.Problem{
+		Scheduler: c.opts.Repack, Nodes: nodes, Pods: pods, Catalog: catalogOptions,
+		DaemonSetPods: func(n *corev1.Node) []*corev1.Pod { return simulator.DaemonSetPods(dss, n) },
+		NewName:       func() string { fresh++; return fmt.Sprintf("repack-%d", fresh) },
+	}
+	from := map[types.UID]string{}
+	for _, b := range batch {
+		bin := repack.Bin{Name: b.nc.Name}
+		for _, name := range instanceTypes(b.nc) {
+			if o := options[name]; o != nil {
+				bin.Options = append(bin.Options, o)
+			}
+		}
+		if len(bin.Options) == 0 {
+			return nil, "claim " + b.nc.Name + " has no available instance type left", nil
+		}
+		slices.SortStableFunc(bin.Options, func(a, b *repack.Option) int { return cmp.Compare(a.Price, b.Price) })
+		for i := range b.pods {
+			bin.Pods = append(bin.Pods, &b.pods[i])
+			from[b.pods[i].UID] = b.nc.Name
+		}
+		prob.Batch = append(prob.Batch, bin)
+	}
+	result, err := repack.Repack(ctx, prob)
+	if err != nil {
+		return nil, "", err
+	}
+	if !result.Changed {
+		return nil, "no cheaper packing: " + result.Why, nil
+	}
+	names := nameBins(result.Bins, batch, from)
+	if names == nil {
+		return nil, "the cheaper packing needs more nodes than the batch has claims", nil
+	}
+	plan := &packPlan{Claims: map[string]packedClaim{}, Moves: map[string]map[types.UID]string{}, How: result.How, Before: result.Before, After: result.After}
+	for i, bin := range result.Bins {
+		name := names[i]
+		pc := packedClaim{Pods: int32(len(bin.Pods))}
+		for _, o := range bin.Options {
+			if len(pc.InstanceTypes) == maxPackedOptions {
+				break
+			}
+			pc.InstanceTypes = append(pc.InstanceTypes, o.Name)
+		}
+		pc.Requests = requests(bin.Pods, simulator.DaemonSetPods(dss, bin.Options[0].Node(name)))
+		plan.Claims[name] = pc
+		for _, pod := range bin.Pods {
+			if src := from[pod.UID]; src != name {
+				if plan.Moves[src] == nil {
+					plan.Moves[src] = map[types.UID]string{}
+				}
+				plan.Moves[src][pod.UID] = name
+			}
+		}
+	}
+	for _, b := range batch {
+		if _, ok := plan.Claims[b.nc.Name]; !ok {
+			plan.Emptied = append(plan.Emptied, b.nc.Name)
+		}
+	}
+	slices.Sort(plan.Emptied)
+	return plan, "", nil
+}
+
+// nameBins names each bin of a plan after a claim of the batch: its own
+// when repack kept it, else the emptied claim most of its pods come from.
+// Nil when there are more bins than claims.
+func nameBins(bins []repack.Bin, batch []batchMember, from map[types.UID]string) []string {
+	used := map[string]bool{}
+	names := make([]string, len(bins))
+	isClaim := map[string]bool{}
+	for _, b := range batch {
+		isClaim[b.nc.Name] = true
+	}
+	for i, bin := range bins {
+		if isClaim[bin.Name] && !used[bin.Name] {
+			names[i], used[bin.Name] = bin.Name, true
+		}
+	}
+	for i, bin := range bins {
+		if names[i] != "" {
+			continue
+		}
+		count := map[string]int{}
+		for _, p := range bin.Pods {
+			if !used[from[p.UID]] {
+				count[from[p.UID]]++
+			}
+		}
+		best := ""
+		for _, b := range batch {
+			if used[b.nc.Name] {
+				continue
+			}
+			if best == "" || count[b.nc.Name] > count[best] {
+				best = b.nc.Name
+			}
+		}
+		if best == "" {
+			return nil
+		}
+		names[i], used[best] = best, true
+	}
+	return names
+}
+
+// requests is what a claim's node must hold for pods and ds.
+func requests(pods, ds []*corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, p := range slices.Concat(pods, ds) {
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+	out[corev1.ResourcePods] = *resource.NewQuantity(int64(len(pods)+len(ds)), resource.DecimalSI)
+	return out
+}
+
+// around is the cluster outside the batch, as the simulator sees it: the
+// real nodes (the binding taint lifted, as the bind gate lifts it) with
+// the pods bound or being bound to them, and the node of every other claim
+// not registered yet with the pods nominated to it.
+func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v1alpha1.NodeClaim) ([]*corev1.Node, []*corev1.Pod, error) {
+	var nodeList corev1.NodeList
+	var podList corev1.PodList
+	var all v1alpha1.NodeClaimList
+	for _, l := range []client.ObjectList{&nodeList, &podList, &all} {
+		if err := c.kube.List(ctx, l); err != nil {
+			return nil, nil, err
+		}
+	}
+	inBatch := map[string]bool{}
+	for _, b := range batch {
+		inBatch[b.nc.Name] = true
+	}
+	var nodes []*corev1.Node
+	for i := range nodeList.Items {
+		n := &nodeList.Items[i]
+		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
+			n = n.DeepCopy()
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+		}
+		nodes = append(nodes, n)
+	}
+	// Where each claim's pods count: its node once it has one, else the
+	// claim's own node, at the instance type it launched as or its
+	// cheapest option.
+	claimNode := map[string]string{}
+	typesOf := map[string][]v1alpha1.InstanceType{}
+	for i := range all.Items {
+		k := &all.Items[i]
+		if inBatch[k.Name] || !k.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if k.Status.NodeName != "" {
+			claimNode[k.Name] = k.Status.NodeName
+			continue
+		}
+		name := k.Status.InstanceType
+		if name == "" && len(instanceTypes(k)) > 0 {
+			name = instanceTypes(k)[0]
+		}
+		if _, ok := typesOf[k.Spec.NodePool]; !ok {
+			ts, err := catalog.InstanceTypesOf(ctx, c.kube, k.Spec.NodePool)
+			if err != nil {
+				return nil, nil, err
+			}
+			typesOf[k.Spec.NodePool] = ts
+		}
+		ts := typesOf[k.Spec.NodePool]
+		if i := slices.IndexFunc(ts, func(it v1alpha1.InstanceType) bool { return it.Name == name }); i >= 0 {
+			nodes = append(nodes, nodeshape.ForClaim(k).Node(k.Name, &ts[i], cmp.Or(k.Status.Zone, only(k, corev1.LabelTopologyZone)), cmp.Or(k.Status.CapacityType, only(k, v1alpha1.LabelCapacityType))))
+			claimNode[k.Name] = k.Name
+		}
+	}
+	var pods []*corev1.Pod
+	for i := range podList.Items {
+		p := &podList.Items[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			pods = append(pods, p)
+			continue
+		}
+		nominated := p.Status.NominatedNodeName
+		if nominated == "" || inBatch[nominated] {
+			continue
+		}
+		if node := claimNode[nominated]; node != "" {
+			p = p.DeepCopy()
+			p.Spec.NodeName = node
+			pods = append(pods, p)
+		} else if slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == nominated }) {
+			p = p.DeepCopy()
+			p.Spec.NodeName = nominated
+			pods = append(pods, p)
+		}
+	}
+	return nodes, pods, nil
+}
+
+// finishPlan carries out plan, written on holder: idempotent, so that a
+// restart after any step finishes it.
+func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim, plan *packPlan) error {
+	logger := klog.FromContext(ctx)
+	// The staying claims get their instance types and resources first:
+	// none launches before it is marked Packed, last.
+	for _, name := range slices.Sorted(maps.Keys(plan.Claims)) {
+		pc := plan.Claims[name]
+		var k v1alpha1.NodeClaim
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // deleted meanwhile: the scheduler decides its pods again
+			}
+			return err
+		}
+		if name == holder.Name {
+			k = *holder
+		}
+		reqs := slices.Clone(k.Spec.Requirements)
+		for i := range reqs {
+			if reqs[i].Key == corev1.LabelInstanceTypeStable {
+				reqs[i].Values = pc.InstanceTypes
+			}
+		}
+		if !equality.Semantic.DeepEqual(reqs, k.Spec.Requirements) || !equality.Semantic.DeepEqual(pc.Requests, k.Spec.Resources.Requests) {
+			k.Spec.Requirements, k.Spec.Resources.Requests = reqs, pc.Requests
+			if err := c.kube.Update(ctx, &k); err != nil {
+				return err
+			}
+			if name == holder.Name {
+				*holder = k
+			}
+		}
+	}
+	// The pods move: each pod still nominated to a claim of the plan goes
+	// to the claim the plan gives it.
+	for src, moves := range plan.Moves {
+		pods, err := c.nominatedPods(ctx, src)
+		if err != nil {
+			return err
+		}
+		for i := range pods {
+			p := &pods[i]
+			to, ok := moves[p.UID]
+			if !ok {
+				continue
+			}
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, to))
+			if err := c.kube.Status().Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+			crashpoint.Hit(crashpoint.MidRepack)
+		}
+	}
+	// The emptied claims say where their pods went, then go.
+	for _, name := range plan.Emptied {
+		var k v1alpha1.NodeClaim
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		c.packer.emptied[k.UID] = true
+		if !k.DeletionTimestamp.IsZero() {
+			continue
+		}
+		into, err := json.Marshal(plan.Moves[name])
+		if err != nil {
+			return err
+		}
+		if k.Annotations[v1alpha1.AnnotationRepackedInto] != string(into) {
+			if k.Annotations == nil {
+				k.Annotations = map[string]string{}
+			}
+			k.Annotations[v1alpha1.AnnotationRepackedInto] = string(into)
+			if err := c.kube.Update(ctx, &k); err != nil {
+				return err
+			}
+		}
+		logger.Info("Deleting nodeclaim emptied by a repack", "nodeClaim", name, "podsMoved", len(plan.Moves[name]))
+		metrics.ClaimsDeleted.WithLabelValues(k.Spec.NodePool, "Repacked").Inc()
+		c.event(&k, corev1.EventTypeNormal, "Repacked", "Delete", fmt.Sprintf("its %d pods moved to cheaper claims of its batch; not launched", len(plan.Moves[name])))
+		if err := client.IgnoreNotFound(c.kube.Delete(ctx, &k)); err != nil {
+			return err
+		}
+	}
+	// The staying claims may launch, the plan's own last.
+	note := fmt.Sprintf("batch repacked (%s): $%s/h instead of $%s/h", plan.How, formatPrice(plan.After), formatPrice(plan.Before))
+	for _, name := range slices.Sorted(maps.Keys(plan.Claims)) {
+		if name == holder.Name {
+			continue
+		}
+		var k v1alpha1.NodeClaim
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		k.Status.NominatedPods, k.Status.InstanceTypeOptions = plan.Claims[name].Pods, int32(len(plan.Claims[name].InstanceTypes))
+		if err := c.markPacked(ctx, &k, "Repacked", note); err != nil {
+			return err
+		}
+	}
+	holder.Status.NominatedPods, holder.Status.InstanceTypeOptions = plan.Claims[holder.Name].Pods, int32(len(plan.Claims[holder.Name].InstanceTypes))
+	if err := c.markPacked(ctx, holder, "Repacked", note); err != nil {
+		return err
+	}
+	c.event(holder, corev1.EventTypeNormal, "Repacked", "Launch", fmt.Sprintf("%s; %d claims kept, %d emptied", note, len(plan.Claims), len(plan.Emptied)))
+	return nil
+}
+
+// markPacked sets the claim's Packed condition True: it may launch.
+func (c *Controller) markPacked(ctx context.Context, nc *v1alpha1.NodeClaim, reason, message string) error {
+	nc = nc.DeepCopy()
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: conditionPacked, Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	if err := c.kube.Status().Update(ctx, nc); err != nil {
+		return err
+	}
+	c.packer.done[nc.UID] = true
+	klog.FromContext(ctx).V(2).Info("Nodeclaim packed", "nodeClaim", nc.Name, "reason", reason, "message", message)
+	return nil
+}

@@ -1,0 +1,202 @@
+package nodeclaim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	"github.com/nodeforge/nodeforge/simulator"
+)
+
+// newPackScheduler is the simulator with kube-scheduler's default profile.
+func newPackScheduler(ctx context.Context, t *testing.T) *simulator.Scheduler {
+	t.Helper()
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubefake.NewClientset()
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	opts, err := simulator.SharedState(ctx, cs, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	return sched
+}
+
+// packSteps is newSteps with repacking on, "large" priced below two
+// "small" (0.03 against 0.02 each), and two closed claims, each holding
+// one pod of 1500m on "small": one "large" holds both for less.
+func packSteps(t *testing.T) (*steps, *v1alpha1.NodeClaim, *v1alpha1.NodeClaim) {
+	t.Helper()
+	ctx := context.Background()
+	var claims []*v1alpha1.NodeClaim
+	var objs []client.Object
+	for i, name := range []string{"pool-aaaaa", "pool-bbbbb"} {
+		nc := claim(v1alpha1.NodeClaimLaunching)
+		nc.Name, nc.UID = name, types.UID(fmt.Sprint("uid-claim-", i))
+		nc.Status.NominatedPods = 1
+		pod := nominated(fmt.Sprint("p", i), name)
+		pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}
+		claims = append(claims, nc)
+		objs = append(objs, nc, pod)
+	}
+	s := newSteps(t, objs...)
+	s.c.opts.Repack = newPackScheduler(ctx, t)
+	var cat v1alpha1.InstanceTypeCatalog
+	if err := s.kube.Get(ctx, client.ObjectKey{Name: "pool"}, &cat); err != nil {
+		t.Fatal(err)
+	}
+	cat.Spec.InstanceTypes[1].Offerings[0].Price = "0.03"
+	if err := s.kube.Update(ctx, &cat); err != nil {
+		t.Fatal(err)
+	}
+	var pool v1alpha1.NodePool
+	if err := s.kube.Get(ctx, client.ObjectKey{Name: "pool"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := nodeshape.PoolHash(&pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, nc := range claims {
+		got := s.get(t, nc)
+		got.Annotations = map[string]string{v1alpha1.AnnotationNodePoolHash: hash}
+		if err := s.kube.Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		got.Status = nc.Status
+		if err := s.kube.Status().Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		claims[i] = got
+	}
+	return s, claims[0], claims[1]
+}
+
+// podsOn counts the pods nominated to each claim.
+func (s *steps) podsOn(t *testing.T) map[string]int {
+	t.Helper()
+	var pods corev1.PodList
+	if err := s.kube.List(context.Background(), &pods); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range pods.Items {
+		out[p.Status.NominatedNodeName]++
+	}
+	return out
+}
+
+// TestRepackMovesPodsAndLaunchesOnlyThePlan: the first launch of the
+// batch repacks it: both pods move to one claim, which may launch only
+// "large" now and is marked Packed; the other claim is deleted with
+// where its pod went, and nothing is launched for it, even when asked to
+// launch it from a cache that has not seen it go.
+func TestRepackMovesPodsAndLaunchesOnlyThePlan(t *testing.T) {
+	ctx := context.Background()
+	s, a, b := packSteps(t)
+	if _, err := s.c.launch(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.cloud.Creates(); n != 0 {
+		t.Fatalf("%d instances launched while repacking; want none before a claim is packed", n)
+	}
+	var kept, gone *v1alpha1.NodeClaim
+	for _, nc := range []*v1alpha1.NodeClaim{a, b} {
+		var got v1alpha1.NodeClaim
+		err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &got)
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && !got.DeletionTimestamp.IsZero():
+			gone = nc
+		case err != nil:
+			t.Fatal(err)
+		default:
+			kept = &got
+		}
+	}
+	if kept == nil || gone == nil {
+		t.Fatalf("want one claim kept and one deleted; kept %v, deleted %v", kept != nil, gone != nil)
+	}
+	if on := s.podsOn(t); on[kept.Name] != 2 {
+		t.Errorf("pods per claim %v; want both on %s", on, kept.Name)
+	}
+	cond := meta.FindStatusCondition(kept.Status.Conditions, conditionPacked)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "Repacked" {
+		t.Errorf("kept claim's Packed condition %+v; want True, Repacked", cond)
+	}
+	if its := instanceTypes(kept); len(its) != 1 || its[0] != "large" || kept.Status.NominatedPods != 2 {
+		t.Errorf("kept claim may launch %v with %d pods; want large alone, 2 pods", its, kept.Status.NominatedPods)
+	}
+	// The deleted claim, as a cache that lags would still show it.
+	if _, err := s.c.launch(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.launch(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	in, err := s.cloud.List(ctx)
+	if err != nil || s.cloud.Creates() != 1 || len(in) != 1 || in[0].InstanceType != "large" {
+		t.Errorf("%d creates, instances %+v (%v); want one large", s.cloud.Creates(), in, err)
+	}
+}
+
+// TestRepackFinishesAPlanLeftUnfinished: a provisioner that wrote a plan
+// and stopped before moving anything (a crash) is replaced by one that
+// remembers nothing; asked to launch the claim the plan empties, it
+// finishes the plan instead: the pod moves, the claim goes, nothing
+// launches for it.
+func TestRepackFinishesAPlanLeftUnfinished(t *testing.T) {
+	ctx := context.Background()
+	s, a, b := packSteps(t)
+	plan := packPlan{
+		Claims:  map[string]packedClaim{b.Name: {InstanceTypes: []string{"large"}, Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}, Pods: 2}},
+		Moves:   map[string]map[types.UID]string{a.Name: {"uid-pod-p0": b.Name}},
+		Emptied: []string{a.Name}, How: "afresh", Before: 0.04, After: 0.03,
+	}
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Annotations[v1alpha1.AnnotationRepackPlan] = string(raw)
+	if err := s.kube.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(a), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the emptied claim is still there (%v)", err)
+	}
+	if on := s.podsOn(t); on[b.Name] != 2 {
+		t.Errorf("pods per claim %v; want both on %s", on, b.Name)
+	}
+	got := s.get(t, b)
+	if !isPacked(got) || instanceTypes(got)[0] != "large" {
+		t.Errorf("the plan's claim: packed %v, instance types %v; want packed, large", isPacked(got), instanceTypes(got))
+	}
+	if n := s.cloud.Creates(); n != 0 {
+		t.Errorf("%d instances launched; want none yet", n)
+	}
+}
