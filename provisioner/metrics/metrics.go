@@ -36,7 +36,7 @@ var (
 	// accounted for (no claim is deleted then).
 	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_deleted_total",
-		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, LimitReached, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, Expired, Underutilized, Drifted, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, MinValues, LimitReached, Repacked, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, Expired, Underutilized, Drifted, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
 	}, []string{"nodepool", "reason"})
 	// PodTimeToBound is the time from a pod's creation to the provisioner
 	// binding it to the node launched for it.
@@ -83,6 +83,16 @@ var (
 		Name: "nodeforge_disruption_savings_dollars_per_hour_total",
 		Help: "Sum of the hourly prices ($/h) of nodes removed by voluntary disruption, by pool and reason (a replacement's price is subtracted).",
 	}, []string{"nodepool", "reason"})
+	// Repacks counts the repacks of batches before launch, by pool and
+	// outcome; RepackSavings adds up what the changed ones saved.
+	Repacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_repacks_total",
+		Help: "Batches of closed NodeClaims repacked before launch, by pool and outcome (Repacked: a cheaper set launched instead; Kept: launched as they were).",
+	}, []string{"nodepool", "outcome"})
+	RepackSavings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeforge_repack_savings_dollars_per_hour_total",
+		Help: "Sum over repacked batches of the hourly price ($/h) of the claims as nominated less that of the set launched instead, by pool.",
+	}, []string{"nodepool"})
 	// DisruptionDecisionDuration is how long deciding takes, by reason.
 	DisruptionDecisionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "nodeforge_disruption_decision_duration_seconds",
@@ -97,5 +107,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages)
+	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages, Repacks, RepackSavings)
 }

@@ -120,6 +120,9 @@ func (c *Controller) packed(nc *v1alpha1.NodeClaim) (ok, emptied bool) {
 func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	c.packer.mu.Lock()
 	defer c.packer.mu.Unlock()
+	if c.packer.emptied[nc.UID] {
+		return reconcile.Result{}, nil // deleted by its repack
+	}
 	if c.packer.done[nc.UID] {
 		return reconcile.Result{Requeue: true}, nil
 	}
@@ -156,6 +159,8 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		return reconcile.Result{}, err
 	}
 	if plan == nil {
+		metrics.Repacks.WithLabelValues(nc.Spec.NodePool, "Kept").Inc()
+		klog.FromContext(ctx).V(1).Info("Batch launches as nominated", "nodeClaims", len(batch), "why", why)
 		for _, b := range batch {
 			if err := c.markPacked(ctx, b.nc, "Kept", why); err != nil {
 				return reconcile.Result{}, err
@@ -190,6 +195,8 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if err := c.kube.Update(ctx, h); err != nil {
 		return reconcile.Result{}, err
 	}
+	metrics.Repacks.WithLabelValues(nc.Spec.NodePool, "Repacked").Inc()
+	metrics.RepackSavings.WithLabelValues(nc.Spec.NodePool).Add(plan.Before - plan.After)
 	moved := 0
 	for _, m := range plan.Moves {
 		moved += len(m)
@@ -265,7 +272,7 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 	var batch []batchMember
 	for i := range claims {
 		k := &claims[i]
-		if k.UID != nc.UID && groupOf(k) != group {
+		if k.UID != nc.UID && (k.Status.Phase != v1alpha1.NodeClaimLaunching || groupOf(k) != group) {
 			continue
 		}
 		pods, err := c.nominatedPods(ctx, k.Name)

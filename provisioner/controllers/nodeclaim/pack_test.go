@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -198,5 +199,44 @@ func TestRepackFinishesAPlanLeftUnfinished(t *testing.T) {
 	}
 	if n := s.cloud.Creates(); n != 0 {
 		t.Errorf("%d instances launched; want none yet", n)
+	}
+}
+
+// TestDueClaimClosesItsIdleBatchWithIt: when a claim's window ends, the
+// open claims of its group idle for half the window close with it (its
+// batch, repacked together); one nominated to a moment ago stays open,
+// as does one of another zone.
+func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
+	ctx := context.Background()
+	var objs []client.Object
+	var claims []*v1alpha1.NodeClaim
+	for i, name := range []string{"pool-due", "pool-idle", "pool-busy", "pool-zoneb"} {
+		nc := claim(v1alpha1.NodeClaimNominating)
+		nc.Name, nc.UID = name, types.UID("uid-"+name)
+		if name == "pool-zoneb" {
+			nc.Spec.Requirements[1].Values = []string{"zone-b"}
+		}
+		claims = append(claims, nc)
+		objs = append(objs, nc, nominated(fmt.Sprint("p", i), name))
+	}
+	s := newSteps(t, objs...)
+	s.c.opts.Repack = newPackScheduler(ctx, t)
+	// Last nominations: due 1.1s ago, idle 0.6s, busy 0.1s, zone-b 1.1s
+	// (due too, but another group: its own window closes it).
+	for i, ago := range []float64{1.1, 0.6, 0.1, 1.1} {
+		got := s.get(t, claims[i])
+		got.Status.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-time.Duration(ago * float64(time.Second)))}
+		if err := s.kube.Status().Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, claims[0])); err != nil {
+		t.Fatal(err)
+	}
+	want := []v1alpha1.NodeClaimPhase{v1alpha1.NodeClaimLaunching, v1alpha1.NodeClaimLaunching, v1alpha1.NodeClaimNominating, v1alpha1.NodeClaimNominating}
+	for i, nc := range claims {
+		if got := s.get(t, nc).Status.Phase; got != want[i] {
+			t.Errorf("claim %s is %s, want %s", nc.Name, got, want[i])
+		}
 	}
 }
