@@ -277,14 +277,14 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	// node is coming, and a second claim would launch a second node.
 	if c, ok := p.nominated[pod.UID]; ok {
 		node := pod.Status.NominatedNodeName
+		// The provisioner moved it to another claim of its batch (a
+		// repack), and the scheduler saw that before this plugin did.
+		if node != "" && node != c.name && p.follow(pod, node) {
+			return nominateTo(p.claims[node]), fwk.NewStatus(fwk.Success)
+		}
 		if c.open || node == "" || node == c.name {
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
-		}
-		// The provisioner moved it to another closed claim of its batch
-		// (a repack), and the scheduler saw that before this plugin did.
-		if p.follow(pod, node) {
-			return nominateTo(p.claims[node]), fwk.NewStatus(fwk.Success)
 		}
 		if _, ok := p.repacked[node]; ok {
 			// The pod's object still names the claim it was moved from.

@@ -739,3 +739,34 @@ func TestRepackedPodsCountWhereTheyMoved(t *testing.T) {
 		})
 	}
 }
+
+// TestRepackMoveSeenBeforeTheClaimsClose: the pod update moving p1 from
+// A to B arrives before the plugin has seen either claim closed (the pod
+// and claim informers are not ordered). The plugin closes both (only the
+// provisioner moves pods, and only between claims it has closed), counts
+// p1 on B, and a retry of p1 keeps B.
+func TestRepackMoveSeenBeforeTheClaimsClose(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	p1, p2 := zoneAntiAffinePod("p1"), zoneAntiAffinePod("p2")
+	a, s := h.schedule(ctx, p1)
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	b, s := h.schedule(ctx, p2)
+	if !s.IsSuccess() || a == b || !a.open || !b.open {
+		t.Fatalf("want two open claims: %v", s.Message())
+	}
+	moved := p1.DeepCopy()
+	moved.Status.NominatedNodeName = b.name
+	h.plugin.nominationMoved(moved)
+	if a.open || b.open {
+		t.Errorf("claims open after the move: A %v, B %v", a.open, b.open)
+	}
+	if h.plugin.nominated[p1.UID] != b || b.info == nil || len(b.pods) != 2 || a.info != nil {
+		t.Fatalf("p1 not counted on B alone")
+	}
+	if c, s := h.schedule(ctx, moved); !s.IsSuccess() || c != b {
+		t.Errorf("p1 retried: nominated to %v (%v), want B", c, s.Message())
+	}
+}

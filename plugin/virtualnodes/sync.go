@@ -411,16 +411,20 @@ func (p *VirtualNodes) nominationMoved(pod *v1.Pod) {
 	p.follow(pod, pod.Status.NominatedNodeName)
 }
 
-// follow moves pod from the closed claim it is nominated to onto the
-// closed claim named to, where it counts from now on: whether it did.
-// Only the provisioner moves a pod between closed claims (a repack of
-// their batch before launch); a pod of an open claim, or a claim not
-// known, is left as it is. Callers hold p.mu.
+// follow moves pod from the claim it is nominated to onto the claim named
+// to, where it counts from now on: whether it did. Only the provisioner
+// moves a pod from one claim to another, and only between claims it has
+// closed (a repack of their batch before launch): either claim this
+// plugin still holds open is closed here, ahead of the informer's news.
+// A nomination naming no known claim (the claim's node, a claim gone) is
+// not a move. Callers hold p.mu.
 func (p *VirtualNodes) follow(pod *v1.Pod, to string) bool {
 	from, dst := p.nominated[pod.UID], p.claims[to]
-	if from == nil || from.open || dst == nil || dst.open || from == dst {
+	if from == nil || dst == nil || from == dst || from.nodeName == to {
 		return false
 	}
+	p.close(from)
+	p.close(dst)
 	p.unview(from, pod)
 	p.nominated[pod.UID] = dst
 	dst.pods[pod.UID] = pod

@@ -67,11 +67,6 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
 		return c.expireRefused(ctx, nc)
 	}
-	if ok, emptied := c.packed(nc); emptied {
-		return reconcile.Result{}, nil // deleted by its repack; the cache lags
-	} else if !ok {
-		return c.pack(ctx, nc)
-	}
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
@@ -93,6 +88,10 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	}
+	// Not before its batch is repacked (pack.go).
+	if ok, res, err := c.packGate(ctx, nc); !ok {
+		return res, err
 	}
 	// The hard ceiling: only offers that keep the pool within its limits,
 	// counting every launched and in-flight claim, even at the largest

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,16 +65,38 @@ const maxPackedOptions = 60
 
 // packer is what the controller keeps for repacking.
 type packer struct {
+	// mu is held through a repack: one batch at a time.
 	mu sync.Mutex
-	// done are the claims packed by this process: the cache may not show
-	// their Packed condition yet. emptied are the claims a repack of this
-	// process emptied: the cache may not show them deleted yet, and they
-	// must not launch.
+	// seen guards done and emptied. done are the claims packed by this
+	// process: the cache may not show their Packed condition yet. emptied
+	// are the claims a repack of this process emptied: the cache may not
+	// show them annotated or deleted yet, and they must not launch.
+	seen          sync.Mutex
 	done, emptied map[types.UID]bool
 }
 
 func newPacker() packer {
 	return packer{done: map[types.UID]bool{}, emptied: map[types.UID]bool{}}
+}
+
+func (p *packer) is(m map[types.UID]bool, uid types.UID) bool {
+	p.seen.Lock()
+	defer p.seen.Unlock()
+	return m[uid]
+}
+
+func (p *packer) mark(m map[types.UID]bool, uid types.UID) {
+	p.seen.Lock()
+	defer p.seen.Unlock()
+	m[uid] = true
+}
+
+// forget drops what is kept of a claim that is going.
+func (p *packer) forget(uid types.UID) {
+	p.seen.Lock()
+	defer p.seen.Unlock()
+	delete(p.done, uid)
+	delete(p.emptied, uid)
 }
 
 // packPlan is a repack decided and written, not yet finished.
@@ -101,18 +124,59 @@ func isPacked(nc *v1alpha1.NodeClaim) bool {
 	return meta.IsStatusConditionTrue(nc.Status.Conditions, conditionPacked)
 }
 
-// packed reports whether the claim may launch: it is packed, or repacking
-// is off. A claim a repack emptied may not, whatever the cache says of it.
-func (c *Controller) packed(nc *v1alpha1.NodeClaim) (ok, emptied bool) {
-	if c.opts.Repack == nil || nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
-		return true, false
+// packGate says whether the claim may launch now, and what to return
+// when it may not: it is Packed (or a replacement, or repacking is off and
+// no plan of its pool is left unfinished). A claim a repack emptied never
+// launches; it is deleted.
+func (c *Controller) packGate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, reconcile.Result, error) {
+	if nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
+		return true, reconcile.Result{}, nil
 	}
-	c.packer.mu.Lock()
-	defer c.packer.mu.Unlock()
-	if c.packer.emptied[nc.UID] {
-		return false, true
+	if nc.Annotations[v1alpha1.AnnotationRepackedInto] != "" || c.packer.is(c.packer.emptied, nc.UID) {
+		if nc.DeletionTimestamp.IsZero() && nc.Annotations[v1alpha1.AnnotationRepackedInto] != "" {
+			// A repack emptied it and stopped before deleting it.
+			klog.FromContext(ctx).Info("Deleting nodeclaim emptied by a repack", "nodeClaim", nc.Name)
+			return false, reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		}
+		return false, reconcile.Result{}, nil
 	}
-	return isPacked(nc) || c.packer.done[nc.UID], false
+	if isPacked(nc) {
+		return true, reconcile.Result{}, nil
+	}
+	if c.packer.is(c.packer.done, nc.UID) {
+		// Packed; launched once the cache shows it, with the spec the
+		// repack gave it.
+		return false, reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if c.opts.Repack == nil {
+		// Off: a plan a run with it on left unfinished is finished
+		// first, so that no claim launches between its spec and its pods.
+		var claims v1alpha1.NodeClaimList
+		if err := c.kube.List(ctx, &claims, client.MatchingFields{indexClaimPool: nc.Spec.NodePool}); err != nil {
+			return false, reconcile.Result{}, err
+		}
+		if !slices.ContainsFunc(claims.Items, func(k v1alpha1.NodeClaim) bool { return pendingPlan(&k) }) {
+			return true, reconcile.Result{}, nil
+		}
+	}
+	res, err := c.pack(ctx, nc)
+	if err == nil && isPacked(nc) {
+		return true, reconcile.Result{}, nil
+	}
+	return false, res, err
+}
+
+// pendingPlan: the claim holds a repack plan not finished.
+func pendingPlan(k *v1alpha1.NodeClaim) bool {
+	return k.Annotations[v1alpha1.AnnotationRepackPlan] != "" && !isPacked(k) && k.DeletionTimestamp.IsZero()
+}
+
+// claimReader reads claims for a repack: the API server when given.
+func (c *Controller) claimReader() client.Reader {
+	if c.opts.Claims != nil {
+		return c.opts.Claims
+	}
+	return c.kube
 }
 
 // pack repacks the batch of nc, or finishes a plan of its pool left
@@ -120,11 +184,11 @@ func (c *Controller) packed(nc *v1alpha1.NodeClaim) (ok, emptied bool) {
 func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	c.packer.mu.Lock()
 	defer c.packer.mu.Unlock()
-	if c.packer.emptied[nc.UID] {
+	if c.packer.is(c.packer.emptied, nc.UID) {
 		return reconcile.Result{}, nil // deleted by its repack
 	}
-	if c.packer.done[nc.UID] {
-		return reconcile.Result{Requeue: true}, nil
+	if c.packer.is(c.packer.done, nc.UID) {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	var claims v1alpha1.NodeClaimList
 	if c.opts.Claims != nil {
@@ -136,9 +200,9 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	}
 	for i := range claims.Items {
 		k := &claims.Items[i]
-		if raw := k.Annotations[v1alpha1.AnnotationRepackPlan]; raw != "" && !isPacked(k) && k.DeletionTimestamp.IsZero() {
+		if pendingPlan(k) {
 			var plan packPlan
-			if err := json.Unmarshal([]byte(raw), &plan); err != nil {
+			if err := json.Unmarshal([]byte(k.Annotations[v1alpha1.AnnotationRepackPlan]), &plan); err != nil {
 				// Not ours to read: launch the claims as they are.
 				klog.FromContext(ctx).Error(err, "Unreadable repack plan; launching its claims as they are", "nodeClaim", k.Name)
 				return reconcile.Result{Requeue: true}, c.markPacked(ctx, k, "Kept", "unreadable repack plan: "+err.Error())
@@ -147,12 +211,16 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 			return reconcile.Result{Requeue: true}, c.finishPlan(ctx, k, &plan)
 		}
 	}
+	if c.opts.Repack == nil {
+		return reconcile.Result{Requeue: true}, nil
+	}
 	batch, why, err := c.batchOf(ctx, nc, claims.Items)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if why != "" {
-		return reconcile.Result{Requeue: true}, c.markPacked(ctx, nc, "Kept", why)
+		// Alone: it launches at once, as it is (packGate).
+		return reconcile.Result{}, c.markPacked(ctx, nc, "Kept", why)
 	}
 	plan, why, err := c.planBatch(ctx, nc, batch, claims.Items)
 	if err != nil {
@@ -247,7 +315,7 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 	case nc.Status.Phase != v1alpha1.NodeClaimLaunching || !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID != "" ||
 		meta.FindStatusCondition(nc.Status.Conditions, "Launched") != nil:
 		return "it is launching"
-	case isPacked(nc) || c.packer.done[nc.UID] || c.packer.emptied[nc.UID]:
+	case isPacked(nc) || c.packer.is(c.packer.done, nc.UID) || c.packer.is(c.packer.emptied, nc.UID) || nc.Annotations[v1alpha1.AnnotationRepackedInto] != "":
 		return "it is packed"
 	case nc.Annotations[v1alpha1.AnnotationReplaces] != "":
 		return "it is a replacement"
@@ -301,7 +369,10 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 	}
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
-		return nil, "", client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return nil, "its pool is gone", nil
+		}
+		return nil, "", err
 	}
 	if hash, err := nodeshape.PoolHash(&pool); err != nil || hash != nc.Annotations[v1alpha1.AnnotationNodePoolHash] {
 		return nil, "its pool changed since it was made", nil
@@ -323,7 +394,7 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batc
 	template := nodeshape.ForClaim(nc)
 	offers, err := nodeshape.Offers(template, its, pool.Spec.Template.Spec.Requirements)
 	if err != nil {
-		return nil, "", err
+		return nil, "the pool's catalog cannot be read: " + err.Error(), nil
 	}
 	options := map[string]*repack.Option{}
 	var catalogOptions []*repack.Option
@@ -377,7 +448,9 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batc
 	}
 	result, err := repack.Repack(ctx, prob)
 	if err != nil {
-		return nil, "", err
+		// The simulator failed on this batch: it launches as it is.
+		klog.FromContext(ctx).Error(err, "Repacking failed; launching the batch as nominated", "nodeClaims", len(batch))
+		return nil, "repacking failed: " + err.Error(), nil
 	}
 	if !result.Changed {
 		return nil, "no cheaper packing: " + result.Why, nil
@@ -557,22 +630,34 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 }
 
 // finishPlan carries out plan, written on holder: idempotent, so that a
-// restart after any step finishes it.
+// restart after any step finishes it. Claims already Packed or launched
+// (a run that got further) are left as they are.
 func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim, plan *packPlan) error {
 	logger := klog.FromContext(ctx)
+	r := c.claimReader()
 	// The staying claims get their instance types and resources first:
 	// none launches before it is marked Packed, last.
+	fresh := map[string]*v1alpha1.NodeClaim{}
+	missing := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(plan.Claims)) {
 		pc := plan.Claims[name]
-		var k v1alpha1.NodeClaim
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue // deleted meanwhile: the scheduler decides its pods again
+		k := holder.DeepCopy()
+		if name != holder.Name {
+			k = &v1alpha1.NodeClaim{}
+			if err := r.Get(ctx, client.ObjectKey{Name: name}, k); err != nil {
+				if apierrors.IsNotFound(err) {
+					missing[name] = true // deleted meanwhile: the scheduler decides its pods again
+					continue
+				}
+				return err
 			}
-			return err
 		}
-		if name == holder.Name {
-			k = *holder
+		if !k.DeletionTimestamp.IsZero() {
+			missing[name] = true
+			continue
+		}
+		if isPacked(k) || k.Status.ProviderID != "" {
+			continue
 		}
 		reqs := slices.Clone(k.Spec.Requirements)
 		for i := range reqs {
@@ -582,16 +667,15 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 		}
 		if !equality.Semantic.DeepEqual(reqs, k.Spec.Requirements) || !equality.Semantic.DeepEqual(pc.Requests, k.Spec.Resources.Requests) {
 			k.Spec.Requirements, k.Spec.Resources.Requests = reqs, pc.Requests
-			if err := c.kube.Update(ctx, &k); err != nil {
+			if err := c.kube.Update(ctx, k); err != nil {
 				return err
 			}
-			if name == holder.Name {
-				*holder = k
-			}
 		}
+		fresh[name] = k
 	}
-	// The pods move: each pod still nominated to a claim of the plan goes
-	// to the claim the plan gives it.
+	// The pods move: each pod still nominated to the claim it leaves goes
+	// to the claim the plan gives it, unless that claim is gone. The patch
+	// holds only while the pod is still nominated where the plan found it.
 	for src, moves := range plan.Moves {
 		pods, err := c.nominatedPods(ctx, src)
 		if err != nil {
@@ -600,11 +684,11 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 		for i := range pods {
 			p := &pods[i]
 			to, ok := moves[p.UID]
-			if !ok {
+			if !ok || missing[to] {
 				continue
 			}
-			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, to))
-			if err := c.kube.Status().Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+			patch := client.RawPatch(types.JSONPatchType, fmt.Appendf(nil, `[{"op":"test","path":"/status/nominatedNodeName","value":%q},{"op":"replace","path":"/status/nominatedNodeName","value":%q}]`, src, to))
+			if err := c.kube.Status().Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
 				return err
 			}
 			crashpoint.Hit(crashpoint.MidRepack)
@@ -613,13 +697,13 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 	// The emptied claims say where their pods went, then go.
 	for _, name := range plan.Emptied {
 		var k v1alpha1.NodeClaim
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
+		if err := r.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
 			return err
 		}
-		c.packer.emptied[k.UID] = true
+		c.packer.mark(c.packer.emptied, k.UID)
 		if !k.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -645,38 +729,34 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 	}
 	// The staying claims may launch, the plan's own last.
 	note := fmt.Sprintf("batch repacked (%s): $%s/h instead of $%s/h", plan.How, formatPrice(plan.After), formatPrice(plan.Before))
-	for _, name := range slices.Sorted(maps.Keys(plan.Claims)) {
-		if name == holder.Name {
-			continue
-		}
-		var k v1alpha1.NodeClaim
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &k); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return err
-		}
+	names := slices.DeleteFunc(slices.Sorted(maps.Keys(fresh)), func(n string) bool { return n == holder.Name })
+	if fresh[holder.Name] != nil {
+		names = append(names, holder.Name)
+	}
+	for _, name := range names {
+		k := fresh[name]
 		k.Status.NominatedPods, k.Status.InstanceTypeOptions = plan.Claims[name].Pods, int32(len(plan.Claims[name].InstanceTypes))
-		if err := c.markPacked(ctx, &k, "Repacked", note); err != nil {
+		if err := c.markPacked(ctx, k, "Repacked", note); err != nil {
 			return err
 		}
 	}
-	holder.Status.NominatedPods, holder.Status.InstanceTypeOptions = plan.Claims[holder.Name].Pods, int32(len(plan.Claims[holder.Name].InstanceTypes))
-	if err := c.markPacked(ctx, holder, "Repacked", note); err != nil {
-		return err
+	if fresh[holder.Name] != nil {
+		c.event(holder, corev1.EventTypeNormal, "Repacked", "Launch", fmt.Sprintf("%s; %d claims kept, %d emptied", note, len(plan.Claims), len(plan.Emptied)))
+	} else if !isPacked(holder) && holder.DeletionTimestamp.IsZero() {
+		// The holder was launched or packed by a run that got further.
+		return c.markPacked(ctx, holder, "Repacked", note)
 	}
-	c.event(holder, corev1.EventTypeNormal, "Repacked", "Launch", fmt.Sprintf("%s; %d claims kept, %d emptied", note, len(plan.Claims), len(plan.Emptied)))
 	return nil
 }
 
-// markPacked sets the claim's Packed condition True: it may launch.
+// markPacked sets the claim's Packed condition True (on nc too): it may
+// launch.
 func (c *Controller) markPacked(ctx context.Context, nc *v1alpha1.NodeClaim, reason, message string) error {
-	nc = nc.DeepCopy()
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: conditionPacked, Status: metav1.ConditionTrue, Reason: reason, Message: message})
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return err
 	}
-	c.packer.done[nc.UID] = true
+	c.packer.mark(c.packer.done, nc.UID)
 	klog.FromContext(ctx).V(2).Info("Nodeclaim packed", "nodeClaim", nc.Name, "reason", reason, "message", message)
 	return nil
 }

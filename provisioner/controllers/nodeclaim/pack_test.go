@@ -240,3 +240,31 @@ func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimARepackEmptiedNeverLaunches: a claim annotated with where a
+// repack moved its pods, found by a provisioner that remembers nothing
+// (with repacking on, and off), is deleted, not launched.
+func TestClaimARepackEmptiedNeverLaunches(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("repack=%v", on), func(t *testing.T) {
+			ctx := context.Background()
+			s, a, b := packSteps(t)
+			if !on {
+				s.c.opts.Repack = nil
+			}
+			a.Annotations[v1alpha1.AnnotationRepackedInto] = fmt.Sprintf(`{"uid-pod-p0":%q}`, b.Name)
+			if err := s.kube.Update(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.kube.Get(ctx, client.ObjectKeyFromObject(a), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the emptied claim is still there (%v)", err)
+			}
+			if n := s.cloud.Creates(); n != 0 {
+				t.Errorf("%d instances launched for an emptied claim", n)
+			}
+		})
+	}
+}

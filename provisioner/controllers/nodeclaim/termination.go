@@ -59,6 +59,7 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{}, err
 	}
 	c.limits.Release(nc.UID)
+	c.packer.forget(nc.UID)
 	return reconcile.Result{}, nil
 }
 
