@@ -230,11 +230,15 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		metrics.Repacks.WithLabelValues(nc.Spec.NodePool, "Kept").Inc()
 		klog.FromContext(ctx).V(1).Info("Batch launches as nominated", "nodeClaims", len(batch), "why", why)
 		for _, b := range batch {
-			if err := c.markPacked(ctx, b.nc, "Kept", why); err != nil {
+			k := b.nc
+			if k.UID == nc.UID {
+				k = nc // it launches in this reconcile (packGate)
+			}
+			if err := c.markPacked(ctx, k, "Kept", why); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
-		return reconcile.Result{Requeue: true}, nil
+		return reconcile.Result{Requeue: !isPacked(nc)}, nil
 	}
 	// The plan goes on the first claim that stays, before anything moves.
 	holder := slices.Sorted(maps.Keys(plan.Claims))[0]
@@ -355,8 +359,8 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 			batch = append(batch, batchMember{nc: k, pods: pods})
 		}
 	}
-	if len(batch) < 2 {
-		return nil, "no other claim of its batch is waiting to launch", nil
+	if len(batch) == 0 {
+		return nil, "no claim of its batch is waiting to launch", nil
 	}
 	if len(batch) > maxBatchClaims {
 		// nc and the oldest others: the rest make the next batch.
@@ -417,6 +421,28 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batc
 	dss := make([]*appsv1.DaemonSet, len(dsList.Items))
 	for i := range dsList.Items {
 		dss[i] = &dsList.Items[i]
+	}
+	if len(batch) == 1 {
+		// Alone, it can only shrink: look at the simulator only when a
+		// cheaper type has room for its pods (some left while it was
+		// open, and VirtualNodes does not widen a claim again).
+		b := batch[0]
+		pods := make([]*corev1.Pod, len(b.pods))
+		for i := range b.pods {
+			pods[i] = &b.pods[i]
+		}
+		its := instanceTypes(b.nc)
+		first := options[""]
+		for _, name := range its {
+			if first = options[name]; first != nil {
+				break
+			}
+		}
+		if first == nil || !slices.ContainsFunc(catalogOptions, func(o *repack.Option) bool {
+			return o.Price < first.Price && holds(o.Node(b.nc.Name), pods, simulator.DaemonSetPods(dss, o.Node(b.nc.Name)))
+		}) {
+			return nil, "alone in its batch, on the cheapest type that holds its pods", nil
+		}
 	}
 	nodes, pods, err := c.around(ctx, batch, claims)
 	if err != nil {
@@ -759,4 +785,19 @@ func (c *Controller) markPacked(ctx context.Context, nc *v1alpha1.NodeClaim, rea
 	c.packer.mark(c.packer.done, nc.UID)
 	klog.FromContext(ctx).V(2).Info("Nodeclaim packed", "nodeClaim", nc.Name, "reason", reason, "message", message)
 	return nil
+}
+
+// holds reports whether node's allocatable has room for pods and ds.
+func holds(node *corev1.Node, pods, ds []*corev1.Pod) bool {
+	need := requests(pods, ds)
+	for name, q := range need {
+		have, ok := node.Status.Allocatable[name]
+		if !ok && q.IsZero() {
+			continue
+		}
+		if !ok || have.Cmp(q) < 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -268,3 +268,31 @@ func TestClaimARepackEmptiedNeverLaunches(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimAloneShrinksToTheTypeItsPodsNeed: a claim left with one pod of
+// 1500m but narrowed to "large" (a pod left it while it was open) is
+// repacked alone onto "small", half the price, before it launches.
+func TestClaimAloneShrinksToTheTypeItsPodsNeed(t *testing.T) {
+	ctx := context.Background()
+	s, a, b := packSteps(t)
+	if err := s.kube.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.Requirements[0].Values = []string{"large"}
+	if err := s.kube.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.get(t, a)
+	if !isPacked(got) || instanceTypes(got)[0] != "small" {
+		t.Fatalf("packed %v, instance types %v; want packed, small first", isPacked(got), instanceTypes(got))
+	}
+	if _, err := s.c.launch(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := s.cloud.List(ctx); err != nil || len(in) != 1 || in[0].InstanceType != "small" {
+		t.Errorf("instances %+v (%v); want one small", in, err)
+	}
+}
