@@ -6,8 +6,11 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
@@ -226,4 +229,27 @@ func (w *viewLister) CompositePodGroupStates() fwk.CompositePodGroupStateLister 
 }
 func (w *viewLister) CompositePodGroups() fwk.CompositePodGroupLister {
 	return w.get().CompositePodGroups()
+}
+
+// DefaultScheduler is a Scheduler of kube-scheduler's default profile
+// (no VirtualNodes), its shared state (volumes, DRA) read from cs through
+// informers started here until ctx ends: for tests and tools that judge
+// placements as a stock scheduler would.
+func DefaultScheduler(ctx context.Context, cs kubernetes.Interface) (*Scheduler, error) {
+	cfg, err := latest.Default()
+	if err != nil {
+		return nil, err
+	}
+	inf := informers.NewSharedInformerFactory(cs, 0)
+	opts, err := SharedState(ctx, cs, inf)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	if err != nil {
+		return nil, err
+	}
+	inf.Start(ctx.Done())
+	inf.WaitForCacheSync(ctx.Done())
+	return s, nil
 }

@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	resourcehelper "k8s.io/component-helpers/resource"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/nodeforge/nodeforge/simulator"
@@ -25,22 +23,10 @@ func newScheduler(t testing.TB) *simulator.Scheduler {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg, err := latest.Default()
+	s, err := simulator.DefaultScheduler(ctx, fake.NewClientset())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset()
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
 	return s
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -15,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
 // BenchmarkScaleUpMixed500 is BenchmarkNominate's workload in the sandbox:
@@ -87,20 +84,8 @@ func BenchmarkScaleUpMixed500(b *testing.B) {
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", n, err)
 		}
-		var lat []float64
-		for uid, r := range running {
-			lat = append(lat, r.Sub(created[uid]).Seconds())
-		}
-		slices.Sort(lat)
-		var claims v1alpha1.NodeClaimList
-		if err := kube.List(ctx, &claims); err != nil {
-			b.Fatal(err)
-		}
-		fleet := 0.0
-		for _, nc := range claims.Items {
-			p, _ := strconv.ParseFloat(nc.Status.Price, 64)
-			fleet += p
-		}
+		lat := latencies(created, running)
+		claims, fleet := fleetOf(ctx, b, kube)
 		// "batch repacked (how): $A/h instead of $B/h; ..." on each
 		// changed batch's plan claim.
 		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Repacked"})

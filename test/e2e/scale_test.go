@@ -117,22 +117,12 @@ func scaleUp(b *testing.B, replicas int) {
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", replicas, err)
 		}
-		var lat []float64
+		lat := latencies(created, running)
 		var lastCreated, lastRunning time.Time
 		for uid, r := range running {
-			lat = append(lat, r.Sub(created[uid]).Seconds())
 			lastCreated, lastRunning = later(lastCreated, created[uid]), later(lastRunning, r)
 		}
-		slices.Sort(lat)
-		var claims v1alpha1.NodeClaimList
-		if err := kube.List(ctx, &claims); err != nil {
-			b.Fatal(err)
-		}
-		fleet := 0.0
-		for _, nc := range claims.Items {
-			p, _ := strconv.ParseFloat(nc.Status.Price, 64)
-			fleet += p
-		}
+		claims, fleet := fleetOf(ctx, b, kube)
 		bound := lowerBound(b, float64(replicas)*0.5, float64(replicas)*0.5)
 		b.ReportMetric(seconds, "s-to-running")
 		b.ReportMetric(percentile(lat, 0.50), "p50-created-to-running-s")
@@ -543,6 +533,30 @@ func (r requestCounts) top(n int) string {
 
 // lowerBound prices cpu cores and memory GiB at the catalog's cheapest
 // offering per vCPU and per GiB; the fleet cannot cost less than either.
+// latencies are each pod's seconds from created to running, sorted.
+func latencies(created, running map[types.UID]time.Time) []float64 {
+	var lat []float64
+	for uid, r := range running {
+		lat = append(lat, r.Sub(created[uid]).Seconds())
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+// fleetOf is every claim and the sum of the prices they launched at.
+func fleetOf(ctx context.Context, b *testing.B, kube client.Client) (v1alpha1.NodeClaimList, float64) {
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		b.Fatal(err)
+	}
+	fleet := 0.0
+	for _, nc := range claims.Items {
+		p, _ := strconv.ParseFloat(nc.Status.Price, 64)
+		fleet += p
+	}
+	return claims, fleet
+}
+
 func lowerBound(b *testing.B, cpu, gib float64) float64 {
 	types, err := simulated.LoadCatalog("")
 	if err != nil {

@@ -15,9 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,22 +56,11 @@ func TestConsolidationAgainstAnIndependentScheduler(t *testing.T) {
 // the package's API server.
 func newJudge(ctx context.Context, t *testing.T, cs kubernetes.Interface) *simulator.Scheduler {
 	t.Helper()
-	cfg, err := latest.Default()
+	s, err := simulator.DefaultScheduler(ctx, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
-	return sched
+	return s
 }
 
 // fleet is the seed's nodes and pods as the API server has them now.

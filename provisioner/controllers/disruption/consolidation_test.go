@@ -13,11 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -142,23 +140,11 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 // newScheduler is the simulator with kube-scheduler's default profile.
 func newScheduler(ctx context.Context, tb testing.TB) *simulator.Scheduler {
 	tb.Helper()
-	cfg, err := latest.Default()
+	s, err := simulator.DefaultScheduler(ctx, kubefake.NewClientset())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cs := kubefake.NewClientset()
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
-	return sched
+	return s
 }
 
 func countClaims(objs []client.Object) int {

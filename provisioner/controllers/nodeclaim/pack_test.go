@@ -13,9 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
@@ -26,23 +24,11 @@ import (
 // newPackScheduler is the simulator with kube-scheduler's default profile.
 func newPackScheduler(ctx context.Context, t *testing.T) *simulator.Scheduler {
 	t.Helper()
-	cfg, err := latest.Default()
+	s, err := simulator.DefaultScheduler(ctx, kubefake.NewClientset())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := kubefake.NewClientset()
-	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := simulator.SharedState(ctx, cs, inf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := simulator.NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(ctx.Done())
-	inf.WaitForCacheSync(ctx.Done())
-	return sched
+	return s
 }
 
 // packSteps is newSteps with repacking on, "large" priced below two
