@@ -302,8 +302,13 @@ func requests(pods []*corev1.Pod) corev1.ResourceList {
 }
 
 func (r *Replacer) daemonSets(ctx context.Context) ([]*appsv1.DaemonSet, error) {
+	return DaemonSets(ctx, r.cache)
+}
+
+// DaemonSets lists every DaemonSet, for simulator.DaemonSetPods.
+func DaemonSets(ctx context.Context, c client.Reader) ([]*appsv1.DaemonSet, error) {
 	var list appsv1.DaemonSetList
-	if err := r.cache.List(ctx, &list); err != nil {
+	if err := c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
 	out := make([]*appsv1.DaemonSet, len(list.Items))

@@ -41,11 +41,7 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	// the pods come when that node is drained, once this one is up.
 	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != ""
 	now := c.now()
-	last := nc.CreationTimestamp.Time
-	if nc.Status.LastNominationTime != nil {
-		last = nc.Status.LastNominationTime.Time
-	}
-	idle, open := now.Sub(last), now.Sub(nc.CreationTimestamp.Time)
+	idle, open := now.Sub(lastNomination(nc)), now.Sub(nc.CreationTimestamp.Time)
 	if idle < c.opts.BatchIdle && open < c.opts.BatchMax && !replacement {
 		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
 	}
@@ -59,22 +55,7 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
-	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
-		controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
-		if err := c.kube.Update(ctx, nc); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	nc.Status.Phase = v1alpha1.NodeClaimLaunching
-	if replacement && nc.Status.InstanceTypeOptions == 0 {
-		// The scheduler plugin sets it on the claims it makes.
-		for _, r := range nc.Spec.Requirements {
-			if r.Key == corev1.LabelInstanceTypeStable && r.Operator == corev1.NodeSelectorOpIn {
-				nc.Status.InstanceTypeOptions = int32(len(r.Values))
-			}
-		}
-	}
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	if err := c.closeClaim(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
 	if !replacement && c.opts.Repack != nil {
@@ -106,10 +87,7 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 			k.Annotations[v1alpha1.AnnotationReplaces] != "" || groupOf(k) != group {
 			continue
 		}
-		last := k.CreationTimestamp.Time
-		if k.Status.LastNominationTime != nil {
-			last = k.Status.LastNominationTime.Time
-		}
+		last := lastNomination(k)
 		if now.Sub(last) < c.opts.BatchIdle/2 {
 			continue
 		}
@@ -117,16 +95,36 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 		if err != nil || len(pods) == 0 {
 			continue // its own window deletes it when its pods are gone
 		}
-		if !controllerutil.ContainsFinalizer(k, v1alpha1.FinalizerTermination) {
-			controllerutil.AddFinalizer(k, v1alpha1.FinalizerTermination)
-			if err := c.kube.Update(ctx, k); err != nil {
-				continue
-			}
-		}
-		k.Status.Phase = v1alpha1.NodeClaimLaunching
-		if err := c.kube.Status().Update(ctx, k); err != nil {
+		if err := c.closeClaim(ctx, k); err != nil {
 			continue
 		}
 		klog.FromContext(ctx).Info("Closed nodeclaim with its batch", "nodeClaim", k.Name, "batchOf", nc.Name, "pods", len(pods), "idle", now.Sub(last).Round(time.Millisecond))
 	}
+}
+
+// lastNomination is when a pod was last nominated to the claim, or when it
+// was made.
+func lastNomination(nc *v1alpha1.NodeClaim) time.Time {
+	if nc.Status.LastNominationTime != nil {
+		return nc.Status.LastNominationTime.Time
+	}
+	return nc.CreationTimestamp.Time
+}
+
+// closeClaim closes the claim to nominations (phase Launching), with the
+// termination finalizer on first. The status update carries the
+// resourceVersion read: a nomination written meanwhile makes it fail.
+func (c *Controller) closeClaim(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
+		controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
+		if err := c.kube.Update(ctx, nc); err != nil {
+			return err
+		}
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunching
+	if nc.Annotations[v1alpha1.AnnotationReplaces] != "" && nc.Status.InstanceTypeOptions == 0 {
+		// The scheduler plugin sets it on the claims it makes.
+		nc.Status.InstanceTypeOptions = int32(len(instanceTypes(nc)))
+	}
+	return c.kube.Status().Update(ctx, nc)
 }

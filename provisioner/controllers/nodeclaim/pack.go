@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
@@ -214,7 +214,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if c.opts.Repack == nil {
 		return reconcile.Result{Requeue: true}, nil
 	}
-	batch, why, err := c.batchOf(ctx, nc, claims.Items)
+	batch, pool, why, err := c.batchOf(ctx, nc, claims.Items)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -222,7 +222,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		// Alone: it launches at once, as it is (packGate).
 		return reconcile.Result{}, c.markPacked(ctx, nc, "Kept", why)
 	}
-	plan, why, err := c.planBatch(ctx, nc, batch, claims.Items)
+	plan, why, err := c.planBatch(ctx, nc, pool, batch, claims.Items)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -339,7 +339,7 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 // batchOf is nc's batch: the claims of its pool and group that are closed,
 // not launched and not packed, with their pods. It says why not when nc
 // cannot be repacked or has no claim to be repacked with.
-func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, string, error) {
+func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, *v1alpha1.NodePool, string, error) {
 	group := groupOf(nc)
 	var batch []batchMember
 	for i := range claims {
@@ -349,18 +349,18 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 		}
 		pods, err := c.nominatedPods(ctx, k.Name)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		why := c.unpackable(k, len(pods))
 		if k.UID == nc.UID && why != "" {
-			return nil, why, nil
+			return nil, nil, why, nil
 		}
 		if why == "" {
 			batch = append(batch, batchMember{nc: k, pods: pods})
 		}
 	}
 	if len(batch) == 0 {
-		return nil, "no claim of its batch is waiting to launch", nil
+		return nil, nil, "no claim of its batch is waiting to launch", nil
 	}
 	if len(batch) > maxBatchClaims {
 		// nc and the oldest others: the rest make the next batch.
@@ -374,22 +374,18 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "its pool is gone", nil
+			return nil, nil, "its pool is gone", nil
 		}
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	if hash, err := nodeshape.PoolHash(&pool); err != nil || hash != nc.Annotations[v1alpha1.AnnotationNodePoolHash] {
-		return nil, "its pool changed since it was made", nil
+		return nil, nil, "its pool changed since it was made", nil
 	}
-	return batch, "", nil
+	return batch, &pool, "", nil
 }
 
 // planBatch repacks the batch; nil (and why) when it stays as it is.
-func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batch []batchMember, claims []v1alpha1.NodeClaim) (*packPlan, string, error) {
-	var pool v1alpha1.NodePool
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
-		return nil, "", err
-	}
+func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, batch []batchMember, claims []v1alpha1.NodeClaim) (*packPlan, string, error) {
 	zone, capacityType, arch := only(nc, corev1.LabelTopologyZone), only(nc, v1alpha1.LabelCapacityType), only(nc, corev1.LabelArchStable)
 	its, err := catalog.InstanceTypesOf(ctx, c.kube, pool.Name)
 	if err != nil {
@@ -414,13 +410,9 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, batc
 		options[it.Name] = opt
 		catalogOptions = append(catalogOptions, opt)
 	}
-	var dsList appsv1.DaemonSetList
-	if err := c.kube.List(ctx, &dsList); err != nil {
+	dss, err := disruption.DaemonSets(ctx, c.kube)
+	if err != nil {
 		return nil, "", err
-	}
-	dss := make([]*appsv1.DaemonSet, len(dsList.Items))
-	for i := range dsList.Items {
-		dss[i] = &dsList.Items[i]
 	}
 	if len(batch) == 1 {
 		// Alone, it can only shrink: look at the simulator only when a
