@@ -7,7 +7,10 @@ tool (
 	sigs.k8s.io/kwok/cmd/kwok
 )
 
-require sigs.k8s.io/kwok v0.8.0
+require (
+	sigs.k8s.io/kwok v0.8.0
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -133,5 +136,4 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )

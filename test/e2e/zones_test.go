@@ -189,6 +189,23 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 		}
 		return true, nil
 	})
+	// kwok must not run or delete the failed nodes' pods (a dead kubelet
+	// does neither): the simulated cloud marks them for the sandbox's
+	// kwok stages to leave alone.
+	poll(t, "the pods of the 3 failed nodes marked "+simulated.PodOfFailedNode, func() (bool, error) {
+		for _, nc := range failing {
+			pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nc.Status.NodeName})
+			if err != nil || len(pods.Items) == 0 {
+				return false, err
+			}
+			for _, p := range pods.Items {
+				if p.Annotations[simulated.PodOfFailedNode] != "true" {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
 	// The outage ends for new machines: replacements of class failing
 	// come up. The failed nodes stay failed.
 	setFaults(t, kube, "failing")

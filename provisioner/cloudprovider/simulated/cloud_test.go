@@ -29,7 +29,8 @@ func testCloud(t *testing.T, kube client.WithWatch, faults ...v1alpha1.Simulated
 		class := &v1alpha1.SimulatedNodeClass{}
 		class.Name = "default"
 		class.Spec.Faults = faults
-		kube = fake.NewClientBuilder().WithScheme(scheme).WithObjects(class).Build()
+		kube = fake.NewClientBuilder().WithScheme(scheme).WithObjects(class).
+			WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	}
 	cat, err := NewCatalog("")
 	if err != nil {

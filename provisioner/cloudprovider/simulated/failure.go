@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,12 +36,49 @@ import (
 // it back.
 const FailedHolder = "nodeforge-simulated-failure"
 
+// PodOfFailedNode is the annotation ("true") the simulated cloud writes
+// on every pod bound to a node it failed, at the failure and, for pods
+// bound later, every round after while the node exists. The sandbox's
+// kwok stages (hack/tools/kwokstages) match no pod so annotated: kwok
+// neither runs nor finishes deleting them, as a dead kubelet would not.
+// The lease alone should be enough, but kwok v0.8.0 checks it for pods
+// only when its node lease controller happens to start before its pod
+// controller, which is random (a map's order).
+const PodOfFailedNode = "simulated.nodeforge.dev/node-failed"
+
 // failedLeaseSeconds is the failed lease's duration: ten years.
 const failedLeaseSeconds = 10 * 365 * 24 * 3600
 
 // fail fails the registered nodes that a NodeFailure fault of their node
-// class names and whose delay has passed.
+// class names and whose delay has passed, and marks the pods of the nodes
+// it failed (PodOfFailedNode).
 func (c *Cloud) fail(ctx context.Context) error {
+	if err := c.readFailed(ctx); err != nil {
+		return err
+	}
+	// A pod that cannot be marked does not keep other nodes from failing.
+	return errors.Join(c.failDue(ctx), c.markPodsOfFailedNodes(ctx))
+}
+
+// readFailed reads, once, the nodes failed before this process started.
+func (c *Cloud) readFailed(ctx context.Context) error {
+	if c.failedRead {
+		return nil
+	}
+	failed, err := c.labelled(ctx, labelFailed, "true")
+	if err != nil {
+		return err
+	}
+	c.failedNodes = map[string]bool{}
+	for _, e := range failed {
+		c.failedNodes[e.in.NodeName] = true
+	}
+	c.failedRead = true
+	return nil
+}
+
+// failDue fails the nodes whose NodeFailure fault is due.
+func (c *Cloud) failDue(ctx context.Context) error {
 	var classes v1alpha1.SimulatedNodeClassList
 	if err := c.kube.List(ctx, &classes); err != nil {
 		return fmt.Errorf("listing SimulatedNodeClasses: %w", err)
@@ -127,11 +166,50 @@ func (c *Cloud) failNode(ctx context.Context, e entry, f *v1alpha1.SimulatedFaul
 		}
 		return err
 	}
+	c.failedNodes[e.in.NodeName] = true
 	after := time.Duration(0)
 	if f.After != nil {
 		after = f.After.Duration
 	}
 	klog.FromContext(ctx).Info("Simulated node failed: its kubelet stopped renewing its lease", "node", e.in.NodeName, "providerID", e.in.ProviderID,
 		"zone", e.in.Zone, "instanceType", e.in.InstanceType, "capacityType", e.in.CapacityType, "nodeClass", e.in.NodeClass, "after", after)
+	return nil
+}
+
+// markPodsOfFailedNodes marks the pods bound to the nodes failed so far
+// (PodOfFailedNode); a node no longer there is forgotten.
+func (c *Cloud) markPodsOfFailedNodes(ctx context.Context) error {
+	for name := range c.failedNodes {
+		if err := c.api.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
+			delete(c.failedNodes, name)
+			continue
+		} else if err != nil {
+			return err
+		}
+		if err := c.markPods(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markPods annotates the pods bound to node that are not yet
+// PodOfFailedNode.
+func (c *Cloud) markPods(ctx context.Context, node string) error {
+	var pods corev1.PodList
+	if err := c.api.List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return fmt.Errorf("listing the pods of failed node %s: %w", node, err)
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, PodOfFailedNode)))
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Annotations[PodOfFailedNode] == "true" {
+			continue
+		}
+		if err := c.kube.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("marking pod %s/%s of failed node %s: %w", p.Namespace, p.Name, node, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Marked pod of a failed simulated node: kwok runs it no more", "pod", klog.KObj(p), "node", node)
+	}
 	return nil
 }

@@ -118,3 +118,91 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 		t.Errorf("the failed lease was written again (resourceVersion %s → %s): the node lifecycle controller would take its cache for stale", lease.ResourceVersion, again.ResourceVersion)
 	}
 }
+
+// TestFailedNodesPodsAreMarked: the pods bound to a node the simulated
+// cloud failed carry PodOfFailedNode (which the sandbox's kwok stages
+// match no pod with), those bound before the failure at once and those
+// bound after on a later round, also after the fault is removed and after
+// a restart of the cloud; a pod of a healthy node is never marked, and a
+// node that is gone is forgotten.
+func TestFailedNodesPodsAreMarked(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	in, err := c.Create(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	node := "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
+	pod := func(name, node string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+		if err := c.kube.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	marked := func(p *corev1.Pod) bool {
+		t.Helper()
+		var got corev1.Pod
+		if err := c.kube.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Annotations[PodOfFailedNode] == "true"
+	}
+	before, elsewhere := pod("before", node), pod("elsewhere", "sim-healthy")
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if marked(before) {
+		t.Fatal("a pod of a node that has not failed is marked")
+	}
+
+	var class v1alpha1.SimulatedNodeClass
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: "default"}, &class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.Faults = []v1alpha1.SimulatedFault{{Kind: v1alpha1.FaultNodeFailure}}
+	if err := c.kube.Update(ctx, &class); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(before) {
+		t.Error("the pod of the failed node is not marked at its failure")
+	}
+	class.Spec.Faults = nil
+	if err := c.kube.Update(ctx, &class); err != nil {
+		t.Fatal(err)
+	}
+	after := pod("after", node)
+	if err := c.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(after) {
+		t.Error("a pod bound to the failed node after its failure is not marked on the next round")
+	}
+	// A restarted cloud reads the failed nodes from its inventory.
+	restarted := NewCloud(c.Catalog, c.kube, c.api, c.namespace)
+	late := pod("late", node)
+	if err := restarted.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(late) {
+		t.Error("after a restart, a pod bound to the failed node is not marked")
+	}
+	if marked(elsewhere) {
+		t.Error("a pod of a healthy node is marked")
+	}
+	if err := c.kube.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if restarted.failedNodes[node] {
+		t.Error("a failed node that is gone is still watched")
+	}
+}

@@ -198,7 +198,7 @@ func isMirror(p *corev1.Pod) bool {
 // period is over: its kubelet will never confirm it stopped. The UID
 // precondition spares a pod recreated under the same name.
 func (c *Controller) forceDelete(ctx context.Context, node *corev1.Node, p *corev1.Pod) error {
-	klog.FromContext(ctx).Info("Deleting pod on a node that is not ready: its grace period is over and its kubelet does not answer", "pod", klog.KObj(p), "node", node.Name)
+	klog.FromContext(ctx).Info("Deleting pod on a node that is not ready: its grace period is over and its kubelet does not answer", "pod", klog.KObj(p), "node", node.Name, "deletionTimestamp", p.DeletionTimestamp, "deletionGracePeriodSeconds", p.DeletionGracePeriodSeconds)
 	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
