@@ -79,11 +79,16 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 // nil when none takes the pod.
 func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) *claim {
 	type slack struct {
-		c    *claim
-		left float64 // the larger of the fractions of cpu and memory the cheapest option has left
+		c     *claim
+		left  float64 // the larger of the fractions of cpu and memory the cheapest option has left
+		order int     // among equals, the claim's place in p.order
 	}
-	var fits []slack
-	for _, c := range p.order {
+	// Only the first MaxClaimsTried in that order are tried: keep those,
+	// not every claim sorted.
+	fits := firstK[slack]{k: p.args.MaxClaimsTried, cmp: func(a, b slack) int {
+		return cmp.Or(cmp.Compare(a.left, b.left), cmp.Compare(a.order, b.order))
+	}}
+	for i, c := range p.order {
 		if len(c.options) == 0 {
 			continue
 		}
@@ -92,19 +97,39 @@ func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod 
 			if c == hint {
 				left = -1
 			}
-			fits = append(fits, slack{c: c, left: left})
+			fits.add(slack{c: c, left: left, order: i})
 		}
 	}
-	slices.SortStableFunc(fits, func(a, b slack) int { return cmp.Compare(a.left, b.left) })
-	for i, f := range fits {
-		if i == p.args.MaxClaimsTried {
-			break
-		}
+	for _, f := range fits.items {
 		if p.tryClaim(ctx, state, pod, req, f.c) {
 			return f.c
 		}
 	}
 	return nil
+}
+
+// firstK keeps the k smallest items added under cmp, in order: the first k
+// of a sort of them all, without sorting them all. cmp must order every
+// two distinct items (no ties), as a stable sort's order would.
+type firstK[T any] struct {
+	k     int
+	cmp   func(a, b T) int
+	items []T
+}
+
+func (f *firstK[T]) add(x T) {
+	if f.k <= 0 {
+		return
+	}
+	if len(f.items) == f.k && f.cmp(x, f.items[f.k-1]) >= 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(f.items, x, f.cmp)
+	if len(f.items) < f.k {
+		f.items = append(f.items, x)
+	}
+	copy(f.items[i+1:], f.items[i:len(f.items)-1])
+	f.items[i] = x
 }
 
 // grow nominates pod to an open claim that holds it once it becomes a
@@ -117,7 +142,9 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.P
 		rise  float64
 		order int
 	}
-	var fits []growth
+	fits := firstK[growth]{k: p.args.MaxClaimsTried, cmp: func(a, b growth) int {
+		return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order))
+	}}
 	for i, c := range p.order {
 		// The claim's node is its largest option.
 		if _, ok := room(c.info.Allocatable, c.info.Requested, req, len(c.info.Pods)+1); len(c.options) == 0 || !ok {
@@ -134,17 +161,13 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.P
 				if c == hint {
 					g.order = -len(p.order)
 				}
-				fits = append(fits, g)
+				fits.add(g)
 				break
 			}
 		}
 	}
-	slices.SortStableFunc(fits, func(a, b growth) int { return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order)) })
 	tried := 0
-	for _, g := range fits {
-		if tried == p.args.MaxClaimsTried {
-			break
-		}
+	for _, g := range fits.items {
 		tried++
 		if p.tryClaim(ctx, state, pod, req, g.c) {
 			return g.c, tried
