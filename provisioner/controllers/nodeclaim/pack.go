@@ -73,11 +73,18 @@ type packer struct {
 	// show them annotated or deleted yet, and they must not launch.
 	seen          sync.Mutex
 	done, emptied map[types.UID]bool
+	// waiting is when each claim first waited for claims closing with it
+	// (closingWith), to bound the wait. Guarded by seen.
+	waiting map[types.UID]time.Time
 }
 
 func newPacker() packer {
-	return packer{done: map[types.UID]bool{}, emptied: map[types.UID]bool{}}
+	return packer{done: map[types.UID]bool{}, emptied: map[types.UID]bool{}, waiting: map[types.UID]time.Time{}}
 }
+
+// closingWait bounds how long a claim waits for the claims of its batch
+// another worker is closing at the same moment.
+const closingWait = 2 * time.Second
 
 func (p *packer) is(m map[types.UID]bool, uid types.UID) bool {
 	p.seen.Lock()
@@ -97,6 +104,23 @@ func (p *packer) forget(uid types.UID) {
 	defer p.seen.Unlock()
 	delete(p.done, uid)
 	delete(p.emptied, uid)
+	delete(p.waiting, uid)
+}
+
+// waited is how long the claim has waited for claims closing with it,
+// counting from now on its first call; done ends the count.
+func (p *packer) waited(uid types.UID, now time.Time, done bool) time.Duration {
+	p.seen.Lock()
+	defer p.seen.Unlock()
+	first, ok := p.waiting[uid]
+	switch {
+	case done:
+		delete(p.waiting, uid)
+	case !ok:
+		first = now
+		p.waiting[uid] = first
+	}
+	return now.Sub(first)
 }
 
 // packPlan is a repack decided and written, not yet finished.
@@ -214,6 +238,14 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if c.opts.Repack == nil {
 		return reconcile.Result{Requeue: true}, nil
 	}
+	if k := c.closingWith(ctx, nc, claims.Items); k != "" && c.packer.waited(nc.UID, c.now(), false) < closingWait {
+		// Two claims of a batch due at one moment are closed by two
+		// workers: the first here must not take itself for alone while
+		// the other's close is still being written.
+		klog.FromContext(ctx).V(1).Info("Waiting for a claim closing with this one's batch", "nodeClaim", k)
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	c.packer.waited(nc.UID, c.now(), true)
 	batch, pool, why, err := c.batchOf(ctx, nc, claims.Items)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -382,6 +414,25 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 		return nil, nil, "its pool changed since it was made", nil
 	}
 	return batch, &pool, "", nil
+}
+
+// closingWith names a claim of nc's batch that is still open but idle for
+// half the idle window with pods nominated to it: closeWithBatch closes
+// such a claim with nc, and a worker of its own may be closing it at this
+// moment. "" when there is none.
+func (c *Controller) closingWith(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) string {
+	group, now := groupOf(nc), c.now()
+	for i := range claims {
+		k := &claims[i]
+		if k.UID == nc.UID || (k.Status.Phase != "" && k.Status.Phase != v1alpha1.NodeClaimNominating) || !k.DeletionTimestamp.IsZero() ||
+			k.Annotations[v1alpha1.AnnotationReplaces] != "" || groupOf(k) != group || now.Sub(lastNomination(k)) < c.opts.BatchIdle/2 {
+			continue
+		}
+		if pods, err := c.nominatedPods(ctx, k.Name); err == nil && len(pods) > 0 {
+			return k.Name
+		}
+	}
+	return ""
 }
 
 // planBatch repacks the batch; nil (and why) when it stays as it is.

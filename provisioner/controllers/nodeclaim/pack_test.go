@@ -282,3 +282,61 @@ func TestClaimAloneShrinksToTheTypeItsPodsNeed(t *testing.T) {
 		t.Errorf("instances %+v (%v); want one small", in, err)
 	}
 }
+
+// TestClaimWaitsForTheClaimClosingWithIt: two claims of a batch fall due
+// at one moment and two workers close them; the first to reach the repack
+// finds the other still open (its close not yet written), idle and holding
+// a pod. It waits instead of taking itself for alone: nothing launches,
+// and once the other is closed the two are repacked onto one node. A
+// claim that never closes is waited for no longer than closingWait.
+func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
+	ctx := context.Background()
+	reopen := func(s *steps, nc *v1alpha1.NodeClaim) {
+		t.Helper()
+		got := s.get(t, nc)
+		got.Status.Phase = v1alpha1.NodeClaimNominating
+		got.Status.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-s.c.opts.BatchIdle)}
+		if err := s.kube.Status().Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("the other closes", func(t *testing.T) {
+		s, a, b := packSteps(t)
+		reopen(s, b)
+		res, err := s.c.launch(ctx, s.get(t, a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RequeueAfter == 0 || s.cloud.Creates() != 0 || meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked) != nil {
+			t.Fatalf("with its batch's other claim closing, the claim was decided (requeue %v, %d creates, Packed %+v); want it to wait",
+				res.RequeueAfter, s.cloud.Creates(), meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked))
+		}
+		got := s.get(t, b)
+		got.Status.Phase = v1alpha1.NodeClaimLaunching
+		if err := s.kube.Status().Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		s.now = s.now.Add(100 * time.Millisecond)
+		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+			t.Fatal(err)
+		}
+		if on := s.podsOn(t); on[a.Name]+on[b.Name] != 2 || on[a.Name] != 2 && on[b.Name] != 2 {
+			t.Errorf("pods per claim %v; want both on one claim (the batch repacked)", on)
+		}
+	})
+	t.Run("the other never closes", func(t *testing.T) {
+		s, a, b := packSteps(t)
+		reopen(s, b)
+		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+			t.Fatal(err)
+		}
+		s.now = s.now.Add(closingWait)
+		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked)
+		if cond == nil || cond.Reason != "Kept" {
+			t.Errorf("after waiting %s the claim's Packed condition is %+v; want it decided alone (Kept)", closingWait, cond)
+		}
+	})
+}
