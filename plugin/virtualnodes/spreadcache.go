@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,15 +36,12 @@ const spreadStateKey fwk.StateKey = "PreFilter" + podtopologyspread.Name
 // selectors (a superset of what it counts: matchLabelKeys only narrow a
 // selector, and it skips terminating pods itself), kept per class of pods
 // (namespace and selectors) and rebuilt for a node only when its NodeInfo
-// changed: its generation moves on every pod added or removed and every
-// change of its node. (The scheduler's snapshot puts a NodeInfo's
-// generation back when it assumes or forgets a pod in a pod group's
-// cycle; PostFilter does not run in those cycles, and VirtualNodes has no
-// PodGroupPostFilter. The saved InterPodAffinity states rely on the same.)
-// Every node is handed over, matching pods or not: a node with none is
-// still a domain with a count of zero. The counts, the domains and so the
-// decisions are those of the full walk; every test of the package checks
-// each state against one computed over the full view (checkSpreadHit).
+// changed (its generation moves on every pod added or removed and every
+// change of its node). Every node is handed over, matching pods or not: a
+// node with none is still a domain with a count of zero. The counts, the
+// domains and so the decisions are those of the full walk; every test of
+// the package checks each state against one computed over the full view
+// (checkSpreadHit).
 
 // checkSpreadHit, when set (by tests), is given for each decision the state
 // computed over the narrowed nodes and the one computed over the full view.
@@ -53,39 +51,31 @@ var checkSpreadHit func(pod *v1.Pod, narrowed, full fwk.StateData)
 const maxSpreadClasses = 64
 
 // narrowedSpread is PodTopologySpread handed only the pods it may count.
-// Its PreFilter runs only in nominate, whose callers hold VirtualNodes'
-// lock: what it keeps needs no lock of its own.
 type narrowedSpread struct {
 	*podtopologyspread.PodTopologySpread
 
+	mu      sync.Mutex
 	classes map[string]*spreadClass
-	// bare is, per node of the view, a NodeInfo with the node and no
-	// pods, handed over for every class with none of its pods there: one
-	// per node, whatever the number of classes.
-	bare  map[fwk.NodeInfo]*bareNode
+	// bare is, per node, a NodeInfo with the node and no pods, handed
+	// over for every class with none of its pods there: one per node,
+	// whatever the number of classes.
+	bare  map[string]*framework.NodeInfo
 	round uint64
-}
-
-// bareNode is a node with no pods, for the node of src.
-type bareNode struct {
-	round uint64
-	info  *framework.NodeInfo
 }
 
 // spreadClass is the narrowed nodes of one class of pods.
 type spreadClass struct {
 	namespace string
 	selectors []labels.Selector
-	// nodes is keyed by the view's NodeInfo, not the node's name, so
-	// that two of one name could not share one.
-	nodes map[fwk.NodeInfo]*narrowedNode
-	list  []fwk.NodeInfo
+	nodes     map[string]*narrowedNode
+	list      []fwk.NodeInfo
 }
 
-// narrowedNode is what a node holds of a class, as of its NodeInfo at
-// generation gen: info, the node with the class's pods, or nil when it
+// narrowedNode is what a node holds of a class, as of the source NodeInfo
+// at generation gen: info, the node with the class's pods, or nil when it
 // holds none.
 type narrowedNode struct {
+	src   fwk.NodeInfo
 	gen   int64
 	round uint64
 	info  *framework.NodeInfo
@@ -124,13 +114,8 @@ func spreadClassOf(pod *v1.Pod) (string, []labels.Selector, bool) {
 			return "", nil, false
 		}
 		sels = append(sels, sel)
-		// No selector selects nothing, an empty one everything: both
-		// print as "".
-		if c.LabelSelector == nil {
-			key.WriteString("\x00nil")
-		} else {
-			key.WriteString("\x00=" + sel.String())
-		}
+		key.WriteByte(0)
+		key.WriteString(sel.String())
 	}
 	return key.String(), sels, len(sels) > 0
 }
@@ -141,12 +126,14 @@ func (n *narrowedSpread) PreFilter(ctx context.Context, state fwk.CycleState, po
 	if !ok {
 		return n.PodTopologySpread.PreFilter(ctx, state, pod, nodes)
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	c := n.classes[key]
 	if c == nil {
 		if len(n.classes) >= maxSpreadClasses || n.classes == nil {
 			n.classes = map[string]*spreadClass{}
 		}
-		c = &spreadClass{namespace: pod.Namespace, selectors: sels, nodes: map[fwk.NodeInfo]*narrowedNode{}}
+		c = &spreadClass{namespace: pod.Namespace, selectors: sels, nodes: map[string]*narrowedNode{}}
 		n.classes[key] = c
 	}
 	res, s := n.PodTopologySpread.PreFilter(ctx, state, pod, n.narrow(c, nodes))
@@ -160,7 +147,7 @@ func (n *narrowedSpread) PreFilter(ctx context.Context, state fwk.CycleState, po
 func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.NodeInfo {
 	n.round++
 	if n.bare == nil {
-		n.bare = map[fwk.NodeInfo]*bareNode{}
+		n.bare = map[string]*framework.NodeInfo{}
 	}
 	c.list = c.list[:0]
 	for _, src := range nodes {
@@ -168,13 +155,13 @@ func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.Node
 		if node == nil {
 			continue // the plugin reads every node's labels; the view lists none without one
 		}
-		nn := c.nodes[src]
+		nn := c.nodes[node.Name]
 		if nn == nil {
-			nn = &narrowedNode{gen: src.GetGeneration() - 1}
-			c.nodes[src] = nn
+			nn = &narrowedNode{}
+			c.nodes[node.Name] = nn
 		}
-		if nn.gen != src.GetGeneration() {
-			nn.gen = src.GetGeneration()
+		if nn.src != src || nn.gen != src.GetGeneration() {
+			nn.src, nn.gen = src, src.GetGeneration()
 			if nn.info != nil {
 				nn.info.Pods = nn.info.Pods[:0]
 			}
@@ -194,13 +181,10 @@ func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.Node
 		nn.round = n.round
 		info := nn.info
 		if info == nil {
-			b := n.bare[src]
-			if b == nil {
-				b = &bareNode{info: framework.NewNodeInfo()}
-				n.bare[src] = b
+			if info = n.bare[node.Name]; info == nil {
+				info = framework.NewNodeInfo()
+				n.bare[node.Name] = info
 			}
-			b.round = n.round
-			info = b.info
 		}
 		// A claim tried on a larger instance type and put back moves
 		// its generation on with the same node: set it only when it is
@@ -211,17 +195,23 @@ func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.Node
 		c.list = append(c.list, info)
 	}
 	if len(c.nodes) > len(c.list) {
-		for src, nn := range c.nodes {
+		for name, nn := range c.nodes {
 			if nn.round != n.round {
-				delete(c.nodes, src)
+				delete(c.nodes, name)
 			}
 		}
 	}
 	if len(n.bare) > len(nodes)+len(nodes)/2+64 {
-		// NodeInfos gone from the view: keep those listed now.
-		for src, b := range n.bare {
-			if b.round != n.round {
-				delete(n.bare, src)
+		// Nodes gone from the view: keep only those listed now.
+		listed := make(map[string]bool, len(nodes))
+		for _, src := range nodes {
+			if node := src.Node(); node != nil {
+				listed[node.Name] = true
+			}
+		}
+		for name := range n.bare {
+			if !listed[name] {
+				delete(n.bare, name)
 			}
 		}
 	}

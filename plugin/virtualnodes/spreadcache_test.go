@@ -9,11 +9,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/utils/ptr"
 )
 
 // spreadHits counts the decisions whose PodTopologySpread state was
@@ -128,7 +126,7 @@ func TestNarrowedSpreadDecidesAsTheFullView(t *testing.T) {
 	other := zoneSpread.DeepCopy()
 	other.Namespace, other.Name, other.UID = "elsewhere", "stranger", "stranger"
 	key, sels, _ := spreadClassOf(zoneSpread)
-	c := &spreadClass{namespace: zoneSpread.Namespace, selectors: sels, nodes: map[fwk.NodeInfo]*narrowedNode{}}
+	c := &spreadClass{namespace: zoneSpread.Namespace, selectors: sels, nodes: map[string]*narrowedNode{}}
 	n := &narrowedSpread{}
 	if c.counts(other) {
 		t.Errorf("class %q counts a pod of another namespace", key)
@@ -164,88 +162,5 @@ func TestNarrowedSpreadDecidesAsTheFullView(t *testing.T) {
 	n.narrow(c, nil)
 	if len(c.nodes) != 0 {
 		t.Errorf("%d narrowed nodes kept after their nodes left the view", len(c.nodes))
-	}
-}
-
-// TestSpreadClassesKeepApartWhatTheySelect: pods whose constraints select
-// differently are of different classes, those that select alike share
-// one, and a pod without hard constraints of its own has none (the
-// plugin may give it default ones: it is not narrowed).
-func TestSpreadClassesKeepApartWhatTheySelect(t *testing.T) {
-	spread := func(sel *metav1.LabelSelector, keys ...string) *v1.Pod {
-		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default"}, Spec: v1.PodSpec{TopologySpreadConstraints: []v1.TopologySpreadConstraint{{
-			MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, MatchLabelKeys: keys}}}}
-	}
-	app := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}
-	other := spread(app)
-	other.Namespace = "other"
-	soft := spread(app)
-	soft.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable = v1.ScheduleAnyway
-	for _, tc := range []struct {
-		name string
-		a, b *v1.Pod
-		same bool
-	}{
-		{"no selector and an empty one differ (nothing and everything)", spread(nil), spread(&metav1.LabelSelector{}), false},
-		{"an empty one with matchLabelKeys is the empty one's class (keys only narrow it)", spread(&metav1.LabelSelector{}, "app"), spread(&metav1.LabelSelector{}), true},
-		{"the same selector in two namespaces differ", spread(app), other, false},
-		{"the same selector in one namespace is one class", spread(app), spread(app), true},
-	} {
-		ka, _, oka := spreadClassOf(tc.a)
-		kb, _, okb := spreadClassOf(tc.b)
-		if !oka || !okb {
-			t.Errorf("%s: a pod with a hard constraint has no class", tc.name)
-		}
-		if (ka == kb) != tc.same {
-			t.Errorf("%s: classes %q and %q", tc.name, ka, kb)
-		}
-	}
-	for _, p := range []*v1.Pod{soft, {ObjectMeta: metav1.ObjectMeta{Namespace: "default"}}} {
-		if k, _, ok := spreadClassOf(p); ok {
-			t.Errorf("a pod without hard constraints of its own has class %q", k)
-		}
-	}
-}
-
-// TestNarrowedSpreadHoldsForEveryKindOfSelector: pods whose constraints
-// have no selector, an empty one with matchLabelKeys, minDomains, or the
-// taint policy Honor are placed among one another, each state checked
-// against the full view's (the package's check panics otherwise).
-func TestNarrowedSpreadHoldsForEveryKindOfSelector(t *testing.T) {
-	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	h := newHarness(t, []*pool{benchPool(t)})
-	before := spreadHits.Load()
-	tmpl := benchPods(1)[0]
-	honor := v1.NodeInclusionPolicyHonor
-	kinds := []func(*v1.Pod){
-		func(p *v1.Pod) {
-			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule}}
-		},
-		func(p *v1.Pod) {
-			p.Labels = map[string]string{"app": "keys"}
-			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule,
-				LabelSelector: &metav1.LabelSelector{}, MatchLabelKeys: []string{"app"}}}
-		},
-		func(p *v1.Pod) {
-			p.Labels = map[string]string{"app": "domains"}
-			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule,
-				LabelSelector: &metav1.LabelSelector{MatchLabels: p.Labels}, MinDomains: ptr.To[int32](3), NodeTaintsPolicy: &honor}}
-		},
-	}
-	n := 0
-	for i := range 30 {
-		for k, kind := range kinds {
-			p := tmpl.DeepCopy()
-			p.Name, p.UID = fmt.Sprintf("kind-%d-%d", k, i), types.UID(fmt.Sprintf("kind-%d-%d", k, i))
-			p.OwnerReferences = nil
-			kind(p)
-			if _, s := h.schedule(ctx, p); !s.IsSuccess() {
-				t.Fatalf("pod %s: %v", p.Name, s.Message())
-			}
-			n++
-		}
-	}
-	if got := spreadHits.Load() - before; got < int64(n) {
-		t.Fatalf("%d of %d decisions checked against the full view", got, n)
 	}
 }
