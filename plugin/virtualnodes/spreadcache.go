@@ -56,11 +56,6 @@ type narrowedSpread struct {
 
 	mu      sync.Mutex
 	classes map[string]*spreadClass
-	// bare is, per node, a NodeInfo with the node and no pods, handed
-	// over for every class with none of its pods there: one per node,
-	// whatever the number of classes.
-	bare  map[string]*framework.NodeInfo
-	round uint64
 }
 
 // spreadClass is the narrowed nodes of one class of pods.
@@ -69,11 +64,11 @@ type spreadClass struct {
 	selectors []labels.Selector
 	nodes     map[string]*narrowedNode
 	list      []fwk.NodeInfo
+	round     uint64
 }
 
-// narrowedNode is what a node holds of a class, as of the source NodeInfo
-// at generation gen: info, the node with the class's pods, or nil when it
-// holds none.
+// narrowedNode is a node's NodeInfo narrowed to the class's pods, as of
+// the source NodeInfo at generation gen.
 type narrowedNode struct {
 	src   fwk.NodeInfo
 	gen   int64
@@ -136,19 +131,15 @@ func (n *narrowedSpread) PreFilter(ctx context.Context, state fwk.CycleState, po
 		c = &spreadClass{namespace: pod.Namespace, selectors: sels, nodes: map[string]*narrowedNode{}}
 		n.classes[key] = c
 	}
-	res, s := n.PodTopologySpread.PreFilter(ctx, state, pod, n.narrow(c, nodes))
+	res, s := n.PodTopologySpread.PreFilter(ctx, state, pod, c.narrow(nodes))
 	n.check(ctx, pod, nodes, state, s)
 	return res, s
 }
 
-// narrow gives, in order, each node's NodeInfo narrowed to the class's
-// pods (the shared bare one when it holds none), reading again the pods of
-// those whose NodeInfo changed, and forgets nodes gone from the view.
-func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.NodeInfo {
-	n.round++
-	if n.bare == nil {
-		n.bare = map[string]*framework.NodeInfo{}
-	}
+// narrow gives the class's narrowed NodeInfo of each node, in order,
+// rebuilding those whose NodeInfo changed, and forgets nodes gone.
+func (c *spreadClass) narrow(nodes []fwk.NodeInfo) []fwk.NodeInfo {
+	c.round++
 	c.list = c.list[:0]
 	for _, src := range nodes {
 		node := src.Node()
@@ -157,61 +148,31 @@ func (n *narrowedSpread) narrow(c *spreadClass, nodes []fwk.NodeInfo) []fwk.Node
 		}
 		nn := c.nodes[node.Name]
 		if nn == nil {
-			nn = &narrowedNode{}
+			nn = &narrowedNode{info: framework.NewNodeInfo()}
 			c.nodes[node.Name] = nn
 		}
 		if nn.src != src || nn.gen != src.GetGeneration() {
+			// A claim tried on a larger instance type and put back
+			// moves its generation on with the same node: set the node
+			// only when it is another, and read the pods again.
 			nn.src, nn.gen = src, src.GetGeneration()
-			if nn.info != nil {
-				nn.info.Pods = nn.info.Pods[:0]
+			if nn.info.Node() != node {
+				nn.info.SetNode(node)
 			}
+			nn.info.Pods = nn.info.Pods[:0]
 			for _, p := range src.GetPods() {
-				if !c.counts(p.GetPod()) {
-					continue
+				if c.counts(p.GetPod()) {
+					nn.info.Pods = append(nn.info.Pods, p)
 				}
-				if nn.info == nil {
-					nn.info = framework.NewNodeInfo()
-				}
-				nn.info.Pods = append(nn.info.Pods, p)
-			}
-			if nn.info != nil && len(nn.info.Pods) == 0 {
-				nn.info = nil
 			}
 		}
-		nn.round = n.round
-		info := nn.info
-		if info == nil {
-			if info = n.bare[node.Name]; info == nil {
-				info = framework.NewNodeInfo()
-				n.bare[node.Name] = info
-			}
-		}
-		// A claim tried on a larger instance type and put back moves
-		// its generation on with the same node: set it only when it is
-		// another.
-		if info.Node() != node {
-			info.SetNode(node)
-		}
-		c.list = append(c.list, info)
+		nn.round = c.round
+		c.list = append(c.list, nn.info)
 	}
 	if len(c.nodes) > len(c.list) {
 		for name, nn := range c.nodes {
-			if nn.round != n.round {
+			if nn.round != c.round {
 				delete(c.nodes, name)
-			}
-		}
-	}
-	if len(n.bare) > len(nodes)+len(nodes)/2+64 {
-		// Nodes gone from the view: keep only those listed now.
-		listed := make(map[string]bool, len(nodes))
-		for _, src := range nodes {
-			if node := src.Node(); node != nil {
-				listed[node.Name] = true
-			}
-		}
-		for name := range n.bare {
-			if !listed[name] {
-				delete(n.bare, name)
 			}
 		}
 	}

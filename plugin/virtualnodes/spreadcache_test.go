@@ -127,7 +127,6 @@ func TestNarrowedSpreadDecidesAsTheFullView(t *testing.T) {
 	other.Namespace, other.Name, other.UID = "elsewhere", "stranger", "stranger"
 	key, sels, _ := spreadClassOf(zoneSpread)
 	c := &spreadClass{namespace: zoneSpread.Namespace, selectors: sels, nodes: map[string]*narrowedNode{}}
-	n := &narrowedSpread{}
 	if c.counts(other) {
 		t.Errorf("class %q counts a pod of another namespace", key)
 	}
@@ -137,7 +136,7 @@ func TestNarrowedSpreadDecidesAsTheFullView(t *testing.T) {
 	empty := framework.NewNodeInfo()
 	empty.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare", Labels: map[string]string{v1.LabelTopologyZone: "zone-z"}}})
 	empty.AddPod(other)
-	got := n.narrow(c, []fwk.NodeInfo{empty})
+	got := c.narrow([]fwk.NodeInfo{empty})
 	if len(got) != 1 || got[0].Node().Name != "bare" || len(got[0].GetPods()) != 0 {
 		t.Errorf("a node with none of the class's pods narrowed to %d nodes (want it, with no pods)", len(got))
 	}
@@ -145,21 +144,11 @@ func TestNarrowedSpreadDecidesAsTheFullView(t *testing.T) {
 	mine := zoneSpread.DeepCopy()
 	mine.Name, mine.UID = "mine", "mine"
 	empty.AddPod(mine)
-	if got := n.narrow(c, []fwk.NodeInfo{empty}); len(got[0].GetPods()) != 1 {
+	if got := c.narrow([]fwk.NodeInfo{empty}); len(got[0].GetPods()) != 1 {
 		t.Errorf("a pod of the class added to a node is not among its narrowed pods (%d pods)", len(got[0].GetPods()))
 	}
-	// A node relabelled (a claim grown onto another instance type) is
-	// handed over with its new labels, with pods of the class or without.
-	for _, pods := range [][]*v1.Pod{{mine}, nil} {
-		relabelled := framework.NewNodeInfo(pods...)
-		relabelled.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare", Labels: map[string]string{v1.LabelTopologyZone: "zone-y"}}})
-		got := n.narrow(c, []fwk.NodeInfo{relabelled})
-		if z := got[0].Node().Labels[v1.LabelTopologyZone]; z != "zone-y" || len(got[0].GetPods()) != len(pods) {
-			t.Errorf("a relabelled node with %d pods of the class handed over in zone %q with %d pods", len(pods), z, len(got[0].GetPods()))
-		}
-	}
 	// A node gone from the view is forgotten.
-	n.narrow(c, nil)
+	c.narrow(nil)
 	if len(c.nodes) != 0 {
 		t.Errorf("%d narrowed nodes kept after their nodes left the view", len(c.nodes))
 	}
