@@ -12,7 +12,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
+
+// launchedNode launches l and registers its node, and names it.
+func launchedNode(t *testing.T, c *Cloud, l cloudprovider.Launch) string {
+	t.Helper()
+	in, err := c.Create(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
+}
 
 // TestNodeFailureTakesTheLeaseAfterItsDelay: a NodeFailure fault naming
 // the instance's zone fails its node once it has been registered for the
@@ -25,14 +39,7 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 	c, l := testCloud(t, nil)
 	now := time.Now()
 	c.now = func() time.Time { return now }
-	in, err := c.Create(ctx, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	node := "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
+	node := launchedNode(t, c, l)
 	renewed := metav1.NewMicroTime(now.Add(-time.Second).Truncate(time.Microsecond))
 	kwokLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kwok"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed}}
@@ -128,14 +135,7 @@ func TestNodeFailureTakesTheLeaseAfterItsDelay(t *testing.T) {
 func TestFailedNodesPodsAreMarked(t *testing.T) {
 	ctx := context.Background()
 	c, l := testCloud(t, nil)
-	in, err := c.Create(ctx, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	node := "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
+	node := launchedNode(t, c, l)
 	pod := func(name, node string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
 		if err := c.kube.Create(ctx, p); err != nil {
