@@ -80,17 +80,13 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 		klog.FromContext(ctx).Error(err, "Listing the claims of the batch; closing this one alone")
 		return
 	}
-	group, now := groupOf(nc), c.now()
+	now := c.now()
 	for i := range claims.Items {
 		k := &claims.Items[i]
-		if k.UID == nc.UID || (k.Status.Phase != "" && k.Status.Phase != v1alpha1.NodeClaimNominating) || !k.DeletionTimestamp.IsZero() ||
-			k.Annotations[v1alpha1.AnnotationReplaces] != "" || groupOf(k) != group {
+		if !c.idleInBatchOf(k, nc, now) {
 			continue
 		}
 		last := lastNomination(k)
-		if now.Sub(last) < c.opts.BatchIdle/2 {
-			continue
-		}
 		pods, err := c.nominatedPods(ctx, k.Name)
 		if err != nil || len(pods) == 0 {
 			continue // its own window deletes it when its pods are gone
@@ -100,6 +96,15 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 		}
 		klog.FromContext(ctx).Info("Closed nodeclaim with its batch", "nodeClaim", k.Name, "batchOf", nc.Name, "pods", len(pods), "idle", now.Sub(last).Round(time.Millisecond))
 	}
+}
+
+// idleInBatchOf says whether k is an open claim of nc's batch (its pool,
+// group, not a replacement, not going) that has taken no nomination for
+// half the idle window: one that closes with nc.
+func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) bool {
+	return k.UID != nc.UID && (k.Status.Phase == "" || k.Status.Phase == v1alpha1.NodeClaimNominating) && k.DeletionTimestamp.IsZero() &&
+		k.Annotations[v1alpha1.AnnotationReplaces] == "" && k.Spec.NodePool == nc.Spec.NodePool && groupOf(k) == groupOf(nc) &&
+		now.Sub(lastNomination(k)) >= c.opts.BatchIdle/2
 }
 
 // lastNomination is when a pod was last nominated to the claim, or when it

@@ -421,11 +421,10 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 // such a claim with nc, and a worker of its own may be closing it at this
 // moment. "" when there is none.
 func (c *Controller) closingWith(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) string {
-	group, now := groupOf(nc), c.now()
+	now := c.now()
 	for i := range claims {
 		k := &claims[i]
-		if k.UID == nc.UID || (k.Status.Phase != "" && k.Status.Phase != v1alpha1.NodeClaimNominating) || !k.DeletionTimestamp.IsZero() ||
-			k.Annotations[v1alpha1.AnnotationReplaces] != "" || groupOf(k) != group || now.Sub(lastNomination(k)) < c.opts.BatchIdle/2 {
+		if !c.idleInBatchOf(k, nc, now) {
 			continue
 		}
 		if pods, err := c.nominatedPods(ctx, k.Name); err == nil && len(pods) > 0 {
