@@ -43,13 +43,6 @@ type Cloud struct {
 	// mu serialises Create, so that one process never launches twice for a
 	// claim; across replicas only the leader launches.
 	mu sync.Mutex
-
-	// failedNodes are the nodes of the instances NodeFailure faults have
-	// failed, read from the inventory on the first round (failedRead) and
-	// kept while their Node exists, so that each round marks the pods
-	// bound to them since (see PodOfFailedNode). Run's goroutine only.
-	failedNodes map[string]bool
-	failedRead  bool
 }
 
 var _ cloudprovider.CloudProvider = &Cloud{}

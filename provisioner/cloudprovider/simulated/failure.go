@@ -53,28 +53,8 @@ const failedLeaseSeconds = 10 * 365 * 24 * 3600
 // class names and whose delay has passed, and marks the pods of the nodes
 // it failed (PodOfFailedNode).
 func (c *Cloud) fail(ctx context.Context) error {
-	if err := c.readFailed(ctx); err != nil {
-		return err
-	}
 	// A pod that cannot be marked does not keep other nodes from failing.
 	return errors.Join(c.failDue(ctx), c.markPodsOfFailedNodes(ctx))
-}
-
-// readFailed reads, once, the nodes failed before this process started.
-func (c *Cloud) readFailed(ctx context.Context) error {
-	if c.failedRead {
-		return nil
-	}
-	failed, err := c.labelled(ctx, labelFailed, "true")
-	if err != nil {
-		return err
-	}
-	c.failedNodes = map[string]bool{}
-	for _, e := range failed {
-		c.failedNodes[e.in.NodeName] = true
-	}
-	c.failedRead = true
-	return nil
 }
 
 // failDue fails the nodes whose NodeFailure fault is due.
@@ -166,7 +146,6 @@ func (c *Cloud) failNode(ctx context.Context, e entry, f *v1alpha1.SimulatedFaul
 		}
 		return err
 	}
-	c.failedNodes[e.in.NodeName] = true
 	after := time.Duration(0)
 	if f.After != nil {
 		after = f.After.Duration
@@ -176,17 +155,16 @@ func (c *Cloud) failNode(ctx context.Context, e entry, f *v1alpha1.SimulatedFaul
 	return nil
 }
 
-// markPodsOfFailedNodes marks the pods bound to the nodes failed so far
-// (PodOfFailedNode); a node no longer there is forgotten.
+// markPodsOfFailedNodes marks the pods bound to the nodes of the
+// instances failed so far (PodOfFailedNode), those bound since included;
+// the inventory says which, so a restarted cloud goes on.
 func (c *Cloud) markPodsOfFailedNodes(ctx context.Context) error {
-	for name := range c.failedNodes {
-		if err := c.api.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); apierrors.IsNotFound(err) {
-			delete(c.failedNodes, name)
-			continue
-		} else if err != nil {
-			return err
-		}
-		if err := c.markPods(ctx, name); err != nil {
+	failed, err := c.labelled(ctx, labelFailed, "true")
+	if err != nil {
+		return err
+	}
+	for _, e := range failed {
+		if err := c.markPods(ctx, e.in.NodeName); err != nil {
 			return err
 		}
 	}
