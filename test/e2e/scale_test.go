@@ -54,7 +54,8 @@ func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000) }
 // fleet's $/h and a lower bound (the requested cpu, or memory, at the
 // catalog's cheapest price per vCPU, or per GiB, whichever is higher); and
 // the CPU seconds nodeforge-scheduler and nodeforge-provisioner used over
-// the run, with their peak resident memory.
+// the run, with their peak resident memory; the CPU seconds of the control
+// plane's processes, and the share of the machine's CPU time that was busy.
 func scaleUp(b *testing.B, replicas int) {
 	for range b.N {
 		b.StopTimer()
@@ -95,6 +96,12 @@ func scaleUp(b *testing.B, replicas int) {
 		}
 		w := watchPods(ctx, b, cs, "app=scale")
 		procs := []*procStat{findProcess(b, dir, "nodeforge-scheduler"), findProcess(b, dir, "nodeforge-provisioner")}
+		// The control plane shares the machine's cores with both
+		// programs: its CPU, and the machine's, say whether the run was
+		// short of CPU or waiting.
+		plane := []*procStat{findProcess(b, dir, "kube-apiserver"), findProcess(b, dir, "etcd"),
+			findProcess(b, dir, "kube-controller-manager"), findProcess(b, dir, "kwok")}
+		busy0, total0 := machineCPU(b)
 		b.StartTimer()
 		start := time.Now()
 		// The deployment controller writes the Deployment too: retry a
@@ -154,6 +161,12 @@ func scaleUp(b *testing.B, replicas int) {
 			b.ReportMetric(cpu, p.name+"-cpu-s")
 			b.ReportMetric(rss, p.name+"-peak-rss-MiB")
 		}
+		for _, p := range plane {
+			cpu, _ := p.since()
+			b.ReportMetric(cpu, p.name+"-cpu-s")
+		}
+		busy1, total1 := machineCPU(b)
+		b.ReportMetric((busy1-busy0)/(total1-total0), "machine-busy-share")
 		reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning)
 		for _, program := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
 			b.ReportMetric(float64(reqs.total[program]), program+"-api-requests")
@@ -344,6 +357,27 @@ func (p *procStat) read() (float64, float64) {
 		}
 	}
 	return cpu, rss
+}
+
+// machineCPU returns the machine's busy and total CPU time so far, in
+// clock ticks summed over its cores (/proc/stat's first line; idle and
+// iowait are not busy; guest time is already in user time).
+func machineCPU(b *testing.B) (busy, total float64) {
+	b.Helper()
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	fields := strings.Fields(line)[1:]
+	for i, f := range fields[:min(8, len(fields))] {
+		v, _ := strconv.ParseFloat(f, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
 }
 
 // since returns the CPU seconds used since the process was found, and its
