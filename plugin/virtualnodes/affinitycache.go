@@ -34,10 +34,12 @@ const affinityStateKey fwk.StateKey = "PreFilter" + interpodaffinity.Name
 // virtual node leaving or relabelled, the placeholders, the scheduler's
 // snapshot of real nodes) drops every saved state.
 
-// addition is a pod nominated to a virtual node since the saved states.
+// addition is a pod nominated to a virtual node since the saved states;
+// joined marks the first addition of a node that joined the view with it.
 type addition struct {
-	pod  fwk.PodInfo
-	node fwk.NodeInfo
+	pod    fwk.PodInfo
+	node   fwk.NodeInfo
+	joined bool
 }
 
 // affinityEntry is a class's saved state: as of additions[:n], at version.
@@ -73,18 +75,24 @@ func (v *view) changed() {
 	v.version++
 	v.additions = nil
 	clear(v.affinity)
+	clear(v.spread)
 }
 
-// added records pods put on a virtual node already in the view, or on a
-// new one joining it, by a nomination.
-func (v *view) added(node fwk.NodeInfo, pods ...*v1.Pod) {
-	for _, pod := range pods {
+// added records pods put on a virtual node already in the view by a
+// nomination.
+func (v *view) added(node fwk.NodeInfo, pods ...*v1.Pod) { v.add(node, false, pods) }
+
+// joined records a new virtual node joining the view with pods.
+func (v *view) joined(node fwk.NodeInfo, pods ...*v1.Pod) { v.add(node, true, pods) }
+
+func (v *view) add(node fwk.NodeInfo, joined bool, pods []*v1.Pod) {
+	for i, pod := range pods {
 		pi, err := framework.NewPodInfo(pod)
 		if err != nil {
 			v.changed()
 			return
 		}
-		v.additions = append(v.additions, addition{pod: pi, node: node})
+		v.additions = append(v.additions, addition{pod: pi, node: node, joined: joined && i == 0})
 	}
 }
 

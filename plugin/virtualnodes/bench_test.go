@@ -197,10 +197,12 @@ func benchPods(n int) []*v1.Pod {
 // requested resources at the cheapest price per vCPU and per GiB, and the
 // same with the catalog's shape (2 GiB per vCPU) taken into account.
 func BenchmarkNominate(b *testing.B) {
-	// The tests check every saved affinity state against a fresh one;
-	// the benchmark measures without.
+	// The tests check every saved affinity and spread state against a
+	// fresh one; the benchmark measures without.
 	defer func(check func(*v1.Pod, fwk.StateData, fwk.StateData)) { checkAffinityHit = check }(checkAffinityHit)
 	checkAffinityHit = nil
+	defer func(check func(*v1.Pod, fwk.StateData, fwk.StateData)) { checkSpreadHit = check }(checkSpreadHit)
+	checkSpreadHit = nil
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			ctx := klog.NewContext(context.Background(), klog.Background().V(0))

@@ -32,6 +32,8 @@ type view struct {
 	affinity  map[string]*affinityEntry
 	additions []addition
 	version   uint64
+	// PodTopologySpread's, the same way (spreadcache.go).
+	spread map[string]*spreadEntry
 }
 
 // reset forgets the memoised lists; call it whenever a decision starts.

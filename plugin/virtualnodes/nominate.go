@@ -308,7 +308,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
 		p.register(c)
-		p.view.added(c.info, append(slices.Clone(cand.ds), pod)...)
+		p.view.joined(c.info, append(slices.Clone(cand.ds), pod)...)
 		return c, ""
 	}
 	switch {

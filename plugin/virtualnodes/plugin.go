@@ -213,7 +213,7 @@ func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerPro
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
-	fw, err := simulator.NewWithRegistry(ctx, withAffinityCache(simulator.Registry(), v), simulator.Profile(profile, strings.ToLower(Name), Name),
+	fw, err := simulator.NewWithRegistry(ctx, withSavedStates(simulator.Registry(), v), simulator.Profile(profile, strings.ToLower(Name), Name),
 		frameworkruntime.WithClientSet(h.ClientSet()),
 		frameworkruntime.WithKubeConfig(h.KubeConfig()),
 		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),
