@@ -62,7 +62,7 @@ func deployment(name, pool string, n int32, edit ...func(*corev1.PodSpec)) *apps
 }
 
 // scaleTo sets the replicas of Deployment default/name.
-func scaleTo(t *testing.T, cs kubernetes.Interface, name string, replicas int32) {
+func scaleTo(t testing.TB, cs kubernetes.Interface, name string, replicas int32) {
 	t.Helper()
 	ctx := context.Background()
 	// The Deployment controller writes the object too: read and write

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -55,7 +56,8 @@ func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000) }
 // catalog's cheapest price per vCPU, or per GiB, whichever is higher); and
 // the CPU seconds nodeforge-scheduler and nodeforge-provisioner used over
 // the run, with their peak resident memory; the CPU seconds of the control
-// plane's processes, and the share of the machine's CPU time that was busy.
+// plane's processes, and the share of the machine's CPU time that was busy;
+// then the same scale-up onto the nodes it launched (floor).
 func scaleUp(b *testing.B, replicas int) {
 	for range b.N {
 		b.StopTimer()
@@ -104,19 +106,7 @@ func scaleUp(b *testing.B, replicas int) {
 		busy0, total0 := machineCPU(b)
 		b.StartTimer()
 		start := time.Now()
-		// The deployment controller writes the Deployment too: retry a
-		// read-modify-write that meets a newer version.
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			s, err := cs.AppsV1().Deployments("default").GetScale(ctx, "scale", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			s.Spec.Replicas = int32(replicas)
-			_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, "scale", s, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
+		scaleTo(b, cs, "scale", int32(replicas))
 		profiled := profileScheduler(b, dir, kubeconfig)
 		created, running, err := w.wait(replicas, 30*time.Minute)
 		seconds := time.Since(start).Seconds()
@@ -178,9 +168,65 @@ func scaleUp(b *testing.B, replicas int) {
 		}
 		b.Logf("API requests from the scale call to the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
 		profiled()
+		floor(ctx, b, cs, kube, replicas, len(claims.Items))
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
+}
+
+// floor measures what the sandbox itself takes: the Deployment is scaled
+// to 0 and back to replicas onto the nodes the first scale-up launched,
+// which stay (the pool's budget is set to 0 nodes first), so nothing is
+// provisioned and the scheduler binds every pod itself. Reported with the
+// prefix floor-: seconds from the scale call to all Running, each pod's
+// created→Running p50 and p99, seconds from the last pod's creation to
+// all Running, the machine's busy share, and the nodes launched meanwhile
+// (0 if the floor is what it says). The first scale-up's figures less
+// these are what provisioning added.
+func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, replicas, nodes int) {
+	b.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var np v1alpha1.NodePool
+		if err := kube.Get(ctx, client.ObjectKey{Name: "default"}, &np); err != nil {
+			return err
+		}
+		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
+		return kube.Update(ctx, &np)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	scaleTo(b, cs, "scale", 0)
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=scale"})
+		return err == nil && len(l.Items) == 0, nil
+	}); err != nil {
+		b.Fatalf("the scale-up's pods not all gone: %v", err)
+	}
+	w := watchPods(ctx, b, cs, "app=scale")
+	busy0, total0 := machineCPU(b)
+	start := time.Now()
+	scaleTo(b, cs, "scale", int32(replicas))
+	created, running, err := w.wait(replicas, 30*time.Minute)
+	seconds := time.Since(start).Seconds()
+	if err != nil {
+		b.Fatalf("floor: not all %d pods Running: %v", replicas, err)
+	}
+	busy1, total1 := machineCPU(b)
+	lat := latencies(created, running)
+	var lastCreated, lastRunning time.Time
+	for uid, r := range running {
+		lastCreated, lastRunning = later(lastCreated, created[uid]), later(lastRunning, r)
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(seconds, "floor-s-to-running")
+	b.ReportMetric(percentile(lat, 0.50), "floor-p50-created-to-running-s")
+	b.ReportMetric(percentile(lat, 0.99), "floor-p99-created-to-running-s")
+	b.ReportMetric(lastRunning.Sub(lastCreated).Seconds(), "floor-s-last-created-to-all-running")
+	b.ReportMetric((busy1-busy0)/(total1-total0), "floor-machine-busy-share")
+	b.ReportMetric(float64(len(claims.Items)-nodes), "floor-nodes-launched")
 }
 
 func later(a, b time.Time) time.Time {
