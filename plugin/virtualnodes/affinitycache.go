@@ -7,10 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -136,21 +134,20 @@ type cachedAffinity struct {
 	fastPath bool
 }
 
-// withAffinityCache returns registry with InterPodAffinity saving its
-// PreFilter states on v.
-func withAffinityCache(registry frameworkruntime.Registry, v *view) frameworkruntime.Registry {
-	build := registry[interpodaffinity.Name]
+// wrapPlugin replaces name's factory in registry with one that hands the
+// plugin it builds, when it is a T, to wrap, and returns what wrap makes.
+func wrapPlugin[T fwk.Plugin](registry frameworkruntime.Registry, name string, wrap func(T) fwk.Plugin) {
+	build := registry[name]
 	if build == nil {
-		return registry
+		return
 	}
-	registry[interpodaffinity.Name] = func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	registry[name] = func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		pl, err := build(ctx, args, h)
-		if ipa, ok := pl.(*interpodaffinity.InterPodAffinity); ok && err == nil {
-			return &cachedAffinity{InterPodAffinity: ipa, view: v, fastPath: utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath)}, nil
+		if t, ok := pl.(T); ok && err == nil {
+			return wrap(t), nil
 		}
 		return pl, err
 	}
-	return registry
 }
 
 // PreFilter computes the state, or adds the nominations since to the one
@@ -165,7 +162,7 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 	if e := v.affinity[class]; e != nil && e.version == v.version && e.real == rp && e.skip != nil {
 		if c.skipHolds(e.skip, v.additions[e.n:]) {
 			e.n = len(v.additions)
-			c.check(ctx, pod, nodes, nil)
+			checkSaved(ctx, checkAffinityHit, c.InterPodAffinity, affinityStateKey, pod, nodes, nil)
 			return nil, fwk.NewStatus(fwk.Skip)
 		}
 		delete(v.affinity, class)
@@ -182,7 +179,7 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 		if replayed {
 			e.n = len(v.additions)
 			state.Write(affinityStateKey, e.state.Clone())
-			c.check(ctx, pod, nodes, e.state)
+			checkSaved(ctx, checkAffinityHit, c.InterPodAffinity, affinityStateKey, pod, nodes, e.state)
 			return nil, nil
 		}
 		delete(v.affinity, class)
@@ -230,16 +227,18 @@ func (c *cachedAffinity) skipHolds(pod *v1.Pod, added []addition) bool {
 	return true
 }
 
-// check hands checkAffinityHit, when set, the saved state a decision used
-// (nil for a Skip) and the one computed afresh (nil when it skips too).
-func (c *cachedAffinity) check(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
-	if checkAffinityHit == nil {
+// checkSaved hands hook, when set, the saved state a decision used (nil
+// for a Skip) and the state pl's own PreFilter computes afresh for pod
+// (nil when it skips too), read under key. pl is the plugin itself, not
+// its saving wrapper.
+func checkSaved(ctx context.Context, hook func(*v1.Pod, fwk.StateData, fwk.StateData), pl fwk.PreFilterPlugin, key fwk.StateKey, pod *v1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
+	if hook == nil {
 		return
 	}
 	fresh := framework.NewCycleState()
 	var d fwk.StateData
-	if _, s := c.InterPodAffinity.PreFilter(ctx, fresh, pod, nodes); s.IsSuccess() {
-		d, _ = fresh.Read(affinityStateKey)
+	if _, s := pl.PreFilter(ctx, fresh, pod, nodes); s.IsSuccess() {
+		d, _ = fresh.Read(key)
 	}
-	checkAffinityHit(pod, saved, d)
+	hook(pod, saved, d)
 }

@@ -23,10 +23,17 @@ var affinityHits atomic.Int64
 // a change to the view that does not drop the saved states, or a
 // nomination not added to them, fails whatever test made it.
 func init() {
-	checkAffinityHit = func(pod *v1.Pod, saved, fresh fwk.StateData) {
-		affinityHits.Add(1)
-		if diff := affinityStateDiff(saved, fresh); diff != "" {
-			panic(fmt.Sprintf("saved InterPodAffinity state for pod %s/%s differs from a fresh one: %s", pod.Namespace, pod.Name, diff))
+	checkAffinityHit = panicOnDiff("InterPodAffinity", &affinityHits, affinityStateDiff)
+}
+
+// panicOnDiff is a check of saved states for plugin: it counts the states
+// used in hits and panics when one differs from the fresh one (diff says
+// how), failing whatever test made the decision.
+func panicOnDiff(plugin string, hits *atomic.Int64, diff func(saved, fresh fwk.StateData) string) func(*v1.Pod, fwk.StateData, fwk.StateData) {
+	return func(pod *v1.Pod, saved, fresh fwk.StateData) {
+		hits.Add(1)
+		if d := diff(saved, fresh); d != "" {
+			panic(fmt.Sprintf("saved %s state for pod %s/%s differs from a fresh one: %s", plugin, pod.Namespace, pod.Name, d))
 		}
 	}
 }
@@ -73,24 +80,43 @@ func TestAffinityStateKeyIsThePlugins(t *testing.T) {
 	}
 }
 
-// TestAffinityCacheDecidesAsAfresh: 1,000 pods of the benchmark's five
-// groups (zone spread, hostname spread, zone affinity, hostname
-// anti-affinity, plain) nominated with the saved states and without them
-// land on the same claims, and the saved states were used (each checked
-// against a fresh one, as in every test here).
-func TestAffinityCacheDecidesAsAfresh(t *testing.T) {
+// TestSavedStatesDecideAsAfresh: 1,000 pods of the benchmark's five groups
+// (zone spread, hostname spread, zone affinity, hostname anti-affinity,
+// plain) nominated with the saved InterPodAffinity and PodTopologySpread
+// states and without them land on the same claims, and the saved states
+// were used, most spread pods' included while new claims joined the view
+// between them (each checked against a fresh one, as in every test here).
+func TestSavedStatesDecideAsAfresh(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	pods := benchPods(1000)
-	place := func(cached bool) (map[string]string, int64) {
+	spread := 0
+	for _, p := range pods {
+		if _, ok := spreadClass(p); ok {
+			spread++
+		}
+	}
+	if spread == 0 {
+		t.Fatal("the benchmark's pods have no spread constraints: nothing tested")
+	}
+	type placed struct {
+		on               map[string]string
+		affinity, spread int64
+		joins            int
+	}
+	place := func(cached bool) placed {
 		h := newHarness(t, []*pool{benchPool(t)})
-		before := affinityHits.Load()
-		out := map[string]string{}
+		affinity0, spread0 := affinityHits.Load(), spreadHits.Load()
+		out := placed{on: map[string]string{}}
 		for _, pod := range pods {
 			if !cached {
 				h.plugin.view.changed()
 			}
+			claims := len(h.plugin.claims)
 			if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
 				t.Fatalf("pod %s: %v", pod.Name, s.Message())
+			}
+			if len(h.plugin.claims) > claims {
+				out.joins++
 			}
 		}
 		// Claim names are random: compare by the pods that share one.
@@ -102,30 +128,37 @@ func TestAffinityCacheDecidesAsAfresh(t *testing.T) {
 				}
 			}
 			for _, p := range c.pods {
-				out[p.Name] = first + "@" + c.group.zone + "/" + c.group.capacityType
+				out.on[p.Name] = first + "@" + c.group.zone + "/" + c.group.capacityType
 			}
 		}
-		return out, affinityHits.Load() - before
+		out.affinity, out.spread = affinityHits.Load()-affinity0, spreadHits.Load()-spread0
+		return out
 	}
-	with, hits := place(true)
-	without, hitsWithout := place(false)
-	if hits == 0 {
-		t.Fatal("no decision used a saved state")
+	with, without := place(true), place(false)
+	if with.affinity == 0 {
+		t.Fatal("no decision used a saved InterPodAffinity state")
 	}
-	if hitsWithout != 0 {
-		t.Fatalf("%d decisions used a saved state after the view changed", hitsWithout)
+	if with.spread < int64(spread)/2 {
+		t.Fatalf("%d of %d spread decisions used a saved state", with.spread, spread)
 	}
-	if len(with) != len(pods) || len(without) != len(pods) {
-		t.Fatalf("%d pods on claims with the saved states, %d without, of %d", len(with), len(without), len(pods))
+	if with.joins < 10 {
+		t.Fatalf("only %d claims joined the view: the joining path is not tested", with.joins)
+	}
+	if without.affinity+without.spread != 0 {
+		t.Fatalf("%d decisions used a saved state after the view changed", without.affinity+without.spread)
+	}
+	if len(with.on) != len(pods) || len(without.on) != len(pods) {
+		t.Fatalf("%d pods on claims with the saved states, %d without, of %d", len(with.on), len(without.on), len(pods))
 	}
 	diffs := 0
-	for name, w := range with {
-		if without[name] != w {
+	for name, w := range with.on {
+		if without.on[name] != w {
 			if diffs < 5 {
-				t.Errorf("pod %s: %s with the saved states, %s without", name, w, without[name])
+				t.Errorf("pod %s: %s with the saved states, %s without", name, w, without.on[name])
 			}
 			diffs++
 		}
 	}
-	t.Logf("%d of %d decisions used a saved state; %d pods placed differently", hits, len(pods), diffs)
+	t.Logf("saved states used: InterPodAffinity %d of %d decisions, PodTopologySpread %d of %d spread decisions, %d claims joined; %d pods placed differently",
+		with.affinity, len(pods), with.spread, spread, with.joins, diffs)
 }

@@ -8,9 +8,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
@@ -94,18 +96,13 @@ type cachedSpread struct {
 // withSavedStates returns registry with InterPodAffinity and
 // PodTopologySpread saving their PreFilter states on v.
 func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkruntime.Registry {
-	registry = withAffinityCache(registry, v)
-	build := registry[podtopologyspread.Name]
-	if build == nil {
-		return registry
-	}
-	registry[podtopologyspread.Name] = func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		pl, err := build(ctx, args, h)
-		if pts, ok := pl.(*podtopologyspread.PodTopologySpread); ok && err == nil {
-			return &cachedSpread{PodTopologySpread: pts, view: v}, nil
-		}
-		return pl, err
-	}
+	fastPath := utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath)
+	wrapPlugin(registry, interpodaffinity.Name, func(ipa *interpodaffinity.InterPodAffinity) fwk.Plugin {
+		return &cachedAffinity{InterPodAffinity: ipa, view: v, fastPath: fastPath}
+	})
+	wrapPlugin(registry, podtopologyspread.Name, func(pts *podtopologyspread.PodTopologySpread) fwk.Plugin {
+		return &cachedSpread{PodTopologySpread: pts, view: v}
+	})
 	return registry
 }
 
@@ -121,7 +118,7 @@ func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if e := v.spread[class]; e != nil && e.version == v.version && e.real == rp {
 		if c.catchUp(ctx, pod, e) {
 			state.Write(spreadStateKey, e.state.Clone())
-			c.check(ctx, pod, nodes, e.state)
+			checkSaved(ctx, checkSpreadHit, c.PodTopologySpread, spreadStateKey, pod, nodes, e.state)
 			return nil, nil
 		}
 		delete(v.spread, class)
@@ -192,20 +189,6 @@ func (c *cachedSpread) catchUp(ctx context.Context, pod *v1.Pod, e *spreadEntry)
 	setCriticalPaths(e.state)
 	e.n = len(c.view.additions)
 	return true
-}
-
-// check hands checkSpreadHit, when set, the saved state a decision used and
-// the one computed afresh.
-func (c *cachedSpread) check(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
-	if checkSpreadHit == nil {
-		return
-	}
-	fresh := framework.NewCycleState()
-	var d fwk.StateData
-	if _, s := c.PodTopologySpread.PreFilter(ctx, fresh, pod, nodes); s.IsSuccess() {
-		d, _ = fresh.Read(spreadStateKey)
-	}
-	checkSpreadHit(pod, saved, d)
 }
 
 // spreadStateShapeOK says whether d is a pointer to a struct with the

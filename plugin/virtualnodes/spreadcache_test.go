@@ -26,12 +26,7 @@ var spreadHits atomic.Int64
 // a change to the view that does not drop the saved states, a nomination
 // or a joining node not added to them, fails whatever test made it.
 func init() {
-	checkSpreadHit = func(pod *v1.Pod, saved, fresh fwk.StateData) {
-		spreadHits.Add(1)
-		if diff := spreadStateDiff(saved, fresh); diff != "" {
-			panic(fmt.Sprintf("saved PodTopologySpread state for pod %s/%s differs from a fresh one: %s", pod.Namespace, pod.Name, diff))
-		}
-	}
+	checkSpreadHit = panicOnDiff("PodTopologySpread", &spreadHits, spreadStateDiff)
 }
 
 // spreadStateDiff says how two PodTopologySpread PreFilter states differ in
@@ -97,79 +92,6 @@ func TestSpreadStateIsShapedAsRead(t *testing.T) {
 	if diff := spreadStateDiff(d, fresh); diff != "" {
 		t.Fatalf("critical paths worked out again differ from the plugin's: %s", diff)
 	}
-}
-
-// TestSpreadCacheDecidesAsAfresh: 1,000 pods of the benchmark's five groups
-// nominated with the saved states and without them land on the same
-// claims, and the saved states were used for most spread pods (each
-// checked against a fresh one, as in every test here), new claims joining
-// the view between them included.
-func TestSpreadCacheDecidesAsAfresh(t *testing.T) {
-	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	pods := benchPods(1000)
-	spread := 0
-	for _, p := range pods {
-		if _, ok := spreadClass(p); ok {
-			spread++
-		}
-	}
-	if spread == 0 {
-		t.Fatal("the benchmark's pods have no spread constraints: nothing tested")
-	}
-	place := func(cached bool) (map[string]string, int64, int) {
-		h := newHarness(t, []*pool{benchPool(t)})
-		before := spreadHits.Load()
-		joins := 0
-		for _, pod := range pods {
-			if !cached {
-				h.plugin.view.changed()
-			}
-			claims := len(h.plugin.claims)
-			if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
-				t.Fatalf("pod %s: %v", pod.Name, s.Message())
-			}
-			if len(h.plugin.claims) > claims {
-				joins++
-			}
-		}
-		out := map[string]string{}
-		for _, c := range h.plugin.claims {
-			var first string
-			for _, p := range c.pods {
-				if first == "" || p.Name < first {
-					first = p.Name
-				}
-			}
-			for _, p := range c.pods {
-				out[p.Name] = first + "@" + c.group.zone + "/" + c.group.capacityType
-			}
-		}
-		return out, spreadHits.Load() - before, joins
-	}
-	with, hits, joins := place(true)
-	without, hitsWithout, _ := place(false)
-	if hits < int64(spread)/2 {
-		t.Fatalf("%d of %d spread decisions used a saved state", hits, spread)
-	}
-	if hitsWithout != 0 {
-		t.Fatalf("%d decisions used a saved state after the view changed", hitsWithout)
-	}
-	if joins < 10 {
-		t.Fatalf("only %d claims joined the view: the joining path is not tested", joins)
-	}
-	if len(with) != len(pods) || len(without) != len(pods) {
-		t.Fatalf("%d pods on claims with the saved states, %d without, of %d", len(with), len(without), len(pods))
-	}
-	diffs := 0
-	for name, w := range with {
-		if without[name] != w {
-			if diffs < 5 {
-				t.Errorf("pod %s: %s with the saved states, %s without", name, w, without[name])
-			}
-			diffs++
-		}
-	}
-	t.Logf("%d of %d spread decisions used a saved state, %d claims joined; %d pods placed differently", hits, spread, joins, diffs)
 }
 
 // TestSpreadClassIsWhatTheStateDependsOn: pods that differ in what the
