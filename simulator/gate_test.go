@@ -17,6 +17,24 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 )
 
+// startGate starts a gate on cs for the default profile, with ignore as the
+// taint held back.
+func startGate(ctx context.Context, t *testing.T, cs *fake.Clientset, ignore string) *Gate {
+	t.Helper()
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(ctx, cs, &cfg.Profiles[0], ignore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func gateNode(name string, taints ...v1.Taint) *v1.Node {
 	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelHostname: name}}, Spec: v1.NodeSpec{Taints: taints},
@@ -42,17 +60,7 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 		gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule}),
 		gateNode("tainted", v1.Taint{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule}),
 	)
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(ctx, cs, &cfg.Profiles[0], binding)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g := startGate(ctx, t, cs, binding)
 	held := gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule})
 	tainted := gateNode("tainted", v1.Taint{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule})
 	if s, _ := g.Check(ctx, gatePod("a", 80), held, nil); !s.IsSuccess() {
@@ -128,17 +136,7 @@ func TestGateSaysWhatOnlyTheBindingCycleDoes(t *testing.T) {
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound}}
 	cs := fake.NewClientset(gateNode("n"), pvc("unbound", ""), pvc("bound", "pv-bound"), pv,
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "wffc"}, Provisioner: "example.com/fake", VolumeBindingMode: &wffc})
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(ctx, cs, &cfg.Profiles[0], "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g := startGate(ctx, t, cs, "")
 	withClaim := func(name, claim string) *v1.Pod {
 		p := gatePod(name, 0)
 		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
@@ -207,17 +205,7 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	gone.Spec.NodeName = "other"
 	gone.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("0")
 	cs := fake.NewClientset(gateNode("held"), gateNode("other"), big, gone)
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(ctx, cs, &cfg.Profiles[0], "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	g := startGate(ctx, t, cs, "")
 	wantOnOther := func(s *GateSession) {
 		t.Helper()
 		// "other" is full with big (4 of 4 cpu): a 1-cpu pod does not fit
