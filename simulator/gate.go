@@ -247,18 +247,14 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 			elsewhere[p.UID] = p
 		}
 	}
-	g.infoMu.Lock()
-	defer g.infoMu.Unlock()
-	next := make(map[types.UID]podInfoOf, len(elsewhere))
+	infos := g.podInfos(all)
 	infoOf := func(p *v1.Pod) *framework.PodInfo {
-		if elsewhere[p.UID] != p {
-			return nil // the judged node's pods: copies made for this session
+		if e, ok := infos[p.UID]; ok && e.pod == p {
+			return e.pi
 		}
-		return g.podInfo(p, next)
+		return nil // the judged node's pods: copies made for this session
 	}
-	view := newCluster(nodes, bound, infoOf).Without()
-	g.infos = next
-	return &GateSession{g: g, node: node.Name, view: view, elsewhere: elsewhere}, nil
+	return &GateSession{g: g, node: node.Name, view: newCluster(nodes, bound, infoOf).Without(), elsewhere: elsewhere}, nil
 }
 
 // podInfoOf is a pod object of the informer's and its PodInfo.
@@ -267,22 +263,33 @@ type podInfoOf struct {
 	pi  *framework.PodInfo
 }
 
-// podInfo returns p's PodInfo from the last session's when p is the same
-// object, or a new one, and records it in next. Call it with infoMu held.
-func (g *Gate) podInfo(p *v1.Pod, next map[types.UID]podInfoOf) *framework.PodInfo {
-	if e, ok := g.infos[p.UID]; ok && e.pod == p {
-		next[p.UID] = e
-		return e.pi
+// podInfos returns the PodInfo of each bound, unfinished pod of pods (the
+// informer's objects): the last session's for a pod that is the same
+// object, else a new one. They are kept for the next session, and the
+// map returned is never written again.
+func (g *Gate) podInfos(pods []*v1.Pod) map[types.UID]podInfoOf {
+	g.infoMu.Lock()
+	defer g.infoMu.Unlock()
+	next := make(map[types.UID]podInfoOf, len(g.infos))
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		if e, ok := g.infos[p.UID]; ok && e.pod == p {
+			next[p.UID] = e
+			continue
+		}
+		pi, err := framework.NewPodInfo(p)
+		if err != nil {
+			continue
+		}
+		// Worked out here, once: the PodInfo keeps the result, and
+		// sessions on other workers read it afterwards.
+		pi.CalculateResource()
+		next[p.UID] = podInfoOf{pod: p, pi: pi}
 	}
-	pi, err := framework.NewPodInfo(p)
-	if err != nil {
-		return nil
-	}
-	// Worked out here, once: the PodInfo keeps the result, and sessions
-	// on other workers read it afterwards.
-	pi.CalculateResource()
-	next[p.UID] = podInfoOf{pod: p, pi: pi}
-	return pi
+	g.infos = next
+	return next
 }
 
 // Placed counts pod on the session's node: the caller bound it there, or

@@ -192,9 +192,10 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestGateSessionsShareUnchangedPodInfos: sessions take the PodInfo of a
 // bound pod the informer still holds as the same object from the last
-// session (its requests worked out once), make a new one for a pod changed
-// since, forget pods gone, and judge with them as with fresh ones: a pod
-// bound elsewhere fills its node, and one resized frees it.
+// session (its requests worked out once), also after a session judging
+// the pod's own node, make a new one for a pod changed since, forget pods
+// gone, and judge with them as with fresh ones: a pod bound elsewhere
+// fills its node, and one resized frees it.
 func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -230,6 +231,14 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	wantOnOther(second)
 	if g.infos[big.UID].pi != bigInfo {
 		t.Fatal("an unchanged pod got a new PodInfo in the next session")
+	}
+	// A session judging the pod's own node counts copies of its pods, and
+	// keeps their PodInfos for the sessions after it.
+	if _, err := g.Session(gateNode("other"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if g.infos[big.UID].pi != bigInfo {
+		t.Fatal("a session judging the pod's own node dropped its PodInfo")
 	}
 	// big shrinks to 1 cpu and gone goes: the next session sees both.
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {

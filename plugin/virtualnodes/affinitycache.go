@@ -60,8 +60,9 @@ type realPrint struct {
 	gen   int64
 }
 
-// maxAffinityEntries bounds the saved states; past it they start over.
-const maxAffinityEntries = 512
+// maxSavedStates bounds the saved states of each plugin; past it they
+// start over.
+const maxSavedStates = 512
 
 // checkAffinityHit, when set (by tests), is given each saved state a
 // decision used and the state the plugin computes afresh for the same pod.
@@ -94,8 +95,12 @@ func (v *view) add(node fwk.NodeInfo, joined bool, pods []*v1.Pod) {
 	}
 }
 
-// print is realPrint of the snapshot now.
+// print is realPrint of the snapshot now, worked out once a decision (both
+// saving plugins ask, and it walks every real node).
 func (v *view) print() (realPrint, bool) {
+	if v.printed != nil {
+		return *v.printed, true
+	}
 	if v.real == nil {
 		return realPrint{}, true
 	}
@@ -107,6 +112,7 @@ func (v *view) print() (realPrint, bool) {
 	for _, n := range nodes {
 		rp.gen = max(rp.gen, n.GetGeneration())
 	}
+	v.printed = &rp
 	return rp, true
 }
 
@@ -199,7 +205,7 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 		klog.FromContext(ctx).V(5).Info("InterPodAffinity left no PreFilter state to save", "key", affinityStateKey, "err", err)
 		return res, s
 	}
-	if len(v.affinity) >= maxAffinityEntries {
+	if len(v.affinity) >= maxSavedStates {
 		clear(v.affinity)
 	}
 	if v.affinity == nil {

@@ -26,6 +26,8 @@ type view struct {
 	// real snapshot does not change within a cycle, nor do the virtual
 	// nodes until the pod is nominated, and PreFilter plugins each ask.
 	lists map[string][]fwk.NodeInfo
+	// printed memoises print for one decision, as lists (nil: not yet).
+	printed *realPrint
 	// InterPodAffinity's PreFilter states saved per pod class, and the
 	// nominations since (affinitycache.go); version moves on every other
 	// change to the virtual nodes.
@@ -36,8 +38,12 @@ type view struct {
 	spread map[string]*spreadEntry
 }
 
-// reset forgets the memoised lists; call it whenever a decision starts.
-func (v *view) reset() { clear(v.lists) }
+// reset forgets the memoised lists and print; call it whenever a decision
+// starts.
+func (v *view) reset() {
+	clear(v.lists)
+	v.printed = nil
+}
 
 // memo returns the list under key, building it the first time. A failed
 // build is not remembered: the next caller tries again.

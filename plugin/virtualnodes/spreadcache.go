@@ -111,8 +111,11 @@ func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkrunti
 func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	v := c.view
 	class, ok := spreadClass(pod)
+	if !ok {
+		return c.PodTopologySpread.PreFilter(ctx, state, pod, nodes)
+	}
 	rp, printed := v.print()
-	if !ok || !printed {
+	if !printed {
 		return c.PodTopologySpread.PreFilter(ctx, state, pod, nodes)
 	}
 	if e := v.spread[class]; e != nil && e.version == v.version && e.real == rp {
@@ -131,7 +134,7 @@ func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if err != nil || !spreadStateShapeOK(d) || !selectorsCountable(d) {
 		return res, s
 	}
-	if len(v.spread) >= maxAffinityEntries {
+	if len(v.spread) >= maxSavedStates {
 		clear(v.spread)
 	}
 	if v.spread == nil {

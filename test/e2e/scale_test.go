@@ -180,9 +180,9 @@ func scaleUp(b *testing.B, replicas int) {
 // provisioned and the scheduler binds every pod itself. Reported with the
 // prefix floor-: seconds from the scale call to all Running, each pod's
 // created→Running p50 and p99, seconds from the last pod's creation to
-// all Running, the machine's busy share, and the nodes launched meanwhile
-// (0 if the floor is what it says). The first scale-up's figures less
-// these are what provisioning added.
+// all Running, the machine's busy share, and the nodes launched meanwhile.
+// It fails when the nodes changed: then it is no floor. The first
+// scale-up's figures less these are what provisioning added.
 func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, replicas, nodes int) {
 	b.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -227,6 +227,9 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	b.ReportMetric(lastRunning.Sub(lastCreated).Seconds(), "floor-s-last-created-to-all-running")
 	b.ReportMetric((busy1-busy0)/(total1-total0), "floor-machine-busy-share")
 	b.ReportMetric(float64(len(claims.Items)-nodes), "floor-nodes-launched")
+	if len(claims.Items) != nodes {
+		b.Errorf("floor: %d nodeclaims after, %d before: nodes came or went, so it is no floor", len(claims.Items), nodes)
+	}
 }
 
 func later(a, b time.Time) time.Time {
