@@ -448,6 +448,15 @@ func (p *VirtualNodes) heldForBinding(name string) bool {
 // setPools replaces the pools, as their NodePools and catalogs change.
 func (p *VirtualNodes) setPools(pools []*pool) {
 	clear(p.committedUsage) // options' capacities may have changed
+	// The placeholders leaving are the old pools' own nodes, known by
+	// identity: a claim's name can start like a placeholder's (a pool
+	// named "placeholder" names its claims "placeholder-...").
+	leaving := map[fwk.NodeInfo]bool{}
+	for _, pl := range p.pools {
+		for _, g := range pl.groups {
+			leaving[g.placeholder] = true
+		}
+	}
 	p.pools = map[string]*pool{}
 	p.ordered = slices.Clone(pools)
 	slices.SortFunc(p.ordered, func(a, b *pool) int {
@@ -459,9 +468,7 @@ func (p *VirtualNodes) setPools(pools []*pool) {
 	// Placeholders: one empty node per group, so each zone a pool can
 	// launch in is a topology domain and a new node is always possible.
 	p.view.changed()
-	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool {
-		return strings.HasPrefix(n.Node().Name, "placeholder-")
-	})
+	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return leaving[n] })
 	for _, pl := range p.ordered {
 		p.pools[pl.np.Name] = pl
 		for _, g := range pl.groups {

@@ -148,6 +148,48 @@ func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {
 	}
 }
 
+// TestPoolNamedPlaceholderKeepsItsClaims: a pool rebuild replaces the
+// placeholders and nothing else, even when a claim's name starts as a
+// placeholder's does (claims are named after their pool).
+func TestPoolNamedPlaceholderKeepsItsClaims(t *testing.T) {
+	named := func() *pool {
+		pl := benchPool(t)
+		pl.np.Name = "placeholder"
+		return pl
+	}
+	h := newHarness(t, []*pool{named()})
+	ctx := context.Background()
+	first, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() || first == nil {
+		t.Fatalf("first pod: %v", s.Message())
+	}
+	if !strings.HasPrefix(first.name, "placeholder-") {
+		t.Fatalf("claim %s: not named after its pool, the case this test is for", first.name)
+	}
+	// A NodePool event rebuilds every pool object.
+	h.plugin.setPools([]*pool{named()})
+	inView := func(name string) bool {
+		return slices.ContainsFunc(h.plugin.view.virtual, func(n fwk.NodeInfo) bool { return n.Node().Name == name })
+	}
+	if !inView(first.name) {
+		t.Fatalf("claim %s left the plugin's view when its pool was rebuilt", first.name)
+	}
+	placeholders := 0
+	for _, n := range h.plugin.view.virtual {
+		if n != fwk.NodeInfo(first.info) {
+			placeholders++
+		}
+	}
+	if want := len(h.plugin.pools["placeholder"].groups); placeholders != want {
+		t.Errorf("%d placeholders in the view after a rebuild, want %d (one per group, the old ones gone)", placeholders, want)
+	}
+	// The claim still takes the pool's next pod.
+	second, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
+	if !s.IsSuccess() || second != first {
+		t.Errorf("second pod: %v, nominated to %v, want the open claim %s", s.Message(), second, first.name)
+	}
+}
+
 // TestClosedClaimsCountAgainstLimits: a claim the provisioner has closed
 // keeps counting against its pool's limit while it launches, also after
 // the pool is rebuilt from a changed NodePool, and stops counting once it
