@@ -43,10 +43,17 @@ import (
 // BenchmarkScaleUp1000 scales a Deployment from 0 to 1,000 pods (500m cpu,
 // 512Mi each) in the sandbox, with the shipped binaries installed from the
 // chart and the default pool; see scaleUp for what it reports.
-func BenchmarkScaleUp1000(b *testing.B) { scaleUp(b, 1000) }
+func BenchmarkScaleUp1000(b *testing.B) { scaleUp(b, 1000, 0) }
 
 // BenchmarkScaleUp5000 is BenchmarkScaleUp1000 with 5,000 pods.
-func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000) }
+func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000, 0) }
+
+// BenchmarkScaleUp1000Paced is BenchmarkScaleUp1000 with the pods asked
+// for 20 a second (the Deployment scaled up by 20 each second, its floor
+// too), the pace of a controller manager at its default client rate: what
+// a pod waits for when this 2-core machine is not saturated by the
+// control plane creating 100 pods a second.
+func BenchmarkScaleUp1000Paced(b *testing.B) { scaleUp(b, 1000, 20) }
 
 // scaleUp scales a Deployment from 0 to replicas pods and reports: the
 // seconds from the scale call until all are Running; each pod's time from
@@ -58,7 +65,11 @@ func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000) }
 // the run, with their peak resident memory; the CPU seconds of the control
 // plane's processes, and the share of the machine's CPU time that was busy;
 // then the same scale-up onto the nodes it launched (floor).
-func scaleUp(b *testing.B, replicas int) {
+//
+// perSecond, when more than 0, is how many pods are asked for each second
+// (the Deployment's replicas raised by that much every second), in both
+// the scale-up and its floor.
+func scaleUp(b *testing.B, replicas, perSecond int) {
 	for range b.N {
 		b.StopTimer()
 		ctx := context.Background()
@@ -106,13 +117,16 @@ func scaleUp(b *testing.B, replicas int) {
 		busy0, total0 := machineCPU(b)
 		b.StartTimer()
 		start := time.Now()
-		scaleTo(b, cs, "scale", int32(replicas))
+		paced := scaleInSteps(b, cs, replicas, perSecond)
 		profiled := profileScheduler(b, dir, kubeconfig)
 		created, running, err := w.wait(replicas, 30*time.Minute)
 		seconds := time.Since(start).Seconds()
 		b.StopTimer()
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", replicas, err)
+		}
+		if err := paced(); err != nil {
+			b.Fatal(err)
 		}
 		lat := latencies(created, running)
 		var lastCreated, lastRunning time.Time
@@ -168,7 +182,7 @@ func scaleUp(b *testing.B, replicas int) {
 		}
 		b.Logf("API requests from the scale call to the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
 		profiled()
-		floor(ctx, b, cs, kube, replicas, len(claims.Items))
+		floor(ctx, b, cs, kube, replicas, perSecond, len(claims.Items))
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
@@ -183,7 +197,7 @@ func scaleUp(b *testing.B, replicas int) {
 // all Running, the machine's busy share, and the nodes launched meanwhile.
 // It fails when the nodes changed: then it is no floor. The first
 // scale-up's figures less these are what provisioning added.
-func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, replicas, nodes int) {
+func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, replicas, perSecond, nodes int) {
 	b.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var np v1alpha1.NodePool
@@ -205,11 +219,14 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	w := watchPods(ctx, b, cs, "app=scale")
 	busy0, total0 := machineCPU(b)
 	start := time.Now()
-	scaleTo(b, cs, "scale", int32(replicas))
+	paced := scaleInSteps(b, cs, replicas, perSecond)
 	created, running, err := w.wait(replicas, 30*time.Minute)
 	seconds := time.Since(start).Seconds()
 	if err != nil {
 		b.Fatalf("floor: not all %d pods Running: %v", replicas, err)
+	}
+	if err := paced(); err != nil {
+		b.Fatal(err)
 	}
 	busy1, total1 := machineCPU(b)
 	lat := latencies(created, running)
@@ -230,6 +247,35 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	if len(claims.Items) != nodes {
 		b.Errorf("floor: %d nodeclaims after, %d before: nodes came or went, so it is no floor", len(claims.Items), nodes)
 	}
+}
+
+// scaleInSteps scales the Deployment "scale" to replicas: at once when
+// perSecond is 0, otherwise by perSecond more each second, in the
+// background. The function it returns waits for the last step and says
+// whether every step was taken.
+func scaleInSteps(b *testing.B, cs kubernetes.Interface, replicas, perSecond int) func() error {
+	b.Helper()
+	if perSecond <= 0 {
+		scaleTo(b, cs, "scale", int32(replicas))
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		for step := 1; ; step++ {
+			n := min(step*perSecond, replicas)
+			if err := scaleToErr(cs, "scale", int32(n)); err != nil {
+				done <- fmt.Errorf("scaling to %d: %w", n, err)
+				return
+			}
+			if n == replicas {
+				done <- nil
+				return
+			}
+			time.Sleep(time.Until(start.Add(time.Duration(step) * time.Second)))
+		}
+	}()
+	return func() error { return <-done }
 }
 
 func later(a, b time.Time) time.Time {
