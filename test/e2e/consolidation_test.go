@@ -64,18 +64,10 @@ func deployment(name, pool string, n int32, edit ...func(*corev1.PodSpec)) *apps
 // scaleTo sets the replicas of Deployment default/name.
 func scaleTo(t testing.TB, cs kubernetes.Interface, name string, replicas int32) {
 	t.Helper()
-	if err := scaleToErr(cs, name, replicas); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// scaleToErr is scaleTo for goroutines other than the test's: it returns
-// the error.
-func scaleToErr(cs kubernetes.Interface, name string, replicas int32) error {
 	ctx := context.Background()
 	// The Deployment controller writes the object too: read and write
 	// again on a conflict.
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -84,6 +76,9 @@ func scaleToErr(cs kubernetes.Interface, name string, replicas int32) error {
 		_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, name, scale, metav1.UpdateOptions{})
 		return err
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // poolNodes counts the pool's nodes that are not being removed.

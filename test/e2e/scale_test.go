@@ -117,16 +117,13 @@ func scaleUp(b *testing.B, replicas, perSecond int) {
 		busy0, total0 := machineCPU(b)
 		b.StartTimer()
 		start := time.Now()
-		paced := scaleInSteps(b, cs, replicas, perSecond)
+		scaleInSteps(b, cs, w, replicas, perSecond)
 		profiled := profileScheduler(b, dir, kubeconfig)
 		created, running, err := w.wait(replicas, 30*time.Minute)
 		seconds := time.Since(start).Seconds()
 		b.StopTimer()
 		if err != nil {
 			b.Fatalf("not all %d pods Running: %v", replicas, err)
-		}
-		if err := paced(); err != nil {
-			b.Fatal(err)
 		}
 		lat := latencies(created, running)
 		var lastCreated, lastRunning time.Time
@@ -219,14 +216,11 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	w := watchPods(ctx, b, cs, "app=scale")
 	busy0, total0 := machineCPU(b)
 	start := time.Now()
-	paced := scaleInSteps(b, cs, replicas, perSecond)
+	scaleInSteps(b, cs, w, replicas, perSecond)
 	created, running, err := w.wait(replicas, 30*time.Minute)
 	seconds := time.Since(start).Seconds()
 	if err != nil {
 		b.Fatalf("floor: not all %d pods Running: %v", replicas, err)
-	}
-	if err := paced(); err != nil {
-		b.Fatal(err)
 	}
 	busy1, total1 := machineCPU(b)
 	lat := latencies(created, running)
@@ -251,31 +245,31 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 
 // scaleInSteps scales the Deployment "scale" to replicas: at once when
 // perSecond is 0, otherwise by perSecond more each second, in the
-// background. The function it returns waits for the last step and says
-// whether every step was taken.
-func scaleInSteps(b *testing.B, cs kubernetes.Interface, replicas, perSecond int) func() error {
+// background, where a step that fails ends w's wait with its error (all
+// replicas Running means every step was taken). Each step patches the
+// scale subresource: an update would conflict with the Deployment
+// controller's status writes, as often as every pod becoming ready.
+func scaleInSteps(b *testing.B, cs kubernetes.Interface, w *podWatch, replicas, perSecond int) {
 	b.Helper()
 	if perSecond <= 0 {
 		scaleTo(b, cs, "scale", int32(replicas))
-		return func() error { return nil }
+		return
 	}
-	done := make(chan error, 1)
 	go func() {
 		start := time.Now()
 		for step := 1; ; step++ {
 			n := min(step*perSecond, replicas)
-			if err := scaleToErr(cs, "scale", int32(n)); err != nil {
-				done <- fmt.Errorf("scaling to %d: %w", n, err)
+			patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+			if _, err := cs.AppsV1().Deployments("default").Patch(context.Background(), "scale", types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
+				w.fail(fmt.Errorf("scaling to %d: %w", n, err))
 				return
 			}
 			if n == replicas {
-				done <- nil
 				return
 			}
 			time.Sleep(time.Until(start.Add(time.Duration(step) * time.Second)))
 		}
 	}()
-	return func() error { return <-done }
 }
 
 func later(a, b time.Time) time.Time {
@@ -303,7 +297,10 @@ type podWatch struct {
 	// node, and with a node, to tell which step the time went to.
 	nominated, bound map[types.UID]time.Time
 	failed           error
-	progress         chan struct{}
+	// progress is signalled on each event, and closed (closed set, under
+	// mu) when the watch ends.
+	progress chan struct{}
+	closed   bool
 }
 
 func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selector string) *podWatch {
@@ -352,8 +349,9 @@ func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, selec
 		if w.failed == nil {
 			w.failed = fmt.Errorf("the pod watch ended")
 		}
-		w.mu.Unlock()
 		close(w.progress)
+		w.closed = true
+		w.mu.Unlock()
 	}()
 	return w
 }
@@ -367,6 +365,21 @@ type podWatcher struct {
 func (w podWatcher) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	o.LabelSelector = w.selector
 	return w.cs.CoreV1().Pods("default").Watch(ctx, o)
+}
+
+// fail ends wait with err.
+func (w *podWatch) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = err
+	}
+	if !w.closed {
+		select {
+		case w.progress <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // wait returns the times once n pods have been seen Running.

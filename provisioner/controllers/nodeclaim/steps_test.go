@@ -149,6 +149,70 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 	}
 }
 
+// TestFullClaimClosesWithoutWaitingOutTheWindow: a claim none of whose
+// instance types has room for one more pod of its pods' average size (cpu,
+// memory or the pod cap) is closed at once, inside the batch window; a
+// claim with room stays open, and so does one whose pods are not all seen
+// nominated yet or whose pods request other resources.
+func TestFullClaimClosesWithoutWaitingOutTheWindow(t *testing.T) {
+	ctx := context.Background()
+	sized := func(name, claim, cpu string, extra corev1.ResourceList) *corev1.Pod {
+		p := nominated(name, claim)
+		req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("256Mi")}
+		for k, v := range extra {
+			req[k] = v
+		}
+		p.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: req}}}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		// pods' cpu; requests: the claim's (pods' and daemonsets');
+		// counted: status.nominatedPods.
+		pods            []string
+		extra           corev1.ResourceList
+		requestsCPU     string
+		requestsPods    int64
+		counted         int32
+		wantClosedEarly bool
+	}{
+		{name: "room for one more on the large type", pods: []string{"1", "1", "1"}, requestsCPU: "3", requestsPods: 3, counted: 3},
+		{name: "no type has the cpu for one more", pods: []string{"1", "1", "1", "1"}, requestsCPU: "4", requestsPods: 4, counted: 4, wantClosedEarly: true},
+		{name: "daemonsets take the last cpu", pods: []string{"1", "1", "1"}, requestsCPU: "3500m", requestsPods: 4, counted: 3, wantClosedEarly: true},
+		{name: "no type has a pod slot for one more", pods: []string{"10m", "10m"}, requestsCPU: "20m", requestsPods: 29, counted: 2, wantClosedEarly: true},
+		{name: "a nomination not seen yet", pods: []string{"1", "1", "1", "1"}, requestsCPU: "4", requestsPods: 5, counted: 5},
+		{name: "pods asking for other resources", pods: []string{"1", "1", "1", "1"}, extra: corev1.ResourceList{"example.com/gpu": resource.MustParse("1")}, requestsCPU: "4", requestsPods: 4, counted: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := claim(v1alpha1.NodeClaimNominating)
+			objs := []client.Object{nc}
+			for i, cpu := range tc.pods {
+				objs = append(objs, sized(string(rune('a'+i)), nc.Name, cpu, tc.extra))
+			}
+			s := newSteps(t, objs...)
+			nc = s.get(t, nc)
+			nc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(tc.requestsCPU), corev1.ResourceMemory: resource.MustParse("1Gi"),
+				corev1.ResourcePods: *resource.NewQuantity(tc.requestsPods, resource.DecimalSI)}
+			if err := s.kube.Update(ctx, nc); err != nil {
+				t.Fatal(err)
+			}
+			nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
+			nc.Status.NominatedPods = tc.counted
+			if err := s.kube.Status().Update(ctx, nc); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			phase := s.get(t, nc).Status.Phase
+			if closed := phase == v1alpha1.NodeClaimLaunching; closed != tc.wantClosedEarly {
+				t.Errorf("inside the batch window: phase %s (requeue after %v); closed early: %v, want %v", phase, res.RequeueAfter, closed, tc.wantClosedEarly)
+			}
+		})
+	}
+}
+
 // TestLaunchFallsBackAndMarksWhatHadNoCapacity: the cheapest option has
 // no capacity; the launch takes the next, records it in the claim's
 // status and marks the cheapest unavailable, so the next launch skips it.
