@@ -82,7 +82,7 @@ func run(args []string) error {
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
-	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long (at once when it is full: no instance type it may launch as has room for one more pod of its pods' average size)...")
+	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
 	fs.BoolVar(&o.repack, "repack", true, "Before launch, pack each batch of closed NodeClaims (one pool, zone, capacity type and architecture) again into the cheapest set of nodes the scheduling simulator accepts, and move the nominations; false launches each claim as the scheduler plugin packed it.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")

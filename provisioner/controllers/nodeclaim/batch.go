@@ -6,8 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -35,29 +33,21 @@ func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.P
 func bindOrder(a, b corev1.Pod) int { return simulator.BindOrder(&a, &b) }
 
 // closeWhenBatched closes the claim to nominations once the batch window
-// has passed: no new nomination for BatchIdle, or open for BatchMax, or
-// full (no pod the size of its pods could join it: waiting would only
-// delay its launch). The status update carries the resourceVersion read,
-// so a nomination the scheduler writes meanwhile makes it fail and the
-// window is judged again.
+// has passed: no new nomination for BatchIdle, or open for BatchMax. The
+// status update carries the resourceVersion read, so a nomination the
+// scheduler writes meanwhile makes it fail and the window is judged again.
 func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	// A replacement for a node being disrupted has no nominated pods:
 	// the pods come when that node is drained, once this one is up.
 	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != ""
 	now := c.now()
 	idle, open := now.Sub(lastNomination(nc)), now.Sub(nc.CreationTimestamp.Time)
+	if idle < c.opts.BatchIdle && open < c.opts.BatchMax && !replacement {
+		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
+	}
 	pods, err := c.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	full := false
-	if idle < c.opts.BatchIdle && open < c.opts.BatchMax && !replacement {
-		if full, err = c.full(ctx, nc, pods); err != nil {
-			return reconcile.Result{}, err
-		}
-		if !full {
-			return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
-		}
 	}
 	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
@@ -74,54 +64,9 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	if replacement {
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	} else {
-		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond), "full", full)
+		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
 	}
 	return reconcile.Result{Requeue: true}, nil
-}
-
-// full reports whether no pod the average size of the claim's nominated
-// pods could join it: each offer it may still launch as lacks the cpu,
-// the memory or the pod slot for its requests (its pods' and daemonsets')
-// and one more such pod. The scheduler would make a new claim for that
-// pod, so the idle window would only delay this one's launch. Not judged
-// (false) while the pods nominated to it are not all seen yet (the
-// scheduler writes a pod's nomination after the claim), or when its pods
-// request anything but cpu and memory (the average of GPUs says little).
-func (c *Controller) full(ctx context.Context, nc *v1alpha1.NodeClaim, pods []corev1.Pod) (bool, error) {
-	if len(pods) == 0 || int32(len(pods)) != nc.Status.NominatedPods {
-		return false, nil
-	}
-	var cpu, mem resource.Quantity
-	for i := range pods {
-		for name, q := range resourcehelper.PodRequests(&pods[i], resourcehelper.PodResourcesOptions{}) {
-			switch name {
-			case corev1.ResourceCPU:
-				cpu.Add(q)
-			case corev1.ResourceMemory:
-				mem.Add(q)
-			default:
-				if !q.IsZero() {
-					return false, nil
-				}
-			}
-		}
-	}
-	n := int64(len(pods))
-	req := nc.Spec.Resources.Requests
-	needCPU := req.Cpu().MilliValue() + cpu.MilliValue()/n
-	needMem := req.Memory().Value() + mem.Value()/n
-	needPods := req.Pods().Value() + 1
-	offers, err := c.offers(ctx, nc)
-	if err != nil || len(offers) == 0 {
-		return false, err
-	}
-	for _, o := range offers {
-		alloc := o.InstanceType.Allocatable
-		if needCPU <= alloc.Cpu().MilliValue() && needMem <= alloc.Memory().Value() && (alloc.Pods().IsZero() || needPods <= alloc.Pods().Value()) {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 // closeWithBatch closes, with nc, the open claims of its pool and group
