@@ -14,7 +14,6 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 # own build stamps it (kube-scheduler --version, build_info metrics).
 KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
 KUBE_MINOR   := $(word 2,$(subst ., ,$(KUBE_VERSION)))
-STATIC    := CGO_ENABLED=0
 space     := $(empty) $(empty)
 comma     := ,
 LDFLAGS   := -X github.com/nodeforge/nodeforge/version.Version=$(VERSION) \
@@ -22,16 +21,31 @@ LDFLAGS   := -X github.com/nodeforge/nodeforge/version.Version=$(VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR)
 CONTROLLER_GEN := $(BIN)/controller-gen
 
-# Test packages run one at a time: each integration package starts its own
-# control plane, and the CI machine has two cores.
-TEST_FLAGS ?= -p 1 -count=1 -timeout 45m
+# One set of build settings for every Go build of a run: the shipped
+# binaries and images (static, reproducible), the Kubernetes components the
+# sandbox builds, and the test binaries. Go caches a compiled package per
+# settings, so settings that differed (cgo on for tests, off for the
+# binaries) compiled the whole Kubernetes tree two or three times.
+export CGO_ENABLED := 0
+export GOFLAGS    := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
+
+# Two test packages build and run at once; test/e2e is named first so it
+# starts first, being the longest. Its tests each run their own sandbox
+# (a whole control plane, mostly waiting on timers), -parallel of them at
+# once: see CONTRIBUTING.md for how the figures were chosen on the 2-core
+# CI machine.
+TEST_FLAGS   ?= -p 2 -parallel 4 -count=1 -timeout 30m
+# Wall-time budgets, reported (never enforced) by hack/testreport after
+# the run: a test or package over its budget is named in the output.
+TEST_BUDGETS ?= -test-budget 3m -package-budget ./test/e2e=12m
+TESTREPORT   := $(BIN)/testreport
 
 .PHONY: build
 build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/ (static).
-	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
-	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
-	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
-	$(STATIC) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
 
 # The images' architectures; each is cross-compiled (the host's shares
 # make build's compiled packages).
@@ -41,7 +55,7 @@ IMAGE_ARCHS ?= amd64 arm64
 images: ## Build the OCI images of nodeforge-scheduler and nodeforge-provisioner (linux/amd64, linux/arm64) into bin/images, without a container daemon.
 	for arch in $(IMAGE_ARCHS); do \
 	  for p in scheduler provisioner; do \
-	    $(STATIC) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/linux_$$arch/nodeforge-$$p ./cmd/$$p || exit 1; \
+	    GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/linux_$$arch/nodeforge-$$p ./cmd/$$p || exit 1; \
 	  done; \
 	done
 	$(GO) run -C $(TOOLS_MOD)/images . --bins $(BIN) --out $(BIN)/images --version $(VERSION) \
@@ -62,8 +76,11 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifest
 
 .PHONY: test
 test: components images $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries and images in bin/.
-	NODEFORGE_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test $(TEST_FLAGS) ./...
-	NODEFORGE_IMAGES=$(BIN)/images $(GO) test -C $(TOOLS_MOD)/images -count=1 ./...
+	$(GO) build -o $(TESTREPORT) ./hack/testreport
+	{ status=0; \
+	  NODEFORGE_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -json $(TEST_FLAGS) ./test/e2e ./... || status=1; \
+	  NODEFORGE_IMAGES=$(BIN)/images $(GO) test -C $(TOOLS_MOD)/images -json -count=1 ./... || status=1; \
+	  exit $$status; } | $(TESTREPORT) $(TEST_BUDGETS)
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go in docs/benchmarks.md).

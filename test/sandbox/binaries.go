@@ -233,9 +233,15 @@ func componentsKey(source, version string) (string, error) {
 	return fmt.Sprintf("%s-%s-%s", version, runtime.Version(), hex.EncodeToString(h.Sum(nil))[:12]), nil
 }
 
+// goOutput runs the go command in dir with the build settings of the
+// Makefile (static, -trimpath), so that the components share the compiled
+// packages of make build and of the test binaries instead of compiling
+// the Kubernetes tree again with other settings.
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
+	goflags := strings.TrimSpace(strings.ReplaceAll(os.Getenv("GOFLAGS"), "-trimpath", "") + " -trimpath")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS="+goflags)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
