@@ -58,7 +58,12 @@ type options struct {
 	consolidationPause      time.Duration
 	repair                  disruption.ZoneRules
 	repack                  bool
+	disruption              disruption.Timers
+	repairInterval          time.Duration
 	leaderElect             bool
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
 	leaderElectionNamespace string
 	metricsAddr             string
 	healthAddr              string
@@ -95,6 +100,10 @@ func run(args []string) error {
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
 	fs.DurationVar(&o.consolidationInterval, "consolidation-interval", 10*time.Second, "How often consolidation looks for nodes whose pods fit elsewhere.")
 	fs.DurationVar(&o.consolidationPause, "consolidation-validation-pause", 5*time.Second, "How long consolidation waits, with the chosen nodes tainted, before it looks at live state again and disrupts them: a pod being bound there meanwhile calls it off.")
+	fs.DurationVar(&o.disruption.BudgetRetry, "disruption-budget-retry", disruption.DefaultTimers.BudgetRetry, "How long a node a disruption budget holds back waits before it is asked about again (sooner when a budget's schedule window opens or closes).")
+	fs.DurationVar(&o.disruption.ReplacementGrace, "replacement-grace", disruption.DefaultTimers.ReplacementGrace, "How long a node being replaced waits for its named replacement NodeClaim to appear before calling the replacement off.")
+	fs.DurationVar(&o.disruption.ReplacementRetry, "replacement-retry", disruption.DefaultTimers.ReplacementRetry, "How long a node whose replacement was called off keeps running before it may be chosen for disruption again.")
+	fs.DurationVar(&o.repairInterval, "node-repair-interval", 5*time.Second, "How often unhealthy nodes are looked for and repaired (each zone at --node-repair-rate).")
 	fs.Float64Var(&o.repair.Rate, "node-repair-rate", disruption.DefaultZoneRules.Rate, "Unhealthy nodes repaired per second in a zone, as kube-controller-manager's --node-eviction-rate.")
 	fs.Float64Var(&o.repair.SecondaryRate, "secondary-node-repair-rate", disruption.DefaultZoneRules.SecondaryRate, "Unhealthy nodes repaired per second in a zone in PartialDisruption, as kube-controller-manager's --secondary-node-eviction-rate; none when the zone has no more than --large-cluster-size-threshold nodes.")
 	fs.Float64Var(&o.repair.UnhealthyThreshold, "unhealthy-zone-threshold", disruption.DefaultZoneRules.UnhealthyThreshold, "Share of a zone's nodes not Ready (more than 2 of them) at which the zone is in PartialDisruption, as kube-controller-manager's flag of that name.")
@@ -102,6 +111,10 @@ func run(args []string) error {
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration of nodeforge-scheduler (the file or ConfigMap the scheduler is given): pods are bound only where its profile's PreFilter and Filter plugins accept them. Empty: the scheduler's defaults.")
 	fs.StringVar(&o.schedulerProfile, "scheduler-profile", "nodeforge-scheduler", "Profile of --scheduler-config to judge binds by (ignored without --scheduler-config).")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
+	// The names and defaults of kube-scheduler's and kube-controller-manager's leader election flags.
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a standby replica waits after the leader's last renewal before it takes the lease: how long a crashed leader is not replaced.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its lease before it stops leading (and exits); less than --leader-elect-lease-duration.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to take or renew the lease.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "nodeforge", "Namespace of the leader election lease.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -141,6 +154,9 @@ func run(args []string) error {
 		LeaderElectionID:              "nodeforge-provisioner",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
@@ -199,13 +215,14 @@ func run(args []string) error {
 		return err
 	}
 	claims.Disruption().SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched))
+	claims.Disruption().SetTimers(o.disruption)
 	consolidation := disruption.NewConsolidation(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
 	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.consolidationPause
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
 	repair := disruption.NewRepair(claims.Disruption(), mgr.GetClient(), time.Now)
-	repair.Rules = o.repair
+	repair.Rules, repair.Interval = o.repair, o.repairInterval
 	if err := mgr.Add(repair); err != nil {
 		return err
 	}
@@ -296,6 +313,9 @@ func (o *options) validate() error {
 		{"cloud-call-timeout", o.cloudCallTimeout},
 		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
 		{"consolidation-interval", o.consolidationInterval}, {"consolidation-validation-pause", o.consolidationPause},
+		{"disruption-budget-retry", o.disruption.BudgetRetry}, {"replacement-grace", o.disruption.ReplacementGrace}, {"replacement-retry", o.disruption.ReplacementRetry},
+		{"node-repair-interval", o.repairInterval},
+		{"leader-elect-lease-duration", o.leaseDuration}, {"leader-elect-renew-deadline", o.renewDeadline}, {"leader-elect-retry-period", o.retryPeriod},
 	}
 	for _, f := range positive {
 		if f.d <= 0 {
@@ -304,6 +324,9 @@ func (o *options) validate() error {
 	}
 	if o.batchMax < o.batchIdle {
 		errs = append(errs, fmt.Errorf("--batch-max-duration=%s: must not be less than --batch-idle-duration=%s", o.batchMax, o.batchIdle))
+	}
+	if o.renewDeadline >= o.leaseDuration || o.retryPeriod >= o.renewDeadline {
+		errs = append(errs, fmt.Errorf("--leader-elect-lease-duration=%s, --leader-elect-renew-deadline=%s, --leader-elect-retry-period=%s: each must be more than the next", o.leaseDuration, o.renewDeadline, o.retryPeriod))
 	}
 	if r := o.repair; r.Rate < 0 || r.SecondaryRate < 0 || r.UnhealthyThreshold <= 0 || r.UnhealthyThreshold > 1 || r.LargeClusterThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--node-repair-rate=%g, --secondary-node-repair-rate=%g, --unhealthy-zone-threshold=%g, --large-cluster-size-threshold=%d: rates must not be negative, the threshold must be in (0, 1], the size not negative",

@@ -44,27 +44,32 @@ func TestFlagsFromEnv(t *testing.T) {
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
 		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, consolidationPause: 5 * time.Second, qps: 200, burst: 300,
+		disruption: disruption.DefaultTimers, repairInterval: 5 * time.Second,
+		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 		repair: disruption.DefaultZoneRules}
 	if err := good.validate(); err != nil {
 		t.Fatalf("the defaults were refused: %v", err)
 	}
 	for want, edit := range map[string]func(*options){
-		`--cloud-provider="gce": choose simulated or aws`:                                     func(o *options) { o.cloudProvider = "gce" },
-		"--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws": func(o *options) { o.cloudProvider = "" },
-		"--consolidation-validation-pause=0s: must be more than 0":                            func(o *options) { o.consolidationPause = 0 },
-		"--registration-ttl=0s: must be more than 0":                                          func(o *options) { o.registrationTTL = 0 },
-		"--batch-idle-duration=-1s: must be more than 0":                                      func(o *options) { o.batchIdle = -time.Second },
-		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s":          func(o *options) { o.batchMax = 500 * time.Millisecond },
-		"--unavailable-offering-ttl=0s: must be more than 0":                                  func(o *options) { o.unavailableTTL = 0 },
-		"--launch-ttl=0s: must be more than 0":                                                func(o *options) { o.launchTTL = 0 },
-		"--initialization-ttl=-1s: must be more than 0":                                       func(o *options) { o.initializationTTL = -time.Second },
-		"--cloud-call-timeout=0s: must be more than 0":                                        func(o *options) { o.cloudCallTimeout = 0 },
-		"--garbage-collection-grace=0s: must be more than 0":                                  func(o *options) { o.gcGrace = 0 },
-		"--nodeclaim-workers=0: must be from 1 to 64":                                         func(o *options) { o.nodeClaimWorkers = 0 },
-		"--unhealthy-zone-threshold=1.5":                                                      func(o *options) { o.repair.UnhealthyThreshold = 1.5 },
-		"--interruption-queue=q: only the aws provider has an interruption queue":             func(o *options) { o.aws.queue = "q" },
-		"--secondary-node-repair-rate=-1":                                                     func(o *options) { o.repair.SecondaryRate = -1 },
-		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":                     func(o *options) { o.qps = 0 },
+		`--cloud-provider="gce": choose simulated or aws`:                                                    func(o *options) { o.cloudProvider = "gce" },
+		"--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws":                func(o *options) { o.cloudProvider = "" },
+		"--consolidation-validation-pause=0s: must be more than 0":                                           func(o *options) { o.consolidationPause = 0 },
+		"--registration-ttl=0s: must be more than 0":                                                         func(o *options) { o.registrationTTL = 0 },
+		"--batch-idle-duration=-1s: must be more than 0":                                                     func(o *options) { o.batchIdle = -time.Second },
+		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s":                         func(o *options) { o.batchMax = 500 * time.Millisecond },
+		"--unavailable-offering-ttl=0s: must be more than 0":                                                 func(o *options) { o.unavailableTTL = 0 },
+		"--launch-ttl=0s: must be more than 0":                                                               func(o *options) { o.launchTTL = 0 },
+		"--initialization-ttl=-1s: must be more than 0":                                                      func(o *options) { o.initializationTTL = -time.Second },
+		"--cloud-call-timeout=0s: must be more than 0":                                                       func(o *options) { o.cloudCallTimeout = 0 },
+		"--garbage-collection-grace=0s: must be more than 0":                                                 func(o *options) { o.gcGrace = 0 },
+		"--nodeclaim-workers=0: must be from 1 to 64":                                                        func(o *options) { o.nodeClaimWorkers = 0 },
+		"--unhealthy-zone-threshold=1.5":                                                                     func(o *options) { o.repair.UnhealthyThreshold = 1.5 },
+		"--interruption-queue=q: only the aws provider has an interruption queue":                            func(o *options) { o.aws.queue = "q" },
+		"--secondary-node-repair-rate=-1":                                                                    func(o *options) { o.repair.SecondaryRate = -1 },
+		"--kube-api-qps=0 --kube-api-burst=300: both must be more than 0":                                    func(o *options) { o.qps = 0 },
+		"--replacement-grace=0s: must be more than 0":                                                        func(o *options) { o.disruption.ReplacementGrace = 0 },
+		"--leader-elect-retry-period=0s: must be more than 0":                                                func(o *options) { o.retryPeriod = 0 },
+		"--leader-elect-renew-deadline=15s, --leader-elect-retry-period=2s: each must be more than the next": func(o *options) { o.renewDeadline = 15 * time.Second },
 	} {
 		o := good
 		edit(&o)

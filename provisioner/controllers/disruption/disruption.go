@@ -74,7 +74,31 @@ type Controller struct {
 	budgets  budgets
 	blocked  blockedNotes
 	replacer *Replacer // nil: nodes are drained with no replacement first
+	timers   Timers
 }
+
+// Timers are how long a disruption waits at each step that waits on time
+// rather than on an event. DefaultTimers are the provisioner's defaults;
+// tests shorten them (the provisioner's flags) to wait less.
+type Timers struct {
+	// BudgetRetry is how long a claim a budget holds back waits before it
+	// is asked about again, unless a budget's schedule window opens or
+	// closes sooner: a budget frees up when another claim of the pool is
+	// gone, and that claim's going does not requeue this one.
+	BudgetRetry time.Duration
+	// ReplacementGrace is how long after naming its replacement a claim
+	// waits for it to appear before giving it up.
+	ReplacementGrace time.Duration
+	// ReplacementRetry is how long a node whose replacement failed keeps
+	// running before its method may choose it again.
+	ReplacementRetry time.Duration
+}
+
+// DefaultTimers are the production waits.
+var DefaultTimers = Timers{BudgetRetry: 10 * time.Second, ReplacementGrace: 30 * time.Second, ReplacementRetry: 30 * time.Second}
+
+// SetTimers replaces DefaultTimers.
+func (c *Controller) SetTimers(t Timers) { c.timers = t }
 
 // SetReplacer makes the controller launch replacement capacity before it
 // drains a node whose pods need it.
@@ -84,14 +108,8 @@ func (c *Controller) SetReplacer(r *Replacer) { c.replacer = r }
 // chooses a claim disrupts it. now is the clock budget schedules are
 // read against.
 func New(kube client.Client, live kubernetes.Interface, recorder events.EventRecorder, now func() time.Time, methods ...Method) *Controller {
-	return &Controller{kube: kube, live: live, recorder: recorder, now: now, methods: methods}
+	return &Controller{kube: kube, live: live, recorder: recorder, now: now, methods: methods, timers: DefaultTimers}
 }
-
-// budgetWait is how long a claim a budget holds back waits before it is
-// asked about again, unless a budget's schedule window opens or closes
-// sooner: a budget frees up when another claim of the pool is gone, and
-// that claim's going does not requeue this one.
-const budgetWait = 10 * time.Second
 
 // Reconcile disrupts an initialized claim when a method chooses it, no
 // do-not-disrupt annotation holds it, and the pool's budget for that
@@ -109,7 +127,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 		return reconcile.Result{}, nil
 	}
 	if replacing, err := c.replacing(ctx, nc); err != nil || replacing {
-		return reconcile.Result{RequeueAfter: budgetWait}, err
+		return reconcile.Result{RequeueAfter: c.timers.BudgetRetry}, err
 	}
 	var next time.Duration
 	for _, m := range c.methods {
@@ -153,7 +171,7 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 		if err == nil {
 			logger.V(2).Info("Disruption budget spent; waiting", "nodeClaim", klog.KObj(nc), "reason", m.Reason())
 		}
-		wait := budgetWait
+		wait := c.timers.BudgetRetry
 		if !change.IsZero() {
 			// A window opening or closing may change the answer: look
 			// then, if that is sooner (and not in a busy loop).

@@ -170,7 +170,7 @@ func TestInterruptionMessages(t *testing.T) {
 		if err := s.kube.Delete(ctx, &reps[0]); err != nil {
 			t.Fatal(err)
 		}
-		s.now = s.now.Add(replacementGrace)
+		s.now = s.now.Add(DefaultTimers.ReplacementGrace)
 		if _, err := s.c.Reconcile(ctx, s.claim(ctx, t, "p-n1")); err != nil {
 			t.Fatal(err)
 		}

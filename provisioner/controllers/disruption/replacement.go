@@ -65,14 +65,6 @@ const maxReplacementTries = 8
 // at it; the replacement's progress does not enqueue the old claim.
 const replacementWait = 2 * time.Second
 
-// replacementGrace is how long after naming its replacement a claim
-// waits for it to appear before giving it up.
-const replacementGrace = 30 * time.Second
-
-// replacementRetry is how long a node whose replacement failed keeps
-// running before its method may choose it again.
-const replacementRetry = 30 * time.Second
-
 // Replacer plans replacement capacity with the scheduler's own plugins.
 type Replacer struct {
 	cache client.Reader
@@ -413,7 +405,7 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		// Named first, created next: not there yet, or never will be
 		// (the provisioner stopped in between).
 		requested, perr := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationReplacementRequested])
-		if left := replacementGrace - c.now().Sub(requested); perr == nil && left > 0 {
+		if left := c.timers.ReplacementGrace - c.now().Sub(requested); perr == nil && left > 0 {
 			if by, ok := drainBy(nc); ok && by.Sub(c.now()) < min(left, replacementWait) {
 				return c.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
 			}
@@ -483,7 +475,7 @@ func (c *Controller) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim
 // giveUpReplacement calls a disruption waiting for its replacement off:
 // the replacement goes unless it is already a node, the old claim forgets
 // it and its node takes pods again. The method may choose the claim again
-// after replacementRetry.
+// after Timers.ReplacementRetry.
 func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
 	klog.FromContext(ctx).Info("Not disrupting node: calling its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
 	if c.recorder != nil {
@@ -503,7 +495,7 @@ func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeCla
 	}
 	c.budgets.release(nc.UID)
 	errs = append(errs, c.untaint(ctx, nc.Status.NodeName))
-	return reconcile.Result{RequeueAfter: replacementRetry}, errors.Join(errs...)
+	return reconcile.Result{RequeueAfter: c.timers.ReplacementRetry}, errors.Join(errs...)
 }
 
 // replacing reports whether nc is a replacement its old claim still

@@ -277,7 +277,7 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	if reconcileClaim("p-n2"); !tainted("n2") {
 		t.Fatal("disruption of n2 called off at once: a replacement just named may not be created yet")
 	}
-	now = now.Add(replacementGrace)
+	now = now.Add(DefaultTimers.ReplacementGrace)
 	res := reconcileClaim("p-n2")
 	old, err := get("p-n2")
 	if err != nil || !old.DeletionTimestamp.IsZero() {
@@ -286,8 +286,8 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	if old.Annotations[v1alpha1.AnnotationReplacement] != "" || tainted("n2") {
 		t.Errorf("disruption of n2 not called off: replacement %q, tainted %v", old.Annotations[v1alpha1.AnnotationReplacement], tainted("n2"))
 	}
-	if res.RequeueAfter < replacementRetry {
-		t.Errorf("expired p-n2 asked about again after %s, want a retry after %s", res.RequeueAfter, replacementRetry)
+	if res.RequeueAfter < DefaultTimers.ReplacementRetry {
+		t.Errorf("expired p-n2 asked about again after %s, want a retry after %s", res.RequeueAfter, DefaultTimers.ReplacementRetry)
 	}
 	if evs := drain(rec); !strings.Contains(evs, "could not be launched") {
 		t.Errorf("no Event saying the replacement could not be launched; events:\n%s", evs)
