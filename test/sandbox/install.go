@@ -115,7 +115,7 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 		"replicas":      max(o.ProvisionerReplicas, 1),
 		"tolerations":   controlPlane,
 		"cloudProvider": "simulated",
-		"extraArgs":     slices.Clone(o.ProvisionerArgs),
+		"extraArgs":     append(o.Timers.provisionerArgs(), o.ProvisionerArgs...),
 		"env":           envVars(o.ProvisionerEnv),
 	}
 	if s.region != nil {
@@ -130,7 +130,7 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 			"--cluster-ca-file=" + filepath.Join(s.Dir, "pki", "ca.crt"),
 			// The sandbox reaches no AWS host: keep the shipped prices.
 			"--aws-pricing-refresh-interval=0",
-		}, o.ProvisionerArgs...)
+		}, provisioner["extraArgs"].([]string)...)
 		// Static credentials for the SDK's default chain, as IRSA or Pod
 		// Identity would provide; the fake checks that requests are signed,
 		// not by whom.
@@ -159,7 +159,7 @@ leaderElection: {leaderElect: false}
 profiles:
 - schedulerName: default-scheduler
 `
-	port, err := freePorts(1)
+	port, err := s.freePorts(1)
 	if err != nil {
 		return err
 	}
@@ -351,7 +351,7 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 			ports[p.ContainerPort] = host
 			continue
 		}
-		free, err := freePorts(1)
+		free, err := s.freePorts(1)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,28 +199,4 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return "    " + strings.ReplaceAll(string(bytes.Join(lines, []byte("\n"))), "\n", "\n    ")
-}
-
-// freePorts returns n distinct free TCP ports on the loopback address. All
-// listeners stay open until every port is chosen, so no port repeats.
-// They are closed when it returns, so a listener this process opens on a
-// port the kernel picks before a component binds its port may take it:
-// start such listeners first (startAWSRegion is).
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -67,12 +67,70 @@ type Options struct {
 	// ConfigMap, as a user would edit it); the provisioner's bind gate
 	// reads the same.
 	SchedulerConfig []byte
+	// Timers tests wait on. Zero keeps the default a real cluster runs
+	// with, named on each; a test sets the shortest value that still tests
+	// what it says.
+	Timers Timers
 	// Install installs Nodeforge from the chart (see install.go), as
 	// `nodeforge-sandbox up` and the demo do. Without it the scheduler and
 	// provisioner run as plain processes with certificates of their
 	// ServiceAccounts' names and the same RBAC: for tests of the programs
 	// that need nothing of the install.
 	Install bool
+}
+
+// Timers of the control plane and of Nodeforge's leader election.
+type Timers struct {
+	// NodeMonitorGracePeriod is how long a node's lease may go unrenewed
+	// before kube-controller-manager's node lifecycle controller marks the
+	// node Ready=Unknown (--node-monitor-grace-period, 50s), and
+	// NodeMonitorPeriod how often it checks (--node-monitor-period, 5s).
+	NodeMonitorGracePeriod, NodeMonitorPeriod time.Duration
+	// NodeLeaseDuration is the lease of the nodes kwok runs (a kubelet's
+	// nodeLeaseDurationSeconds, 40s here); kwok renews a lease every
+	// quarter of it. Keep a renewal well inside NodeMonitorGracePeriod,
+	// or healthy nodes turn Unknown on a busy machine.
+	NodeLeaseDuration time.Duration
+	// LeaderElection of nodeforge-scheduler and nodeforge-provisioner
+	// (15s lease, 10s renew deadline, 2s retry): how long a killed
+	// leader's replacement waits before it acts.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// provisionerArgs are the provisioner's flags for the leader election
+// timers that are set.
+func (t Timers) provisionerArgs() []string {
+	var args []string
+	for flag, d := range map[string]time.Duration{"lease-duration": t.LeaseDuration, "renew-deadline": t.RenewDeadline, "retry-period": t.RetryPeriod} {
+		if d > 0 {
+			args = append(args, fmt.Sprintf("--leader-elect-%s=%s", flag, d))
+		}
+	}
+	slices.Sort(args)
+	return args
+}
+
+// schedulerConfig sets the leader election timers that are set in a
+// KubeSchedulerConfiguration, keeping its other fields.
+func (t Timers) schedulerConfig(config []byte) ([]byte, error) {
+	if t.LeaseDuration == 0 && t.RenewDeadline == 0 && t.RetryPeriod == 0 {
+		return config, nil
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(config, &cfg); err != nil {
+		return nil, err
+	}
+	le, _ := cfg["leaderElection"].(map[string]any)
+	if le == nil {
+		le = map[string]any{}
+	}
+	for field, d := range map[string]time.Duration{"leaseDuration": t.LeaseDuration, "renewDeadline": t.RenewDeadline, "retryPeriod": t.RetryPeriod} {
+		if d > 0 {
+			le[field] = d.String()
+		}
+	}
+	cfg["leaderElection"] = le
+	return yaml.Marshal(cfg)
 }
 
 // Sandbox is a running control plane.
@@ -96,6 +154,7 @@ type Sandbox struct {
 	SQS *sqsfake.Server
 
 	procs    []*process
+	ports    []heldPort        // the components' ports, held until Stop
 	pods     map[string]string // component → pod, when the chart is installed
 	progress io.Writer
 	region   *awsRegion
@@ -167,13 +226,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}()
 
 	if o.CloudProvider == "aws" && !o.ControlPlaneOnly {
-		// Before the ports below are reserved: the fakes' own listeners
-		// then hold ports that freePorts cannot hand out.
 		if s.region, err = startAWSRegion(o.AWSRegistrationDelay); err != nil {
 			return nil, fmt.Errorf("starting the fake EC2 region: %w", err)
 		}
 	}
-	pp, err := freePorts(8)
+	pp, err := s.freePorts(8)
 	if err != nil {
 		return nil, err
 	}
@@ -327,12 +384,19 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err := waitServed(ctx, s.Config); err != nil {
 			return nil, err
 		}
-		if o.SchedulerConfig != nil {
+		if o.SchedulerConfig != nil || o.Timers != (Timers{}) {
 			cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, "nodeforge-scheduler-config", metav1.GetOptions{})
 			if err != nil {
 				return nil, err
 			}
-			cm.Data["config.yaml"] = string(o.SchedulerConfig)
+			config := []byte(cm.Data["config.yaml"])
+			if o.SchedulerConfig != nil {
+				config = o.SchedulerConfig
+			}
+			if config, err = o.Timers.schedulerConfig(config); err != nil {
+				return nil, err
+			}
+			cm.Data["config.yaml"] = string(config)
 			if _, err := cs.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 				return nil, err
 			}
@@ -344,19 +408,19 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 
 	// kube-controller-manager, with a credential per controller as kubeadm runs it.
 	kcmConfig := filepath.Join(dir, "kubeconfigs", "kube-controller-manager.kubeconfig")
-	kcm, err := s.start(logDir, "kube-controller-manager", bin.KubeControllerManager,
-		"--kubeconfig="+kcmConfig,
-		"--authentication-kubeconfig="+kcmConfig,
-		"--authorization-kubeconfig="+kcmConfig,
+	kcmArgs := []string{
+		"--kubeconfig=" + kcmConfig,
+		"--authentication-kubeconfig=" + kcmConfig,
+		"--authorization-kubeconfig=" + kcmConfig,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", p.controllerManager),
-		"--cert-dir="+filepath.Join(dir, "pki", "kube-controller-manager"),
+		"--cert-dir=" + filepath.Join(dir, "pki", "kube-controller-manager"),
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+certs.path("sa.key"),
-		"--root-ca-file="+certs.path("ca.crt"),
-		"--cluster-signing-cert-file="+certs.path("ca.crt"),
-		"--cluster-signing-key-file="+certs.path("ca.key"),
+		"--service-account-private-key-file=" + certs.path("sa.key"),
+		"--root-ca-file=" + certs.path("ca.crt"),
+		"--cluster-signing-cert-file=" + certs.path("ca.crt"),
+		"--cluster-signing-key-file=" + certs.path("ca.key"),
 		"--profiling=false",
 		// The client rate of a control plane sized for scale-ups of
 		// thousands of pods (the Kubernetes project's own large-cluster
@@ -366,7 +430,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		// scale-up.
 		"--kube-api-qps=100",
 		"--kube-api-burst=100",
-	)
+	}
+	if d := o.Timers.NodeMonitorGracePeriod; d > 0 {
+		kcmArgs = append(kcmArgs, "--node-monitor-grace-period="+d.String())
+	}
+	if d := o.Timers.NodeMonitorPeriod; d > 0 {
+		kcmArgs = append(kcmArgs, "--node-monitor-period="+d.String())
+	}
+	kcm, err := s.start(logDir, "kube-controller-manager", bin.KubeControllerManager, kcmArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -382,12 +453,16 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 
 	// kwok runs the nodes annotated kwok.x-k8s.io/node=fake and their pods.
+	lease := 40 * time.Second
+	if o.Timers.NodeLeaseDuration > 0 {
+		lease = o.Timers.NodeLeaseDuration
+	}
 	kwokArgs := []string{
 		"--kubeconfig=" + filepath.Join(dir, "kubeconfigs", "kwok.kubeconfig"),
 		"--config=" + bin.KwokStages,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40",
+		fmt.Sprintf("--node-lease-duration-seconds=%d", max(1, int(lease.Seconds()))),
 		"--cidr=10.244.0.0/16",
 		"--node-ip=10.0.0.1",
 		fmt.Sprintf("--server-address=127.0.0.1:%d", p.kwok),
@@ -433,11 +508,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.SchedulerConfig != nil {
 		shipped = o.SchedulerConfig
 	}
+	if shipped, err = o.Timers.schedulerConfig(shipped); err != nil {
+		return nil, err
+	}
 	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv, "nodeforge-scheduler"); err != nil {
 		return nil, err
 	}
 	for i := 2; i <= o.SchedulerReplicas; i++ {
-		port, err := freePorts(1)
+		port, err := s.freePorts(1)
 		if err != nil {
 			return nil, err
 		}
@@ -461,6 +539,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--leader-elect=true",
 		"--leader-election-namespace=" + namespace,
 	}
+	provArgs = append(provArgs, o.Timers.provisionerArgs()...)
 	var provEnv []string
 	if s.region != nil {
 		provArgs = append(provArgs,
@@ -481,7 +560,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	for i := 1; i <= max(o.ProvisionerReplicas, 1); i++ {
 		name, health, metrics := "nodeforge-provisioner", p.provisionerHealth, p.provisionerMetrics
 		if i > 1 {
-			pp, err := freePorts(2)
+			pp, err := s.freePorts(2)
 			if err != nil {
 				return nil, err
 			}
@@ -521,6 +600,7 @@ func (s *Sandbox) Stop() {
 		s.region.close()
 		s.region = nil
 	}
+	s.releasePorts()
 }
 
 // Exited returns a channel that receives the name of the first component
@@ -640,7 +720,7 @@ func httpOK(url string) func(context.Context) error {
 // run schedulers with and without VirtualNodes against one control plane.
 // stop ends it; the sandbox's Stop ends it too.
 func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config []byte) (stop func(), err error) {
-	pp, err := freePorts(1)
+	pp, err := s.freePorts(1)
 	if err != nil {
 		return nil, err
 	}

@@ -28,20 +28,40 @@ func TestStartNamesTheComponentThatFails(t *testing.T) {
 	}
 }
 
-// TestFreePortsAreDistinct checks that the ports handed out in one call do
-// not repeat.
+// TestFreePortsAreDistinct checks that the ports handed out do not repeat,
+// in one call or across sandboxes running at once, that they lie below
+// the kernel's ephemeral range, and that a stopped sandbox's ports can be
+// handed out again.
 func TestFreePortsAreDistinct(t *testing.T) {
-	ports, err := freePorts(50)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := &Sandbox{}, &Sandbox{}
+	defer a.Stop()
+	defer b.Stop()
 	seen := map[int]bool{}
-	for _, p := range ports {
-		if seen[p] {
-			t.Fatalf("port %d handed out twice in %v", p, ports)
+	for _, s := range []*Sandbox{a, b, a} {
+		ports, err := s.freePorts(50)
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[p] = true
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			if _, high := portRange(); p > high {
+				t.Errorf("port %d is above %d, in the kernel's ephemeral range", p, high)
+			}
+			seen[p] = true
+		}
 	}
+	held := a.ports[0].port
+	if h, err := holdPort(held); err != nil || h != nil {
+		t.Fatalf("port %d, held by a running sandbox, could be held again (err %v)", held, err)
+	}
+	a.Stop()
+	h, err := holdPort(held)
+	if err != nil || h == nil {
+		t.Fatalf("port %d of a stopped sandbox could not be held again (err %v)", held, err)
+	}
+	h.lock.Close()
 }
 
 // TestStartRefusesAnUnknownCloudProvider: a provider the provisioner does
