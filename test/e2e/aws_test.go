@@ -27,6 +27,7 @@ import (
 // region's instances join as kwok nodes 3s after launch, with what their
 // user data says.
 func TestAWSProvider(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sb, cs, kube := startSandbox(t, sandbox.Options{
 		CloudProvider: "aws", AWSRegistrationDelay: 3 * time.Second,

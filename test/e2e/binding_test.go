@@ -43,6 +43,7 @@ const (
 // makes a PersistentVolume on the selected node for each claim of its
 // StorageClass, as a CSI provisioner would.
 func TestPodsThatNeedTheBindingCycleAreBoundByTheScheduler(t *testing.T) {
+	t.Parallel()
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -287,6 +288,7 @@ func BenchmarkPodCreatedToRunning(b *testing.B) {
 // binding: the claim ends allocated and reserved for the pod, the pod
 // Running, and the provisioner never bound it itself.
 func TestResourceClaimIsAllocatedByTheScheduler(t *testing.T) {
+	t.Parallel()
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx := context.Background()
 	const driver = "fake.example.com"

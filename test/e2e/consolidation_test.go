@@ -134,6 +134,7 @@ func watchPDB(ctx context.Context, cs kubernetes.Interface, app string, minAvail
 // PodDisruptionBudget of minAvailable 2 holds throughout (polled), and
 // the claims say why they went (Event Disrupting: Underutilized).
 func TestConsolidationShrinksTheFleet(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	consolidatingPool(t, kube, "shrinking", "20s")
@@ -202,6 +203,7 @@ func TestConsolidationShrinksTheFleet(t *testing.T) {
 // hook, NODEFORGE_PAUSE_POINT): the node is not deleted under it, its
 // taint is lifted, and the pod keeps Running there.
 func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pauseFile := t.TempDir() + "/paused"
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated",
@@ -285,6 +287,7 @@ func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
 // c7.large, the pool's only node, and the old claim says what replaced
 // it and what that saves.
 func TestConsolidationReplacesANodeWithACheaperOne(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool = "replacing"

@@ -95,6 +95,7 @@ func topologyViolations(ctx context.Context, cs kubernetes.Interface, pool strin
 // scale-down, consolidation did some of it (an Underutilized Disrupting
 // Event), and all 5 pods are Running.
 func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool = "topology"

@@ -53,6 +53,7 @@ type crashCase struct {
 // with its instance. The node class delays registration by 3s, so there is
 // a window with claims launched and nodes not yet registered.
 func TestCrashes(t *testing.T) {
+	t.Parallel()
 	widerBatch := []string{"--batch-idle-duration=5s", "--batch-max-duration=10s"}
 	for _, tc := range []crashCase{
 		{name: "provisioner SIGKILLed while a claim is Launched", component: "nodeforge-provisioner", phase: v1alpha1.NodeClaimLaunched},
@@ -69,7 +70,10 @@ func TestCrashes(t *testing.T) {
 		{name: "provisioner mid-drain", component: "nodeforge-provisioner", point: crashpoint.MidDrain, drain: true},
 		{name: "provisioner after terminating, before deleting the node", component: "nodeforge-provisioner", point: crashpoint.AfterTerminate, drain: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { crash(t, tc) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			crash(t, tc)
+		})
 	}
 }
 
@@ -78,6 +82,9 @@ func crash(t *testing.T, tc crashCase) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
 	opts := sandbox.Options{Dir: dir, ProvisionerArgs: tc.provisionerArgs}
+	if tc.component == "kube-apiserver" {
+		opts.Timers = productionLeaderElection
+	}
 	if tc.component == "nodeforge-scheduler" {
 		opts.SchedulerReplicas = tc.replicas
 	} else {
@@ -269,6 +276,7 @@ func leading(t *testing.T, sb *sandbox.Sandbox, component string, replicas int, 
 // workload must end Running on a claimed node with one instance per claim
 // and no instance without a claim.
 func TestCrashInGarbageCollection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")

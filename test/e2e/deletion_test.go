@@ -18,6 +18,7 @@ import (
 // and instances with it. Nothing hangs on a finalizer, and in the end
 // every claim has exactly one instance, none without a claim.
 func TestDeletedNodeAndDeletedPoolAreCleanedUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	for _, name := range []string{"by-node", "by-pool"} {

@@ -97,6 +97,7 @@ func claimEvents(ctx context.Context, cs kubernetes.Interface, name string) (rea
 // now: its node stays past its expiry. The other's (twelve hours off, for
 // an hour) does not: its node goes.
 func TestScheduledBudgetHoldsExpirationOnlyInItsWindow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	daily := func(at time.Time) string { at = at.UTC(); return fmt.Sprintf("%d %d * * *", at.Minute(), at.Hour()) }
@@ -147,6 +148,7 @@ func findCondition(conds []metav1.Condition, typ string) *metav1.Condition {
 // draining only for the pool's terminationGracePeriod (30s); then the pod
 // is deleted, with an Event saying why, and the node goes.
 func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	expiringPool(t, kube, "graceful", func(np *v1alpha1.NodePool) {
@@ -192,6 +194,7 @@ func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
 // claim says so (DisruptionBlocked naming the pod); once the annotation
 // is removed, the node expires and goes.
 func TestDoNotDisruptPodKeepsItsExpiredNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	expiringPool(t, kube, "keeper", nil)

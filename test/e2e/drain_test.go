@@ -23,6 +23,7 @@ import (
 // through the Eviction API, so at no sampled moment are fewer than three of
 // the pods Running, and all four end up Running elsewhere.
 func TestDrainHonoursPDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, kubeconfig := upSandbox(t, t.TempDir())
 	cs := clientFor(t, kubeconfig)

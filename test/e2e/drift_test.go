@@ -97,6 +97,7 @@ func disruptionEvent(t *testing.T, cs kubernetes.Interface, claim string, reason
 // In the end every node of the pool carries the new label and the
 // template's annotation, and all three pods run.
 func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool, replicas = "drifting", 3
@@ -257,6 +258,7 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 // node was launched from changes; the node's claim becomes Drifted saying
 // so, and is replaced, its pod Running on a new node.
 func TestChangedNodeClassDriftsItsNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool = "classdrift"

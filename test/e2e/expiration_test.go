@@ -26,6 +26,7 @@ import (
 // throughout); it ends Running on the replacement's node, and the claim
 // says why it went (Event Disrupting: Expired).
 func TestExpiredNodeIsReplaced(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	var def v1alpha1.NodePool
@@ -125,6 +126,7 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 // the replacement's node, the expired claim and its node are gone, and
 // every claim has exactly one instance, none without a claim.
 func TestCrashAfterNamingAReplacement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	marker := dir + "/crashed"

@@ -22,6 +22,7 @@ import (
 // the provisioner works around them: capacity errors on the cheapest
 // options, and a node that never registers.
 func TestCloudFaults(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	_, kubeconfig := upSandbox(t, dir, "NODEFORGE_REGISTRATION_TTL=5s")
@@ -138,6 +139,7 @@ func TestCloudFaults(t *testing.T) {
 // the rest stays Pending with an Event that says the limit is reached, and
 // no claim ever takes the pool past it.
 func TestPoolLimits(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, kubeconfig := upSandbox(t, t.TempDir())
 	cs := clientFor(t, kubeconfig)

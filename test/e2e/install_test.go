@@ -71,6 +71,7 @@ func podLog(t *testing.T, cs kubernetes.Interface, pod string) string {
 // stock scheduler and run there by kwok, their processes hold tokens of
 // the pods' ServiceAccounts bound to the pods, and `kubectl logs deploy/...` shows the decisions.
 func TestSandboxRunsTheChart(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatal("kubectl is needed to read the logs as an operator does: ", err)
 	}
@@ -141,6 +142,7 @@ func TestSandboxRunsTheChart(t *testing.T) {
 // on: a new workload is nominated and launched for, which the new leaders'
 // pod logs show.
 func TestLeaderFailoverAcrossChartReplicas(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sb, cs, _ := startSandbox(t, sandbox.Options{Install: true, SchedulerReplicas: 2, ProvisionerReplicas: 2})
 	for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {

@@ -29,6 +29,7 @@ import (
 // the Deployment below its PodDisruptionBudget; the interrupted offering
 // is published unavailable; the claim's Event says why it went.
 func TestSpotInterruptionOnAWS(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sb, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "aws", AWSRegistrationDelay: 3 * time.Second})
 	const app = "spotty"

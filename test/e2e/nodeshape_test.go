@@ -28,8 +28,10 @@ import (
 // their own labels and taints, several instance types and both capacity
 // types are covered.
 func TestTheNodeThatRegistersIsTheNodeJudged(t *testing.T) {
+	t.Parallel()
 	for _, cloud := range []string{"simulated", "aws"} {
 		t.Run(cloud, func(t *testing.T) {
+			t.Parallel()
 			opts := sandbox.Options{CloudProvider: cloud}
 			if cloud == "aws" {
 				opts.AWSRegistrationDelay = time.Second

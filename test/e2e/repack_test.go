@@ -29,8 +29,9 @@ import (
 // the emptied claim is deleted: the restarted provisioner finishes the
 // plan, and still one node is launched.
 func TestRepackMergesTheClaimsOfABatch(t *testing.T) {
-	t.Run("as planned", func(t *testing.T) { repackBatch(t, "") })
-	t.Run("provisioner killed mid-repack", func(t *testing.T) { repackBatch(t, crashpoint.MidRepack) })
+	t.Parallel()
+	t.Run("as planned", func(t *testing.T) { t.Parallel(); repackBatch(t, "") })
+	t.Run("provisioner killed mid-repack", func(t *testing.T) { t.Parallel(); repackBatch(t, crashpoint.MidRepack) })
 }
 
 func repackBatch(t *testing.T, point string) {

@@ -25,6 +25,7 @@ import (
 // gone, though no kubelet will ever confirm the pod stopped. The claim's
 // Event names the rule that allowed the repair.
 func TestFailedNodeIsRepaired(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sb, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	const pool = "repairing"

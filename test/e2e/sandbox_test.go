@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,6 +147,7 @@ func nodePools(t *testing.T, kubeconfig string) dynamic.ResourceInterface {
 // the version, the CRDs, the controller manager, kwok nodes and pods, the
 // components' identities, a second sandbox beside it, and a clean stop.
 func TestSandbox(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	cmd, kubeconfig := upSandbox(t, dir)
@@ -505,10 +507,16 @@ func pollFor(t *testing.T, bound time.Duration, what string, cond func() (bool, 
 // and with the aws provider against the fake EC2 region, and checks it
 // finishes every step and exits 0.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	for _, provider := range []string{"simulated", "aws"} {
 		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			// The demo makes its sandbox's directory under $TMPDIR: one of
+			// its own, so that the processes left behind are this demo's.
+			tmp := t.TempDir()
 			cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo", "--cloud-provider", provider)
 			cmd.Dir = source
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
@@ -522,7 +530,7 @@ func TestDemo(t *testing.T) {
 					t.Errorf("demo output lacks %q:\n%s", want, out)
 				}
 			}
-			if left := processesUnder(t, os.TempDir()+"/nodeforge-demo-"); len(left) > 0 {
+			if left := processesUnder(t, tmp+"/nodeforge-demo-"); len(left) > 0 {
 				t.Errorf("the demo left processes behind: %v", left)
 			}
 		})
@@ -560,13 +568,50 @@ func keepLogsOnFailure(t *testing.T, sb *sandbox.Sandbox) {
 	t.Logf("component logs kept in %s", dst)
 }
 
+// quickTimers are the timers of every sandbox startSandbox starts, unless
+// its test sets its own:
+//   - a node whose kubelet stops is Unknown after 16s, not 50s, checked
+//     every second; kwok renews each node's lease every 2s (an 8s lease),
+//     so a healthy node on a busy machine still has eight renewals in
+//     that window;
+//   - a killed leader is replaced after 8s, not 15s; the leader gives up
+//     when it could not renew for 6s (an API server answers a lease
+//     renewal well within that on a loaded CI machine).
+//
+// Tests that kill the API server keep the real leader election timers:
+// the leader must outlast the restart, as it does in production.
+var quickTimers = sandbox.Timers{
+	NodeMonitorGracePeriod: 16 * time.Second, NodeMonitorPeriod: time.Second, NodeLeaseDuration: 8 * time.Second,
+	LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second,
+}
+
+// productionLeaderElection keeps quickTimers' node timers and the
+// programs' default leader election (15s lease, 10s renew deadline).
+var productionLeaderElection = sandbox.Timers{
+	NodeMonitorGracePeriod: quickTimers.NodeMonitorGracePeriod, NodeMonitorPeriod: quickTimers.NodeMonitorPeriod, NodeLeaseDuration: quickTimers.NodeLeaseDuration,
+	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+}
+
+// quickProvisionerArgs come before a test's own ProvisionerArgs (which
+// win where both set a flag): the disruption waits that wait on time, not
+// on an event, shortened. A held claim is asked about its budget again
+// every 2s; a replacement named and not created is given up after 10s
+// (creating it takes well under a second), and its node may be chosen
+// again 5s later; unhealthy nodes are looked for every second.
+var quickProvisionerArgs = []string{"--disruption-budget-retry=2s", "--replacement-grace=10s", "--replacement-retry=5s", "--node-repair-interval=1s"}
+
 // startSandbox starts a sandbox from the binaries under test with opts
-// (Dir and Binaries are filled in when empty) and returns it with a
-// clientset and a controller-runtime client. It is stopped when the test
-// ends, after its logs are kept if the test failed.
+// (Dir and Binaries are filled in when empty, Timers are quickTimers when
+// unset, quickProvisionerArgs come first) and returns it with a clientset and a controller-runtime client.
+// It is stopped when the test ends, after its logs are kept if the test
+// failed.
 func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kubernetes.Interface, client.Client) {
 	t.Helper()
 	ctx := context.Background()
+	if opts.Timers == (sandbox.Timers{}) {
+		opts.Timers = quickTimers
+	}
+	opts.ProvisionerArgs = append(slices.Clone(quickProvisionerArgs), opts.ProvisionerArgs...)
 	if opts.Binaries == nil {
 		bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +38,7 @@ const topologyRuns = 20
 // A pod nominated while a claim launches must see that claim's pods where
 // they will run, or the first case ends with two pods in one zone.
 func TestConstraintsThatCountPodsHoldWhileNodesLaunch(t *testing.T) {
+	t.Parallel()
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	cases := []struct {
 		name string
@@ -48,22 +48,21 @@ func TestConstraintsThatCountPodsHoldWhileNodesLaunch(t *testing.T) {
 		{"zone spread with minDomains 3", func(t *testing.T, pool string) string { return zoneSpread(t, cs, kube, pool) }},
 		{"hostname anti-affinity", func(t *testing.T, pool string) string { return hostnameAntiAffinity(t, cs, kube, pool) }},
 	}
-	var wg sync.WaitGroup
+	// Every run has a pool of its own, so runs go side by side too, as many
+	// as -parallel lets run at once: more launches in flight at a time.
 	for i, tc := range cases {
-		wg.Go(func() {
-			t.Run(tc.name, func(t *testing.T) {
-				for run := range topologyRuns {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for run := range topologyRuns {
+				t.Run(fmt.Sprintf("run %d", run+1), func(t *testing.T) {
+					t.Parallel()
 					pool := fmt.Sprintf("topo%d-%d", i, run)
 					createZonalPool(t, kube, pool)
-					t.Logf("run %d: %s", run+1, tc.run(t, pool))
-					if t.Failed() {
-						return
-					}
-				}
-			})
+					t.Log(tc.run(t, pool))
+				})
+			}
 		})
 	}
-	wg.Wait()
 }
 
 // createZonalPool makes a pool in zones a, b and c, on demand, whose nodes
@@ -285,6 +284,7 @@ func sleepBriefly() { time.Sleep(600 * time.Millisecond) }
 // binds what was nominated), and of three pods that refuse to share a zone
 // two run, in zone-a and zone-c.
 func TestOutOfTreeFilterPlugin(t *testing.T) {
+	t.Parallel()
 	sb, cs, kube := startSandbox(t, sandbox.Options{})
 	config := []byte(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration

@@ -132,13 +132,14 @@ func repairsOf(ctx context.Context, cs kubernetes.Interface, claims []v1alpha1.N
 // the zone). With the zone larger than --large-cluster-size-threshold
 // (3 here) and more than --unhealthy-zone-threshold of it not Ready, the
 // zone is in PartialDisruption, and its nodes are repaired one at a time
-// at --secondary-node-repair-rate (0.05/s: 20s apart), though the normal
+// at --secondary-node-repair-rate (0.1/s: 10s apart), though the normal
 // rate would allow one a second: the Events of the repairs say so, and
-// their measured spacing is at least 20s. Every pod ends up Running on a
+// their measured spacing is at least 10s. Every pod ends up Running on a
 // replacement.
 func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	const secondary = 0.05
+	const secondary = 0.1
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated", ProvisionerArgs: []string{
 		"--node-repair-rate=1", fmt.Sprintf("--secondary-node-repair-rate=%g", secondary),
 		"--large-cluster-size-threshold=3", "--unhealthy-zone-threshold=0.3",
@@ -153,10 +154,10 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 			class = "default"
 		}
 		zonalPool(t, kube, p, "zone-a", class, 10*time.Second)
-		// A pod's grace keeps its failed node for 45s after the drain
+		// A pod's grace keeps its failed node for 35s after the drain
 		// began (no kubelet confirms it stopped): the zone stays in
-		// PartialDisruption while the three are repaired.
-		d := deployment(p, p, 1, func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptr.To[int64](45) })
+		// PartialDisruption while the three are repaired, 10s apart.
+		d := deployment(p, p, 1, func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptr.To[int64](35) })
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +244,7 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 		if i == 0 || !strings.Contains(repairs[i-1].note, "PartialDisruption") {
 			continue
 		}
-		// A token a 20s: the Events are written a moment after the
+		// A token each 10s: the Events are written a moment after the
 		// token is taken, so allow them a second of skew.
 		if gap := r.at.Sub(repairs[i-1].at); gap < time.Duration(float64(time.Second)/secondary)-time.Second {
 			t.Errorf("repairs %s and %s in a PartialDisruption zone only %s apart; the secondary rate %g/s allows one each %s",
@@ -266,6 +267,7 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 // the network's fault: nothing is repaired though the nodes are past
 // their toleration, and each claim's RepairHeld Event says why.
 func TestEveryZoneDownRepairsNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	if err := kube.Create(ctx, &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}); err != nil {
@@ -273,7 +275,7 @@ func TestEveryZoneDownRepairsNothing(t *testing.T) {
 	}
 	pools := map[string]string{"down-a": "zone-a", "down-b": "zone-b"}
 	for p, zone := range pools {
-		zonalPool(t, kube, p, zone, "doomed", 5*time.Second)
+		zonalPool(t, kube, p, zone, "doomed", 10*time.Second)
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment(p, p, 1), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -294,9 +296,12 @@ func TestEveryZoneDownRepairsNothing(t *testing.T) {
 		}
 		return true, nil
 	})
-	setFaults(t, kube, "doomed", v1alpha1.SimulatedFault{Kind: v1alpha1.FaultNodeFailure})
-	// The control-plane node dies too: its lease taken as the simulated
-	// cloud takes its own nodes'.
+	// The control-plane node dies first: its lease taken as the simulated
+	// cloud takes its own nodes'. Only once it is not Ready do the pools'
+	// nodes fail, so that they all turn Unknown within the toleration of
+	// each other: had the control-plane node's zone still been Normal when
+	// a pool node's toleration ran out, that node's zone alone would have
+	// been down, and repairing it would be right.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "sandbox-control-plane", metav1.GetOptions{})
 		if err != nil {
@@ -308,6 +313,10 @@ func TestEveryZoneDownRepairsNothing(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	pollFor(t, 3*time.Minute, "the control-plane node not Ready", func() (bool, error) {
+		return notReady(ctx, cs, "sandbox-control-plane")
+	})
+	setFaults(t, kube, "doomed", v1alpha1.SimulatedFault{Kind: v1alpha1.FaultNodeFailure})
 	nodes := []string{"sandbox-control-plane"}
 	for _, nc := range claims {
 		nodes = append(nodes, nc.Status.NodeName)
@@ -320,9 +329,10 @@ func TestEveryZoneDownRepairsNothing(t *testing.T) {
 		}
 		return true, nil
 	})
-	// Past the toleration (5s), for several repair rounds (5s each):
+	// Past the toleration (10s, which also covers the nodes turning
+	// Unknown a few seconds apart), for several repair rounds (1s each):
 	// nothing may be repaired.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, nc := range claims {
 			var got v1alpha1.NodeClaim
