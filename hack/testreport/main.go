@@ -69,17 +69,20 @@ type report struct {
 	out io.Writer
 	// output of each running test, kept until it passes (dropped) or
 	// fails (printed).
-	output  map[testKey][]string
-	elapsed map[testKey]float64
-	pkgTime map[string]float64
-	pkgFail map[string]bool
-	passed  int
-	failed  int
-	skipped int
+	output map[testKey][]string
+	// pkgOutput is a package's own output (TestMain's), kept until the
+	// package passes (dropped) or fails (printed).
+	pkgOutput map[string][]string
+	elapsed   map[testKey]float64
+	pkgTime   map[string]float64
+	pkgFail   map[string]bool
+	passed    int
+	failed    int
+	skipped   int
 }
 
 func newReport(out io.Writer) *report {
-	return &report{out: out, output: map[testKey][]string{}, elapsed: map[testKey]float64{}, pkgTime: map[string]float64{}, pkgFail: map[string]bool{}}
+	return &report{out: out, output: map[testKey][]string{}, pkgOutput: map[string][]string{}, elapsed: map[testKey]float64{}, pkgTime: map[string]float64{}, pkgFail: map[string]bool{}}
 }
 
 func (r *report) add(e event) {
@@ -95,12 +98,20 @@ func (r *report) add(e event) {
 	if e.Test == "" {
 		switch e.Action {
 		case "output":
-			// Package-level lines: ok/FAIL/? lines, build errors, TestMain's
-			// own output.
-			fmt.Fprint(r.out, e.Output)
+			// Package-level lines: TestMain's own output, kept until the
+			// package ends, and the result line, printed at once.
+			r.pkgOutput[e.Package] = append(r.pkgOutput[e.Package], e.Output)
 		case "pass", "fail", "skip":
 			r.pkgTime[e.Package] = e.Elapsed
 			r.pkgFail[e.Package] = e.Action == "fail"
+			// As go test does: a passing package's own output is not
+			// shown, a failed one's is; the result line always is.
+			for _, line := range r.pkgOutput[e.Package] {
+				if e.Action == "fail" || isResultLine(line) {
+					fmt.Fprint(r.out, line)
+				}
+			}
+			delete(r.pkgOutput, e.Package)
 			if e.Action == "fail" {
 				r.unfinished(e.Package)
 			}
@@ -126,6 +137,18 @@ func (r *report) add(e event) {
 		fmt.Fprint(r.out, strings.Join(r.output[k], ""))
 		r.done(k, e.Elapsed)
 	}
+}
+
+// isResultLine says whether a package-level line is go test's result
+// line for the package: "ok  \tpkg\t1.2s", "FAIL\tpkg ...", "?   \tpkg [no
+// test files]".
+func isResultLine(line string) bool {
+	for _, prefix := range []string{"ok  \t", "FAIL\t", "?   \t"} {
+		if strings.HasPrefix(line, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // unfinished prints the output of the tests of a failed package that

@@ -85,3 +85,28 @@ func TestReportPrintsTheTestsABrokenBinaryLeftRunning(t *testing.T) {
 		t.Error("a failed package is reported ok")
 	}
 }
+
+// TestReportShowsAPackagesOwnOutputOnlyWhenItFails: TestMain's lines (a
+// control plane coming up) are noise when the package passes, and the
+// first clue when it fails, as go test shows them.
+func TestReportShowsAPackagesOwnOutputOnlyWhenItFails(t *testing.T) {
+	var out strings.Builder
+	r := newReport(&out)
+	feed(t, r,
+		event{Action: "output", Package: "good", Output: "kube-apiserver ready in 2.9s\n"},
+		event{Action: "output", Package: "good", Output: "ok  \tgood\t3.0s\n"},
+		event{Action: "pass", Package: "good", Elapsed: 3},
+		event{Action: "output", Package: "bad", Output: "etcd exited: bind: address already in use\n"},
+		event{Action: "output", Package: "bad", Output: "FAIL\tbad\t1.0s\n"},
+		event{Action: "fail", Package: "bad", Elapsed: 1},
+	)
+	got := out.String()
+	for _, want := range []string{"ok  \tgood\t3.0s\n", "FAIL\tbad\t1.0s\n", "etcd exited: bind: address already in use\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "kube-apiserver ready") {
+		t.Errorf("a passing package's own output is shown:\n%s", got)
+	}
+}
