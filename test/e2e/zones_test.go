@@ -307,7 +307,12 @@ func TestEveryZoneDownRepairsNothing(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// The taking is the lease's last renewal, as the simulated cloud
+		// writes it (see simulated.FailedHolder): a write that left the
+		// renew time as it was would keep the node lifecycle controller
+		// from ever marking the node.
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(simulated.FailedHolder), ptr.To[int32](10*365*24*3600)
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 		_, err = cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
