@@ -13,6 +13,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -197,7 +198,7 @@ func (r *report) summary(testBudget time.Duration, pkgBudgets budgets) {
 	for p := range r.pkgTime {
 		pkgs = append(pkgs, p)
 	}
-	slices.SortFunc(pkgs, func(a, b string) int { return cmpFloat(r.pkgTime[b], r.pkgTime[a]) })
+	slices.SortFunc(pkgs, func(a, b string) int { return cmp.Compare(r.pkgTime[b], r.pkgTime[a]) })
 	fmt.Fprintln(r.out, "\nPackage times, slowest first:")
 	for _, p := range pkgs {
 		note := ""
@@ -210,7 +211,7 @@ func (r *report) summary(testBudget time.Duration, pkgBudgets budgets) {
 		fmt.Fprintf(r.out, "  %8.1fs  %s%s\n", r.pkgTime[p], p, note)
 	}
 	tests := r.leaves()
-	slices.SortFunc(tests, func(a, b testKey) int { return cmpFloat(r.elapsed[b], r.elapsed[a]) })
+	slices.SortFunc(tests, func(a, b testKey) int { return cmp.Compare(r.elapsed[b], r.elapsed[a]) })
 	fmt.Fprintln(r.out, "Slowest tests:")
 	for _, k := range tests[:min(len(tests), 10)] {
 		fmt.Fprintf(r.out, "  %8.1fs  %s %s\n", r.elapsed[k], k.pkg, k.test)
@@ -237,16 +238,6 @@ func (r *report) ok() bool {
 		}
 	}
 	return true
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func main() {

@@ -479,7 +479,7 @@ func schedulerClientConnection(args []string, kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	out, err := withClientConnection(raw, map[string]any{"kubeconfig": kubeconfig})
+	out, err := withConfigFields(raw, "clientConnection", map[string]any{"kubeconfig": kubeconfig})
 	if err != nil {
 		return fmt.Errorf("the scheduler configuration %s: %w", path, err)
 	}

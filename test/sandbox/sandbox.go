@@ -113,24 +113,16 @@ func (t Timers) provisionerArgs() []string {
 // schedulerConfig sets the leader election timers that are set in a
 // KubeSchedulerConfiguration, keeping its other fields.
 func (t Timers) schedulerConfig(config []byte) ([]byte, error) {
-	if t.LeaseDuration == 0 && t.RenewDeadline == 0 && t.RetryPeriod == 0 {
-		return config, nil
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(config, &cfg); err != nil {
-		return nil, err
-	}
-	le, _ := cfg["leaderElection"].(map[string]any)
-	if le == nil {
-		le = map[string]any{}
-	}
+	fields := map[string]any{}
 	for field, d := range map[string]time.Duration{"leaseDuration": t.LeaseDuration, "renewDeadline": t.RenewDeadline, "retryPeriod": t.RetryPeriod} {
 		if d > 0 {
-			le[field] = d.String()
+			fields[field] = d.String()
 		}
 	}
-	cfg["leaderElection"] = le
-	return yaml.Marshal(cfg)
+	if len(fields) == 0 {
+		return config, nil
+	}
+	return withConfigFields(config, "leaderElection", fields)
 }
 
 // Sandbox is a running control plane.
@@ -736,7 +728,7 @@ func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config [
 // pointed at it.
 func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string, identity string) (*process, error) {
 	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", identity+".kubeconfig")
-	raw, err := withClientConnection(config, map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400})
+	raw, err := withConfigFields(config, "clientConnection", map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400})
 	if err != nil {
 		return nil, fmt.Errorf("the configuration of %s: %w", name, err)
 	}
@@ -759,19 +751,20 @@ func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config [
 	return p, s.ready(ctx, p, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))
 }
 
-// withClientConnection sets fields of a KubeSchedulerConfiguration's
-// clientConnection, keeping the others.
-func withClientConnection(config []byte, fields map[string]any) ([]byte, error) {
+// withConfigFields sets fields of one section of a
+// KubeSchedulerConfiguration (clientConnection, leaderElection), keeping
+// the others.
+func withConfigFields(config []byte, section string, fields map[string]any) ([]byte, error) {
 	var cfg map[string]any
 	if err := yaml.Unmarshal(config, &cfg); err != nil {
 		return nil, err
 	}
-	cc, _ := cfg["clientConnection"].(map[string]any)
-	if cc == nil {
-		cc = map[string]any{}
+	sec, _ := cfg[section].(map[string]any)
+	if sec == nil {
+		sec = map[string]any{}
 	}
-	maps.Copy(cc, fields)
-	cfg["clientConnection"] = cc
+	maps.Copy(sec, fields)
+	cfg[section] = sec
 	return yaml.Marshal(cfg)
 }
 

@@ -2,10 +2,17 @@ package sandbox
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeforge/nodeforge/manifests"
 )
 
 // TestStartNamesTheComponentThatFails starts a sandbox whose etcd exits at
@@ -75,5 +82,41 @@ func TestStartRefusesAnUnknownCloudProvider(t *testing.T) {
 	}
 	if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
 		t.Errorf("Start made %s before refusing: %v", dir, statErr)
+	}
+}
+
+// TestTimersReachBothPrograms: the leader election timers that are set
+// become the provisioner's flags and the scheduler configuration's
+// leaderElection fields, the configuration's other fields kept; unset
+// timers change nothing.
+func TestTimersReachBothPrograms(t *testing.T) {
+	shipped, err := manifests.FS.ReadFile("scheduler/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (Timers{NodeLeaseDuration: time.Second}).schedulerConfig(shipped); err != nil || string(got) != string(shipped) {
+		t.Errorf("no leader election timer set, yet the configuration changed (err %v)", err)
+	}
+	timers := Timers{LeaseDuration: 8 * time.Second, RetryPeriod: time.Second}
+	if got, want := timers.provisionerArgs(), []string{"--leader-elect-lease-duration=8s", "--leader-elect-retry-period=1s"}; !slices.Equal(got, want) {
+		t.Errorf("provisioner flags %v, want %v", got, want)
+	}
+	raw, err := timers.schedulerConfig(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		LeaderElection map[string]any `json:"leaderElection"`
+		Profiles       []any          `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"leaderElect": true, "resourceNamespace": "nodeforge", "resourceName": "nodeforge-scheduler", "leaseDuration": "8s", "retryPeriod": "1s"}
+	if !maps.Equal(cfg.LeaderElection, want) {
+		t.Errorf("leaderElection %v, want %v", cfg.LeaderElection, want)
+	}
+	if len(cfg.Profiles) != 1 {
+		t.Errorf("the profiles were not kept: %v", cfg.Profiles)
 	}
 }
