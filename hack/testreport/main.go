@@ -80,6 +80,7 @@ type report struct {
 	passed    int
 	failed    int
 	skipped   int
+	skips     []string // each skipped test and its reason
 }
 
 func newReport(out io.Writer) *report {
@@ -130,6 +131,16 @@ func (r *report) add(e event) {
 		r.done(k, e.Elapsed)
 	case "skip":
 		r.skipped++
+		// The reason a test gives (t.Skip's message) is its last line
+		// before go test's own "--- SKIP".
+		why := ""
+		for _, line := range slices.Backward(r.output[k]) {
+			if !strings.HasPrefix(strings.TrimSpace(line), "--- ") {
+				why = strings.TrimSpace(line)
+				break
+			}
+		}
+		r.skips = append(r.skips, fmt.Sprintf("  %s %s: %s", k.pkg, k.test, why))
 		r.done(k, e.Elapsed)
 	case "fail":
 		r.failed++
@@ -224,6 +235,10 @@ func (r *report) summary(testBudget time.Duration, pkgBudgets budgets) {
 	}
 	if len(over) > 0 {
 		fmt.Fprintf(r.out, "Tests over their budget of %s:\n%s\n", testBudget, strings.Join(over, "\n"))
+	}
+	if len(r.skips) > 0 {
+		slices.Sort(r.skips)
+		fmt.Fprintf(r.out, "Skipped, not counted as passed:\n%s\n", strings.Join(r.skips, "\n"))
 	}
 	fmt.Fprintf(r.out, "tests: %d passed, %d failed, %d skipped\n", r.passed, r.failed, r.skipped)
 }

@@ -40,6 +40,8 @@ func TestReportNamesFailuresBudgetsAndCounts(t *testing.T) {
 		event{Action: "fail", Package: pkg, Test: "TestParent/slow", Elapsed: 200},
 		event{Action: "pass", Package: pkg, Test: "TestParent/quick", Elapsed: 10},
 		event{Action: "fail", Package: pkg, Test: "TestParent", Elapsed: 201},
+		event{Action: "output", Package: pkg, Test: "TestSkipped", Output: "    skip.go:3: moto_server not installed\n"},
+		event{Action: "output", Package: pkg, Test: "TestSkipped", Output: "--- SKIP: TestSkipped (0.00s)\n"},
 		event{Action: "skip", Package: pkg, Test: "TestSkipped"},
 		event{Action: "output", Package: pkg, Output: "FAIL\t" + pkg + "\t800.0s\n"},
 		event{Action: "fail", Package: pkg, Elapsed: 800},
@@ -51,6 +53,7 @@ func TestReportNamesFailuresBudgetsAndCounts(t *testing.T) {
 		"FAIL\t" + pkg,
 		"800.0s  " + pkg + "  OVER BUDGET 12m0s",
 		"Tests over their budget of 3m0s:\n     200.0s  " + pkg + " TestParent/slow\n",
+		"Skipped, not counted as passed:\n  " + pkg + " TestSkipped: skip.go:3: moto_server not installed\n",
 		"tests: 2 passed, 2 failed, 1 skipped\n",
 	} {
 		if !strings.Contains(got, want) {
