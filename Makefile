@@ -30,10 +30,9 @@ export CGO_ENABLED := 0
 export GOFLAGS    := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 # Two test packages build and run at once; test/e2e is named first so it
-# starts first, being the longest. Its tests each run their own sandbox
-# (a whole control plane, mostly waiting on timers), -parallel of them at
-# once: see CONTRIBUTING.md for how the figures were chosen on the 2-core
-# CI machine.
+# starts first, being the longest. Its tests each run their own sandbox (a
+# whole control plane), -parallel of them at once: at 4 the 2-core CI
+# machine is 78-96% busy through the test step (docs/benchmarks.md, CI).
 TEST_FLAGS   ?= -p 2 -parallel 4 -count=1 -timeout 30m
 # Wall-time budgets, reported (never enforced) by hack/testreport after
 # the run: a test or package over its budget is named in the output.

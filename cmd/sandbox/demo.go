@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,8 +43,12 @@ func demo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	keep := fs.Bool("keep", false, "leave the sandbox running after the walk-through, until SIGINT")
 	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: launch through the AWS SDK into a fake EC2 region on loopback")
+	consolidateAfter := fs.Duration("consolidate-after", 30*time.Second, "the apps pool's consolidateAfter: how long its nodes stay once they run nothing (the walk-through waits it out at the end)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *consolidateAfter < time.Second || *consolidateAfter%time.Second != 0 {
+		return fmt.Errorf("demo: --consolidate-after=%s: must be whole seconds, at least 1s", *consolidateAfter)
 	}
 	b, err := binaries(ctx)
 	if err != nil {
@@ -56,7 +61,10 @@ func demo(ctx context.Context, args []string) error {
 	defer os.RemoveAll(dir)
 
 	step("Starting the sandbox in %s", dir)
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second, Install: true})
+	// NODEFORGE_* variables reach the programs as with up (the
+	// provisioner's flags: NODEFORGE_DISRUPTION_BUDGET_RETRY=2s, say).
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second, Install: true,
+		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv()})
 	if err != nil {
 		return err
 	}
@@ -75,11 +83,15 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("try: kubectl --kubeconfig %s get nodeclaims,nodes\n", sb.Kubeconfig)
 	fmt.Printf("     kubectl --kubeconfig %s -n nodeforge logs deploy/nodeforge-provisioner\n", sb.Kubeconfig)
 
-	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter 30s")
+	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter %s", *consolidateAfter)
 	raw, err := manifests.FS.ReadFile("examples/apps.yaml")
 	if err != nil {
 		return err
 	}
+	if !strings.Contains(string(raw), "consolidateAfter: 30s\n") {
+		return errors.New("examples/apps.yaml no longer says consolidateAfter: 30s; the demo sets it from --consolidate-after")
+	}
+	raw = []byte(strings.Replace(string(raw), "consolidateAfter: 30s\n", "consolidateAfter: "+consolidateAfter.String()+"\n", 1))
 	if *cloud == "aws" {
 		// The same pool, launching from the default EC2NodeClass.
 		raw = []byte(strings.ReplaceAll(string(raw), "kind: SimulatedNodeClass", "kind: EC2NodeClass"))
@@ -126,7 +138,7 @@ func demo(ctx context.Context, args []string) error {
 			scaleUpSeconds = time.Since(start).Seconds()
 		}
 		if replicas == 0 {
-			step("Waiting for the empty apps nodes to go after consolidateAfter (30s)")
+			step("Waiting for the empty apps nodes to go after consolidateAfter (%s)", *consolidateAfter)
 			if err := until(ctx, "no apps node left", logs, func() (bool, error) {
 				n, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodeforge.dev/nodepool=apps"})
 				return err == nil && len(n.Items) == 0, err

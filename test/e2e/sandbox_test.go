@@ -514,9 +514,12 @@ func TestDemo(t *testing.T) {
 			// The demo makes its sandbox's directory under $TMPDIR: one of
 			// its own, so that the processes left behind are this demo's.
 			tmp := t.TempDir()
-			cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo", "--cloud-provider", provider)
+			// The walk-through with its waits shortened: the apps pool's
+			// empty nodes go 5s after the scale to 0, not 30s, and a node
+			// the pool's budget holds back is asked about every 2s.
+			cmd := exec.Command(filepath.Join(binDir, "nodeforge-sandbox"), "demo", "--cloud-provider", provider, "--consolidate-after", "5s")
 			cmd.Dir = source
-			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "NODEFORGE_DISRUPTION_BUDGET_RETRY=2s")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
@@ -602,9 +605,9 @@ var quickProvisionerArgs = []string{"--disruption-budget-retry=2s", "--replaceme
 
 // startSandbox starts a sandbox from the binaries under test with opts
 // (Dir and Binaries are filled in when empty, Timers are quickTimers when
-// unset, quickProvisionerArgs come first) and returns it with a clientset and a controller-runtime client.
-// It is stopped when the test ends, after its logs are kept if the test
-// failed.
+// unset, quickProvisionerArgs come first) and returns it with a clientset
+// and a controller-runtime client. It is stopped when the test ends, after
+// its logs are kept if the test failed.
 func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kubernetes.Interface, client.Client) {
 	t.Helper()
 	ctx := context.Background()
