@@ -23,6 +23,16 @@ func feed(t *testing.T, r *report, events ...event) {
 	}
 }
 
+// reportOf is the report of events, and what it printed, before any
+// summary.
+func reportOf(t *testing.T, events ...event) (*report, string) {
+	t.Helper()
+	var out strings.Builder
+	r := newReport(&out)
+	feed(t, r, events...)
+	return r, out.String()
+}
+
 // TestReportNamesFailuresBudgetsAndCounts: a failed test's output is
 // printed and a passing one's is not; a leaf over its budget and a package
 // over its budget are named, a parent whose subtests ran side by side is
@@ -74,14 +84,12 @@ func TestReportNamesFailuresBudgetsAndCounts(t *testing.T) {
 // panics or times out ends its package without ending the running test;
 // that test's output is printed.
 func TestReportPrintsTheTestsABrokenBinaryLeftRunning(t *testing.T) {
-	var out strings.Builder
-	r := newReport(&out)
-	feed(t, r,
+	r, got := reportOf(t,
 		event{Action: "output", Package: "p", Test: "TestHangs", Output: "    hang.go:3: waiting for the node\n"},
 		event{Action: "output", Package: "p", Output: "panic: test timed out after 30m0s\n"},
 		event{Action: "fail", Package: "p", Elapsed: 1800},
 	)
-	if got := out.String(); !strings.Contains(got, "--- UNFINISHED: TestHangs") || !strings.Contains(got, "waiting for the node") {
+	if !strings.Contains(got, "--- UNFINISHED: TestHangs") || !strings.Contains(got, "waiting for the node") {
 		t.Errorf("the hung test's output is missing:\n%s", got)
 	}
 	if r.ok() {
@@ -93,9 +101,7 @@ func TestReportPrintsTheTestsABrokenBinaryLeftRunning(t *testing.T) {
 // control plane coming up) are noise when the package passes, and the
 // first clue when it fails, as go test shows them.
 func TestReportShowsAPackagesOwnOutputOnlyWhenItFails(t *testing.T) {
-	var out strings.Builder
-	r := newReport(&out)
-	feed(t, r,
+	_, got := reportOf(t,
 		event{Action: "output", Package: "good", Output: "kube-apiserver ready in 2.9s\n"},
 		event{Action: "output", Package: "good", Output: "ok  \tgood\t3.0s\n"},
 		event{Action: "pass", Package: "good", Elapsed: 3},
@@ -103,7 +109,6 @@ func TestReportShowsAPackagesOwnOutputOnlyWhenItFails(t *testing.T) {
 		event{Action: "output", Package: "bad", Output: "FAIL\tbad\t1.0s\n"},
 		event{Action: "fail", Package: "bad", Elapsed: 1},
 	)
-	got := out.String()
 	for _, want := range []string{"ok  \tgood\t3.0s\n", "FAIL\tbad\t1.0s\n", "etcd exited: bind: address already in use\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
