@@ -534,11 +534,13 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 	for _, w := range writes {
 		status := w.obj.Status
 		var err error
+		created := false
 		if w.create {
 			err = c.Create(ctx, w.obj)
 			if apierrors.IsAlreadyExists(err) {
 				err = p.adoptExisting(ctx, c, w.obj)
 			}
+			created = err == nil
 		} else {
 			err = c.Update(ctx, w.obj)
 		}
@@ -550,12 +552,24 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 			err = c.Status().Update(ctx, w.obj)
 		}
 		p.mu.Lock()
+		nominated := func() {
+			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
+				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
+		}
 		switch {
 		case err == nil:
 			w.cl.written = w.obj
-			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
-				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
+			nominated()
 		case apierrors.IsConflict(err):
+			if created {
+				// The claim was made for its pods; only its first status
+				// write lost the race with the provisioner, which had
+				// already taken the new claim up (it launches for the
+				// pods nominated to it). The decision still happened and
+				// an operator reading the log must see it. Seen under
+				// load: TestSandboxRunsTheChart at -parallel 6.
+				nominated()
+			}
 			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name)
 			p.close(w.cl)
 		case errors.Is(err, errNotOurs):
