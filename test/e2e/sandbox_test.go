@@ -588,11 +588,11 @@ var quickTimers = sandbox.Timers{
 	LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second,
 }
 
-// productionLeaderElection keeps quickTimers' node timers and the
-// programs' default leader election (15s lease, 10s renew deadline).
+// productionLeaderElection keeps quickTimers' node timers and leaves the
+// leader election timers unset: the programs' own defaults (15s lease,
+// 10s renew deadline), not a copy of them that could drift.
 var productionLeaderElection = sandbox.Timers{
 	NodeMonitorGracePeriod: quickTimers.NodeMonitorGracePeriod, NodeMonitorPeriod: quickTimers.NodeMonitorPeriod, NodeLeaseDuration: quickTimers.NodeLeaseDuration,
-	LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
 }
 
 // quickProvisionerArgs come before a test's own ProvisionerArgs (which
