@@ -70,8 +70,8 @@ $(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crds.
-	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./provisioner/apis/...
-	$(CONTROLLER_GEN) crd paths=./provisioner/apis/... output:crd:artifacts:config=manifests/crds
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
+	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=manifests/crds
 
 .PHONY: test
 test: components images $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries and images in bin/.
@@ -83,7 +83,7 @@ test: components images $(CONTROLLER_GEN) ## Run unit, integration and end-to-en
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/...
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/... ./nodeshape/... ./simulator/...
 
 .PHONY: demo
 demo: components ## Start the sandbox and run the walk-through.

@@ -20,7 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 )
 
 var (
@@ -29,7 +30,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	sandbox.ControlPlaneMain(m, &kube, func(ctx context.Context) (err error) {
+	sandboxtest.ControlPlaneMain(m, &kube, func(ctx context.Context) (err error) {
 		if helm, err = sandbox.Helm(ctx, os.Stderr); err != nil {
 			return fmt.Errorf("building helm: %w", err)
 		}

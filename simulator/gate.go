@@ -73,26 +73,28 @@ type Gate struct {
 	infoMu sync.Mutex
 	infos  map[types.UID]podInfoOf
 
-	// for Scheduler: the shared state and the profile, as given.
-	opts    []frameworkruntime.Option
-	profile *config.KubeSchedulerProfile
-	exclude []string
+	// for Scheduler: the shared state, registry and profile, as given.
+	opts     []frameworkruntime.Option
+	registry frameworkruntime.Registry
+	profile  *config.KubeSchedulerProfile
+	exclude  []string
 }
 
 // NewGate builds a gate for profile (as it is in the scheduler's
-// configuration) that reads the cluster through cs. exclude are plugins
+// configuration), its plugins from registry (plugin/registry.All), that
+// reads the cluster through cs. exclude are plugins
 // the scheduler registers that the simulator does not run (VirtualNodes).
 // Start it before the first Check.
-func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeSchedulerProfile, ignoreTaint string, exclude ...string) (*Gate, error) {
+func NewGate(ctx context.Context, registry frameworkruntime.Registry, cs kubernetes.Interface, profile *config.KubeSchedulerProfile, ignoreTaint string, exclude ...string) (*Gate, error) {
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	opts, err := SharedState(ctx, cs, inf)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &viewLister{},
-		opts: opts, profile: profile, exclude: exclude}
+		opts: opts, registry: registry, profile: profile, exclude: exclude}
 	g.current.set(NewCluster(nil, nil).Without())
-	g.fw, err = New(ctx, Profile(profile, "bind-gate", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(g.current))...)
+	g.fw, err = New(ctx, registry, Profile(profile, "bind-gate", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(g.current))...)
 	if err != nil {
 		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
 	}
@@ -110,7 +112,7 @@ func NewGate(ctx context.Context, cs kubernetes.Interface, profile *config.KubeS
 // informers its plugins asked for too. percentageOfNodesToScore is the
 // scheduler configuration's global value.
 func (g *Gate) Scheduler(ctx context.Context, percentageOfNodesToScore *int32) (*Scheduler, error) {
-	return NewScheduler(ctx, g.profile, percentageOfNodesToScore, g.opts, g.exclude...)
+	return NewScheduler(ctx, g.registry, g.profile, percentageOfNodesToScore, g.opts, g.exclude...)
 }
 
 // bindingCycleOnly names the plugins of a profile that act in the

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 )
 
 // startGate starts a gate on cs for the default profile, with ignore as the
@@ -25,7 +26,7 @@ func startGate(ctx context.Context, t *testing.T, cs *fake.Clientset, ignore str
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGate(ctx, cs, &cfg.Profiles[0], ignore)
+	g, err := NewGate(ctx, plugins.NewInTreeRegistry(), cs, &cfg.Profiles[0], ignore)
 	if err != nil {
 		t.Fatal(err)
 	}

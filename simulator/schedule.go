@@ -12,6 +12,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 )
 
@@ -30,18 +31,19 @@ type Scheduler struct {
 }
 
 // NewScheduler builds a Scheduler from profile (as it is in the
-// scheduler's configuration); opts carry the shared state (SharedState).
+// scheduler's configuration), its plugins from registry
+// (plugin/registry.All); opts carry the shared state (SharedState).
 // exclude are plugins the scheduler registers that the simulator does not
 // run (VirtualNodes). percentageOfNodesToScore is the configuration's
 // global value, used when the profile sets none.
-func NewScheduler(ctx context.Context, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, opts []frameworkruntime.Option, exclude ...string) (*Scheduler, error) {
+func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, opts []frameworkruntime.Option, exclude ...string) (*Scheduler, error) {
 	s := &Scheduler{current: &viewLister{}, percent: profile.PercentageOfNodesToScore}
 	if s.percent == nil {
 		s.percent = percentageOfNodesToScore
 	}
 	s.current.set(NewCluster(nil, nil).Without())
 	var err error
-	s.fw, err = New(ctx, Profile(profile, "disruption", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(s.current))...)
+	s.fw, err = New(ctx, registry, Profile(profile, "disruption", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(s.current))...)
 	if err != nil {
 		return nil, fmt.Errorf("building the disruption simulator from profile %s: %w", profile.SchedulerName, err)
 	}
@@ -232,7 +234,7 @@ func (w *viewLister) CompositePodGroups() fwk.CompositePodGroupLister {
 }
 
 // DefaultScheduler is a Scheduler of kube-scheduler's default profile
-// (no VirtualNodes), its shared state (volumes, DRA) read from cs through
+// (in-tree plugins only, no VirtualNodes), its shared state (volumes, DRA) read from cs through
 // informers started here until ctx ends: for tests and tools that judge
 // placements as a stock scheduler would.
 func DefaultScheduler(ctx context.Context, cs kubernetes.Interface) (*Scheduler, error) {
@@ -245,7 +247,7 @@ func DefaultScheduler(ctx context.Context, cs kubernetes.Interface) (*Scheduler,
 	if err != nil {
 		return nil, err
 	}
-	s, err := NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	s, err := NewScheduler(ctx, plugins.NewInTreeRegistry(), &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 )
 
 func newTestScheduler(t *testing.T) *Scheduler {
@@ -26,7 +27,7 @@ func newTestScheduler(t *testing.T) *Scheduler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewScheduler(ctx, &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
+	s, err := NewScheduler(ctx, plugins.NewInTreeRegistry(), &cfg.Profiles[0], cfg.PercentageOfNodesToScore, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

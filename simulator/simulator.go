@@ -1,7 +1,8 @@
 // Package simulator decides where a pod fits the way the scheduler does:
 // a scheduling framework built from a profile of the scheduler's own
 // KubeSchedulerConfiguration, with the scheduler's whole plugin registry
-// (in-tree and every out-of-tree plugin nodeforge-scheduler registers),
+// as the caller passes it (plugin/registry: in-tree and every out-of-tree
+// plugin nodeforge-scheduler registers; the simulator imports no plugin),
 // the profile's PreFilter and Filter plugins with their arguments, and no
 // PostFilter plugin (no preemption, and not the plugin that asks). The
 // caller supplies the cluster view it runs on (WithSnapshotSharedLister):
@@ -14,31 +15,9 @@ import (
 
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
-
-	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 )
-
-// OutOfTree are the plugins nodeforge-scheduler registers beside the
-// in-tree ones, in one place: cmd/scheduler registers each, and the
-// simulator runs whichever a profile enables. (VirtualNodes is registered
-// apart: it is the PostFilter that calls the simulator.)
-func OutOfTree() frameworkruntime.Registry {
-	return frameworkruntime.Registry{
-		refusenodes.Name: refusenodes.New,
-	}
-}
-
-// Registry is the scheduler's whole registry: in-tree plus OutOfTree.
-func Registry() frameworkruntime.Registry {
-	r := plugins.NewInTreeRegistry()
-	if err := r.Merge(OutOfTree()); err != nil {
-		panic(err) // a name clash is a programming error, caught by the tests
-	}
-	return r
-}
 
 // Profile is p as the simulator runs it: named p's name plus "-"+suffix
 // (plugins register informer indexers per profile, so the name must not
@@ -62,14 +41,9 @@ func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *
 }
 
 // New builds the simulation framework for profile (already passed through
-// Profile) with the scheduler's whole registry.
-func New(ctx context.Context, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
-	return NewWithRegistry(ctx, Registry(), profile, opts...)
-}
-
-// NewWithRegistry is New with registry in place of Registry(): the
-// scheduler's plugins, some of them wrapped by the caller.
-func NewWithRegistry(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
+// Profile) with registry, the scheduler's whole registry
+// (plugin/registry.All), some of its plugins perhaps wrapped by the caller.
+func New(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
 	// The framework counts into the scheduler's metrics; kube-scheduler
 	// registers them at start, and registering is done once per process.
 	metrics.Register()

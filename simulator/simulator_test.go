@@ -6,18 +6,7 @@ import (
 
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
-
-	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 )
-
-func TestRegistryHasInTreeAndOutOfTree(t *testing.T) {
-	r := Registry()
-	for _, name := range []string{"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "VolumeBinding", "DynamicResources", refusenodes.Name} {
-		if _, ok := r[name]; !ok {
-			t.Errorf("registry lacks %s", name)
-		}
-	}
-}
 
 func TestProfileKeepsFiltersDropsPostFilterAndCaller(t *testing.T) {
 	cfg, err := latest.Default()
@@ -26,13 +15,13 @@ func TestProfileKeepsFiltersDropsPostFilterAndCaller(t *testing.T) {
 	}
 	p := &cfg.Profiles[0]
 	p.Plugins.PostFilter.Enabled = append(p.Plugins.PostFilter.Enabled, config.Plugin{Name: "Caller"})
-	p.Plugins.Filter.Enabled = append(p.Plugins.Filter.Enabled, config.Plugin{Name: refusenodes.Name})
+	p.Plugins.Filter.Enabled = append(p.Plugins.Filter.Enabled, config.Plugin{Name: "OutOfTreeFilter"})
 	p.PluginConfig = append(p.PluginConfig, config.PluginConfig{Name: "Caller"})
 	out := Profile(p, "sim", "Caller")
 	if out.SchedulerName != p.SchedulerName+"-sim" {
 		t.Errorf("name %q", out.SchedulerName)
 	}
-	if !slices.ContainsFunc(out.Plugins.Filter.Enabled, func(pl config.Plugin) bool { return pl.Name == refusenodes.Name }) {
+	if !slices.ContainsFunc(out.Plugins.Filter.Enabled, func(pl config.Plugin) bool { return pl.Name == "OutOfTreeFilter" }) {
 		t.Error("the profile's out-of-tree Filter plugin was dropped")
 	}
 	if len(out.Plugins.PostFilter.Enabled) != 0 || len(out.Plugins.PostFilter.Disabled) != 1 || out.Plugins.PostFilter.Disabled[0].Name != "*" {

@@ -11,14 +11,14 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 )
 
 // kube is an admin client of a control plane with Nodeforge's CRDs.
 var kube client.Client
 
-func TestMain(m *testing.M) { sandbox.ControlPlaneMain(m, &kube, nil) }
+func TestMain(m *testing.M) { sandboxtest.ControlPlaneMain(m, &kube, nil) }
 
 // karpenterYAML is what a Karpenter v1 user has: two NodePools and two
 // EC2NodeClasses, with requirements (well-known and Karpenter's own

@@ -26,7 +26,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/provisioner/repack"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -41,9 +42,11 @@ type harness struct {
 	// snapshot is the scheduler's snapshot both frameworks read; setReal
 	// replaces its contents, as a new scheduling cycle would.
 	snapshot *cache.Snapshot
-	// profile and shared build the provisioner's simulator (repack).
-	profile *config.KubeSchedulerProfile
-	shared  []frameworkruntime.Option
+	// profile, shared and registry build the provisioner's simulator
+	// (repack).
+	profile  *config.KubeSchedulerProfile
+	shared   []frameworkruntime.Option
+	registry frameworkruntime.Registry
 }
 
 // setReal makes the real cluster nodes with pods, for the cycles to come.
@@ -69,6 +72,16 @@ func newHarness(tb testing.TB, pools []*pool) *harness {
 // newHarnessWith is newHarness with the default profile edited first.
 func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedulerProfile)) *harness {
 	tb.Helper()
+	reg, err := registry.All()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return newHarnessFrom(tb, reg, pools, edit)
+}
+
+// newHarnessFrom is newHarnessWith with the scheduler's plugins from reg.
+func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, edit func(*config.KubeSchedulerProfile)) *harness {
+	tb.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	metrics.Register() // as the scheduler does at start
 	cfg, err := latest.Default()
@@ -86,7 +99,7 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 	if err != nil {
 		tb.Fatal(err)
 	}
-	live, err := frameworkruntime.NewFramework(ctx, simulator.Registry(), profile, append(shared, frameworkruntime.WithSnapshotSharedLister(snapshot))...)
+	live, err := frameworkruntime.NewFramework(ctx, reg, profile, append(shared, frameworkruntime.WithSnapshotSharedLister(snapshot))...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,7 +107,7 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := newPlugin(ctx, args, profile, live)
+	p, err := newPlugin(ctx, reg, args, profile, live)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -103,7 +116,7 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 	p.setPools(pools)
 	close(p.synced)
 	real, _ := snapshot.NodeInfos().List()
-	return &harness{live: live, plugin: p, real: real, snapshot: snapshot, profile: profile, shared: shared}
+	return &harness{live: live, plugin: p, real: real, snapshot: snapshot, profile: profile, shared: shared, registry: reg}
 }
 
 // schedule runs one pod; it returns the claim it was nominated to, or nil.
@@ -291,7 +304,7 @@ func TestPreFilterSkipsPodsNotNominated(t *testing.T) {
 // plan, by group.
 func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int, map[*group]repack.Plan) {
 	tb.Helper()
-	sched, err := simulator.NewScheduler(ctx, h.profile, nil, h.shared, Name)
+	sched, err := simulator.NewScheduler(ctx, h.registry, h.profile, nil, h.shared, Name)
 	if err != nil {
 		tb.Fatal(err)
 	}

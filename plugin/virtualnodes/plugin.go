@@ -26,7 +26,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -173,10 +173,11 @@ func (p *VirtualNodes) Name() string { return Name }
 // profileNamer is what the scheduler's framework handle tells of its profile.
 type profileNamer interface{ ProfileName() string }
 
-// NewFactory returns the plugin factory for a scheduler started with cfg:
-// the plugin builds its simulation framework from the profile it runs in,
-// with that profile's plugins and their arguments.
-func NewFactory(cfg *config.KubeSchedulerConfiguration) frameworkruntime.PluginFactory {
+// NewFactory returns the plugin factory for a scheduler started with cfg
+// whose plugins are registry (plugin/registry.All): the plugin builds its
+// simulation framework from the profile it runs in, with that profile's
+// plugins and their arguments.
+func NewFactory(cfg *config.KubeSchedulerConfiguration, registry frameworkruntime.Registry) frameworkruntime.PluginFactory {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		args, err := DecodeArgs(obj)
 		if err != nil {
@@ -195,7 +196,7 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration) frameworkruntime.PluginF
 		if profile == nil {
 			return nil, fmt.Errorf("%s: profile %q is not in the configuration", Name, pn.ProfileName())
 		}
-		p, err := newPlugin(ctx, args, profile, h)
+		p, err := newPlugin(ctx, registry, args, profile, h)
 		if err != nil {
 			return nil, err
 		}
@@ -208,12 +209,12 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration) frameworkruntime.PluginF
 
 // newPlugin builds the plugin's decision engine; it does not talk to the
 // API server (startSync does).
-func newPlugin(ctx context.Context, args *Args, profile *config.KubeSchedulerProfile, h fwk.Handle) (*VirtualNodes, error) {
+func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Args, profile *config.KubeSchedulerProfile, h fwk.Handle) (*VirtualNodes, error) {
 	v := &view{SharedLister: h.SnapshotSharedLister(), byName: map[string]fwk.NodeInfo{}}
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
-	fw, err := simulator.NewWithRegistry(ctx, withSavedStates(simulator.Registry(), v), simulator.Profile(profile, strings.ToLower(Name), Name),
+	fw, err := simulator.New(ctx, withSavedStates(registry, v), simulator.Profile(profile, strings.ToLower(Name), Name),
 		frameworkruntime.WithClientSet(h.ClientSet()),
 		frameworkruntime.WithKubeConfig(h.KubeConfig()),
 		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 

@@ -1,6 +1,6 @@
 // Package aws tests the EC2 cloud provider through the real aws-sdk-go-v2
 // client, on the wire, against the fake EC2 endpoint on loopback
-// (test/ec2fake), with EC2NodeClasses and NodeClaims in a real
+// (internal/ec2fake), with EC2NodeClasses and NodeClaims in a real
 // kube-apiserver. Every assertion about what was sent to EC2 reads the
 // request as the fake received it.
 package aws
@@ -19,17 +19,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
-	"github.com/nodeforge/nodeforge/test/ec2fake"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // kube is an admin client of the package's control plane.
 var kube client.Client
 
-func TestMain(m *testing.M) { sandbox.ControlPlaneMain(m, &kube, nil) }
+func TestMain(m *testing.M) { sandboxtest.ControlPlaneMain(m, &kube, nil) }
 
 // region is one test's fake EC2 region and a provider launching into it.
 type region struct {

@@ -16,10 +16,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
-	"github.com/nodeforge/nodeforge/test/ec2fake"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // TestAWSProvider runs the sandbox with the provisioner on the aws

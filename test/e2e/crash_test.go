@@ -18,10 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/crashpoint"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // crashCase is one crash: a component killed from outside when a claim

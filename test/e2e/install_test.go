@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
 // workload creates a Deployment of n pods for nodeforge-scheduler, one cpu

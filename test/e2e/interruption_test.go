@@ -15,13 +15,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // TestSpotInterruptionOnAWS: on the aws provider, the sandbox's
-// interruption queue (test/sqsfake, read through the real SQS client)
+// interruption queue (internal/sqsfake, read through the real SQS client)
 // gets an EC2 spot interruption warning for the instance running a
 // Deployment's pods, sent 30s ago, so the instance goes 90s from now. The
 // replacement is Initialized, and every pod Running on a new node, before

@@ -11,7 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 )
 
 var (
@@ -21,7 +22,7 @@ var (
 	source string
 )
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
+func TestMain(m *testing.M) { sandboxtest.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
 	var err error

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/nodeshape"
 )
 
 // TestTheNodeThatRegistersIsTheNodeJudged: on the simulated and the AWS

@@ -13,9 +13,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/crashpoint"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
 // TestRepackMergesTheClaimsOfABatch: two pods of 800m that one

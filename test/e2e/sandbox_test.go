@@ -32,7 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
 // upSandbox runs `nodeforge-sandbox up --dir DIR` and waits for its ready

@@ -35,9 +35,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // BenchmarkScaleUp1000 scales a Deployment from 0 to 1,000 pods (500m cpu,

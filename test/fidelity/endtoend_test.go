@@ -20,10 +20,11 @@ import (
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/nodeshape"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/nodeshape"
+	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/simulator"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 // TestFidelityEndToEnd runs every scenario of the differential suite
@@ -262,7 +263,11 @@ func stockGate(t *testing.T, sb *sandbox.Sandbox) *simulator.Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := simulator.NewGate(ctx, cs, profile, "", "VirtualNodes")
+	reg, err := registry.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := simulator.NewGate(ctx, reg, cs, profile, "", "VirtualNodes")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 	"github.com/nodeforge/nodeforge/manifests"
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 var (
@@ -38,13 +39,13 @@ var (
 
 func typesUID(s string) types.UID { return types.UID(s) }
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
+func TestMain(m *testing.M) { sandboxtest.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
 	ctx := context.Background()
 	var stop func()
 	var err error
-	if env, stop, err = sandbox.StartControlPlane(ctx, os.Stderr); err != nil {
+	if env, stop, err = sandboxtest.StartControlPlane(ctx, os.Stderr); err != nil {
 		return 0, err
 	}
 	defer stop()

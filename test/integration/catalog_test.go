@@ -15,13 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/regioncatalog"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
-	"github.com/nodeforge/nodeforge/test/regioncatalog"
 )
 
-// regionSource offers a whole AWS region's catalog (test/regioncatalog),
+// regionSource offers a whole AWS region's catalog (internal/regioncatalog),
 // fresh copies each time.
 type regionSource []v1alpha1.InstanceType
 

@@ -22,7 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
@@ -281,7 +282,11 @@ func startLifecycle(t *testing.T, ctx context.Context, cloud cloudprovider.Cloud
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := simulator.NewGate(ctx, cs, &defaults.Profiles[0], v1alpha1.TaintBinding)
+	reg, err := registry.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := simulator.NewGate(ctx, reg, cs, &defaults.Profiles[0], v1alpha1.TaintBinding)
 	if err != nil {
 		t.Fatal(err)
 	}

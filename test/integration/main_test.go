@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nodeforge/nodeforge/test/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 )
 
 // kube is an admin client of the package's control plane, restConfig its
@@ -20,10 +20,10 @@ var (
 	restConfig *rest.Config
 )
 
-func TestMain(m *testing.M) { sandbox.TestMain(m, run) }
+func TestMain(m *testing.M) { sandboxtest.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
-	sb, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)
+	sb, stop, err := sandboxtest.StartControlPlane(context.Background(), os.Stderr)
 	if err != nil {
 		return 0, err
 	}

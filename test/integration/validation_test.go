@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/manifests"
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
 // pool is a valid NodePool spec; cases change one thing in it.

@@ -33,11 +33,11 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
+	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/simulator"
-	"github.com/nodeforge/nodeforge/test/sandbox"
 )
 
 var (
@@ -53,8 +53,8 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	sandbox.TestMain(m, func(m *testing.M) (int, error) {
-		env, stop, err := sandbox.StartControlPlane(context.Background(), os.Stderr)
+	sandboxtest.TestMain(m, func(m *testing.M) (int, error) {
+		env, stop, err := sandboxtest.StartControlPlane(context.Background(), os.Stderr)
 		if err != nil {
 			return 0, err
 		}
@@ -101,10 +101,18 @@ func startScheduler(tb testing.TB, virtualNodes bool) func() {
 		prof.Plugins.PreFilter.Enabled = append(prof.Plugins.PreFilter.Enabled, config.Plugin{Name: virtualnodes.Name})
 		prof.Plugins.Filter.Enabled = append(prof.Plugins.Filter.Enabled, config.Plugin{Name: virtualnodes.Name})
 		prof.Plugins.PostFilter.Enabled = append(prof.Plugins.PostFilter.Enabled, config.Plugin{Name: virtualnodes.Name})
-		if err := reg.Register(virtualnodes.Name, virtualnodes.NewFactory(cc)); err != nil {
+		all, err := registry.All()
+		if err != nil {
 			tb.Fatal(err)
 		}
-		for name, factory := range simulator.OutOfTree() {
+		if err := reg.Register(virtualnodes.Name, virtualnodes.NewFactory(cc, all)); err != nil {
+			tb.Fatal(err)
+		}
+		outOfTree, err := registry.OutOfTree()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for name, factory := range outOfTree {
 			if err := reg.Register(name, factory); err != nil {
 				tb.Fatal(err)
 			}

@@ -6,7 +6,7 @@
 // EC2NodeClass's subnets, security groups and images by selector terms.
 //
 // Everything goes through aws-sdk-go-v2; the tests drive the real SDK client
-// against an EC2 Query endpoint on loopback (test/ec2fake).
+// against an EC2 Query endpoint on loopback (internal/ec2fake).
 package aws
 
 import (
@@ -21,7 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // regionCatalog is what the region offers, as described by EC2.

@@ -3,7 +3,7 @@ package simulated
 import (
 	"testing"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // TestSimulatedNodeClassDeclaration: the simulated cloud serves

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // Expiration disrupts a node once its claim is older than the claim's

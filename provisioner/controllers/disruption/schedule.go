@@ -8,7 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // A budget with a schedule applies only within its windows: from each

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
-	"github.com/nodeforge/nodeforge/provisioner/crashpoint"
 )
 
 // finalize terminates the instance and deletes the node, then lets the

@@ -27,9 +27,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/manifests"
-	"github.com/nodeforge/nodeforge/test/ec2fake"
-	"github.com/nodeforge/nodeforge/test/sqsfake"
 )
 
 // Options configure a sandbox.
@@ -45,7 +45,7 @@ type Options struct {
 	// ProvisionerArgs are added to the provisioner's command line.
 	ProvisionerArgs []string
 	// ProvisionerEnv and SchedulerEnv are added to those components'
-	// environments (crash points: see provisioner/crashpoint).
+	// environments (crash points: see internal/crashpoint).
 	ProvisionerEnv, SchedulerEnv []string
 	// SchedulerReplicas of nodeforge-scheduler run, with the shipped
 	// configuration and so one leader election lease; 0 means 1. The
@@ -55,7 +55,7 @@ type Options struct {
 	// election on one lease; 0 means 1. Named like the scheduler's.
 	ProvisionerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
-	// "aws", which runs a fake EC2 region on loopback (test/ec2fake) that
+	// "aws", which runs a fake EC2 region on loopback (internal/ec2fake) that
 	// the provisioner reaches through the real AWS SDK; its instances
 	// register as kwok nodes after AWSRegistrationDelay.
 	CloudProvider        string

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"flag"
@@ -87,7 +87,7 @@ func TestRunRefusesToStartWithoutCloudProvider(t *testing.T) {
 	t.Setenv("NODEFORGE_CLOUD_PROVIDER", "") // restored after the test...
 	os.Unsetenv("NODEFORGE_CLOUD_PROVIDER")  // ...and unset during it
 	t.Setenv("KUBECONFIG", "/nonexistent")
-	err := run([]string{"--leader-elect=false"})
+	err := Run([]string{"--leader-elect=false"})
 	if want := "--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("run without --cloud-provider = %v, want an error saying %q", err, want)
 	}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/manifests"
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
 )
 
 // durationPattern and durationMaxLength are NillableDuration's schema, as

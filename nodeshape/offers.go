@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // Offer is one launch option: an instance type in a zone with a capacity

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions { return nil
 // profile runs DefaultPreemption before VirtualNodes, VirtualNodes last.
 func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	metrics.Register()
-	cfg, err := schedulerConfig([]string{"--v=2", "--config", filepath.Join("..", "..", "manifests", "scheduler", "config.yaml"), "--leader-elect=false"})
+	cfg, err := schedulerConfig([]string{"--v=2", "--config", filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"), "--leader-elect=false"})
 	if err != nil {
 		t.Fatal(err)
 	}

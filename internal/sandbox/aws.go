@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
-	"github.com/nodeforge/nodeforge/test/ec2fake"
-	"github.com/nodeforge/nodeforge/test/sqsfake"
 )
 
 // awsRegion is the sandbox's fake EC2 region, in the sandbox's own process

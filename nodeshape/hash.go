@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/provisioner/apis/v1alpha1"
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // PoolHashVersion is the version of what PoolHash hashes. Change it

@@ -1,0 +1,61 @@
+package virtualnodes
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+
+	"github.com/nodeforge/nodeforge/plugin/registry"
+)
+
+// refuseZoneA is a user's own Filter plugin, added as docs/plugins.md
+// shows: it refuses every node in zone-a.
+type refuseZoneA struct{}
+
+const refuseZoneAName = "RefuseZoneA"
+
+func (refuseZoneA) Name() string { return refuseZoneAName }
+
+func (refuseZoneA) Filter(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if ni.Node().Labels[v1.LabelTopologyZone] == "zone-a" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "zone-a is refused")
+	}
+	return nil
+}
+
+func newRefuseZoneA(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return refuseZoneA{}, nil
+}
+
+// TestAUsersPluginCountsInNomination: a Filter plugin the user adds with
+// registry.WithPlugin and enables in the profile is run by nomination, so
+// no pod is nominated to zone-a, the cheapest zone.
+func TestAUsersPluginCountsInNomination(t *testing.T) {
+	without := newHarness(t, []*pool{benchPool(t)})
+	c, s := without.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() || c.group.zone != "zone-a" {
+		t.Fatalf("without the user's plugin the pod went to %v (%s); the test expects zone-a to be the cheapest", c, s.Message())
+	}
+	reg, err := registry.All(registry.WithPlugin(refuseZoneAName, newRefuseZoneA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enable := func(p *config.KubeSchedulerProfile) {
+		p.Plugins.Filter.Enabled = append(p.Plugins.Filter.Enabled, config.Plugin{Name: refuseZoneAName})
+	}
+	h := newHarnessFrom(t, reg, []*pool{benchPool(t)}, enable)
+	for i := range 5 {
+		c, s := h.schedule(context.Background(), testPod(fmt.Sprintf("p%d", i), "1", "1Gi"))
+		if !s.IsSuccess() {
+			t.Fatalf("pod p%d was not nominated: %s", i, s.Message())
+		}
+		if c.group.zone == "zone-a" {
+			t.Fatalf("pod p%d nominated to %s in zone-a, which the user's plugin refuses", i, c.name)
+		}
+	}
+}
