@@ -20,6 +20,7 @@ LDFLAGS   := -X github.com/nodeforge/nodeforge/version.Version=$(VERSION) \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR)
 CONTROLLER_GEN := $(BIN)/controller-gen
+STATICCHECK    := $(BIN)/staticcheck
 
 # One set of build settings for every Go build of a run: the shipped
 # binaries and images (static, reproducible), the Kubernetes components the
@@ -68,13 +69,23 @@ components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-
 $(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	$(GO) build -C $(TOOLS_MOD) -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 
+$(STATICCHECK): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
+	$(GO) build -C $(TOOLS_MOD) -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (checks in staticcheck.conf; the version pinned in hack/tools).
+	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crds.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=manifests/crds
 
 .PHONY: test
-test: components images $(CONTROLLER_GEN) ## Run unit, integration and end-to-end tests against the binaries and images in bin/.
+test: lint components images $(CONTROLLER_GEN) ## Lint, then run unit, integration and end-to-end tests against the binaries and images in bin/.
 	$(GO) build -o $(TESTREPORT) ./hack/testreport
 	{ status=0; \
 	  NODEFORGE_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -json $(TEST_FLAGS) ./test/e2e ./... || status=1; \

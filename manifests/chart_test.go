@@ -301,7 +301,7 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		if err := kube.Patch(ctx, o, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner("helm")); err != nil {
+		if err := kube.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.DryRunAll, client.ForceOwnership, client.FieldOwner("helm")); err != nil {
 			t.Errorf("the API server refused %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
 	}

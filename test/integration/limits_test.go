@@ -329,6 +329,7 @@ func (c closer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunching
 	if err := c.kube.Status().Update(ctx, &nc); apierrors.IsConflict(err) {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return ctrl.Result{Requeue: true}, nil
 	} else if err != nil {
 		return ctrl.Result{}, err

@@ -134,8 +134,8 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 	if err := c.api.List(ctx, &existing, client.InNamespace(c.namespace), client.MatchingLabels{labelClaimUID: l.ClaimUID}); err != nil {
 		return nil, fmt.Errorf("looking up the claim's instance: %w", err)
 	}
-	for i := range existing.Items {
-		r, err := decode(&existing.Items[i])
+	if len(existing.Items) > 0 {
+		r, err := decode(&existing.Items[0])
 		if err != nil {
 			return nil, err
 		}

@@ -156,6 +156,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		delete(current, w.Name)
 		switch {
 		case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 			result.Requeue = true // the cache has not seen an earlier write yet
 		case err != nil:
 			return reconcile.Result{}, err
@@ -164,6 +165,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			logger.V(4).Info("Wrote catalog object", "nodePool", klog.KObj(&pool), "catalog", w.Name, "family", family(w.Spec.InstanceTypes[0].Name), "instanceTypes", len(w.Spec.InstanceTypes))
 		}
 	}
+	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	if result.Requeue {
 		// An object not updated yet may still count the objects that
 		// deleting now would take away; delete once all are written.

@@ -274,6 +274,7 @@ func TestNoFamilyIsDeletedWhileAnotherWaitsForItsUpdate(t *testing.T) {
 	}
 	w.reset()
 	res, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
+	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	if err != nil || !res.Requeue {
 		t.Fatalf("a reconcile whose update conflicts: %+v, %v; want a requeue", res, err)
 	}

@@ -137,6 +137,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 			return reconcile.Result{}, fmt.Errorf("%s: %w", m.Reason(), err)
 		}
 		if !equality.Semantic.DeepEqual(before, nc.Status.Conditions) {
+			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 			return reconcile.Result{Requeue: true}, c.kube.Status().Update(ctx, nc)
 		}
 		if !v.Disrupt {
@@ -199,6 +200,7 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 		case err == nil:
 			logger.Info("Not disrupting node: it changed while being disrupted", "node", nc.Status.NodeName, "reason", m.Reason())
 		}
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: held == ""}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
 	if c.replacer != nil && m.Reason() != "Empty" {

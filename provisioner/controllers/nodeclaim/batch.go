@@ -66,6 +66,7 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	} else {
 		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
 	}
+	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, nil
 }
 

@@ -256,6 +256,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Each step writes; the cache may lag a write, and the next step then
 	// meets a conflict. That is no error: read again.
 	if apierrors.IsConflict(err) {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil
 	}
 	return res, err
@@ -277,6 +278,7 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		}
 		if owners := nodeshape.OwnedBy(&pool); err == nil && owners != nil {
 			nc.OwnerReferences = owners
+			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 			return reconcile.Result{Requeue: true}, c.kube.Update(ctx, nc)
 		}
 	}

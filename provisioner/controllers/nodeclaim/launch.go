@@ -138,6 +138,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 			logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
 			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
 			c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 			return reconcile.Result{Requeue: true}, nil
 		}
 		if cloudprovider.IsAccessDenied(err) {

@@ -229,13 +229,16 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 			if err := json.Unmarshal([]byte(k.Annotations[v1alpha1.AnnotationRepackPlan]), &plan); err != nil {
 				// Not ours to read: launch the claims as they are.
 				klog.FromContext(ctx).Error(err, "Unreadable repack plan; launching its claims as they are", "nodeClaim", k.Name)
+				//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 				return reconcile.Result{Requeue: true}, c.markPacked(ctx, k, "Kept", "unreadable repack plan: "+err.Error())
 			}
 			klog.FromContext(ctx).Info("Finishing a repack left unfinished", "nodeClaim", k.Name, "claims", len(plan.Claims), "emptied", len(plan.Emptied))
+			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 			return reconcile.Result{Requeue: true}, c.finishPlan(ctx, k, &plan)
 		}
 	}
 	if c.opts.Repack == nil {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil
 	}
 	if k := c.closingWith(ctx, nc, claims.Items); k != "" && c.packer.waited(nc.UID, c.now(), false) < closingWait {
@@ -270,6 +273,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 				return reconcile.Result{}, err
 			}
 		}
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: !isPacked(nc)}, nil
 	}
 	// The plan goes on the first claim that stays, before anything moves.
@@ -290,6 +294,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 				return reconcile.Result{}, err
 			}
 		}
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil
 	}
 	if h.Annotations == nil {
@@ -307,6 +312,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	}
 	klog.FromContext(ctx).Info("Repacking batch", "nodeClaims", len(batch), "keeps", len(plan.Claims), "emptied", plan.Emptied, "podsMoved", moved,
 		"how", plan.How, "pricePerHourBefore", formatPrice(plan.Before), "pricePerHourAfter", formatPrice(plan.After), "plan", holder)
+	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, c.finishPlan(ctx, h, plan)
 }
 

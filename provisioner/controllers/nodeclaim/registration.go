@@ -59,6 +59,7 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	}
 	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
 	c.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
+	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, nil
 }
 

@@ -165,6 +165,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	pool.Status = *status
 	if err := c.client.Status().Update(ctx, &pool); apierrors.IsConflict(err) {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil // a newer pool than the cache had: read it again
 	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("updating status of nodepool %s: %w", pool.Name, err)
