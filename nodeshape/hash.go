@@ -53,9 +53,23 @@ func PoolHash(np *v1alpha1.NodePool) (string, error) {
 		Requirements:  sortedRequirements(t.Spec.Requirements),
 		NodeClassRef:  t.Spec.NodeClassRef,
 	}
-	raw, err := json.Marshal(h)
+	sum, err := Hash(h)
 	if err != nil {
 		return "", fmt.Errorf("hashing the template of nodepool %s: %w", np.Name, err)
+	}
+	return sum, nil
+}
+
+// Hash is the one hash Nodeforge stamps on what it makes: 16 hex digits,
+// the first 8 bytes of the SHA-256 of v's JSON encoding. encoding/json
+// sorts map keys, so equal values hash equal whatever order their maps
+// were built in. The pool hash, the node class spec hash and the AWS
+// launch template's name are all this; changing it changes every stamp
+// at once, which drifts every node, so it does not change.
+func Hash(v any) (string, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:8]), nil

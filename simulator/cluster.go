@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -53,7 +54,7 @@ func newCluster(nodes []*v1.Node, pods []*v1.Pod, infoOf func(*v1.Pod) *framewor
 	slices.Sort(c.order)
 	for _, p := range pods {
 		ni := c.infos[p.Spec.NodeName]
-		if ni == nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if ni == nil || podutil.IsPodTerminal(p) {
 			continue
 		}
 		var pi *framework.PodInfo

@@ -18,6 +18,7 @@ import (
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
@@ -244,7 +245,7 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 	}
 	for _, p := range all {
 		// The judged node's pods are the caller's alone.
-		if p.Spec.NodeName != "" && p.Spec.NodeName != node.Name && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed && !seen[p.UID] {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != node.Name && !podutil.IsPodTerminal(p) && !seen[p.UID] {
 			bound = append(bound, p)
 			elsewhere[p.UID] = p
 		}
@@ -274,7 +275,7 @@ func (g *Gate) podInfos(pods []*v1.Pod) map[types.UID]podInfoOf {
 	defer g.infoMu.Unlock()
 	next := make(map[types.UID]podInfoOf, len(g.infos))
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if p.Spec.NodeName == "" || podutil.IsPodTerminal(p) {
 			continue
 		}
 		if e, ok := g.infos[p.UID]; ok && e.pod == p {

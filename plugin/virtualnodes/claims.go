@@ -2,7 +2,6 @@ package virtualnodes
 
 import (
 	"cmp"
-	"crypto/rand"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -70,13 +70,7 @@ func metaName(name string, labels map[string]string) metav1.ObjectMeta {
 // generateName would, but known before the write so the scheduling cycle
 // need not wait for the API server.
 func newClaimName(pool string) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return pool + "-" + string(b)
+	return pool + "-" + utilrand.String(5)
 }
 
 // selectsOnNodeLabels reports whether the pod's placement depends on node

@@ -7,9 +7,6 @@ package cloudprovider
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -137,12 +134,11 @@ func ServedKinds(classes []NodeClass) string {
 // the API gains later changes no hash while it is omitted (omitempty); one
 // encoded even when empty changes every hash once, on upgrade.
 func SpecHash(spec any) (string, error) {
-	raw, err := json.Marshal(spec)
+	sum, err := nodeshape.Hash(spec)
 	if err != nil {
 		return "", fmt.Errorf("hashing node class spec: %w", err)
 	}
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:8]), nil
+	return sum, nil
 }
 
 // ErrNotFound says an instance does not exist (any more).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
@@ -257,12 +257,11 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 		return "", err
 	}
 	data := p.templateData(class, ami, userData)
-	raw, err := json.Marshal(data)
+	sum, err := nodeshape.Hash(data)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(raw)
-	name := fmt.Sprintf("nodeforge/%s/%s/%s", p.opts.ClusterName, class.Name, hex.EncodeToString(sum[:8]))
+	name := fmt.Sprintf("nodeforge/%s/%s/%s", p.opts.ClusterName, class.Name, sum)
 	p.mu.Lock()
 	_, known := p.templates[name]
 	p.mu.Unlock()

@@ -225,7 +225,7 @@ func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods 
 	}
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if OwnedByDaemonSet(p) || isMirror(p) {
+		if OwnedByDaemonSet(p) || IsMirror(p) {
 			continue
 		}
 		if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
@@ -239,21 +239,8 @@ func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods 
 	if why := s.pdbsRefuse(out); why != "" {
 		return nil, why
 	}
-	slices.SortStableFunc(out, queueOrder)
+	slices.SortStableFunc(out, simulator.BindOrder)
 	return out, ""
-}
-
-// queueOrder is the scheduler's default queue sort (PrioritySort):
-// higher priority first, then the pod that has waited longest.
-func queueOrder(a, b *corev1.Pod) int {
-	pa, pb := int32(0), int32(0)
-	if a.Spec.Priority != nil {
-		pa = *a.Spec.Priority
-	}
-	if b.Spec.Priority != nil {
-		pb = *b.Spec.Priority
-	}
-	return cmp.Or(cmp.Compare(pb, pa), a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 }
 
 // decide finds the nodes to remove: first the most nodes at once among
@@ -464,7 +451,7 @@ func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate,
 	if len(cands) > 1 && s.pdbsRefuse(pods) != "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable, s.pdbsRefuse(pods)), false
 	}
-	slices.SortStableFunc(pods, queueOrder)
+	slices.SortStableFunc(pods, simulator.BindOrder)
 	// The nodes stay in the view, empty and tainted, as the scheduler sees
 	// them while they are drained: a spread constraint still counts their
 	// zones, and a pod that needs one of them would be left pending (and
@@ -617,7 +604,7 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 			decided[p.UID] = true
 		}
 		for _, p := range s.onNode[c.node.Name] {
-			if !OwnedByDaemonSet(p) && !isMirror(p) && !decided[p.UID] {
+			if !OwnedByDaemonSet(p) && !IsMirror(p) && !decided[p.UID] {
 				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil, nil
 			}
 			if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
@@ -633,11 +620,11 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 		}
 		cp := *c
 		cp.node = node
-		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return OwnedByDaemonSet(p) || isMirror(p) })
+		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return OwnedByDaemonSet(p) || IsMirror(p) })
 		if why := s.pdbsRefuse(cp.pods); why != "" {
 			return why, nil, nil
 		}
-		slices.SortStableFunc(cp.pods, queueOrder)
+		slices.SortStableFunc(cp.pods, simulator.BindOrder)
 		fresh = append(fresh, &cp)
 	}
 	if d.replacement != nil {
@@ -679,7 +666,9 @@ func fingerprint(pods []*corev1.Pod) string {
 	return strings.Join(uids, ",")
 }
 
-func isMirror(p *corev1.Pod) bool {
+// IsMirror: a static pod's mirror is the kubelet's; it goes with its node
+// and cannot be evicted.
+func IsMirror(p *corev1.Pod) bool {
 	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
 	return ok
 }

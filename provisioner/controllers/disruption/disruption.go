@@ -282,8 +282,3 @@ func OwnedByDaemonSet(p *corev1.Pod) bool {
 	}
 	return false
 }
-
-// finished: a pod that will not run again holds nothing.
-func finished(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -52,7 +53,7 @@ func (c *Controller) heldBy(ctx context.Context, node string, from holders) (str
 		return "", fmt.Errorf("listing pods of node %s: %w", node, err)
 	}
 	for i := range pods {
-		if p := &pods[i]; !finished(p) && p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+		if p := &pods[i]; !podutil.IsPodTerminal(p) && p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
 			return fmt.Sprintf("pod %s/%s has %s=true", p.Namespace, p.Name, v1alpha1.AnnotationDoNotDisrupt), nil
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -83,7 +84,7 @@ func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; !finished(p) && !OwnedByDaemonSet(p) {
+		if p := &pods.Items[i]; !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
 			return false, nil
 		}
 	}
@@ -99,7 +100,7 @@ func (e *Emptiness) StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) 
 		return false, fmt.Errorf("listing pods of node %s: %w", name, err)
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; !finished(p) && !OwnedByDaemonSet(p) {
+		if p := &pods.Items[i]; !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
 			return false, nil
 		}
 	}

@@ -116,7 +116,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		names[i] = c.node.Name
 		pods = append(pods, c.pods...)
 	}
-	slices.SortStableFunc(pods, queueOrder)
+	slices.SortStableFunc(pods, simulator.BindOrder)
 	// The nodes replaced stay in the view, empty and tainted, as the
 	// scheduler sees them while they are drained (consolidation's place
 	// does the same): a zone spread still counts their zones.
@@ -330,7 +330,7 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 	}
 	var pods []*corev1.Pod
 	for _, p := range s.onNode[node.Name] {
-		if OwnedByDaemonSet(p) || isMirror(p) || metav1.GetControllerOf(p) == nil {
+		if OwnedByDaemonSet(p) || IsMirror(p) || metav1.GetControllerOf(p) == nil {
 			continue
 		}
 		pods = append(pods, p)
@@ -338,7 +338,7 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 	if len(pods) == 0 {
 		return nil, "", nil
 	}
-	slices.SortStableFunc(pods, queueOrder)
+	slices.SortStableFunc(pods, simulator.BindOrder)
 	return r.plan(ctx, s, []*candidate{{claim: nc, node: node, pool: pool, pods: pods}}, nil)
 }
 

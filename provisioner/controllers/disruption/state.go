@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -62,7 +63,7 @@ func observe(ctx context.Context, r client.Reader) (*state, error) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if finished(p) {
+		if podutil.IsPodTerminal(p) {
 			continue
 		}
 		node := p.Spec.NodeName

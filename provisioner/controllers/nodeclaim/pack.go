@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -679,7 +680,7 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 	var pods []*corev1.Pod
 	for i := range podList.Items {
 		p := &podList.Items[i]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if podutil.IsPodTerminal(p) {
 			continue
 		}
 		if p.Spec.NodeName != "" {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -103,7 +104,7 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	remaining := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if disruption.OwnedByDaemonSet(p) || isMirror(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if disruption.OwnedByDaemonSet(p) || disruption.IsMirror(p) || podutil.IsPodTerminal(p) {
 			continue
 		}
 		remaining++
@@ -185,13 +186,6 @@ func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeCla
 	c.recordPod(p, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", note)
 	c.event(nc, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", fmt.Sprintf("deleted pod %s/%s: terminationGracePeriod %s is running out", p.Namespace, p.Name, tgp))
 	return nil
-}
-
-// isMirror: a static pod's mirror is the kubelet's; it goes with its node
-// and cannot be evicted.
-func isMirror(p *corev1.Pod) bool {
-	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
-	return ok
 }
 
 // forceDelete removes a pod whose node does not answer and whose grace
