@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -161,19 +160,7 @@ func (c *claim) remove(pod *v1.Pod) {
 
 // requests is what the claim's node must hold: nominated and daemonset pods.
 func (c *claim) requests() v1.ResourceList {
-	r := c.info.Requested
-	out := v1.ResourceList{
-		v1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(r.Memory, resource.BinarySI),
-		v1.ResourcePods:   *resource.NewQuantity(int64(len(c.info.Pods)), resource.DecimalSI),
-	}
-	if r.EphemeralStorage > 0 {
-		out[v1.ResourceEphemeralStorage] = *resource.NewQuantity(r.EphemeralStorage, resource.BinarySI)
-	}
-	for name, q := range r.ScalarResources {
-		out[name] = *resource.NewQuantity(q, resource.DecimalSI)
-	}
-	return out
+	return nodeshape.ResourceList(c.info.Requested, len(c.info.Pods))
 }
 
 // object is the NodeClaim as it should be in the API server.

@@ -109,14 +109,13 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 	if err != nil {
 		return nil, err
 	}
-	groups := map[[3]string]*group{}
+	groups := map[nodeshape.Group]*group{}
 	for i := range offers {
 		o := &offers[i]
-		arch := o.InstanceType.Labels[v1.LabelArchStable]
-		key := [3]string{o.Zone, o.CapacityType, arch}
+		key := o.Group()
 		g := groups[key]
 		if g == nil {
-			g = &group{pool: p, zone: o.Zone, capacityType: o.CapacityType, arch: arch}
+			g = &group{pool: p, zone: key.Zone, capacityType: key.CapacityType, arch: key.Arch}
 			groups[key] = g
 			p.groups = append(p.groups, g)
 		}

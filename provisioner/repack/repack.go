@@ -42,6 +42,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -363,9 +364,9 @@ func (s *solver) oneType(ctx context.Context, pods []*v1.Pod) (*packing, error) 
 		ok := true
 		for _, pod := range pods {
 			req := s.requests[pod]
-			at := slices.IndexFunc(nodes, func(b *packed) bool { return fits(b.used, req, b.count+1, s.catalog[i].alloc) })
+			at := slices.IndexFunc(nodes, func(b *packed) bool { return nodeshape.FitsBeside(s.catalog[i].alloc, b.used, req, b.count+1) })
 			if at < 0 {
-				if !fits(fresh.used, req, fresh.count+1, s.catalog[i].alloc) {
+				if !nodeshape.FitsBeside(s.catalog[i].alloc, fresh.used, req, fresh.count+1) {
 					ok = false
 					break
 				}
@@ -411,7 +412,7 @@ func (s *solver) fill(ctx context.Context, pods []*v1.Pod, allowed []int, i int)
 		req := s.requests[pod]
 		var names []string
 		for _, b := range pk.bins {
-			if fits(b.used, req, b.count+1, s.catalog[i].alloc) {
+			if nodeshape.FitsBeside(s.catalog[i].alloc, b.used, req, b.count+1) {
 				names = append(names, b.name)
 			}
 		}
@@ -462,7 +463,7 @@ func (s *solver) placeCheapest(ctx context.Context, pk *packing, pod *v1.Pod, ex
 	}
 	var cands []cand
 	for _, b := range pk.bins {
-		if b == except || len(b.pods) == 0 || !fits(b.used, req, b.count+1, b.big.alloc) {
+		if b == except || len(b.pods) == 0 || !nodeshape.FitsBeside(b.big.alloc, b.used, req, b.count+1) {
 			continue
 		}
 		after := b.used.Clone()
@@ -537,7 +538,7 @@ func (s *solver) tighten(ctx context.Context, pk *packing) error {
 			rest := b.used.Clone()
 			var out []*v1.Pod
 			for _, pod := range smallest {
-				if fits(rest, &framework.Resource{}, b.count-len(out), s.catalog[target].alloc) {
+				if nodeshape.Fits(s.catalog[target].alloc, rest, b.count-len(out)) {
 					break
 				}
 				sub(rest, s.requests[pod])
@@ -730,27 +731,6 @@ func (b *packed) remove(pod *v1.Pod, req *framework.Resource) {
 	b.count--
 }
 
-// fits says whether used plus req, in count pods, fit in alloc.
-func fits(used, req *framework.Resource, count int, alloc *framework.Resource) bool {
-	if count > int(alloc.AllowedPodNumber) || used.MilliCPU+req.MilliCPU > alloc.MilliCPU || used.Memory+req.Memory > alloc.Memory {
-		return false
-	}
-	if need := used.EphemeralStorage + req.EphemeralStorage; need > 0 && need > alloc.EphemeralStorage {
-		return false
-	}
-	for name, q := range used.ScalarResources {
-		if q+req.ScalarResources[name] > alloc.ScalarResources[name] {
-			return false
-		}
-	}
-	for name, q := range req.ScalarResources {
-		if used.ScalarResources[name]+q > alloc.ScalarResources[name] {
-			return false
-		}
-	}
-	return true
-}
-
 // addTo adds req to sum; sub takes it away.
 func addTo(sum, req *framework.Resource) {
 	sum.MilliCPU += req.MilliCPU
@@ -780,7 +760,7 @@ func size(r *framework.Resource) float64 {
 // when none does.
 func nextHolding(catalog []*Option, allowed []int, from int, used *framework.Resource, count int) int {
 	for _, i := range allowed {
-		if i >= from && fits(used, &framework.Resource{}, count, catalog[i].alloc) {
+		if i >= from && nodeshape.Fits(catalog[i].alloc, used, count) {
 			return i
 		}
 	}
@@ -792,7 +772,7 @@ func nextHolding(catalog []*Option, allowed []int, from int, used *framework.Res
 func holding(catalog []*Option, allowed []int, used *framework.Resource, count, from int) []*Option {
 	var out []*Option
 	for _, i := range allowed {
-		if i >= from && fits(used, &framework.Resource{}, count, catalog[i].alloc) {
+		if i >= from && nodeshape.Fits(catalog[i].alloc, used, count) {
 			out = append(out, catalog[i])
 		}
 	}

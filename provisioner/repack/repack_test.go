@@ -16,6 +16,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -118,7 +119,7 @@ func naiveBatch(t *testing.T, ctx context.Context, rng *rand.Rand, s *simulator.
 		var names []string
 		for _, i := range order {
 			c := claims[i]
-			if fits(c.used, req, len(c.pods)+1, framework.NewResource(c.opt.Node("x").Status.Allocatable)) {
+			if nodeshape.FitsBeside(framework.NewResource(c.opt.Node("x").Status.Allocatable), c.used, req, len(c.pods)+1) {
 				names = append(names, c.name)
 			}
 		}
@@ -126,7 +127,7 @@ func naiveBatch(t *testing.T, ctx context.Context, rng *rand.Rand, s *simulator.
 		if at == "" {
 			var opts []*Option
 			for _, o := range catalog {
-				if fits(&framework.Resource{}, req, 1, framework.NewResource(o.Node("x").Status.Allocatable)) {
+				if nodeshape.Fits(framework.NewResource(o.Node("x").Status.Allocatable), req, 1) {
 					opts = append(opts, o)
 				}
 			}
@@ -156,7 +157,7 @@ func naiveBatch(t *testing.T, ctx context.Context, rng *rand.Rand, s *simulator.
 		b := Bin{Name: c.name, Pods: c.pods}
 		for _, o := range catalog {
 			n := o.Node(c.name)
-			ok := fits(c.used, &framework.Resource{}, len(c.pods), framework.NewResource(n.Status.Allocatable))
+			ok := nodeshape.Fits(framework.NewResource(n.Status.Allocatable), c.used, len(c.pods))
 			for _, pod := range c.pods {
 				if sel := pod.Spec.NodeSelector["family"]; sel != "" && n.Labels["family"] != sel {
 					ok = false

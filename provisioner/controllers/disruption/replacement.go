@@ -11,13 +11,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -148,10 +146,10 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 	}
 	name := newReplacementName(c.pool.Name)
 	// The cheapest offer of each group that holds what fits nowhere else.
-	tried := map[string]bool{}
+	tried := map[nodeshape.Group]bool{}
 	var why string
 	for _, o := range offers {
-		group := groupOf(o)
+		group := o.Group()
 		if tried[group] {
 			continue
 		}
@@ -211,15 +209,10 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 	return nil, why, nil
 }
 
-func groupOf(o nodeshape.Offer) string {
-	return o.Zone + "/" + o.CapacityType + "/" + o.InstanceType.Labels[corev1.LabelArchStable]
-}
-
 // holds reports whether node's allocatable holds pods' requests and the
 // node affinity of each (a node's labels depend on its instance type).
 func holds(node *corev1.Node, pods []*corev1.Pod) bool {
-	ni := framework.NewNodeInfo(pods...)
-	if !nodeshape.Fits(framework.NewResource(node.Status.Allocatable), ni.Requested, len(pods)) {
+	if !nodeshape.Holds(node, pods) {
 		return false
 	}
 	for _, p := range pods {
@@ -236,7 +229,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 	var names []string
 	var its []*v1alpha1.InstanceType
 	for _, o := range offers {
-		if groupOf(o) != groupOf(chosen) || slices.Contains(names, o.InstanceType.Name) {
+		if o.Group() != chosen.Group() || slices.Contains(names, o.InstanceType.Name) {
 			continue
 		}
 		if holds(t.Node(name, &o.InstanceType, o.Zone, o.CapacityType), pods) {
@@ -261,7 +254,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 		Spec: v1alpha1.NodeClaimSpec{
 			NodePool:               np.Name,
 			Requirements:           reqs,
-			Resources:              v1alpha1.ResourceRequirements{Requests: requests(pods)},
+			Resources:              v1alpha1.ResourceRequirements{Requests: nodeshape.RequestList(pods)},
 			Labels:                 labels,
 			Annotations:            t.Annotations,
 			Taints:                 t.Taints,
@@ -274,23 +267,6 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 	return &replacement{claim: nc, price: chosen.Price, options: len(names),
 		unmet: nodeshape.MinValuesUnmet(t, np.Spec.Template.Spec.Requirements, its, chosen.Zone, chosen.CapacityType),
 		offer: fmt.Sprintf("%s %s in %s ($%.4f/h)", chosen.InstanceType.Name, chosen.CapacityType, chosen.Zone, chosen.Price)}
-}
-
-// requests is what pods request together, as the scheduler counts it.
-func requests(pods []*corev1.Pod) corev1.ResourceList {
-	r := framework.NewNodeInfo(pods...).Requested
-	out := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(r.MilliCPU, resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(r.Memory, resource.BinarySI),
-		corev1.ResourcePods:   *resource.NewQuantity(int64(len(pods)), resource.DecimalSI),
-	}
-	if r.EphemeralStorage > 0 {
-		out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(r.EphemeralStorage, resource.BinarySI)
-	}
-	for name, q := range r.ScalarResources {
-		out[name] = *resource.NewQuantity(q, resource.DecimalSI)
-	}
-	return out
 }
 
 func (r *Replacer) daemonSets(ctx context.Context) ([]*appsv1.DaemonSet, error) {

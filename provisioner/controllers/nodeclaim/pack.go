@@ -15,10 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -325,20 +323,15 @@ type batchMember struct {
 	pods []corev1.Pod
 }
 
-// groupOf is what a batch shares: zone, capacity type, architecture and
-// the pool template the claim was made from.
-func groupOf(nc *v1alpha1.NodeClaim) string {
-	return fmt.Sprint(only(nc, corev1.LabelTopologyZone), "/", only(nc, v1alpha1.LabelCapacityType), "/", only(nc, corev1.LabelArchStable), "/", nc.Annotations[v1alpha1.AnnotationNodePoolHash])
+// batchKey is what a batch shares: the group (zone, capacity type,
+// architecture) and the pool template the claim was made from.
+type batchKey struct {
+	group    nodeshape.Group
+	poolHash string
 }
 
-// only is the one value a claim's requirement In on key allows, or "".
-func only(nc *v1alpha1.NodeClaim, key string) string {
-	for _, r := range nc.Spec.Requirements {
-		if r.Key == key && r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 1 {
-			return r.Values[0]
-		}
-	}
-	return ""
+func batchOf(nc *v1alpha1.NodeClaim) batchKey {
+	return batchKey{group: nodeshape.ClaimGroup(nc), poolHash: nc.Annotations[v1alpha1.AnnotationNodePoolHash]}
 }
 
 // instanceTypes are the instance types a claim may launch as, in its
@@ -364,7 +357,7 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 		return "it is a replacement"
 	case nodeshape.HasMinValues(nc.Spec.Requirements):
 		return "its pool sets minValues"
-	case only(nc, corev1.LabelTopologyZone) == "" || only(nc, v1alpha1.LabelCapacityType) == "" || len(instanceTypes(nc)) == 0:
+	case nodeshape.ClaimGroup(nc).Zone == "" || nodeshape.ClaimGroup(nc).CapacityType == "" || len(instanceTypes(nc)) == 0:
 		return "its requirements do not name one zone, one capacity type and its instance types"
 	case pods == 0:
 		return "it has no nominated pod"
@@ -379,11 +372,11 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 // not launched and not packed, with their pods. It says why not when nc
 // cannot be repacked or has no claim to be repacked with.
 func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, *v1alpha1.NodePool, string, error) {
-	group := groupOf(nc)
+	group := batchOf(nc)
 	var batch []batchMember
 	for i := range claims {
 		k := &claims[i]
-		if k.UID != nc.UID && (k.Status.Phase != v1alpha1.NodeClaimLaunching || groupOf(k) != group) {
+		if k.UID != nc.UID && (k.Status.Phase != v1alpha1.NodeClaimLaunching || batchOf(k) != group) {
 			continue
 		}
 		pods, err := c.nominatedPods(ctx, k.Name)
@@ -443,7 +436,8 @@ func (c *Controller) closingWith(ctx context.Context, nc *v1alpha1.NodeClaim, cl
 
 // planBatch repacks the batch; nil (and why) when it stays as it is.
 func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, batch []batchMember, claims []v1alpha1.NodeClaim) (*packPlan, string, error) {
-	zone, capacityType, arch := only(nc, corev1.LabelTopologyZone), only(nc, v1alpha1.LabelCapacityType), only(nc, corev1.LabelArchStable)
+	group := nodeshape.ClaimGroup(nc)
+	zone, capacityType := group.Zone, group.CapacityType
 	its, err := catalog.InstanceTypesOf(ctx, c.kube, pool.Name)
 	if err != nil {
 		return nil, "", err
@@ -456,7 +450,7 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 	options := map[string]*repack.Option{}
 	var catalogOptions []*repack.Option
 	for _, o := range offers {
-		if o.Zone != zone || o.CapacityType != capacityType || (arch != "" && o.InstanceType.Labels[corev1.LabelArchStable] != arch) {
+		if !group.Has(o) {
 			continue
 		}
 		if gone, _ := c.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType); gone || options[o.InstanceType.Name] != nil {
@@ -488,7 +482,7 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 			}
 		}
 		if first == nil || !slices.ContainsFunc(catalogOptions, func(o *repack.Option) bool {
-			return o.Price < first.Price && holds(o.Node(b.nc.Name), pods, simulator.DaemonSetPods(dss, o.Node(b.nc.Name)))
+			return o.Price < first.Price && nodeshape.Holds(o.Node(b.nc.Name), slices.Concat(pods, simulator.DaemonSetPods(dss, o.Node(b.nc.Name))))
 		}) {
 			return nil, "alone in its batch, on the cheapest type that holds its pods", nil
 		}
@@ -544,7 +538,7 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 			}
 			pc.InstanceTypes = append(pc.InstanceTypes, o.Name)
 		}
-		pc.Requests = requests(bin.Pods, simulator.DaemonSetPods(dss, bin.Options[0].Node(name)))
+		pc.Requests = nodeshape.RequestList(slices.Concat(bin.Pods, simulator.DaemonSetPods(dss, bin.Options[0].Node(name))))
 		plan.Claims[name] = pc
 		for _, pod := range bin.Pods {
 			if src := from[pod.UID]; src != name {
@@ -606,20 +600,6 @@ func nameBins(bins []repack.Bin, batch []batchMember, from map[types.UID]string)
 	return names
 }
 
-// requests is what a claim's node must hold for pods and ds.
-func requests(pods, ds []*corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, p := range slices.Concat(pods, ds) {
-		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
-			sum := out[name]
-			sum.Add(q)
-			out[name] = sum
-		}
-	}
-	out[corev1.ResourcePods] = *resource.NewQuantity(int64(len(pods)+len(ds)), resource.DecimalSI)
-	return out
-}
-
 // around is the cluster outside the batch, as the simulator sees it: the
 // real nodes (the binding taint lifted, as the bind gate lifts it) with
 // the pods bound or being bound to them, and the node of every other claim
@@ -673,7 +653,7 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 		}
 		ts := typesOf[k.Spec.NodePool]
 		if i := slices.IndexFunc(ts, func(it v1alpha1.InstanceType) bool { return it.Name == name }); i >= 0 {
-			nodes = append(nodes, nodeshape.ForClaim(k).Node(k.Name, &ts[i], cmp.Or(k.Status.Zone, only(k, corev1.LabelTopologyZone)), cmp.Or(k.Status.CapacityType, only(k, v1alpha1.LabelCapacityType))))
+			nodes = append(nodes, nodeshape.ForClaim(k).Node(k.Name, &ts[i], cmp.Or(k.Status.Zone, nodeshape.ClaimGroup(k).Zone), cmp.Or(k.Status.CapacityType, nodeshape.ClaimGroup(k).CapacityType)))
 			claimNode[k.Name] = k.Name
 		}
 	}
@@ -834,19 +814,4 @@ func (c *Controller) markPacked(ctx context.Context, nc *v1alpha1.NodeClaim, rea
 	c.packer.mark(c.packer.done, nc.UID)
 	klog.FromContext(ctx).V(2).Info("Nodeclaim packed", "nodeClaim", nc.Name, "reason", reason, "message", message)
 	return nil
-}
-
-// holds reports whether node's allocatable has room for pods and ds.
-func holds(node *corev1.Node, pods, ds []*corev1.Pod) bool {
-	need := requests(pods, ds)
-	for name, q := range need {
-		have, ok := node.Status.Allocatable[name]
-		if !ok && q.IsZero() {
-			continue
-		}
-		if !ok || have.Cmp(q) < 0 {
-			return false
-		}
-	}
-	return true
 }
