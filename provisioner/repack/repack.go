@@ -89,15 +89,17 @@ type Problem struct {
 	// reads each option's node once and keeps what it read on the option.
 	Catalog []*Option
 	Batch   []Bin
-	// NewName names a node the batch did not have.
+	// NewName names a node the batch did not have: one more than the
+	// batch has claims.
 	NewName func() string
 }
 
 // Plan is a repack's outcome.
 type Plan struct {
-	// Bins replace the batch: those named as a batch claim keep that
-	// claim (pods that come from elsewhere move to it), the others are
-	// new claims; batch claims not named are left with no pod. Bins is
+	// Bins replace the batch: each is named as a batch claim while the
+	// batch has one to spare (pods that come from elsewhere move to it),
+	// the others are new claims (NewName); batch claims not named are
+	// left with no pod. Bins is
 	// the batch itself when Changed is false.
 	Bins    []Bin
 	Changed bool
@@ -187,7 +189,11 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 		return keep, nil
 	}
 	plan := Plan{Before: keep.Before, After: best.price(), Changed: true, How: best.how}
-	names := stableNames(best.bins, from, p.NewName)
+	batchNames := make([]string, len(p.Batch))
+	for i, b := range p.Batch {
+		batchNames[i] = b.Name
+	}
+	names := stableNames(best.bins, from, batchNames, p.NewName)
 	for i, b := range best.bins {
 		if len(b.pods) == 0 {
 			continue
@@ -848,11 +854,12 @@ func prepare(catalog []*Option) []*Option {
 }
 
 // stableNames names each node with pods after the batch claim most of its
-// pods come from, each claim name once, largest overlaps first; the rest
-// keep the names the packing gave them, or a new one where that is a
-// claim's name another node took. Nodes left with no pod get no name (the
-// caller skips them).
-func stableNames(bins []*packed, from map[*v1.Pod]string, newName func() string) []string {
+// pods come from, each claim name once, largest overlaps first. The rest
+// keep their own name where it is a batch claim no node took, then take
+// the batch claims still free in batch order, and only then a new name:
+// every claim the batch already has is reused before one is made. Nodes
+// left with no pod get no name (the caller skips them).
+func stableNames(bins []*packed, from map[*v1.Pod]string, batch []string, newName func() string) []string {
 	type pair struct {
 		bin   int
 		claim string
@@ -878,16 +885,24 @@ func stableNames(bins []*packed, from map[*v1.Pod]string, newName func() string)
 			names[pr.bin], used[pr.claim] = pr.claim, true
 		}
 	}
+	isBatch := map[string]bool{}
+	for _, c := range batch {
+		isBatch[c] = true
+	}
+	for i, b := range bins {
+		if names[i] == "" && len(b.pods) > 0 && isBatch[b.name] && !used[b.name] {
+			names[i], used[b.name] = b.name, true
+		}
+	}
+	spare := slices.DeleteFunc(slices.Clone(batch), func(c string) bool { return used[c] })
 	for i, b := range bins {
 		if names[i] != "" || len(b.pods) == 0 {
 			continue
 		}
-		// Its own name, unless a node with more of that claim's pods
-		// took it.
-		if used[b.name] {
-			names[i] = newName()
+		if len(spare) > 0 {
+			names[i], spare = spare[0], spare[1:]
 		} else {
-			names[i] = b.name
+			names[i] = newName()
 		}
 		used[names[i]] = true
 	}

@@ -345,8 +345,9 @@ func TestRepackUniformBatchOnTheTypeItFillsBest(t *testing.T) {
 }
 
 // TestStableNamesNeverRepeatAName: a node takes the claim most of its
-// pods come from; a node whose own claim's name another node took gets a
-// new name, not the same one twice.
+// pods come from; a node whose own claim's name another node took takes a
+// batch claim no node took, and a new name only when there is none, never
+// the same name twice.
 func TestStableNamesNeverRepeatAName(t *testing.T) {
 	pod := func(name string) *v1.Pod { return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
 	from := map[*v1.Pod]string{}
@@ -365,8 +366,17 @@ func TestStableNamesNeverRepeatAName(t *testing.T) {
 		y = append(y, p)
 	}
 	bins := []*packed{{name: "claim-a", pods: x}, {name: "claim-b", pods: y}, {name: "claim-c"}}
-	names := stableNames(bins, from, func() string { return "new-1" })
-	if want := []string{"claim-b", "new-1", ""}; !slices.Equal(names, want) {
+	newName := func() string { return "new-1" }
+	// claim-b goes to the first node (5 of its pods); the second node's
+	// own name is taken, and claim-a is free.
+	if names, want := stableNames(bins, from, []string{"claim-a", "claim-b", "claim-c"}, newName), []string{"claim-b", "claim-a", ""}; !slices.Equal(names, want) {
 		t.Errorf("names %v, want %v", names, want)
+	}
+	// With claim-b the batch's only claim, the second node is new.
+	for _, p := range x {
+		from[p] = "claim-b"
+	}
+	if names, want := stableNames(bins, from, []string{"claim-b"}, newName), []string{"claim-b", "new-1", ""}; !slices.Equal(names, want) {
+		t.Errorf("one claim in the batch: names %v, want %v", names, want)
 	}
 }

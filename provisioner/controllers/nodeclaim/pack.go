@@ -524,13 +524,18 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 	if !result.Changed {
 		return nil, "no cheaper packing: " + result.Why, nil
 	}
-	names := nameBins(result.Bins, batch, from)
-	if names == nil {
-		return nil, "the cheaper packing needs more nodes than the batch has claims", nil
+	inBatch := map[string]bool{}
+	for _, b := range batch {
+		inBatch[b.nc.Name] = true
+	}
+	for _, bin := range result.Bins {
+		if !inBatch[bin.Name] {
+			return nil, "the cheaper packing needs more nodes than the batch has claims", nil
+		}
 	}
 	plan := &packPlan{Claims: map[string]packedClaim{}, Moves: map[string]map[types.UID]string{}, How: result.How, Before: result.Before, After: result.After}
-	for i, bin := range result.Bins {
-		name := names[i]
+	for _, bin := range result.Bins {
+		name := bin.Name
 		pc := packedClaim{Pods: int32(len(bin.Pods))}
 		for _, o := range bin.Options {
 			if len(pc.InstanceTypes) == maxPackedOptions {
@@ -556,48 +561,6 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 	}
 	slices.Sort(plan.Emptied)
 	return plan, "", nil
-}
-
-// nameBins names each bin of a plan after a claim of the batch: its own
-// when repack kept it, else the emptied claim most of its pods come from.
-// Nil when there are more bins than claims.
-func nameBins(bins []repack.Bin, batch []batchMember, from map[types.UID]string) []string {
-	used := map[string]bool{}
-	names := make([]string, len(bins))
-	isClaim := map[string]bool{}
-	for _, b := range batch {
-		isClaim[b.nc.Name] = true
-	}
-	for i, bin := range bins {
-		if isClaim[bin.Name] && !used[bin.Name] {
-			names[i], used[bin.Name] = bin.Name, true
-		}
-	}
-	for i, bin := range bins {
-		if names[i] != "" {
-			continue
-		}
-		count := map[string]int{}
-		for _, p := range bin.Pods {
-			if !used[from[p.UID]] {
-				count[from[p.UID]]++
-			}
-		}
-		best := ""
-		for _, b := range batch {
-			if used[b.nc.Name] {
-				continue
-			}
-			if best == "" || count[b.nc.Name] > count[best] {
-				best = b.nc.Name
-			}
-		}
-		if best == "" {
-			return nil
-		}
-		names[i], used[best] = best, true
-	}
-	return names
 }
 
 // around is the cluster outside the batch, as the simulator sees it: the
