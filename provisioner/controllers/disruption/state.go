@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -30,7 +29,10 @@ type state struct {
 	onNode map[string][]*corev1.Pod
 	pdbs   []policyv1.PodDisruptionBudget
 
-	sim *simulator.Cluster
+	// pods and snapshot build the simulator's cluster (cluster).
+	pods     []*corev1.Pod
+	snapshot simulator.SnapshotOptions
+	sim      *simulator.Cluster
 }
 
 func observe(ctx context.Context, r client.Reader) (*state, error) {
@@ -47,12 +49,14 @@ func observe(ctx context.Context, r client.Reader) (*state, error) {
 		}
 	}
 	s := &state{nodes: map[string]*corev1.Node{}, pools: map[string]*v1alpha1.NodePool{}, onNode: map[string][]*corev1.Pod{}, pdbs: pdbs.Items}
-	claimNode := map[string]string{}
+	// A pod nominated to a claim counts on the claim's node; claims with
+	// no node yet are left out (disruption waits for them: unsettled).
+	s.snapshot = simulator.SnapshotOptions{LiftTaint: v1alpha1.TaintBinding, ClaimNodes: map[string]string{}}
 	for i := range claims.Items {
 		nc := &claims.Items[i]
 		s.claims = append(s.claims, nc)
 		if nc.Status.NodeName != "" {
-			claimNode[nc.Name] = nc.Status.NodeName
+			s.snapshot.ClaimNodes[nc.Name] = nc.Status.NodeName
 		}
 	}
 	for i := range pools.Items {
@@ -61,20 +65,12 @@ func observe(ctx context.Context, r client.Reader) (*state, error) {
 	for i := range nodes.Items {
 		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
+	isNode := func(name string) bool { return s.nodes[name] != nil }
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if podutil.IsPodTerminal(p) {
-			continue
-		}
-		node := p.Spec.NodeName
-		if node == "" {
-			node = claimNode[p.Status.NominatedNodeName]
-			if node == "" && s.nodes[p.Status.NominatedNodeName] != nil {
-				node = p.Status.NominatedNodeName
-			}
-		}
-		if node != "" {
+		if node := s.snapshot.CountsOn(p, isNode); node != "" {
 			s.onNode[node] = append(s.onNode[node], p)
+			s.pods = append(s.pods, p)
 		}
 	}
 	return s, nil
@@ -102,30 +98,15 @@ func (s *state) unsettled() string {
 
 // cluster is the simulator's cluster of every node, the taint that holds
 // a node while its pods are bound lifted (as the bind gate lifts it), and
-// every pod on it.
+// every pod on it (simulator.Snapshot).
 func (s *state) cluster() *simulator.Cluster {
-	if s.sim != nil {
-		return s.sim
-	}
-	nodes := make([]*corev1.Node, 0, len(s.nodes))
-	for _, n := range s.nodes {
-		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
-			n = n.DeepCopy()
-			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+	if s.sim == nil {
+		nodes := make([]*corev1.Node, 0, len(s.nodes))
+		for _, n := range s.nodes {
+			nodes = append(nodes, n)
 		}
-		nodes = append(nodes, n)
+		s.sim = simulator.NewCluster(simulator.Snapshot(nodes, s.pods, s.snapshot))
 	}
-	var pods []*corev1.Pod
-	for name, ps := range s.onNode {
-		for _, p := range ps {
-			if p.Spec.NodeName != name {
-				p = p.DeepCopy()
-				p.Spec.NodeName = name
-			}
-			pods = append(pods, p)
-		}
-	}
-	s.sim = simulator.NewCluster(nodes, pods)
 	return s.sim
 }
 

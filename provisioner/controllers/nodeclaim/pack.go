@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -580,19 +579,11 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 	for _, b := range batch {
 		inBatch[b.nc.Name] = true
 	}
-	var nodes []*corev1.Node
-	for i := range nodeList.Items {
-		n := &nodeList.Items[i]
-		if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
-			n = n.DeepCopy()
-			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
-		}
-		nodes = append(nodes, n)
-	}
-	// Where each claim's pods count: its node once it has one, else the
-	// claim's own node, at the instance type it launched as or its
-	// cheapest option.
-	claimNode := map[string]string{}
+	// Every claim outside the batch counts: on its node once it has one,
+	// else on a node of its own (Launching), at the instance type it
+	// launched as or its cheapest option. Claims being deleted do not:
+	// their room is going.
+	opts := simulator.SnapshotOptions{LiftTaint: v1alpha1.TaintBinding, ClaimNodes: map[string]string{}, Skip: inBatch}
 	typesOf := map[string][]v1alpha1.InstanceType{}
 	for i := range all.Items {
 		k := &all.Items[i]
@@ -600,7 +591,7 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 			continue
 		}
 		if k.Status.NodeName != "" {
-			claimNode[k.Name] = k.Status.NodeName
+			opts.ClaimNodes[k.Name] = k.Status.NodeName
 			continue
 		}
 		name := k.Status.InstanceType
@@ -616,34 +607,19 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 		}
 		ts := typesOf[k.Spec.NodePool]
 		if i := slices.IndexFunc(ts, func(it v1alpha1.InstanceType) bool { return it.Name == name }); i >= 0 {
-			nodes = append(nodes, nodeshape.ForClaim(k).Node(k.Name, &ts[i], cmp.Or(k.Status.Zone, nodeshape.ClaimGroup(k).Zone), cmp.Or(k.Status.CapacityType, nodeshape.ClaimGroup(k).CapacityType)))
-			claimNode[k.Name] = k.Name
+			g := nodeshape.ClaimGroup(k)
+			opts.Launching = append(opts.Launching, nodeshape.ForClaim(k).Node(k.Name, &ts[i], cmp.Or(k.Status.Zone, g.Zone), cmp.Or(k.Status.CapacityType, g.CapacityType)))
 		}
 	}
-	var pods []*corev1.Pod
+	nodes := make([]*corev1.Node, len(nodeList.Items))
+	for i := range nodeList.Items {
+		nodes[i] = &nodeList.Items[i]
+	}
+	pods := make([]*corev1.Pod, len(podList.Items))
 	for i := range podList.Items {
-		p := &podList.Items[i]
-		if podutil.IsPodTerminal(p) {
-			continue
-		}
-		if p.Spec.NodeName != "" {
-			pods = append(pods, p)
-			continue
-		}
-		nominated := p.Status.NominatedNodeName
-		if nominated == "" || inBatch[nominated] {
-			continue
-		}
-		if node := claimNode[nominated]; node != "" {
-			p = p.DeepCopy()
-			p.Spec.NodeName = node
-			pods = append(pods, p)
-		} else if slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == nominated }) {
-			p = p.DeepCopy()
-			p.Spec.NodeName = nominated
-			pods = append(pods, p)
-		}
+		pods[i] = &podList.Items[i]
 	}
+	nodes, pods = simulator.Snapshot(nodes, pods, opts)
 	return nodes, pods, nil
 }
 
