@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nodeforge/nodeforge/nodeshape"
 )
 
 // decision is the outcome of nominate: a claim, or per pool why not.
@@ -351,7 +352,7 @@ func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
 			continue
 		}
 		if q.Cmp(most) > 0 {
-			parts = append(parts, fmt.Sprintf("no instance type has %s %s; the largest has %s (%s)", human(name, q), name, human(name, most), pl.maxType[name]))
+			parts = append(parts, fmt.Sprintf("no instance type has %s %s; the largest has %s (%s)", nodeshape.Readable(name, q), name, nodeshape.Readable(name, most), pl.maxType[name]))
 		}
 	}
 	if len(parts) == 0 {
@@ -394,16 +395,4 @@ func signature(pod *v1.Pod) string {
 		}
 	}
 	return pod.Namespace + "/" + labels.Set(pod.Labels).String()
-}
-
-// human prints a quantity the way a person would write it: cpu in cores
-// ("95.69"), memory in GiB ("3.5Gi"), the rest as they are.
-func human(name v1.ResourceName, q resource.Quantity) string {
-	switch name {
-	case v1.ResourceCPU:
-		return strconv.FormatFloat(float64(q.MilliValue())/1000, 'f', -1, 64)
-	case v1.ResourceMemory, v1.ResourceEphemeralStorage:
-		return strconv.FormatFloat(float64(q.Value()*100>>30)/100, 'f', -1, 64) + "Gi"
-	}
-	return q.String()
 }

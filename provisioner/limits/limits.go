@@ -27,17 +27,16 @@ package limits
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	quota "k8s.io/apiserver/pkg/quota/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
@@ -97,24 +96,19 @@ func (l *Ledger) Reserve(ctx context.Context, pool *v1alpha1.NodePool, nc *v1alp
 	if err != nil {
 		return nil, err
 	}
-	limits := corev1.ResourceList(pool.Spec.Limits)
 	allowed := slices.DeleteFunc(slices.Clone(offers), func(o cloudprovider.Offer) bool {
-		return exceeds(limits, used, o.InstanceType.Capacity, o.InstanceType.Name) != ""
+		return nodeshape.ExceedsLimits(pool.Spec.Limits, used, o.InstanceType.Capacity, o.InstanceType.Name) != ""
 	})
 	if len(allowed) == 0 {
 		reason := "no offers"
 		if len(offers) > 0 {
-			reason = exceeds(limits, used, offers[0].InstanceType.Capacity, offers[0].InstanceType.Name)
+			reason = nodeshape.ExceedsLimits(pool.Spec.Limits, used, offers[0].InstanceType.Capacity, offers[0].InstanceType.Name)
 		}
 		return nil, &ExceededError{NodePool: pool.Name, Reason: reason, InFlight: inFlight}
 	}
 	largest := corev1.ResourceList{}
 	for _, o := range allowed {
-		for name, q := range o.InstanceType.Capacity {
-			if cur, ok := largest[name]; !ok || q.Cmp(cur) > 0 {
-				largest[name] = q.DeepCopy()
-			}
-		}
+		largest = quota.Max(largest, o.InstanceType.Capacity)
 	}
 	l.reserved[nc.UID] = &reservation{pool: pool.Name, resources: largest}
 	return allowed, nil
@@ -189,7 +183,7 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 		if id := nodes.Items[i].Spec.ProviderID; id != "" {
 			nodeCapacity[id] = nodes.Items[i].Status.Capacity
 		} else {
-			add(used, nodes.Items[i].Status.Capacity) // no claim can name it
+			used = quota.Add(used, nodes.Items[i].Status.Capacity) // no claim can name it
 		}
 	}
 	seen := map[types.UID]bool{}
@@ -204,17 +198,17 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 		}
 		counted := corev1.ResourceList{}
 		if id := nc.Status.ProviderID; id != "" {
-			counted = maxOf(nc.Status.Capacity, nodeCapacity[id])
+			counted = quota.Max(nc.Status.Capacity, nodeCapacity[id])
 			delete(nodeCapacity, id)
 		}
 		if r := l.reserved[nc.UID]; r != nil {
 			if r.providerID != "" && r.providerID == nc.Status.ProviderID {
 				delete(l.reserved, nc.UID) // the cache has caught up
 			} else {
-				counted = maxOf(counted, r.resources)
+				counted = quota.Max(counted, r.resources)
 			}
 		}
-		add(used, counted)
+		used = quota.Add(used, counted)
 	}
 	inFlight := false
 	for uid, r := range l.reserved {
@@ -227,12 +221,12 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 		if !seen[uid] {
 			// A claim the cache does not show (yet, or any more) whose
 			// instance may run: count it until Release.
-			add(used, r.resources)
+			used = quota.Add(used, r.resources)
 		}
 	}
 	// Nodes of the pool that no claim accounts for still cost money.
 	for _, c := range nodeCapacity {
-		add(used, c)
+		used = quota.Add(used, c)
 	}
 	return used, inFlight, nil
 }
@@ -257,45 +251,4 @@ func (l *Ledger) seed(ctx context.Context, claims []v1alpha1.NodeClaim) error {
 		l.reserved[nc.UID] = &reservation{pool: nc.Spec.NodePool, resources: in.Capacity.DeepCopy(), providerID: in.ProviderID}
 	}
 	return nil
-}
-
-// exceeds says which limit adding more (the capacity of instance type
-// what) to used would cross, or "" when none:
-// "cpu 3 in use or launching + 2 for c7.large > limit 4".
-func exceeds(limits, used, more corev1.ResourceList, what string) string {
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(limits)) {
-		limit := limits[name]
-		total := used[name].DeepCopy()
-		total.Add(more[name])
-		if total.Cmp(limit) > 0 {
-			u, m := used[name], more[name]
-			parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, u.String(), m.String(), what, limit.String()))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// maxOf is the larger of a and b per resource.
-func maxOf(a, b corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for _, rl := range []corev1.ResourceList{a, b} {
-		for name, q := range rl {
-			if cur, ok := out[name]; !ok || q.Cmp(cur) > 0 {
-				out[name] = q.DeepCopy()
-			}
-		}
-	}
-	return out
-}
-
-func add(sum, more corev1.ResourceList) {
-	for name, q := range more {
-		total := sum[name]
-		if total.Format == "" {
-			total = *resource.NewQuantity(0, q.Format)
-		}
-		total.Add(q)
-		sum[name] = total
-	}
 }

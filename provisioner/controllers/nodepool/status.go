@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	quota "k8s.io/apiserver/pkg/quota/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -129,13 +130,13 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	metrics.Nodes.WithLabelValues(pool.Name).Set(float64(status.Nodes))
 	status.Resources = corev1.ResourceList{}
 	for _, n := range nodes.Items {
-		add(status.Resources, n.Status.Capacity)
+		status.Resources = quota.Add(status.Resources, n.Status.Capacity)
 	}
 	// Claims that launched but whose node has not registered yet count
 	// too: their capacity is committed.
 	for _, nc := range claims.Items {
 		if nc.Spec.NodePool == pool.Name && nc.Status.NodeName == "" {
-			add(status.Resources, nc.Status.Capacity)
+			status.Resources = quota.Add(status.Resources, nc.Status.Capacity)
 		}
 	}
 	ready, reason, message, err := c.nodeClassReady(ctx, pool.Spec.Template.Spec.NodeClassRef)
@@ -195,12 +196,4 @@ func (c *StatusController) nodeClassReady(ctx context.Context, ref v1alpha1.Node
 		return metav1.ConditionFalse, "NodeClassNotReady", fmt.Sprintf("%s %s is not ready (%s): %s", ref.Kind, ref.Name, reason, message), nil
 	}
 	return metav1.ConditionTrue, "NodeClassReady", fmt.Sprintf("%s %s is ready", ref.Kind, ref.Name), nil
-}
-
-func add(sum, more corev1.ResourceList) {
-	for name, q := range more {
-		total := sum[name]
-		total.Add(q)
-		sum[name] = total
-	}
 }
