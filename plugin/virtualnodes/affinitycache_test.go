@@ -111,16 +111,16 @@ func TestSavedStatesDecideAsAfresh(t *testing.T) {
 			if !cached {
 				h.plugin.view.changed()
 			}
-			claims := len(h.plugin.claims)
+			claims := h.plugin.book.count()
 			if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
 				t.Fatalf("pod %s: %v", pod.Name, s.Message())
 			}
-			if len(h.plugin.claims) > claims {
+			if h.plugin.book.count() > claims {
 				out.joins++
 			}
 		}
 		// Claim names are random: compare by the pods that share one.
-		for _, c := range h.plugin.claims {
+		for _, c := range h.plugin.book.claims {
 			var first string
 			for _, p := range c.pods {
 				if first == "" || p.Name < first {

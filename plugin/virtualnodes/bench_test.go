@@ -133,7 +133,7 @@ func (h *harness) schedule(ctx context.Context, pod *v1.Pod) (*claim, *fwk.Statu
 	if !s.IsSuccess() {
 		return nil, s
 	}
-	return h.plugin.claims[res.NominatedNodeName], s
+	return h.plugin.book.claim(res.NominatedNodeName), s
 }
 
 // benchPool is the catalog: 400 types, type i with i+1 vCPU,
@@ -244,8 +244,8 @@ func BenchmarkNominate(b *testing.B) {
 					}
 				}
 				elapsed += time.Since(start)
-				nodes, cost = len(h.plugin.claims), 0
-				for _, c := range h.plugin.claims {
+				nodes, cost = h.plugin.book.count(), 0
+				for _, c := range h.plugin.book.claims {
 					cost += c.options[0].price
 				}
 				b.StopTimer()
@@ -310,7 +310,7 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 	}
 	byGroup := map[*group][]*claim{}
 	var groups []*group
-	for _, c := range h.plugin.claims {
+	for _, c := range h.plugin.book.claims {
 		if byGroup[c.group] == nil {
 			groups = append(groups, c.group)
 		}

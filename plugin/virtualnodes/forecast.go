@@ -21,7 +21,7 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 	if len(limits) == 0 {
 		return opts
 	}
-	used := p.poolUsage(pl, except)
+	used := p.book.poolUsage(pl, except)
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
 		return nodeshape.ExceedsLimits(limits, used, o.it.Capacity, o.name) != ""
 	})
@@ -35,11 +35,13 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 // pool rebuilt from a changed NodePool or catalog still counts the claims
 // made before. The provisioner checks again before each launch; this
 // forecast keeps pods it would refuse from being nominated at all.
-func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
-	committed, ok := p.committedUsage[pl.np.Name]
+func (b *book) poolUsage(pl *pool, except *claim) v1.ResourceList {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	committed, ok := b.committedUsage[pl.np.Name]
 	if !ok {
 		committed = v1.ResourceList{}
-		for _, nc := range p.committed {
+		for _, nc := range b.committed {
 			if nc.Spec.NodePool != pl.np.Name {
 				continue
 			}
@@ -55,10 +57,10 @@ func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
 				}
 			}
 		}
-		p.committedUsage[pl.np.Name] = committed
+		b.committedUsage[pl.np.Name] = committed
 	}
 	used := committed.DeepCopy()
-	for _, c := range p.order {
+	for _, c := range b.open {
 		if c.group.pool.np.Name != pl.np.Name || c == except {
 			continue
 		}
@@ -71,5 +73,5 @@ func (p *VirtualNodes) poolUsage(pl *pool, except *claim) v1.ResourceList {
 // the pod, o) would cross: only those, not every limit the pool sets,
 // worded as the provisioner words them.
 func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
-	return "limits reached: " + nodeshape.ExceedsLimits(pl.np.Spec.Limits, p.poolUsage(pl, nil), o.it.Capacity, o.name)
+	return "limits reached: " + nodeshape.ExceedsLimits(pl.np.Spec.Limits, p.book.poolUsage(pl, nil), o.it.Capacity, o.name)
 }

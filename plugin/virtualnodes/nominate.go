@@ -33,7 +33,7 @@ type decision struct {
 // the view that includes every virtual node. Callers hold p.mu.
 func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	logger := klog.FromContext(ctx)
-	p.settle()
+	p.book.settle()
 	p.view.reset()
 	defer p.view.reset()
 	state := framework.NewCycleState()
@@ -46,24 +46,24 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	// First the claims the pod fits without a larger instance type: room
 	// already paid for. Tightest first, so that small claims fill up
 	// before a node grows or a new one is made.
-	if c := p.fillSlack(ctx, state, pod, req, p.hints[sig]); c != nil {
-		p.hints[sig] = c
+	if c := p.fillSlack(ctx, state, pod, req, p.book.hint(sig)); c != nil {
+		p.book.setHint(sig, c)
 		return decision{claim: c}
 	}
 	// Then the claims that hold it on a larger instance type, the
 	// smallest increase in price first.
-	c, tried := p.grow(ctx, state, pod, req, p.hints[sig])
+	c, tried := p.grow(ctx, state, pod, req, p.book.hint(sig))
 	if c != nil {
-		p.hints[sig] = c
+		p.book.setHint(sig, c)
 		return decision{claim: c}
 	}
-	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.order))
+	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.book.openClaims()))
 
 	var reasons []string
 	for _, pl := range p.ordered {
 		c, reason := p.newClaim(ctx, state, pod, req, pl)
 		if c != nil {
-			p.hints[sig] = c
+			p.book.setHint(sig, c)
 			return decision{claim: c, isNew: true}
 		}
 		reasons = append(reasons, fmt.Sprintf("pool %s: %s", pl.np.Name, reason))
@@ -82,14 +82,14 @@ func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod 
 	type slack struct {
 		c     *claim
 		left  float64 // the larger of the fractions of cpu and memory the cheapest option has left
-		order int     // among equals, the claim's place in p.order
+		order int     // among equals, the claim's place among the open claims
 	}
 	// Only the first MaxClaimsTried in that order are tried: keep those,
 	// not every claim sorted.
 	fits := firstK[slack]{k: p.args.MaxClaimsTried, cmp: func(a, b slack) int {
 		return cmp.Or(cmp.Compare(a.left, b.left), cmp.Compare(a.order, b.order))
 	}}
-	for i, c := range p.order {
+	for i, c := range p.book.openClaims() {
 		if len(c.options) == 0 {
 			continue
 		}
@@ -146,7 +146,8 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.P
 	fits := firstK[growth]{k: p.args.MaxClaimsTried, cmp: func(a, b growth) int {
 		return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order))
 	}}
-	for i, c := range p.order {
+	open := p.book.openClaims()
+	for i, c := range open {
 		// The claim's node is its largest option.
 		if _, ok := room(c.info.Allocatable, c.info.Requested, req, len(c.info.Pods)+1); len(c.options) == 0 || !ok {
 			continue
@@ -160,7 +161,7 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.P
 				}
 				g := growth{c: c, rise: o.price - c.options[0].price, order: -i}
 				if c == hint {
-					g.order = -len(p.order)
+					g.order = -len(open)
 				}
 				fits.add(g)
 				break
@@ -258,7 +259,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		ds   []*v1.Pod
 		opts []*option
 	}
-	name := p.claimName(pl.np.Name)
+	name := p.book.newName(pl.np.Name)
 	var candidates []candidate
 	noSize, noLabels, noFlex := 0, 0, ""
 	for _, g := range pl.groups {
@@ -308,7 +309,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
 		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
-		p.register(c)
+		p.book.register(c)
 		p.view.joined(c.info, append(slices.Clone(cand.ds), pod)...)
 		return c, ""
 	}

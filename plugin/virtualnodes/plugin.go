@@ -63,35 +63,21 @@ type VirtualNodes struct {
 	// plugins, and would otherwise wait minutes to retry them.
 	activate func(map[string]*v1.Pod)
 
-	mu        sync.Mutex
-	refused   map[types.UID]*v1.Pod
-	pools     map[string]*pool
-	ordered   []*pool // by weight, highest first, then name
-	claims    map[string]*claim
-	order     []*claim // open claims, oldest first
-	nominated map[types.UID]*claim
-	hints     map[string]*claim
-	// settling are the closed claims with pods bound but not yet seen on
-	// their real node in the scheduler's snapshot (see settle).
-	settling map[*claim]struct{}
+	// book holds the claims and nominations, under its own lock.
+	book *book
+
+	// mu serializes decisions (PostFilter) with the informer handlers and
+	// the write loop, and guards what follows; whoever changes the book
+	// holds it too (see book).
+	mu      sync.Mutex
+	refused map[types.UID]*v1.Pod
+	pools   map[string]*pool
+	ordered []*pool // by weight, highest first, then name
 	// rebuildFrom restores the claims from the API server; it runs once,
 	// before the first decision (see rebuild). Nil in unit tests that
 	// start from an empty cluster.
 	rebuildFrom func(context.Context) error
 	rebuilt     bool
-	// committed are the NodeClaims the provisioner has closed (launching,
-	// launched, registered or going), as the informer last saw them: they
-	// count against their pool's limits until they are gone.
-	committed map[string]*v1alpha1.NodeClaim
-	// committedUsage memoises poolUsage's sum over committed, per pool
-	// name: limits are checked several times per scheduling cycle, and
-	// committed changes far less often. Cleared when committed or the
-	// pools change.
-	committedUsage map[string]v1.ResourceList
-	// repacked are the claims a repack emptied and deleted, when: a pod
-	// the scheduler retries with an object still naming one of them was
-	// moved (follow), and keeps the claim it was moved to.
-	repacked map[string]time.Time
 }
 
 // repackedMemory is how long a repacked claim's name is remembered: far
@@ -136,14 +122,11 @@ func readState(state fwk.CycleState) (fwk.StateData, error) {
 	return state.Read(nominationKey)
 }
 
-// nominationOf returns the claim pod is nominated to, or nil.
+// nominationOf returns the claim pod is nominated to, or nil. It takes
+// the book's lock only: PreFilter runs for every pod and must not wait for
+// a decision.
 func (p *VirtualNodes) nominationOf(pod *v1.Pod) *nomination {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.nominated[pod.UID]; c != nil {
-		return &nomination{claim: c.name, node: c.nodeName}
-	}
-	return nil
+	return p.book.nominationOf(pod.UID)
 }
 
 // Filter keeps a pod nominated to a nodeclaim for that claim's node: until
@@ -231,21 +214,15 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
 	}
 	return &VirtualNodes{
-		args:           args,
-		fw:             fw,
-		view:           v,
-		recorder:       h.EventRecorder(),
-		now:            time.Now,
-		pools:          map[string]*pool{},
-		claims:         map[string]*claim{},
-		nominated:      map[types.UID]*claim{},
-		hints:          map[string]*claim{},
-		settling:       map[*claim]struct{}{},
-		refused:        map[types.UID]*v1.Pod{},
-		committed:      map[string]*v1alpha1.NodeClaim{},
-		committedUsage: map[string]v1.ResourceList{},
-		repacked:       map[string]time.Time{},
-		synced:         make(chan struct{}),
+		args:     args,
+		fw:       fw,
+		view:     v,
+		recorder: h.EventRecorder(),
+		now:      time.Now,
+		book:     newBook(v),
+		pools:    map[string]*pool{},
+		refused:  map[types.UID]*v1.Pod{},
+		synced:   make(chan struct{}),
 	}, nil
 }
 
@@ -276,18 +253,18 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	}
 	// A pod retried while its claim is open, or launching, keeps it: its
 	// node is coming, and a second claim would launch a second node.
-	if c, ok := p.nominated[pod.UID]; ok {
+	if c := p.book.nominatedTo(pod.UID); c != nil {
 		node := pod.Status.NominatedNodeName
 		// The provisioner moved it to another claim of its batch (a
 		// repack), and the scheduler saw that before this plugin did.
-		if node != "" && node != c.name && p.follow(pod, node) {
-			return nominateTo(p.claims[node]), fwk.NewStatus(fwk.Success)
+		if node != "" && node != c.name && p.book.follow(pod, node) {
+			return nominateTo(p.book.claim(node)), fwk.NewStatus(fwk.Success)
 		}
 		if c.open || node == "" || node == c.name {
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
 		}
-		if _, ok := p.repacked[node]; ok {
+		if p.book.wasRepacked(node) {
 			// The pod's object still names the claim it was moved from.
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
 		}
@@ -301,7 +278,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
 		}
 		logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
-		p.unview(c, pod)
+		p.book.unview(c, pod)
 	}
 	d := p.nominate(ctx, pod)
 	if d.claim == nil {
@@ -312,7 +289,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	c := d.claim
-	p.nominated[pod.UID] = c
+	p.book.nominate(pod.UID, c)
 	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
@@ -331,108 +308,6 @@ func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {
 	}
 }
 
-// claimName returns a name no claim has.
-func (p *VirtualNodes) claimName(pool string) string {
-	for {
-		if n := newClaimName(pool); p.claims[n] == nil {
-			return n
-		}
-	}
-}
-
-// register adds a new open claim to the plugin's state and the view.
-func (p *VirtualNodes) register(c *claim) {
-	p.claims[c.name] = c
-	p.order = append(p.order, c)
-	p.view.virtual = append(p.view.virtual, c.info)
-	p.view.byName[c.name] = c.info
-}
-
-// close stops a claim taking nominations. Its node stays in the view, with
-// the pods nominated to it, through launch and registration: until each pod
-// is seen bound on its real node in the scheduler's snapshot (settle), its
-// nomination is cleared, or the claim is deleted (drop). Pods counted
-// nowhere would let topology spread and inter-pod (anti-)affinity place a
-// pod the scheduler will refuse once they are bound.
-func (p *VirtualNodes) close(c *claim) {
-	if !c.open {
-		return
-	}
-	c.open = false
-	p.order = slices.DeleteFunc(p.order, func(o *claim) bool { return o == c })
-	for sig, h := range p.hints {
-		if h == c {
-			delete(p.hints, sig)
-		}
-	}
-	// A closed claim takes no pods: its options are not needed again.
-	c.options = nil
-	if len(c.pods) == 0 {
-		p.drop(c)
-	}
-}
-
-// drop takes a claim's node out of the view.
-func (p *VirtualNodes) drop(c *claim) {
-	delete(p.settling, c)
-	if c.info == nil {
-		return
-	}
-	p.view.changed()
-	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
-	if p.view.byName[c.name] == fwk.NodeInfo(c.info) {
-		delete(p.view.byName, c.name)
-	}
-	c.lastNode, c.lastDS = c.info.Node(), c.dsPods
-	c.info, c.dsPods = nil, nil
-}
-
-// unview takes a pod off a closed claim's node; the node leaves the view
-// with its last pod.
-func (p *VirtualNodes) unview(c *claim, pod *v1.Pod) {
-	if p.nominated[pod.UID] == c {
-		delete(p.nominated, pod.UID)
-	}
-	if _, ok := c.pods[pod.UID]; !ok {
-		return
-	}
-	delete(c.pods, pod.UID)
-	delete(c.bound, pod.UID)
-	if c.info != nil {
-		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
-		p.view.changed()
-	}
-	if len(c.bound) == 0 {
-		delete(p.settling, c)
-	}
-	if len(c.pods) == 0 {
-		p.drop(c)
-	}
-}
-
-// settle takes off the closed claims' nodes the bound pods the scheduler's
-// snapshot now shows on their real nodes, so each pod counts exactly once.
-// It runs at the start of each decision, when the snapshot is this cycle's.
-func (p *VirtualNodes) settle() {
-	if p.view.real == nil {
-		return
-	}
-	for c := range p.settling {
-		for uid, nodeName := range c.bound {
-			ni, err := p.view.real.Get(nodeName)
-			if err != nil || ni.Node() == nil {
-				continue
-			}
-			for _, pi := range ni.GetPods() {
-				if pi.GetPod().UID == uid {
-					p.unview(c, c.pods[uid])
-					break
-				}
-			}
-		}
-	}
-}
-
 // heldForBinding: the real node still carries the provisioner's binding
 // taint in the scheduler's snapshot (or the snapshot is not known yet).
 func (p *VirtualNodes) heldForBinding(name string) bool {
@@ -448,7 +323,7 @@ func (p *VirtualNodes) heldForBinding(name string) bool {
 
 // setPools replaces the pools, as their NodePools and catalogs change.
 func (p *VirtualNodes) setPools(pools []*pool) {
-	clear(p.committedUsage) // options' capacities may have changed
+	p.book.poolsChanged()
 	// The placeholders leaving are the old pools' own nodes, known by
 	// identity: a claim's name can start like a placeholder's (a pool
 	// named "placeholder" names its claims "placeholder-...").

@@ -70,8 +70,8 @@ func TestRetriedPodKeepsItsNomination(t *testing.T) {
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
 	}
-	if first != second || len(h.plugin.claims) != 1 || len(first.pods) != 1 {
-		t.Errorf("retry: claims %s then %s, %d claims, %d pods on the first", first.name, second.name, len(h.plugin.claims), len(first.pods))
+	if first != second || h.plugin.book.count() != 1 || len(first.pods) != 1 {
+		t.Errorf("retry: claims %s then %s, %d claims, %d pods on the first", first.name, second.name, h.plugin.book.count(), len(first.pods))
 	}
 }
 
@@ -122,8 +122,8 @@ func TestNoInstanceTypeSaysWhy(t *testing.T) {
 	if !strings.Contains(s.Message(), want) {
 		t.Errorf("message %q does not say %q", s.Message(), want)
 	}
-	if len(h.plugin.claims) != 0 {
-		t.Errorf("%d claims made for a pod nothing can hold", len(h.plugin.claims))
+	if h.plugin.book.count() != 0 {
+		t.Errorf("%d claims made for a pod nothing can hold", h.plugin.book.count())
 	}
 }
 
@@ -137,10 +137,10 @@ func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
 	}
-	h.plugin.close(c)
+	h.plugin.book.close(c)
 	again, s := h.schedule(ctx, pod)
-	if !s.IsSuccess() || again != c || len(h.plugin.claims) != 1 {
-		t.Fatalf("retry after launch: %v, claim %v, %d claims; want %s and one claim", s.Message(), again, len(h.plugin.claims), c.name)
+	if !s.IsSuccess() || again != c || h.plugin.book.count() != 1 {
+		t.Fatalf("retry after launch: %v, claim %v, %d claims; want %s and one claim", s.Message(), again, h.plugin.book.count(), c.name)
 	}
 	other, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
 	if !s.IsSuccess() || other == c {
@@ -232,7 +232,7 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	launched.Status.Phase = v1alpha1.NodeClaimLaunched
 	launched.Status.Capacity = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
 	h.plugin.claimChanged(launched)
-	if used := h.plugin.poolUsage(h.plugin.pools["bench"], nil); used.Cpu().Cmp(resource.MustParse("5")) != 0 {
+	if used := h.plugin.book.poolUsage(h.plugin.pools["bench"], nil); used.Cpu().Cmp(resource.MustParse("5")) != 0 {
 		t.Errorf("usage with a claim launched at 2 cpu and an open 3-cpu claim: %s cpu, want 5", used.Cpu())
 	}
 
@@ -252,8 +252,8 @@ func TestUnsyncedPluginRefusesForNow(t *testing.T) {
 	if s.Code() != fwk.Unschedulable || s.Message() != notSyncedMessage {
 		t.Errorf("got %v %q, want Unschedulable %q", s.Code(), s.Message(), notSyncedMessage)
 	}
-	if len(h.plugin.claims) != 0 {
-		t.Errorf("an unsynced plugin made %d claims", len(h.plugin.claims))
+	if h.plugin.book.count() != 0 {
+		t.Errorf("an unsynced plugin made %d claims", h.plugin.book.count())
 	}
 }
 
@@ -274,8 +274,8 @@ func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
 		t.Fatalf("pod a after takeover: %v on %v, want it kept on %s", s.Message(), got, oldClaim.name)
 	}
 	other, s := h.schedule(ctx, testPod("b", "1", "1Gi"))
-	if !s.IsSuccess() || other != got || len(h.plugin.claims) != 1 {
-		t.Errorf("pod b after takeover went to %v (%d claims); want the restored claim %s", other, len(h.plugin.claims), got.name)
+	if !s.IsSuccess() || other != got || h.plugin.book.count() != 1 {
+		t.Errorf("pod b after takeover went to %v (%d claims); want the restored claim %s", other, h.plugin.book.count(), got.name)
 	}
 }
 
@@ -714,7 +714,7 @@ func TestClaimsDoNotGrowOntoTypesTheirPodsCannotFill(t *testing.T) {
 		}
 	}
 	fleet, pods := 0.0, 0
-	for _, c := range h.plugin.claims {
+	for _, c := range h.plugin.book.claims {
 		fleet += c.options[0].price
 		pods += len(c.pods)
 		if c.options[0].name == "c.64cpu" {
@@ -723,7 +723,7 @@ func TestClaimsDoNotGrowOntoTypesTheirPodsCannotFill(t *testing.T) {
 	}
 	bound := perCPU * n * 0.5
 	if pods != n || fleet > 1.03*bound {
-		t.Errorf("%d pods on %d claims at %.2f $/h, %.3f× the %.2f $/h their cpu costs at the family's price; want all %d pods, at most 1.03×", pods, len(h.plugin.claims), fleet, fleet/bound, bound, n)
+		t.Errorf("%d pods on %d claims at %.2f $/h, %.3f× the %.2f $/h their cpu costs at the family's price; want all %d pods, at most 1.03×", pods, h.plugin.book.count(), fleet, fleet/bound, bound, n)
 	}
 }
 
@@ -755,13 +755,13 @@ func TestRepackedPodsCountWhereTheyMoved(t *testing.T) {
 				h.plugin.nominationMoved(moved)
 				h.plugin.claimDeleted(deleted)
 			}
-			if got := h.plugin.nominated[p1.UID]; got != b {
+			if got := h.plugin.book.nominatedTo(p1.UID); got != b {
 				t.Fatalf("p1 counts on %v, want claim %s", got, b.name)
 			}
 			if _, ok := h.plugin.refused[p1.UID]; ok {
 				t.Error("p1 is to be decided again")
 			}
-			if a.info != nil || h.plugin.claims[a.name] != nil {
+			if a.info != nil || h.plugin.book.claim(a.name) != nil {
 				t.Error("claim A is still in the view")
 			}
 			if b.info == nil || len(b.pods) != 2 || len(b.info.Pods)-len(b.dsPods) != 2 {
@@ -775,8 +775,8 @@ func TestRepackedPodsCountWhereTheyMoved(t *testing.T) {
 					t.Errorf("p1 retried naming %s: nominated to %v (%v), want B %s", pod.Status.NominatedNodeName, c, s.Message(), b.name)
 				}
 			}
-			if len(h.plugin.claims) != 1 {
-				t.Errorf("%d claims, want B alone", len(h.plugin.claims))
+			if h.plugin.book.count() != 1 {
+				t.Errorf("%d claims, want B alone", h.plugin.book.count())
 			}
 		})
 	}
@@ -805,7 +805,7 @@ func TestRepackMoveSeenBeforeTheClaimsClose(t *testing.T) {
 	if a.open || b.open {
 		t.Errorf("claims open after the move: A %v, B %v", a.open, b.open)
 	}
-	if h.plugin.nominated[p1.UID] != b || b.info == nil || len(b.pods) != 2 || a.info != nil {
+	if h.plugin.book.nominatedTo(p1.UID) != b || b.info == nil || len(b.pods) != 2 || a.info != nil {
 		t.Fatalf("p1 not counted on B alone")
 	}
 	if c, s := h.schedule(ctx, moved); !s.IsSuccess() || c != b {

@@ -223,13 +223,7 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 	if err != nil {
 		return fmt.Errorf("listing pods to rebuild: %w", err)
 	}
-	for _, c := range p.claims {
-		p.close(c)
-		p.drop(c)
-	}
-	clear(p.claims)
-	clear(p.nominated)
-	clear(p.hints)
+	p.book.reset()
 	byClaim := map[string][]*v1.Pod{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
@@ -239,19 +233,20 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 	restored := 0
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
-		if p.claims[nc.Name] != nil || nc.DeletionTimestamp != nil {
+		if p.book.claim(nc.Name) != nil || nc.DeletionTimestamp != nil {
 			continue
 		}
 		if nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating {
 			// Closed: its pods keep their nomination while it launches,
-			// and count on its node until they are bound.
+			// and count on its node until they are bound; they wait for
+			// its node (Filter).
 			if cl := p.restore(nc, byClaim[nc.Name]); cl != nil {
-				p.close(cl)
+				cl.nodeName = nc.Status.NodeName
+				p.book.restore(cl)
+				p.book.close(cl)
 			} else {
-				p.restoreClosed(nc.Name, byClaim[nc.Name])
+				p.book.restoreClosed(nc.Name, nc.Status.NodeName, byClaim[nc.Name])
 			}
-			// Its pods wait for its node (Filter).
-			p.claims[nc.Name].nodeName = nc.Status.NodeName
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
@@ -259,23 +254,15 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			logger.Info("Cannot restore nodeclaim: its pool or instance types are gone", "nodeClaim", klog.KObj(nc), "nodePool", nc.Spec.NodePool)
 			continue
 		}
+		p.book.restore(cl)
 		restored++
 	}
-	logger.Info("Restored open nodeclaims", "nodeClaims", restored, "nominatedPods", len(p.nominated))
+	logger.Info("Restored open nodeclaims", "nodeClaims", restored, "nominatedPods", p.book.nominations())
 	return nil
 }
 
-// restoreClosed remembers a claim closed to nominations, for its pods.
-func (p *VirtualNodes) restoreClosed(name string, pods []*v1.Pod) {
-	c := &claim{name: name, pods: map[types.UID]*v1.Pod{}}
-	for _, pod := range pods {
-		c.pods[pod.UID] = pod
-		p.nominated[pod.UID] = c
-	}
-	p.claims[name] = c
-}
-
-// restore rebuilds one claim; nil when its group no longer exists.
+// restore builds one claim from its NodeClaim, open, with its pods, for
+// the book to restore; nil when its group no longer exists.
 func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 	pl := p.pools[nc.Spec.NodePool]
 	if pl == nil {
@@ -304,13 +291,10 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 		for _, pod := range pods {
 			cl.pods[pod.UID] = pod
 			cl.info.AddPod(pod)
-			p.nominated[pod.UID] = cl
 		}
 		if nc.Status.LastNominationTime != nil {
 			cl.lastAdded = nc.Status.LastNominationTime.Time
 		}
-		p.register(cl)
-		p.view.changed()
 		return cl
 	}
 	return nil
@@ -324,15 +308,7 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.committed[nc.Name] = nc
-	delete(p.committedUsage, nc.Spec.NodePool)
-	c := p.claims[nc.Name]
-	if c != nil && c.open {
-		p.close(c)
-	}
-	if c != nil && nc.Status.NodeName != "" {
-		c.nodeName = nc.Status.NodeName
-	}
+	p.book.committedChanged(nc)
 }
 
 // claimDeleted forgets a claim; pods nominated to it get a new one on
@@ -349,23 +325,10 @@ func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	why := "nodeclaim " + name + " deleted"
-	if nc, ok := p.committed[name]; ok {
-		delete(p.committed, name)
-		delete(p.committedUsage, nc.Spec.NodePool)
-	}
-	if into != nil {
-		now := p.now()
-		for n, at := range p.repacked {
-			if now.Sub(at) > repackedMemory {
-				delete(p.repacked, n)
-			}
-		}
-		p.repacked[name] = now
-	}
-	if c := p.claims[name]; c != nil {
+	if c := p.book.deleted(name, into != nil, p.now()); c != nil {
 		for uid, pod := range c.pods {
 			if to, ok := into[uid]; ok {
-				p.follow(pod, to)
+				p.book.follow(pod, to)
 			}
 		}
 		p.forget(c, why)
@@ -378,14 +341,8 @@ func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
 // forget drops a claim and sends its pods back to be decided again at
 // once, not after minutes. Callers hold p.mu.
 func (p *VirtualNodes) forget(c *claim, why string) {
-	p.close(c)
-	p.drop(c)
-	delete(p.claims, c.name)
-	for uid, pod := range c.pods {
-		if p.nominated[uid] == c {
-			delete(p.nominated, uid)
-			p.refused[uid] = pod
-		}
+	for _, pod := range p.book.forget(c) {
+		p.refused[pod.UID] = pod
 	}
 	p.retryRefused(why)
 }
@@ -396,8 +353,8 @@ func (p *VirtualNodes) forget(c *claim, why string) {
 func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c := p.nominated[pod.UID]; c != nil && !c.open {
-		p.unview(c, pod)
+	if c := p.book.nominatedTo(pod.UID); c != nil && !c.open {
+		p.book.unview(c, pod)
 		p.refused[pod.UID] = pod
 		p.retryRefused("nomination cleared")
 	}
@@ -408,69 +365,16 @@ func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 func (p *VirtualNodes) nominationMoved(pod *v1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.follow(pod, pod.Status.NominatedNodeName)
+	p.book.follow(pod, pod.Status.NominatedNodeName)
 }
 
-// follow moves pod from the claim it is nominated to onto the claim named
-// to, where it counts from now on: whether it did. Only the provisioner
-// moves a pod from one claim to another, and only between claims it has
-// closed (a repack of their batch before launch): either claim this
-// plugin still holds open is closed here, ahead of the informer's news.
-// A nomination naming no known claim (the claim's node, a claim gone) is
-// not a move. Callers hold p.mu.
-func (p *VirtualNodes) follow(pod *v1.Pod, to string) bool {
-	from, dst := p.nominated[pod.UID], p.claims[to]
-	if from == nil || dst == nil || from == dst || from.nodeName == to {
-		return false
-	}
-	p.close(from)
-	p.close(dst)
-	p.unview(from, pod)
-	p.nominated[pod.UID] = dst
-	dst.pods[pod.UID] = pod
-	if dst.info == nil && dst.lastNode != nil {
-		// Its pods had all gone (moved first): its node comes back.
-		dst.info = framework.NewNodeInfo()
-		dst.info.SetNode(dst.lastNode)
-		dst.dsPods = dst.lastDS
-		for _, d := range dst.dsPods {
-			dst.info.AddPod(d)
-		}
-		p.view.virtual = append(p.view.virtual, dst.info)
-		p.view.byName[dst.name] = dst.info
-	}
-	if dst.info != nil {
-		dst.info.AddPod(pod)
-		p.view.changed()
-	}
-	klog.Background().V(4).Info("Followed a pod moved to another nodeclaim of its batch", "pod", klog.KObj(pod), "from", from.name, "to", dst.name)
-	return true
-}
-
-// podGone takes a pod that was bound or deleted off its claim. A pod bound
-// from a closed claim keeps counting on the claim's node until the
-// scheduler's snapshot shows it on the node it was bound to (settle).
+// podGone takes a pod that was bound or deleted off its claim (see
+// book.podGone); it is no longer refused.
 func (p *VirtualNodes) podGone(pod *v1.Pod, deleted bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.nominated[pod.UID]
-	if c == nil {
-		return
-	}
-	delete(p.refused, pod.UID)
-	switch {
-	case c.open:
-		delete(p.nominated, pod.UID)
-		c.remove(pod)
-		p.view.changed()
-	case deleted || c.info == nil:
-		p.unview(c, pod)
-	default:
-		if c.bound == nil {
-			c.bound = map[types.UID]string{}
-		}
-		c.bound[pod.UID] = pod.Spec.NodeName
-		p.settling[c] = struct{}{}
+	if p.book.podGone(pod, deleted) {
+		delete(p.refused, pod.UID)
 	}
 }
 
@@ -516,19 +420,8 @@ func (p *VirtualNodes) writeLoop(ctx context.Context, c client.Client) {
 // newest nominations are retried by the scheduler.
 func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 	logger := klog.FromContext(ctx)
-	type write struct {
-		cl     *claim
-		obj    *v1alpha1.NodeClaim
-		create bool
-	}
 	p.mu.Lock()
-	var writes []write
-	for _, cl := range p.order {
-		if cl.dirty {
-			writes = append(writes, write{cl: cl, obj: cl.object(), create: cl.written == nil})
-			cl.dirty = false
-		}
-	}
+	writes := p.book.dirty()
 	p.mu.Unlock()
 
 	for _, w := range writes {
@@ -571,7 +464,7 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 				nominated()
 			}
 			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name)
-			p.close(w.cl)
+			p.book.close(w.cl)
 		case errors.Is(err, errNotOurs):
 			logger.Info("Nodeclaim name taken by another claim; its pods will be nominated again", "nodeClaim", w.cl.name, "reason", err.Error())
 			p.forget(w.cl, "nodeclaim name "+w.cl.name+" taken")

@@ -1,0 +1,458 @@
+package virtualnodes
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+)
+
+// book is VirtualNodes' record of its claims and of the claim each pod is
+// nominated to:
+//   - the open claims, oldest first, which take new pods;
+//   - the closed ones, whose nodes stay in the view with their pods until
+//     each pod is seen bound on its real node (settling), its nomination
+//     is cleared, or the claim is deleted;
+//   - the last claim each kind of pod went to (hints);
+//   - the claims the provisioner has closed, which count against their
+//     pool's limits until they are gone (committed), and the names a
+//     repack emptied (repacked).
+//
+// Its methods are the only code that changes these, and they keep the
+// view's virtual nodes in step with the claims.
+//
+// Locking: the book takes its own lock, mu, in every method, so
+// PreFilter can read a pod's nomination without waiting for a decision.
+// A claim's own fields (its pods, node and options) are changed by the
+// plugin's decisions, which hold VirtualNodes.mu; every caller that
+// changes the book holds VirtualNodes.mu too, so that a decision sees the
+// book and the pools as one. The order is always VirtualNodes.mu, then
+// book.mu; the book calls nothing that takes VirtualNodes.mu.
+type book struct {
+	mu   sync.Mutex
+	view *view
+
+	claims    map[string]*claim
+	open      []*claim // oldest first
+	nominated map[types.UID]*claim
+	hints     map[string]*claim
+	settling  map[*claim]struct{}
+	// committed are the NodeClaims the provisioner has closed (launching,
+	// launched, registered or going), as the informer last saw them.
+	committed map[string]*v1alpha1.NodeClaim
+	// committedUsage memoises poolUsage's sum over committed, per pool
+	// name: limits are checked several times per scheduling cycle, and
+	// committed changes far less often. Cleared when committed or the
+	// pools change.
+	committedUsage map[string]v1.ResourceList
+	// repacked are the claims a repack emptied and deleted, when: a pod
+	// the scheduler retries with an object still naming one of them was
+	// moved (follow), and keeps the claim it was moved to.
+	repacked map[string]time.Time
+}
+
+func newBook(v *view) *book {
+	return &book{
+		view:           v,
+		claims:         map[string]*claim{},
+		nominated:      map[types.UID]*claim{},
+		hints:          map[string]*claim{},
+		settling:       map[*claim]struct{}{},
+		committed:      map[string]*v1alpha1.NodeClaim{},
+		committedUsage: map[string]v1.ResourceList{},
+		repacked:       map[string]time.Time{},
+	}
+}
+
+// nominationOf returns the claim pod is nominated to, or nil.
+func (b *book) nominationOf(uid types.UID) *nomination {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.nominated[uid]; c != nil {
+		return &nomination{claim: c.name, node: c.nodeName}
+	}
+	return nil
+}
+
+// claim is the claim named name, or nil.
+func (b *book) claim(name string) *claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.claims[name]
+}
+
+// count is how many claims the book holds, open or closed.
+func (b *book) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.claims)
+}
+
+// nominatedTo is the claim pod is nominated to, or nil.
+func (b *book) nominatedTo(uid types.UID) *claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.nominated[uid]
+}
+
+// openClaims are the open claims, oldest first. The slice is the book's:
+// read it, do not change it.
+func (b *book) openClaims() []*claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}
+
+// hint is the claim the last pod of signature sig went to, or nil.
+func (b *book) hint(sig string) *claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hints[sig]
+}
+
+func (b *book) setHint(sig string, c *claim) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hints[sig] = c
+}
+
+// wasRepacked says whether a repack emptied the claim named name lately.
+func (b *book) wasRepacked(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.repacked[name]
+	return ok
+}
+
+// newName returns a name no claim has.
+func (b *book) newName(pool string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if n := newClaimName(pool); b.claims[n] == nil {
+			return n
+		}
+	}
+}
+
+// register adds a new open claim, and its node to the view.
+func (b *book) register(c *claim) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.claims[c.name] = c
+	b.open = append(b.open, c)
+	b.view.virtual = append(b.view.virtual, c.info)
+	b.view.byName[c.name] = c.info
+}
+
+// nominate records that pod is nominated to c.
+func (b *book) nominate(uid types.UID, c *claim) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nominated[uid] = c
+}
+
+// close stops a claim taking nominations. Its node stays in the view, with
+// the pods nominated to it, through launch and registration: until each pod
+// is seen bound on its real node in the scheduler's snapshot (settle), its
+// nomination is cleared, or the claim is deleted (drop). Pods counted
+// nowhere would let topology spread and inter-pod (anti-)affinity place a
+// pod the scheduler will refuse once they are bound.
+func (b *book) close(c *claim) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closeLocked(c)
+}
+
+func (b *book) closeLocked(c *claim) {
+	if !c.open {
+		return
+	}
+	c.open = false
+	b.open = slices.DeleteFunc(b.open, func(o *claim) bool { return o == c })
+	for sig, h := range b.hints {
+		if h == c {
+			delete(b.hints, sig)
+		}
+	}
+	// A closed claim takes no pods: its options are not needed again.
+	c.options = nil
+	if len(c.pods) == 0 {
+		b.dropLocked(c)
+	}
+}
+
+// dropLocked takes a claim's node out of the view.
+func (b *book) dropLocked(c *claim) {
+	delete(b.settling, c)
+	if c.info == nil {
+		return
+	}
+	b.view.changed()
+	b.view.virtual = slices.DeleteFunc(b.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
+	if b.view.byName[c.name] == fwk.NodeInfo(c.info) {
+		delete(b.view.byName, c.name)
+	}
+	c.lastNode, c.lastDS = c.info.Node(), c.dsPods
+	c.info, c.dsPods = nil, nil
+}
+
+// unview takes a pod off a closed claim's node; the node leaves the view
+// with its last pod.
+func (b *book) unview(c *claim, pod *v1.Pod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unviewLocked(c, pod)
+}
+
+func (b *book) unviewLocked(c *claim, pod *v1.Pod) {
+	if b.nominated[pod.UID] == c {
+		delete(b.nominated, pod.UID)
+	}
+	if _, ok := c.pods[pod.UID]; !ok {
+		return
+	}
+	delete(c.pods, pod.UID)
+	delete(c.bound, pod.UID)
+	if c.info != nil {
+		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
+		b.view.changed()
+	}
+	if len(c.bound) == 0 {
+		delete(b.settling, c)
+	}
+	if len(c.pods) == 0 {
+		b.dropLocked(c)
+	}
+}
+
+// settle takes off the closed claims' nodes the bound pods the scheduler's
+// snapshot now shows on their real nodes, so each pod counts exactly once.
+// It runs at the start of each decision, when the snapshot is this cycle's.
+func (b *book) settle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.view.real == nil {
+		return
+	}
+	for c := range b.settling {
+		for uid, nodeName := range c.bound {
+			ni, err := b.view.real.Get(nodeName)
+			if err != nil || ni.Node() == nil {
+				continue
+			}
+			for _, pi := range ni.GetPods() {
+				if pi.GetPod().UID == uid {
+					b.unviewLocked(c, c.pods[uid])
+					break
+				}
+			}
+		}
+	}
+}
+
+// forget drops a claim and returns the pods still nominated to it, for
+// the caller to send back to be decided again.
+func (b *book) forget(c *claim) []*v1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closeLocked(c)
+	b.dropLocked(c)
+	delete(b.claims, c.name)
+	var pods []*v1.Pod
+	for uid, pod := range c.pods {
+		if b.nominated[uid] == c {
+			delete(b.nominated, uid)
+			pods = append(pods, pod)
+		}
+	}
+	return pods
+}
+
+// follow moves pod from the claim it is nominated to onto the claim named
+// to, where it counts from now on: whether it did. Only the provisioner
+// moves a pod from one claim to another, and only between claims it has
+// closed (a repack of their batch before launch): either claim this
+// plugin still holds open is closed here, ahead of the informer's news.
+// A nomination naming no known claim (the claim's node, a claim gone) is
+// not a move.
+func (b *book) follow(pod *v1.Pod, to string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from, dst := b.nominated[pod.UID], b.claims[to]
+	if from == nil || dst == nil || from == dst || from.nodeName == to {
+		return false
+	}
+	b.closeLocked(from)
+	b.closeLocked(dst)
+	b.unviewLocked(from, pod)
+	b.nominated[pod.UID] = dst
+	dst.pods[pod.UID] = pod
+	if dst.info == nil && dst.lastNode != nil {
+		// Its pods had all gone (moved first): its node comes back.
+		dst.info = framework.NewNodeInfo()
+		dst.info.SetNode(dst.lastNode)
+		dst.dsPods = dst.lastDS
+		for _, d := range dst.dsPods {
+			dst.info.AddPod(d)
+		}
+		b.view.virtual = append(b.view.virtual, dst.info)
+		b.view.byName[dst.name] = dst.info
+	}
+	if dst.info != nil {
+		dst.info.AddPod(pod)
+		b.view.changed()
+	}
+	klog.Background().V(4).Info("Followed a pod moved to another nodeclaim of its batch", "pod", klog.KObj(pod), "from", from.name, "to", dst.name)
+	return true
+}
+
+// podGone takes a pod that was bound or deleted off its claim: whether
+// the pod was nominated to one. A pod bound from a closed claim keeps
+// counting on the claim's node until the scheduler's snapshot shows it on
+// the node it was bound to (settle).
+func (b *book) podGone(pod *v1.Pod, deleted bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.nominated[pod.UID]
+	if c == nil {
+		return false
+	}
+	switch {
+	case c.open:
+		delete(b.nominated, pod.UID)
+		c.remove(pod)
+		b.view.changed()
+	case deleted || c.info == nil:
+		b.unviewLocked(c, pod)
+	default:
+		if c.bound == nil {
+			c.bound = map[types.UID]string{}
+		}
+		c.bound[pod.UID] = pod.Spec.NodeName
+		b.settling[c] = struct{}{}
+	}
+	return true
+}
+
+// reset closes and forgets every claim, to rebuild from the API server.
+func (b *book) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.claims {
+		b.closeLocked(c)
+		b.dropLocked(c)
+	}
+	clear(b.claims)
+	clear(b.nominated)
+	clear(b.hints)
+}
+
+// restore records a claim rebuilt from the API server with its pods:
+// open, its node in the view.
+func (b *book) restore(c *claim) {
+	b.mu.Lock()
+	for uid := range c.pods {
+		b.nominated[uid] = c
+	}
+	b.mu.Unlock()
+	b.register(c)
+	b.view.changed()
+}
+
+// restoreClosed records a claim closed to nominations whose node this
+// plugin cannot build (its pool or types gone), for its pods: they keep
+// their nomination and wait for its node.
+func (b *book) restoreClosed(name, nodeName string, pods []*v1.Pod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := &claim{name: name, nodeName: nodeName, pods: map[types.UID]*v1.Pod{}}
+	for _, pod := range pods {
+		c.pods[pod.UID] = pod
+		b.nominated[pod.UID] = c
+	}
+	b.claims[name] = c
+}
+
+// nominations is how many pods are nominated to the book's claims.
+func (b *book) nominations() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.nominated)
+}
+
+// committedChanged records a claim the provisioner has closed: it counts
+// against its pool's limits from now on, and a claim held here is closed
+// to nominations, its pods waiting for its node once it has one.
+func (b *book) committedChanged(nc *v1alpha1.NodeClaim) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.committed[nc.Name] = nc
+	delete(b.committedUsage, nc.Spec.NodePool)
+	c := b.claims[nc.Name]
+	if c != nil && c.open {
+		b.closeLocked(c)
+	}
+	if c != nil && nc.Status.NodeName != "" {
+		c.nodeName = nc.Status.NodeName
+	}
+}
+
+// deleted records that a claim is gone from the API server; repacked
+// says a repack emptied it. It returns the claim if the book holds it
+// (the caller forgets it).
+func (b *book) deleted(name string, repacked bool, now time.Time) *claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if nc, ok := b.committed[name]; ok {
+		delete(b.committed, name)
+		delete(b.committedUsage, nc.Spec.NodePool)
+	}
+	if repacked {
+		for n, at := range b.repacked {
+			if now.Sub(at) > repackedMemory {
+				delete(b.repacked, n)
+			}
+		}
+		b.repacked[name] = now
+	}
+	return b.claims[name]
+}
+
+// poolsChanged forgets the usage memoised per pool: options' capacities
+// may have changed.
+func (b *book) poolsChanged() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.committedUsage)
+}
+
+// dirty returns the open claims changed since they were last written,
+// each with the object to write, and marks them clean.
+func (b *book) dirty() []write {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var writes []write
+	for _, cl := range b.open {
+		if cl.dirty {
+			writes = append(writes, write{cl: cl, obj: cl.object(), create: cl.written == nil})
+			cl.dirty = false
+		}
+	}
+	return writes
+}
+
+// write is one claim's write to the API server: its object, created when
+// it has never been written.
+type write struct {
+	cl     *claim
+	obj    *v1alpha1.NodeClaim
+	create bool
+}
