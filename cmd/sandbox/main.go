@@ -128,23 +128,15 @@ func up(ctx context.Context, args []string) error {
 	if !*processes {
 		fmt.Printf("decisions: kubectl --kubeconfig %s -n nodeforge logs deploy/nodeforge-provisioner (and deploy/nodeforge-scheduler)\n", sb.Kubeconfig)
 	}
+	// Nodeforge's programs are started again when they exit (as a
+	// kubelet would); a control-plane component that exits ends the run.
 	exited := sb.Exited()
-	lost := map[string]int{}
-	for {
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(os.Stderr, "stopping the sandbox")
-			return nil
-		case name := <-exited:
-			// A replicated component runs on while a replica is left.
-			component := strings.TrimRight(strings.TrimRight(name, "0123456789"), "-")
-			if *replicas > 1 && (component == "nodeforge-scheduler" || component == "nodeforge-provisioner") && lost[component] < *replicas-1 {
-				lost[component]++
-				fmt.Fprintf(os.Stderr, "%s exited (see %s); a standby takes over\n", name, sb.Log(name))
-				continue
-			}
-			return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
-		}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(os.Stderr, "stopping the sandbox")
+		return nil
+	case name := <-exited:
+		return fmt.Errorf("%s exited; see %s", name, sb.Log(name))
 	}
 }
 

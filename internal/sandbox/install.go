@@ -163,7 +163,7 @@ profiles:
 	if err != nil {
 		return err
 	}
-	_, err = s.startScheduler(ctx, "kube-scheduler", bin, []byte(config), port[0], nil, "kube-scheduler")
+	_, err = s.startScheduler(ctx, "kube-scheduler", bin, []byte(config), port[0], nil, "kube-scheduler", true)
 	return err
 }
 
@@ -399,11 +399,11 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 		}
 	}
 	criLog := filepath.Join(s.Dir, "logs", "pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), c.Name, "0.log")
-	p, err := startSpec(filepath.Join(s.Dir, "logs"), spec{name: component, bin: bin, args: args, env: append(base, env...), ownEnv: true, criLog: criLog})
+	p, err := startSpec(filepath.Join(s.Dir, "logs"), spec{name: component, bin: bin, args: args, env: append(base, env...), ownEnv: true, criLog: criLog, restart: true})
 	if err != nil {
 		return err
 	}
-	s.procs = append(s.procs, p)
+	s.add(p)
 	if s.pods == nil {
 		s.pods = map[string]string{}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,6 +27,11 @@ type process struct {
 	// check tells when the component is ready; Kill starts it again with
 	// the same command line and waits for it.
 	check func(context.Context) error
+	// stopping is set before the sandbox stops or kills the process on
+	// purpose: its exit is then no crash to restart it after.
+	stopping atomic.Bool
+	// started is when it was started, for the restart backoff.
+	started time.Time
 }
 
 // spec is how to start a process, kept to start it again.
@@ -36,18 +42,18 @@ type spec struct {
 	// whole environment (a pod's process sees only its container's).
 	env    []string
 	ownEnv bool
+	// restart says the sandbox starts the process again when it exits
+	// on its own, as a kubelet does a container (restartPolicy Always):
+	// Nodeforge's programs, which exit when they lose their lease.
+	restart bool
 	// criLog, when set, gets the output too, in the CRI log format a
 	// kubelet writes (<RFC 3339 time> <stream> F <line>), which kwok reads
 	// to answer `kubectl logs`.
 	criLog string
 }
 
-// startProcess starts bin with args. The child gets SIGKILL if the sandbox
-// itself dies, so even a killed sandbox leaves nothing running.
-func startProcess(logDir, name, bin string, env []string, args ...string) (*process, error) {
-	return startSpec(logDir, spec{name: name, bin: bin, args: args, env: env})
-}
-
+// startSpec starts a process as sp says. The child gets SIGKILL if the
+// sandbox itself dies, so even a killed sandbox leaves nothing running.
 func startSpec(logDir string, sp spec) (*process, error) {
 	logPath := filepath.Join(logDir, sp.name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -88,7 +94,7 @@ func startSpec(logDir string, sp spec) (*process, error) {
 		}
 		return nil, fmt.Errorf("starting %s: %w", sp.name, err)
 	}
-	p := &process{name: sp.name, spec: sp, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: sp.name, spec: sp, cmd: cmd, logPath: logPath, done: make(chan struct{}), started: time.Now()}
 	go func() {
 		p.err = cmd.Wait()
 		for _, c := range closers {
@@ -150,6 +156,7 @@ func (p *process) exited() bool {
 
 // stop sends SIGTERM to the process group, then SIGKILL after grace.
 func (p *process) stop(grace time.Duration) {
+	p.stopping.Store(true)
 	if p.exited() {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -145,11 +146,20 @@ type Sandbox struct {
 	// changes are sent to it, and SpotInterruption sends a warning.
 	SQS *sqsfake.Server
 
+	// mu guards procs, restarts and stopped: supervise replaces a
+	// program that exited on its own.
+	mu       sync.Mutex
 	procs    []*process
-	ports    []heldPort        // the components' ports, held until Stop
-	pods     map[string]string // component → pod, when the chart is installed
-	progress io.Writer
-	region   *awsRegion
+	restarts map[string]int // component → restarts after it exited on its own
+	stopped  bool
+	quit     chan struct{} // closed by Stop
+	// restartBackoff replaces the first restart's wait (restartBackoff)
+	// when set: for tests of the supervision itself.
+	restartBackoff time.Duration
+	ports          []heldPort        // the components' ports, held until Stop
+	pods           map[string]string // component → pod, when the chart is installed
+	progress       io.Writer
+	region         *awsRegion
 }
 
 // AuditLog is the file, in the sandbox's logs directory, where the API
@@ -210,7 +220,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "kubeconfigs"), 0o700); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), progress: o.Progress}
+	s := &Sandbox{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), progress: o.Progress, restarts: map[string]int{}, quit: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -503,7 +513,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if shipped, err = o.Timers.schedulerConfig(shipped); err != nil {
 		return nil, err
 	}
-	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv, "nodeforge-scheduler"); err != nil {
+	if _, err := s.startScheduler(ctx, "nodeforge-scheduler", bin.Scheduler, shipped, p.scheduler, o.SchedulerEnv, "nodeforge-scheduler", true); err != nil {
 		return nil, err
 	}
 	for i := 2; i <= o.SchedulerReplicas; i++ {
@@ -511,7 +521,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.startScheduler(ctx, fmt.Sprintf("nodeforge-scheduler-%d", i), bin.Scheduler, shipped, port[0], o.SchedulerEnv, "nodeforge-scheduler"); err != nil {
+		if _, err := s.startScheduler(ctx, fmt.Sprintf("nodeforge-scheduler-%d", i), bin.Scheduler, shipped, port[0], o.SchedulerEnv, "nodeforge-scheduler", true); err != nil {
 			return nil, err
 		}
 	}
@@ -561,7 +571,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		args := append(slices.Clone(provArgs),
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics))
-		prov, err := s.startWithEnv(logDir, name, bin.Provisioner, append(provEnv, o.ProvisionerEnv...), append(args, o.ProvisionerArgs...)...)
+		prov, err := s.startWithEnv(logDir, name, bin.Provisioner, append(provEnv, o.ProvisionerEnv...), true, append(args, o.ProvisionerArgs...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -584,10 +594,17 @@ func (s *Sandbox) writeEndpoints(p ports) error {
 
 // Stop stops every component, newest first, and waits for them to exit.
 func (s *Sandbox) Stop() {
-	for i := len(s.procs) - 1; i >= 0; i-- {
-		s.procs[i].stop(stopGrace)
+	s.mu.Lock()
+	procs := s.procs
+	s.procs, s.stopped = nil, true
+	if s.quit != nil {
+		close(s.quit)
+		s.quit = nil
 	}
-	s.procs = nil
+	s.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(stopGrace)
+	}
 	if s.region != nil {
 		s.region.close()
 		s.region = nil
@@ -598,8 +615,13 @@ func (s *Sandbox) Stop() {
 // Exited returns a channel that receives the name of the first component
 // to exit on its own.
 func (s *Sandbox) Exited() <-chan string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ch := make(chan string, len(s.procs))
 	for _, p := range s.procs {
+		if p.spec.restart {
+			continue // started again when it exits (supervise)
+		}
 		go func() {
 			<-p.done
 			ch <- p.name
@@ -611,8 +633,11 @@ func (s *Sandbox) Exited() <-chan string {
 // Kill kills a component with SIGKILL and leaves it dead, as a lost
 // machine would: failover tests use it on the leader of several replicas.
 func (s *Sandbox) Kill(component string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, p := range s.procs {
 		if p.name == component {
+			p.stopping.Store(true)
 			if !p.exited() {
 				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 				<-p.done
@@ -627,22 +652,40 @@ func (s *Sandbox) Kill(component string) error {
 // would, then starts it again with the same command line and waits until it
 // is ready. Tests use it to check that a crash at any point loses nothing.
 func (s *Sandbox) KillAndRestart(ctx context.Context, component string) error {
-	for i, p := range s.procs {
-		if p.name != component {
-			continue
-		}
-		if !p.exited() {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-		next, err := startSpec(filepath.Join(s.Dir, "logs"), p.spec)
-		if err != nil {
-			return err
-		}
-		s.procs[i] = next
-		return s.ready(ctx, next, p.check)
+	s.mu.Lock()
+	i := slices.IndexFunc(s.procs, func(p *process) bool { return p.name == component })
+	if i < 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("no component %q in the sandbox", component)
 	}
-	return fmt.Errorf("no component %q in the sandbox", component)
+	p := s.procs[i]
+	p.stopping.Store(true)
+	if !p.exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	next, err := startSpec(filepath.Join(s.Dir, "logs"), p.spec)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.procs[i] = next
+	s.mu.Unlock()
+	if next.spec.restart {
+		s.supervise(next)
+	}
+	return s.ready(ctx, next, p.check)
+}
+
+// add records a started process; one whose spec says so is started again
+// when it exits on its own (supervise).
+func (s *Sandbox) add(p *process) {
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	if p.spec.restart {
+		s.supervise(p)
+	}
 }
 
 // Log returns the path of a component's log.
@@ -652,6 +695,8 @@ func (s *Sandbox) Log(component string) string {
 
 // PIDs returns the process IDs of the running components.
 func (s *Sandbox) PIDs() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := map[string]int{}
 	for _, p := range s.procs {
 		if !p.exited() {
@@ -662,15 +707,17 @@ func (s *Sandbox) PIDs() map[string]int {
 }
 
 func (s *Sandbox) start(logDir, name, bin string, args ...string) (*process, error) {
-	return s.startWithEnv(logDir, name, bin, nil, args...)
+	return s.startWithEnv(logDir, name, bin, nil, false, args...)
 }
 
-func (s *Sandbox) startWithEnv(logDir, name, bin string, env []string, args ...string) (*process, error) {
-	p, err := startProcess(logDir, name, bin, env, args...)
+// startWithEnv starts a component with env added to the sandbox's; with
+// restart, it is started again whenever it exits on its own.
+func (s *Sandbox) startWithEnv(logDir, name, bin string, env []string, restart bool, args ...string) (*process, error) {
+	p, err := startSpec(logDir, spec{name: name, bin: bin, args: args, env: env, restart: restart})
 	if err != nil {
 		return nil, err
 	}
-	s.procs = append(s.procs, p)
+	s.add(p)
 	return p, nil
 }
 
@@ -716,17 +763,17 @@ func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config [
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.startScheduler(ctx, name, bin, config, pp[0], nil, "nodeforge-scheduler")
+	p, err := s.startScheduler(ctx, name, bin, config, pp[0], nil, "nodeforge-scheduler", false)
 	if err != nil {
 		return nil, err
 	}
-	return func() { p.stop(stopGrace) }, nil
+	return func() { p.stop(stopGrace) }, nil // stop marks it stopping: no restart
 }
 
 // startScheduler runs a scheduler binary as the identity of
 // kubeconfigs/<identity>.kubeconfig, with config's client connection
 // pointed at it.
-func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string, identity string) (*process, error) {
+func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string, identity string, restart bool) (*process, error) {
 	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", identity+".kubeconfig")
 	raw, err := withConfigFields(config, "clientConnection", map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400})
 	if err != nil {
@@ -736,7 +783,7 @@ func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config [
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		return nil, err
 	}
-	p, err := s.startWithEnv(filepath.Join(s.Dir, "logs"), name, bin, env,
+	p, err := s.startWithEnv(filepath.Join(s.Dir, "logs"), name, bin, env, restart,
 		"--config="+path,
 		"--authentication-kubeconfig="+kubeconfig,
 		"--authorization-kubeconfig="+kubeconfig,

@@ -390,3 +390,42 @@ func claimInPhase(t *testing.T, kube client.Client, phase v1alpha1.NodeClaimPhas
 		return slices.ContainsFunc(claims.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Status.Phase == phase }), nil
 	})
 }
+
+// TestProgramsComeBackAfterAnAPIServerOutage: with the API server away
+// longer than the lease's renew deadline, both programs lose their lease
+// and exit, as kube-scheduler and Karpenter do; the sandbox starts them
+// again, as a kubelet would, and once the API server is back a pod that
+// needs a new node gets one. Before the sandbox restarted them, a program
+// that lost its lease this way stayed dead (seen in TestCrashes'
+// kube-apiserver cases on a busy machine).
+func TestProgramsComeBackAfterAnAPIServerOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sb, cs, _ := startSandbox(t, sandbox.Options{})
+	// Only a leader loses its lease; a program still waiting to acquire
+	// one waits on through an outage.
+	leading(t, sb, "nodeforge-scheduler", 1, "")
+	leading(t, sb, "nodeforge-provisioner", 1, "")
+	if err := sb.Kill("kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	// The quick timers' renew deadline is 6s: both leases lapse.
+	poll(t, "both programs exited on losing their lease", func() (bool, error) {
+		return sb.Restarts("nodeforge-scheduler") > 0 && sb.Restarts("nodeforge-provisioner") > 0, nil
+	})
+	if err := sb.KillAndRestart(ctx, "kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after-outage", Namespace: "default"}, Spec: corev1.PodSpec{
+		SchedulerName: "nodeforge-scheduler",
+		Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+	}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the pod Running on a new node", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+}

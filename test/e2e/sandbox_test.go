@@ -540,6 +540,31 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// noProgramCrashed fails the test if one of Nodeforge's programs panicked
+// or died of a fatal error: the sandbox starts a program that exits again
+// (as a kubelet would), so a crash would otherwise only cost time. Exits
+// that are no crash (a lease lost while the API server was away) are
+// logged with the number of restarts.
+func noProgramCrashed(t *testing.T, sb *sandbox.Sandbox) {
+	names, _ := filepath.Glob(filepath.Join(sb.Dir, "logs", "nodeforge-*.log"))
+	for _, name := range names {
+		component := strings.TrimSuffix(filepath.Base(name), ".log")
+		if n := sb.Restarts(component); n > 0 {
+			t.Logf("%s exited on its own and was started again %d times", component, n)
+		}
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || strings.HasPrefix(line, "WARNING: DATA RACE") {
+				t.Errorf("%s crashed: %s (see its log)", component, line)
+				break
+			}
+		}
+	}
+}
+
 // keepLogsOnFailure, when a test failed, logs the last lines of
 // Nodeforge's own component logs (CI shows only the test output) and,
 // when $NODEFORGE_E2E_LOGS is set, copies every component log to
@@ -631,6 +656,7 @@ func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kuberne
 	}
 	t.Cleanup(sb.Stop)
 	t.Cleanup(func() { keepLogsOnFailure(t, sb) })
+	t.Cleanup(func() { noProgramCrashed(t, sb) })
 	cs, kube, err := sb.Clients()
 	if err != nil {
 		t.Fatal(err)
