@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"reflect"
 
@@ -93,9 +94,12 @@ type cachedSpread struct {
 	view *view
 }
 
-// withSavedStates returns registry with InterPodAffinity and
-// PodTopologySpread saving their PreFilter states on v.
+// withSavedStates returns a copy of registry with InterPodAffinity and
+// PodTopologySpread saving their PreFilter states on v. The registry given
+// is left as it was: the scheduler's other profiles, and the simulators
+// built from it, must run the plugins unwrapped.
 func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkruntime.Registry {
+	registry = maps.Clone(registry)
 	fastPath := utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath)
 	wrapPlugin(registry, interpodaffinity.Name, func(ipa *interpodaffinity.InterPodAffinity) fwk.Plugin {
 		return &cachedAffinity{InterPodAffinity: ipa, view: v, fastPath: fastPath}

@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,5 +58,27 @@ func TestAUsersPluginCountsInNomination(t *testing.T) {
 		if c.group.zone == "zone-a" {
 			t.Fatalf("pod p%d nominated to %s in zone-a, which the user's plugin refuses", i, c.name)
 		}
+	}
+}
+
+// TestSavedStatesLeaveTheRegistryGiven: VirtualNodes wraps the spread and
+// affinity plugins of its own copy of the registry. The registry it is
+// given serves the scheduler's other profiles and the provisioner's
+// simulators, which must run the plugins unwrapped: wrapped, they read
+// states saved on VirtualNodes' view (seen as repack refusing every
+// packing on topology spread in BenchmarkNominate).
+func TestSavedStatesLeaveTheRegistryGiven(t *testing.T) {
+	reg, err := registry.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := func(name string) uintptr { return reflect.ValueOf(reg[name]).Pointer() }
+	spread, affinity := factory("PodTopologySpread"), factory("InterPodAffinity")
+	wrapped := withSavedStates(reg, &view{})
+	if factory("PodTopologySpread") != spread || factory("InterPodAffinity") != affinity {
+		t.Error("the registry given was changed")
+	}
+	if reflect.ValueOf(wrapped["PodTopologySpread"]).Pointer() == spread {
+		t.Error("the copy's PodTopologySpread is not wrapped")
 	}
 }
