@@ -275,6 +275,19 @@ func (np *NodePool) RepairPolicies() []RepairPolicy {
 // +kubebuilder:validation:Enum=Empty;Underutilized;Drifted;Expired;Unhealthy
 type DisruptionReason string
 
+// The disruption methods, by the reason each gives: the values a budget's
+// reasons accept, and the reason on a disrupted claim's Events and
+// metrics. Interrupted (a spot interruption or a scheduled event) is no
+// budget's: the cloud takes the node whatever a budget says.
+const (
+	DisruptionReasonEmpty         DisruptionReason = "Empty"
+	DisruptionReasonUnderutilized DisruptionReason = "Underutilized"
+	DisruptionReasonDrifted       DisruptionReason = "Drifted"
+	DisruptionReasonExpired       DisruptionReason = "Expired"
+	DisruptionReasonUnhealthy     DisruptionReason = "Unhealthy"
+	DisruptionReasonInterrupted   DisruptionReason = "Interrupted"
+)
+
 // Budget limits disruption, for some reasons, possibly only during a schedule.
 type Budget struct {
 	// Reasons this budget applies to; all reasons when empty.

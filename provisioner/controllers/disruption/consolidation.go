@@ -27,7 +27,7 @@ import (
 )
 
 // Underutilized is the reason consolidation disrupts a node under.
-const Underutilized v1alpha1.DisruptionReason = "Underutilized"
+const Underutilized = v1alpha1.DisruptionReasonUnderutilized
 
 // Consolidation removes nodes of pools with consolidationPolicy
 // WhenEmptyOrUnderutilized whose pods the scheduler would place on the

@@ -203,7 +203,7 @@ func (c *Controller) disrupt(ctx context.Context, nc *v1alpha1.NodeClaim, pool *
 		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: held == ""}, errors.Join(err, c.untaint(ctx, nc.Status.NodeName))
 	}
-	if c.replacer != nil && m.Reason() != "Empty" {
+	if c.replacer != nil && m.Reason() != v1alpha1.DisruptionReasonEmpty {
 		rep, why, err := c.replacer.forClaim(ctx, nc, pool)
 		if err != nil {
 			c.budgets.release(nc.UID)

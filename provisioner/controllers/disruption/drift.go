@@ -66,7 +66,7 @@ func NewDrift(kube client.Client, classes []cloudprovider.NodeClass) *Drift {
 }
 
 // Reason is Drifted.
-func (d *Drift) Reason() v1alpha1.DisruptionReason { return "Drifted" }
+func (d *Drift) Reason() v1alpha1.DisruptionReason { return v1alpha1.DisruptionReasonDrifted }
 
 // Candidate keeps the claim's Drifted condition, and chooses the claim
 // once the condition is recorded: the condition is written first, so a

@@ -36,7 +36,7 @@ func NewEmptiness(kube client.Reader, pods kubernetes.Interface, now func() time
 }
 
 // Reason is Empty.
-func (e *Emptiness) Reason() v1alpha1.DisruptionReason { return "Empty" }
+func (e *Emptiness) Reason() v1alpha1.DisruptionReason { return v1alpha1.DisruptionReasonEmpty }
 
 // Candidate keeps the claim's Empty condition and chooses the claim once
 // it has been empty for consolidateAfter. A pool whose consolidateAfter

@@ -24,7 +24,7 @@ var _ Method = &Expiration{}
 func NewExpiration(now func() time.Time) *Expiration { return &Expiration{now: now} }
 
 // Reason is Expired.
-func (e *Expiration) Reason() v1alpha1.DisruptionReason { return "Expired" }
+func (e *Expiration) Reason() v1alpha1.DisruptionReason { return v1alpha1.DisruptionReasonExpired }
 
 // Candidate chooses the claim once it is expireAfter old; an expireAfter
 // of Never leaves it alone, and so does none at all (the API server

@@ -19,7 +19,7 @@ import (
 
 // Interrupted is the reason a node the cloud is taking back is disrupted
 // under.
-const Interrupted v1alpha1.DisruptionReason = "Interrupted"
+const Interrupted = v1alpha1.DisruptionReasonInterrupted
 
 // Interruption acts on the cloud's interruption messages (on AWS, an SQS
 // queue fed by EventBridge rules):
@@ -194,7 +194,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 	}
 	if nc.Status.Phase != v1alpha1.NodeClaimInitialized || nc.Status.NodeName == "" {
 		logger.Info("Interrupted instance has no node yet: deleting its claim; its pods get other capacity", "why", why)
-		in.event(nc, corev1.EventTypeWarning, "Interrupted", "%s", why)
+		in.event(nc, corev1.EventTypeWarning, string(Interrupted), "%s", why)
 		return "disrupted", in.c.remove(ctx, nc, Interrupted, why)
 	}
 	if err := in.c.taint(ctx, nc.Status.NodeName); err != nil {
@@ -219,7 +219,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 			return "", err
 		}
 		metrics.DisruptionDecisions.WithLabelValues(string(Interrupted), "disrupted").Inc()
-		in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
+		in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
 		return "disrupted", nil
 	}
 	marked := nc.DeepCopy()
@@ -232,7 +232,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 	if err := in.c.startReplacement(ctx, []*v1alpha1.NodeClaim{marked}, rep, Interrupted, why); err != nil {
 		return "", err
 	}
-	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s", nc.Status.NodeName, why)
+	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
 	return "replacing", nil
 }
 
@@ -244,7 +244,7 @@ func (in *Interruption) annotate(ctx context.Context, nc *v1alpha1.NodeClaim, by
 	if old, ok := drainBy(nc); !by.IsZero() && (!ok || by.Before(old)) {
 		nc.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
 	}
-	in.event(nc, corev1.EventTypeWarning, "Interrupted", "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
+	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
 	return in.c.kube.Update(ctx, nc)
 }
 

@@ -19,7 +19,7 @@ import (
 )
 
 // Unhealthy is the reason repair disrupts a node under.
-const Unhealthy v1alpha1.DisruptionReason = "Unhealthy"
+const Unhealthy = v1alpha1.DisruptionReasonUnhealthy
 
 // MaxUnhealthyFraction: no node of a pool is repaired while more than
 // this share of its nodes, rounded up, is unhealthy (Karpenter's node
