@@ -596,11 +596,10 @@ func (s *Sandbox) writeEndpoints(p ports) error {
 func (s *Sandbox) Stop() {
 	s.mu.Lock()
 	procs := s.procs
-	s.procs, s.stopped = nil, true
-	if s.quit != nil {
-		close(s.quit)
-		s.quit = nil
+	if !s.stopped && s.quit != nil {
+		close(s.quit) // never set again: supervise reads it unlocked
 	}
+	s.procs, s.stopped = nil, true
 	s.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(stopGrace)
