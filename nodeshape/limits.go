@@ -22,14 +22,29 @@ import (
 func ExceedsLimits(limits v1alpha1.Limits, used, more corev1.ResourceList, what string) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(limits)) {
-		limit := limits[name]
-		total := used[name].DeepCopy()
-		total.Add(more[name])
-		if total.Cmp(limit) > 0 {
+		if limit := limits[name]; crosses(limit, used[name], more[name]) {
 			parts = append(parts, fmt.Sprintf("%s %s in use or launching + %s for %s > limit %s", name, Readable(name, used[name]), Readable(name, more[name]), what, Readable(name, limit)))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// WithinLimits reports whether adding more to used crosses none of
+// limits: ExceedsLimits == "", without sorting or wording anything, for
+// the checks that run once per option and pod.
+func WithinLimits(limits v1alpha1.Limits, used, more corev1.ResourceList) bool {
+	for name, limit := range limits {
+		if crosses(limit, used[name], more[name]) {
+			return false
+		}
+	}
+	return true
+}
+
+// crosses: used plus more is over limit.
+func crosses(limit, used, more resource.Quantity) bool {
+	used.Add(more) // used is a copy
+	return used.Cmp(limit) > 0
 }
 
 // Readable prints a quantity the way a person would write it: cpu in

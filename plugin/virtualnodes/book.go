@@ -146,6 +146,10 @@ func (b *book) newName(pool string) string {
 func (b *book) register(c *claim) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.registerLocked(c)
+}
+
+func (b *book) registerLocked(c *claim) {
 	b.claims[c.name] = c
 	b.open = append(b.open, c)
 	b.view.virtual = append(b.view.virtual, c.info)
@@ -359,11 +363,11 @@ func (b *book) reset() {
 // open, its node in the view.
 func (b *book) restore(c *claim) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	for uid := range c.pods {
 		b.nominated[uid] = c
 	}
-	b.mu.Unlock()
-	b.register(c)
+	b.registerLocked(c)
 	b.view.changed()
 }
 

@@ -23,7 +23,7 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 	}
 	used := p.book.poolUsage(pl, except)
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
-		return nodeshape.ExceedsLimits(limits, used, o.it.Capacity, o.name) != ""
+		return !nodeshape.WithinLimits(limits, used, o.it.Capacity)
 	})
 }
 

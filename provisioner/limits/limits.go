@@ -97,7 +97,7 @@ func (l *Ledger) Reserve(ctx context.Context, pool *v1alpha1.NodePool, nc *v1alp
 		return nil, err
 	}
 	allowed := slices.DeleteFunc(slices.Clone(offers), func(o cloudprovider.Offer) bool {
-		return nodeshape.ExceedsLimits(pool.Spec.Limits, used, o.InstanceType.Capacity, o.InstanceType.Name) != ""
+		return !nodeshape.WithinLimits(pool.Spec.Limits, used, o.InstanceType.Capacity)
 	})
 	if len(allowed) == 0 {
 		reason := "no offers"
