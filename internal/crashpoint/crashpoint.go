@@ -43,6 +43,14 @@ const (
 	// AfterReplacementNamed: a claim being disrupted names its
 	// replacement; the replacement is not created yet.
 	AfterReplacementNamed = "replacement/after-name"
+	// AfterTaint: a disruption command tainted its nodes; it has not
+	// looked at live state again.
+	AfterTaint = "disruption/after-taint"
+	// AfterDisrupting: a claim is marked Disrupting; it is not deleted.
+	AfterDisrupting = "disruption/after-disrupting"
+	// AfterDelete: a claim marked Disrupting is deleted; its node is not
+	// drained yet.
+	AfterDelete = "disruption/after-delete"
 )
 
 var point, marker = os.Getenv("NODEFORGE_CRASH_POINT"), os.Getenv("NODEFORGE_CRASH_MARKER")

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -428,4 +430,96 @@ func TestProgramsComeBackAfterAnAPIServerOutage(t *testing.T) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning, err
 	})
+}
+
+// TestCrashesInDisruption kills the provisioner at each step of a
+// disruption command (an empty node's), starts it again, and checks that
+// the command is finished or undone:
+//   - after the taint: the restarted provisioner lifts the taint of a node
+//     no command holds (the node was annotated do-not-disrupt while the
+//     provisioner was down, so no new command takes it), then, once the
+//     annotation goes, disrupts it;
+//   - after the Disrupting write: the claim is deleted, not left
+//     Disrupting (tainted, paid for and counted against its budget);
+//   - after the delete: the node is drained and its instance terminated.
+//
+// Each ends with every claim gone and no instance left.
+func TestCrashesInDisruption(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{crashpoint.AfterTaint, crashpoint.AfterDisrupting, crashpoint.AfterDelete} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			crashInDisruption(t, point)
+		})
+	}
+}
+
+func crashInDisruption(t *testing.T, point string) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "crashed")
+	sb, cs, kube := startSandbox(t, sandbox.Options{Dir: dir,
+		ProvisionerEnv: []string{"NODEFORGE_CRASH_POINT=" + point, "NODEFORGE_CRASH_MARKER=" + marker}})
+	labels := map[string]string{"app": "empty"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler",
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
+		}},
+	}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the pod Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app=empty")
+		return n == 1, err
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) != 1 {
+		t.Fatalf("want one nodeclaim, got %d (%v)", len(claims.Items), err)
+	}
+	nc := claims.Items[0]
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	update(t, kube, pool, func() { pool.Spec.Disruption.ConsolidateAfter = "1s" })
+	if _, err := cs.AppsV1().Deployments("default").UpdateScale(ctx, "empty", &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: "default"}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the provisioner crashed at "+point, func() (bool, error) {
+		_, err := os.Stat(marker)
+		return err == nil, nil
+	})
+	tainted := func() (bool, error) {
+		var n corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, &n); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }), nil
+	}
+	if point == crashpoint.AfterTaint {
+		if ok, err := tainted(); err != nil || !ok {
+			t.Fatalf("node %s not tainted at the crash (%v)", nc.Status.NodeName, err)
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nc.Status.NodeName}}
+		update(t, kube, node, func() { metav1.SetMetaDataAnnotation(&node.ObjectMeta, v1alpha1.AnnotationDoNotDisrupt, "true") })
+		poll(t, "the taint no command holds lifted", func() (bool, error) {
+			ok, err := tainted()
+			return !ok, err
+		})
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(&nc), &v1alpha1.NodeClaim{}); err != nil {
+			t.Fatalf("the claim of a node held by do-not-disrupt is gone: %v", err)
+		}
+		update(t, kube, node, func() { delete(node.Annotations, v1alpha1.AnnotationDoNotDisrupt) })
+	}
+	poll(t, "the empty node's claim gone", func() (bool, error) {
+		var got v1alpha1.NodeClaim
+		err := kube.Get(ctx, client.ObjectKeyFromObject(&nc), &got)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err := kube.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	oneInstancePerClaim(t, ctx, kube, claims.Items)
+	t.Logf("%s: restarts %d, claims left %d", point, sb.Restarts("nodeforge-provisioner"), len(claims.Items))
 }

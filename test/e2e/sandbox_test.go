@@ -524,7 +524,7 @@ func TestDemo(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nodeforge-sandbox demo: %v\n%s", err, out)
 			}
-			wants := []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Nominated pods to nodeclaim"`, `"Launched instance"`, `"Bound pods to node"`, `"Disrupting node"`, "Done: every step reached its expected state"}
+			wants := []string{"1 pods Running", "6 pods Running", "0 pods Running", "apps nodes removed", `"Nominated pods to nodeclaim"`, `"Launched instance"`, `"Bound pods to node"`, `"Disrupting nodes"`, "Done: every step reached its expected state"}
 			if provider == "aws" {
 				wants = append(wants, `providerID="aws:///us-west-2`, `"Terminated instance"`)
 			}
@@ -622,11 +622,12 @@ var productionLeaderElection = sandbox.Timers{
 
 // quickProvisionerArgs come before a test's own ProvisionerArgs (which
 // win where both set a flag): the disruption waits that wait on time, not
-// on an event, shortened. A held claim is asked about its budget again
-// every 2s; a replacement named and not created is given up after 10s
+// on an event, shortened. A node chosen for a voluntary disruption is
+// looked at again 2s after its taint; a held claim is asked about its
+// budget again every 2s; a replacement named and not created is given up after 10s
 // (creating it takes well under a second), and its node may be chosen
 // again 5s later; unhealthy nodes are looked for every second.
-var quickProvisionerArgs = []string{"--disruption-budget-retry=2s", "--replacement-grace=10s", "--replacement-retry=5s", "--node-repair-interval=1s"}
+var quickProvisionerArgs = []string{"--disruption-budget-retry=2s", "--disruption-validation-pause=2s", "--replacement-grace=10s", "--replacement-retry=5s", "--node-repair-interval=1s"}
 
 // startSandbox starts a sandbox from the binaries under test with opts
 // (Dir and Binaries are filled in when empty, Timers are quickTimers when

@@ -218,7 +218,7 @@ func differential(t *testing.T, seed uint64) int {
 	t.Logf("%d nodes, %d pods after the scale-down", nodes, created)
 
 	sched := newJudge(ctx, t, cs)
-	k := disruption.NewConsolidation(disruption.New(kube, cs, nil, time.Now), kube, kube, sched, time.Now)
+	k := disruption.NewConsolidation(disruption.NewExecutor(kube, kube, cs, nil, time.Now), kube, kube, sched, time.Now)
 	k.Pause = 0
 	consolidated := 0
 	for round := 1; ; round++ {

@@ -60,7 +60,7 @@ type options struct {
 	schedulerProfile        string
 	gcGrace                 time.Duration
 	consolidationInterval   time.Duration
-	consolidationPause      time.Duration
+	disruptionPause         time.Duration
 	repair                  disruption.ZoneRules
 	repack                  bool
 	disruption              disruption.Timers
@@ -109,7 +109,8 @@ func Run(args []string, opts ...registry.Option) error {
 	fs.DurationVar(&o.gcInterval, "garbage-collection-interval", 30*time.Second, "How often instances no NodeClaim accounts for, claims whose instance is gone and nodes whose instance is gone are looked for.")
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
 	fs.DurationVar(&o.consolidationInterval, "consolidation-interval", 10*time.Second, "How often consolidation looks for nodes whose pods fit elsewhere.")
-	fs.DurationVar(&o.consolidationPause, "consolidation-validation-pause", 5*time.Second, "How long consolidation waits, with the chosen nodes tainted, before it looks at live state again and disrupts them: a pod being bound there meanwhile calls it off.")
+	fs.DurationVar(&o.disruptionPause, "disruption-validation-pause", 5*time.Second, "How long a voluntary disruption (empty, underutilized, drifted, expired) waits, with the chosen nodes tainted, before it looks at live state again and disrupts them: a pod being bound there meanwhile calls it off.")
+	fs.DurationVar(&o.disruptionPause, "consolidation-validation-pause", 5*time.Second, "Deprecated: the old name of --disruption-validation-pause.")
 	fs.DurationVar(&o.disruption.BudgetRetry, "disruption-budget-retry", disruption.DefaultTimers.BudgetRetry, "How long a node a disruption budget holds back waits before it is asked about again (sooner when a budget's schedule window opens or closes).")
 	fs.DurationVar(&o.disruption.ReplacementGrace, "replacement-grace", disruption.DefaultTimers.ReplacementGrace, "How long a node being replaced waits for its named replacement NodeClaim to appear before calling the replacement off.")
 	fs.DurationVar(&o.disruption.ReplacementRetry, "replacement-retry", disruption.DefaultTimers.ReplacementRetry, "How long a node whose replacement was called off keeps running before it may be chosen for disruption again.")
@@ -220,24 +221,32 @@ func Run(args []string, opts ...registry.Option) error {
 	if o.repack {
 		claimOpts.Repack, claimOpts.Claims = sched, mgr.GetAPIReader()
 	}
+	// One executor carries out every disruption; the methods only decide.
+	exec := disruption.NewExecutor(mgr.GetClient(), mgr.GetAPIReader(), cs, recorder, time.Now)
+	exec.SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched))
+	exec.SetTimers(o.disruption)
+	if err := mgr.Add(exec); err != nil {
+		return err
+	}
+	perClaim := disruption.New(exec, disruption.NewEmptiness(mgr.GetClient(), cs, time.Now), disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()))
+	perClaim.Pause = o.disruptionPause
+	claimOpts.Disruption = perClaim
 	claims := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, claimOpts)
 	if err := claims.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	claims.Disruption().SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched))
-	claims.Disruption().SetTimers(o.disruption)
-	consolidation := disruption.NewConsolidation(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
-	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.consolidationPause
+	consolidation := disruption.NewConsolidation(exec, mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
+	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.disruptionPause
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}
-	repair := disruption.NewRepair(claims.Disruption(), mgr.GetClient(), time.Now)
+	repair := disruption.NewRepair(exec, mgr.GetClient(), time.Now)
 	repair.Rules, repair.Interval = o.repair, o.repairInterval
 	if err := mgr.Add(repair); err != nil {
 		return err
 	}
 	if q := o.aws.interruptionQueue(); q != nil {
-		if err := mgr.Add(disruption.NewInterruption(claims.Disruption(), mgr.GetClient(), mgr.GetAPIReader(), q, unavailable, time.Now)); err != nil {
+		if err := mgr.Add(disruption.NewInterruption(exec, mgr.GetClient(), mgr.GetAPIReader(), q, unavailable, time.Now)); err != nil {
 			return err
 		}
 	}
@@ -326,7 +335,7 @@ func (o *options) validate() error {
 		{"launch-ttl", o.launchTTL}, {"initialization-ttl", o.initializationTTL},
 		{"cloud-call-timeout", o.cloudCallTimeout},
 		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
-		{"consolidation-interval", o.consolidationInterval}, {"consolidation-validation-pause", o.consolidationPause},
+		{"consolidation-interval", o.consolidationInterval}, {"disruption-validation-pause", o.disruptionPause},
 		{"disruption-budget-retry", o.disruption.BudgetRetry}, {"replacement-grace", o.disruption.ReplacementGrace}, {"replacement-retry", o.disruption.ReplacementRetry},
 		{"node-repair-interval", o.repairInterval},
 		{"leader-elect-lease-duration", o.leaseDuration}, {"leader-elect-renew-deadline", o.renewDeadline}, {"leader-elect-retry-period", o.retryPeriod},

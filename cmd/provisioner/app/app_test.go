@@ -43,7 +43,7 @@ func TestFlagsFromEnv(t *testing.T) {
 // named in the error; the defaults, with a cloud provider chosen, pass.
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
-		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, consolidationPause: 5 * time.Second, qps: 200, burst: 300,
+		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, disruptionPause: 5 * time.Second, qps: 200, burst: 300,
 		disruption: disruption.DefaultTimers, repairInterval: 5 * time.Second,
 		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 		repair: disruption.DefaultZoneRules}
@@ -53,7 +53,7 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	for want, edit := range map[string]func(*options){
 		`--cloud-provider="gce": choose simulated or aws`:                                                    func(o *options) { o.cloudProvider = "gce" },
 		"--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws":                func(o *options) { o.cloudProvider = "" },
-		"--consolidation-validation-pause=0s: must be more than 0":                                           func(o *options) { o.consolidationPause = 0 },
+		"--disruption-validation-pause=0s: must be more than 0":                                              func(o *options) { o.disruptionPause = 0 },
 		"--registration-ttl=0s: must be more than 0":                                                         func(o *options) { o.registrationTTL = 0 },
 		"--batch-idle-duration=-1s: must be more than 0":                                                     func(o *options) { o.batchIdle = -time.Second },
 		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s":                         func(o *options) { o.batchMax = 500 * time.Millisecond },

@@ -95,7 +95,7 @@ func BenchmarkConsolidate(b *testing.B) {
 		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "0s", Budgets: []v1alpha1.Budget{{Nodes: "10%"}}}}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(append(objs, pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	sched := newScheduler(ctx, b)
-	k := NewConsolidation(New(kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)
+	k := NewConsolidation(NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)
 	k.Timeout = time.Minute
 
 	b.ResetTimer()

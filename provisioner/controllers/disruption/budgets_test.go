@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
@@ -120,4 +121,12 @@ func FuzzBudgetNodes(f *testing.F) {
 			t.Errorf("budgetNodes(%q, %d) = %d, want %d", nodes, total, got, n)
 		}
 	})
+}
+
+// settle reconciles the claim and waits for the command it submitted, if
+// any, to end: the executor runs commands in the background.
+func settle(c *Controller, ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	res, err := c.Reconcile(ctx, nc)
+	c.Executor().Wait()
+	return res, err
 }

@@ -3,7 +3,6 @@ package disruption
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -34,8 +32,8 @@ const Underutilized = v1alpha1.DisruptionReasonUnderutilized
 // rest of the cluster: several nodes at once when their pods fit
 // elsewhere together, else one. Unlike the other methods it decides over
 // the whole cluster, not one claim at a time, so it runs in rounds
-// (Start) rather than per claim; it shares the Controller's budgets,
-// taint and deletion.
+// (Start) rather than per claim; its decisions are carried out by the
+// Executor, as every method's are.
 //
 // Every pod it would evict is placed first by simulator.Scheduler, with
 // the scheduler profile's own Filter and Score plugins, on the cluster
@@ -43,7 +41,7 @@ const Underutilized = v1alpha1.DisruptionReasonUnderutilized
 // node. Soft preferences (preferred affinity, ScheduleAnyway spread) are
 // scores, so they never keep a node; hard constraints always do.
 type Consolidation struct {
-	c     *Controller
+	exec  *Executor
 	cache client.Reader // decisions are made on the cache...
 	live  client.Reader // ...and checked again on the API server's state
 	sched *simulator.Scheduler
@@ -74,8 +72,8 @@ type stability struct {
 
 // NewConsolidation returns the consolidation method of c's pools; sched
 // places pods as the scheduler would.
-func NewConsolidation(c *Controller, cache, live client.Reader, sched *simulator.Scheduler, now func() time.Time) *Consolidation {
-	return &Consolidation{c: c, cache: cache, live: live, sched: sched, now: now,
+func NewConsolidation(exec *Executor, cache, live client.Reader, sched *simulator.Scheduler, now func() time.Time) *Consolidation {
+	return &Consolidation{exec: exec, cache: cache, live: live, sched: sched, now: now,
 		Interval: 10 * time.Second, Pause: 5 * time.Second, MaxCandidates: 100, Timeout: 20 * time.Second,
 		stable: map[string]stability{}, blocked: map[types.UID]string{}}
 }
@@ -161,8 +159,8 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 	prices := map[string][]v1alpha1.InstanceType{}
 	for _, nc := range s.claims {
 		node := s.nodes[nc.Status.NodeName]
-		if node == nil || nc.Status.Phase != v1alpha1.NodeClaimInitialized || !nc.DeletionTimestamp.IsZero() {
-			continue
+		if node == nil || nc.Status.Phase != v1alpha1.NodeClaimInitialized || isDisrupting(nc) || k.exec.Busy(nc.UID) {
+			continue // in a command, or not a node yet
 		}
 		seen[node.Name] = true
 		pods := s.onNode[node.Name]
@@ -315,7 +313,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 		return d
 	}
 	for i, c := range keep {
-		if k.c.replacer == nil || c.price == 0 {
+		if k.exec.replacer == nil || c.price == 0 {
 			k.unconsolidatable(ctx, c.claim, nofit[i])
 			continue
 		}
@@ -323,7 +321,7 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
 			return nil
 		}
-		rep, why, err := k.c.replacer.plan(ctx, s, []*candidate{c}, cheaperThan([]*candidate{c}))
+		rep, why, err := k.exec.replacer.plan(ctx, s, []*candidate{c}, cheaperThan([]*candidate{c}))
 		if err == nil && rep != nil {
 			why = tooFewSpotOptions(rep)
 		}
@@ -366,7 +364,7 @@ const maxMerged = 10
 // candidates (by bisection, as for deletion) whose pods one cheaper new
 // node holds with the rest of the cluster.
 func (k *Consolidation) merge(ctx context.Context, s *state, cands []*candidate, room map[string]int, deadline time.Time) *decision {
-	if k.c.replacer == nil {
+	if k.exec.replacer == nil {
 		return nil
 	}
 	byPool := map[string][]*candidate{}
@@ -394,7 +392,7 @@ func (k *Consolidation) merge(ctx context.Context, s *state, cands []*candidate,
 				hi = mid - 1
 				continue
 			}
-			rep, why, err := k.c.replacer.plan(ctx, s, group[:mid], cheaperThan(group[:mid]))
+			rep, why, err := k.exec.replacer.plan(ctx, s, group[:mid], cheaperThan(group[:mid]))
 			if err == nil && rep != nil && why == "" && tooFewSpotOptions(rep) == "" {
 				best, bestRep, lo = group[:mid], rep, mid+1
 			} else {
@@ -436,10 +434,6 @@ func (k *Consolidation) simulate(ctx context.Context, s *state, cands []*candida
 func (k *Consolidation) fits(ctx context.Context, s *state, cands []*candidate) (*corev1.Pod, *fwk.Status, bool) {
 	return k.place(ctx, s, cands, k.sched.PlaceAny, nil)
 }
-
-// disruptedTaint is the taint a node being disrupted gets before it is
-// drained: simulations show the nodes they remove with it.
-var disruptedTaint = corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
 
 func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate, place func(context.Context, *simulator.View, *corev1.Pod) (string, *fwk.Status), placed map[types.UID]string) (*corev1.Pod, *fwk.Status, bool) {
 	names := make([]string, len(cands))
@@ -503,88 +497,56 @@ func (k *Consolidation) unconsolidatable(ctx context.Context, nc *v1alpha1.NodeC
 	}
 	k.blocked[nc.UID] = why
 	klog.FromContext(ctx).V(1).Info("Not consolidating node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "why", why)
-	if k.c.recorder != nil {
-		k.c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Unconsolidatable", string(Underutilized), "node %s: %s", nc.Status.NodeName, why)
+	if k.exec.recorder != nil {
+		k.exec.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Unconsolidatable", string(Underutilized), "node %s: %s", nc.Status.NodeName, why)
 	}
 }
 
-// execute disrupts the decision's nodes: budgets reserved, nodes tainted,
-// a pause, then the last look at live state; any pod bound or nominated
-// to them meanwhile, or a pod that no longer fits elsewhere, calls it off.
+// execute hands the decision to the executor: budgets reserved, nodes
+// tainted, a pause, then the last look at live state (stillFits); any pod
+// bound or nominated to them meanwhile, or a pod that no longer fits
+// elsewhere, calls it off.
 func (k *Consolidation) execute(ctx context.Context, d *decision) error {
-	logger := klog.FromContext(ctx)
-	var reserved []types.UID
-	release := func() {
-		for _, uid := range reserved {
-			k.c.budgets.release(uid)
-		}
-	}
+	var rep *replacement
+	cmd := &Command{Reason: Underutilized, Why: d.why, Budgeted: true, Voluntary: true, Pause: k.Pause}
 	for _, c := range d.nodes {
-		ok, _, err := k.c.budgets.reserve(ctx, k.cache, c.pool, c.claim, Underutilized, k.now())
-		if err != nil || !ok {
-			release()
-			metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "budget").Inc()
-			return err
-		}
-		reserved = append(reserved, c.claim.UID)
-	}
-	var tainted []string
-	callOff := func(why string, err error) error {
-		release()
-		metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "aborted").Inc()
-		if why != "" {
-			logger.Info("Not consolidating: the nodes changed while being disrupted", "nodes", d.names(), "why", why)
-		}
-		for _, name := range tainted {
-			err = errors.Join(err, k.c.untaint(ctx, name))
-		}
-		return err
-	}
-	for _, c := range d.nodes {
-		if err := k.c.taint(ctx, c.node.Name); err != nil {
-			return callOff("", err)
-		}
-		tainted = append(tainted, c.node.Name)
-	}
-	crashpoint.Pause(crashpoint.ConsolidationTainted, strings.Join(d.names(), "\n"))
-	select {
-	case <-ctx.Done():
-		return callOff("", ctx.Err())
-	case <-time.After(k.Pause):
-	}
-	why, rep, err := k.stillFits(ctx, d)
-	if err != nil || why != "" {
-		return callOff(why, err)
-	}
-	if rep != nil {
-		// Planned again on the API server's state: the offer may differ.
-		why := replacingWhy(d.nodes, rep)
-		logger.Info("Consolidating by replacement", "reason", Underutilized, "nodes", d.names(), "why", why)
-		claims := make([]*v1alpha1.NodeClaim, len(d.nodes))
-		saved := -rep.price
-		for i, c := range d.nodes {
-			claims[i] = c.claim
-			saved += c.price
-		}
-		metrics.DisruptionSavings.WithLabelValues(d.nodes[0].pool.Name, string(Underutilized)).Add(saved)
-		// A claim it could not name has its taint and budget back; one
-		// named waits for the replacement, or gives it up.
-		return k.c.startReplacement(ctx, claims, rep, Underutilized, why)
-	}
-	logger.Info("Disrupting nodes", "reason", Underutilized, "nodes", d.names(), "why", d.why)
-	metrics.DisruptionDecisions.WithLabelValues(string(Underutilized), "disrupted").Inc()
-	var errs []error
-	for _, c := range d.nodes {
-		metrics.DisruptionSavings.WithLabelValues(c.pool.Name, string(Underutilized)).Add(c.price)
 		why := fmt.Sprintf("%s; %s", c.offer, d.why)
 		if len(d.nodes) == 1 {
 			why = d.why
 		}
-		if err := k.c.remove(ctx, c.claim, Underutilized, why); err != nil {
-			errs = append(errs, err)
-		}
+		cmd.Targets = append(cmd.Targets, Target{Claim: c.claim, Pool: c.pool, Why: why})
 	}
-	return errors.Join(errs...)
+	cmd.Check = func(ctx context.Context) (string, error) {
+		why, r, err := k.stillFits(ctx, d)
+		rep = r
+		return why, err
+	}
+	cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
+		if rep == nil {
+			k.saved(d, 0)
+			return nil, "", nil
+		}
+		// Planned again on the API server's state: the offer may differ.
+		cmd.Why = replacingWhy(d.nodes, rep)
+		for i := range cmd.Targets {
+			cmd.Targets[i].Why = ""
+		}
+		klog.FromContext(ctx).Info("Consolidating by replacement", "reason", Underutilized, "nodes", d.names(), "why", cmd.Why)
+		k.saved(d, rep.price)
+		return rep, "", nil
+	}
+	_, err := k.exec.Run(ctx, cmd)
+	return err
+}
+
+// saved counts what the decision saves per hour, its replacement's price
+// off.
+func (k *Consolidation) saved(d *decision, price float64) {
+	saved := -price
+	for _, c := range d.nodes {
+		saved += c.price
+	}
+	metrics.DisruptionSavings.WithLabelValues(d.nodes[0].pool.Name, string(Underutilized)).Add(saved)
 }
 
 // stillFits looks at the API server's state, not the cache: the decided
@@ -635,7 +597,7 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 		if why := s.pdbsRefuse(pods); why != "" {
 			return why, nil, nil
 		}
-		rep, why, err := k.c.replacer.plan(ctx, s, fresh, cheaperThan(fresh))
+		rep, why, err := k.exec.replacer.plan(ctx, s, fresh, cheaperThan(fresh))
 		if err == nil && rep != nil {
 			why = tooFewSpotOptions(rep)
 		}

@@ -92,7 +92,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
 	clock := func() time.Time { return now }
-	k := NewConsolidation(New(kube, kubefake.NewClientset(), rec, clock), kube, live, sched, clock)
+	k := NewConsolidation(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock), kube, live, sched, clock)
 	k.Pause = 0
 	// The first round sees each node's pods for the first time; a round
 	// consolidateAfter later may act.

@@ -40,7 +40,7 @@ type holders interface {
 // nodeforge.dev/do-not-disrupt=true", the same of the node, or "" when
 // nothing does. A pod counts while it is bound to the node and not
 // finished; daemonset pods count too, as their owner asked.
-func (c *Controller) heldBy(ctx context.Context, node string, from holders) (string, error) {
+func heldBy(ctx context.Context, node string, from holders) (string, error) {
 	n, err := from.node(ctx, node)
 	if err != nil {
 		return "", fmt.Errorf("reading node %s: %w", node, err)
@@ -60,17 +60,17 @@ func (c *Controller) heldBy(ctx context.Context, node string, from holders) (str
 	return "", nil
 }
 
-// noteBlocked logs and records that m chose nc but held keeps it, when
-// that is news: the first time, when what holds it changes, and then
-// every blockedNoteEvery.
-func (c *Controller) noteBlocked(ctx context.Context, nc *v1alpha1.NodeClaim, m Method, held string) {
-	msg := fmt.Sprintf("%s: not disrupting node %s: %s", m.Reason(), nc.Status.NodeName, held)
+// noteBlocked logs and records that a method chose nc for reason but
+// held keeps it, when that is news: the first time, when what holds it
+// changes, and then every blockedNoteEvery.
+func (c *Controller) noteBlocked(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, held string) {
+	msg := fmt.Sprintf("%s: not disrupting node %s: %s", reason, nc.Status.NodeName, held)
 	if !c.blocked.news(nc.UID, msg, c.now()) {
 		return
 	}
-	klog.FromContext(ctx).V(2).Info("Disruption blocked by do-not-disrupt", "nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName, "reason", m.Reason(), "heldBy", held)
+	klog.FromContext(ctx).V(2).Info("Disruption blocked by do-not-disrupt", "nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName, "reason", reason, "heldBy", held)
 	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, ReasonDisruptionBlocked, string(m.Reason()), "%s", msg)
+		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, ReasonDisruptionBlocked, string(reason), "%s", msg)
 	}
 }
 

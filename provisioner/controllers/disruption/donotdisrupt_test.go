@@ -52,7 +52,7 @@ func newExpired(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods .
 		Build()
 	s.live = kubefake.NewClientset(live...)
 	now := func() time.Time { return s.now }
-	s.c = New(s.kube, s.live, s.events, now, NewExpiration(now))
+	s.c = New(NewExecutor(s.kube, s.kube, s.live, s.events, now), NewExpiration(now))
 	return s
 }
 
@@ -62,7 +62,7 @@ func (s *expiredSetup) reconcile(t *testing.T) {
 	if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(s.nc), &nc); err != nil {
 		return // deleted: disrupted
 	}
-	if _, err := s.c.Reconcile(context.Background(), &nc); err != nil {
+	if _, err := settle(s.c, context.Background(), &nc); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -246,7 +246,7 @@ func TestScheduledBudgetHoldsExpirationOnlyWithinItsWindow(t *testing.T) {
 	if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(s.nc), &nc); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.c.Reconcile(context.Background(), &nc)
+	res, err := settle(s.c, context.Background(), &nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"team": "web", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelNodePool: "p"}}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).
 		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
-	c := New(kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now, NewDrift(kube, classes))
+	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now), NewDrift(kube, classes))
 	return &driftWorld{kube: kube, c: c, pool: pool, class: class, nc: nc}
 }
 
@@ -91,7 +91,7 @@ func (w *driftWorld) reconcile(t *testing.T, times int) {
 		if nc == nil {
 			return
 		}
-		if _, err := w.c.Reconcile(context.Background(), nc); err != nil {
+		if _, err := settle(w.c, context.Background(), nc); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -46,7 +46,7 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 				Build()
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()
-			c := New(kube, live, events.NewFakeRecorder(10), func() time.Time { return now }, NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))
+			c := New(NewExecutor(kube, kube, live, events.NewFakeRecorder(10), func() time.Time { return now }), NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))
 			get := func() *v1alpha1.NodeClaim {
 				var got v1alpha1.NodeClaim
 				if err := kube.Get(ctx, client.ObjectKeyFromObject(nc), &got); err != nil {
@@ -54,10 +54,10 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 				}
 				return &got
 			}
-			if _, err := c.Reconcile(ctx, get()); err != nil {
+			if _, err := settle(c, ctx, get()); err != nil {
 				t.Fatal(err)
 			}
-			res, err := c.Reconcile(ctx, get())
+			res, err := settle(c, ctx, get())
 			if err != nil || res.RequeueAfter <= 0 || get() == nil {
 				t.Fatalf("disrupted before consolidateAfter: %v %v", res, err)
 			}
@@ -68,7 +68,7 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 					t.Fatal(err)
 				}
 			}
-			if _, err := c.Reconcile(ctx, get()); err != nil {
+			if _, err := settle(c, ctx, get()); err != nil {
 				t.Fatal(err)
 			}
 			var n corev1.Node

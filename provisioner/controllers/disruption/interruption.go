@@ -43,7 +43,7 @@ const Interrupted = v1alpha1.DisruptionReasonInterrupted
 // are respected by the drain as always. A replacement that cannot be
 // launched does not call the drain off.
 type Interruption struct {
-	c           *Controller
+	exec        *Executor
 	cache       client.Reader
 	live        client.Reader
 	queue       cloudprovider.InterruptionQueue
@@ -54,8 +54,8 @@ type Interruption struct {
 // NewInterruption returns the handler of queue's messages for c's claims,
 // found in cache and read from live (the API server) before they are
 // changed.
-func NewInterruption(c *Controller, cache, live client.Reader, queue cloudprovider.InterruptionQueue, unavailable *cloudprovider.UnavailableOfferings, now func() time.Time) *Interruption {
-	return &Interruption{c: c, cache: cache, live: live, queue: queue, unavailable: unavailable, now: now}
+func NewInterruption(exec *Executor, cache, live client.Reader, queue cloudprovider.InterruptionQueue, unavailable *cloudprovider.UnavailableOfferings, now func() time.Time) *Interruption {
+	return &Interruption{exec: exec, cache: cache, live: live, queue: queue, unavailable: unavailable, now: now}
 }
 
 // scheduledDrainLead is how long before scheduled maintenance a node is
@@ -114,8 +114,26 @@ func (in *Interruption) Handle(ctx context.Context, m cloudprovider.Interruption
 		logger.Info("Ignoring interruption queue message", "detail", m.Detail)
 		return "ignored", nil
 	}
+	action, err := in.handleFrom(ctx, in.cache, m)
+	if err == nil && action == "unknownInstance" {
+		// The cache may not have the claim yet (launched a moment ago):
+		// the API server says for sure before the message is dropped.
+		action, err = in.handleFrom(ctx, in.live, m)
+	}
+	if err != nil {
+		return "", err
+	}
+	if action == "unknownInstance" {
+		logger.V(1).Info("Interruption message for an instance no NodeClaim has", "kind", m.Kind, "instances", m.InstanceIDs, "detail", m.Detail)
+	}
+	return action, nil
+}
+
+// handleFrom acts on the message for the claims of its instances that r
+// lists.
+func (in *Interruption) handleFrom(ctx context.Context, r client.Reader, m cloudprovider.Interruption) (string, error) {
 	var claims v1alpha1.NodeClaimList
-	if err := in.cache.List(ctx, &claims); err != nil {
+	if err := r.List(ctx, &claims); err != nil {
 		return "", err
 	}
 	action := "unknownInstance"
@@ -144,9 +162,6 @@ func (in *Interruption) Handle(ctx context.Context, m cloudprovider.Interruption
 		if err != nil {
 			return "", err
 		}
-	}
-	if action == "unknownInstance" {
-		logger.V(1).Info("Interruption message for an instance no NodeClaim has", "kind", m.Kind, "instances", m.InstanceIDs, "detail", m.Detail)
 	}
 	return action, nil
 }
@@ -192,48 +207,51 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 		// interruption, with its deadline.
 		return "replacing", in.annotate(ctx, nc, by, why)
 	}
-	if nc.Status.Phase != v1alpha1.NodeClaimInitialized || nc.Status.NodeName == "" {
-		logger.Info("Interrupted instance has no node yet: deleting its claim; its pods get other capacity", "why", why)
-		in.event(nc, corev1.EventTypeWarning, string(Interrupted), "%s", why)
-		return "disrupted", in.c.remove(ctx, nc, Interrupted, why)
-	}
-	if err := in.c.taint(ctx, nc.Status.NodeName); err != nil {
-		return "", client.IgnoreNotFound(err)
-	}
 	var pool v1alpha1.NodePool
-	var rep *replacement
-	if err := in.cache.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err == nil && in.c.replacer != nil && (by.IsZero() || by.After(now)) {
-		r, _, err := in.c.replacer.forClaim(ctx, nc, &pool)
-		if err != nil {
-			return "", err
-		}
-		rep = r
-	} else if client.IgnoreNotFound(err) != nil {
+	if err := in.cache.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); client.IgnoreNotFound(err) != nil {
 		return "", err
 	}
-	logger.Info("Instance interrupted", "why", why, "drainBy", by, "replacement", rep != nil)
-	if rep == nil {
-		// No replacement needed (its pods fit elsewhere), none possible,
-		// or no time for one: drain now.
-		if err := in.c.remove(ctx, nc, Interrupted, why); err != nil {
-			return "", err
+	cmd := &Command{Reason: Interrupted, Why: why, DrainWithoutReplacement: true, DrainBy: by,
+		Targets: []Target{{Claim: nc, Pool: &pool}}}
+	replaced := false
+	if nc.Status.Phase != v1alpha1.NodeClaimInitialized || nc.Status.NodeName == "" {
+		logger.Info("Interrupted instance has no node yet: deleting its claim; its pods get other capacity", "why", why)
+	} else if in.exec.replacer != nil && pool.Name != "" && (by.IsZero() || by.After(now)) {
+		cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
+			rep, why, err := in.exec.replacer.forClaim(ctx, nc, &pool)
+			replaced = rep != nil
+			return rep, why, err
 		}
-		metrics.DisruptionDecisions.WithLabelValues(string(Interrupted), "disrupted").Inc()
-		in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
-		return "disrupted", nil
 	}
-	marked := nc.DeepCopy()
-	if !by.IsZero() {
-		if marked.Annotations == nil {
-			marked.Annotations = map[string]string{}
-		}
-		marked.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
-	}
-	if err := in.c.startReplacement(ctx, []*v1alpha1.NodeClaim{marked}, rep, Interrupted, why); err != nil {
+	logger.Info("Instance interrupted", "why", why, "drainBy", by)
+	if err := in.run(ctx, cmd); err != nil {
 		return "", err
 	}
 	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
-	return "replacing", nil
+	if replaced {
+		return "replacing", nil
+	}
+	return "disrupted", nil
+}
+
+// run runs the command once its claim is in no other (a voluntary
+// disruption pausing before its last look), waiting a little for it.
+func (in *Interruption) run(ctx context.Context, cmd *Command) error {
+	wait := time.NewTimer(30 * time.Second)
+	defer wait.Stop()
+	for {
+		ok, err := in.exec.Run(ctx, cmd)
+		if ok || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+			return fmt.Errorf("nodeclaim %s is still in another disruption", cmd.Targets[0].Claim.Name)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // annotate makes a claim already waiting for a replacement an
@@ -245,11 +263,11 @@ func (in *Interruption) annotate(ctx context.Context, nc *v1alpha1.NodeClaim, by
 		nc.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
 	}
 	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
-	return in.c.kube.Update(ctx, nc)
+	return in.exec.kube.Update(ctx, nc)
 }
 
 func (in *Interruption) event(nc *v1alpha1.NodeClaim, typ, reason, format string, args ...any) {
-	if in.c.recorder != nil {
-		in.c.recorder.Eventf(nc, nil, typ, reason, string(Interrupted), format, args...)
+	if in.exec.recorder != nil {
+		in.exec.recorder.Eventf(nc, nil, typ, reason, string(Interrupted), format, args...)
 	}
 }

@@ -40,9 +40,9 @@ func newInterruptionSetup(ctx context.Context, t *testing.T) *interruptionSetup 
 	s := &interruptionSetup{rec: events.NewFakeRecorder(100), now: time.Now(), unavailable: cloudprovider.NewUnavailableOfferings(time.Hour)}
 	s.kube = fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	clock := func() time.Time { return s.now }
-	s.c = New(s.kube, kubefake.NewClientset(), s.rec, clock)
-	s.c.SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t)))
-	s.in = NewInterruption(s.c, s.kube, s.kube, nil, s.unavailable, clock)
+	s.c = New(NewExecutor(s.kube, s.kube, kubefake.NewClientset(), s.rec, clock))
+	s.c.Executor().SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t)))
+	s.in = NewInterruption(s.c.Executor(), s.kube, s.kube, nil, s.unavailable, clock)
 	return s
 }
 
@@ -93,14 +93,14 @@ func TestSpotInterruptionReplacesThenDrainsByHalfTheNotice(t *testing.T) {
 	if evs := drain(s.rec); !strings.Contains(evs, "Interrupted") || !strings.Contains(evs, "i-n1") {
 		t.Errorf("no Interrupted Event naming the instance; events:\n%s", evs)
 	}
-	if _, err := s.c.Reconcile(ctx, old); err != nil {
+	if _, err := settle(s.c, ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	if s.gone(ctx, "p-n1") {
 		t.Fatal("p-n1 drained at once though its replacement has 30s to come up")
 	}
 	s.now = s.now.Add(31 * time.Second)
-	if _, err := s.c.Reconcile(ctx, s.claim(ctx, t, "p-n1")); err != nil {
+	if _, err := settle(s.c, ctx, s.claim(ctx, t, "p-n1")); err != nil {
 		t.Fatal(err)
 	}
 	if !s.gone(ctx, "p-n1") {
@@ -171,7 +171,7 @@ func TestInterruptionMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.now = s.now.Add(DefaultTimers.ReplacementGrace)
-		if _, err := s.c.Reconcile(ctx, s.claim(ctx, t, "p-n1")); err != nil {
+		if _, err := settle(s.c, ctx, s.claim(ctx, t, "p-n1")); err != nil {
 			t.Fatal(err)
 		}
 		if !s.gone(ctx, "p-n1") {

@@ -37,7 +37,7 @@ const MaxUnhealthyFraction = 0.2
 // (pods that cannot finish terminating on it are deleted once their grace
 // is over) and terminates its instance.
 type Repair struct {
-	c     *Controller
+	exec  *Executor
 	cache client.Reader
 	now   func() time.Time
 
@@ -51,8 +51,8 @@ type Repair struct {
 }
 
 // NewRepair returns the repair of c's pools.
-func NewRepair(c *Controller, cache client.Reader, now func() time.Time) *Repair {
-	return &Repair{c: c, cache: cache, now: now, Interval: 5 * time.Second, Rules: DefaultZoneRules, held: map[types.UID]string{}}
+func NewRepair(exec *Executor, cache client.Reader, now func() time.Time) *Repair {
+	return &Repair{exec: exec, cache: cache, now: now, Interval: 5 * time.Second, Rules: DefaultZoneRules, held: map[types.UID]string{}}
 }
 
 // Start runs rounds until ctx ends; only the leader runs it.
@@ -158,8 +158,8 @@ func (r *Repair) Round(ctx context.Context) error {
 		}
 		bad[pool.Name]++
 		seen[nc.UID] = true
-		if nc.Status.Phase != v1alpha1.NodeClaimInitialized || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != "" {
-			continue // being removed already
+		if nc.Status.Phase != v1alpha1.NodeClaimInitialized || isDisrupting(nc) || r.exec.Busy(nc.UID) {
+			continue // being removed already, or in another command
 		}
 		sicks = append(sicks, sick{claim: nc, node: node, pool: pool, since: since, why: why})
 	}
@@ -184,22 +184,18 @@ func (r *Repair) Round(ctx context.Context) error {
 			r.hold(ctx, s, "pool", fmt.Sprintf("nodepool %s has %d of %d nodes unhealthy, more than %d%% (%d): more likely an outage than bad nodes; not repairing", s.pool.Name, bad[s.pool.Name], total[s.pool.Name], int(MaxUnhealthyFraction*100), allowed))
 			continue
 		}
-		ok, _, err := r.c.budgets.reserve(ctx, r.cache, s.pool, s.claim, Unhealthy, now)
+		// The zone's token last, and only spent when the budget allows:
+		// a budget's refusal spends none.
+		if !r.limiters.peek(zone, d.rate, now) {
+			r.hold(ctx, s, "zone", fmt.Sprintf("%s; the zone's last repair was too recent, next within %s", d.why, time.Duration(float64(time.Second)/d.rate).Round(time.Second)))
+			continue
+		}
+		ok, err := r.repair(ctx, s, d.why, func() { r.limiters.allow(zone, d.rate, now) })
 		if err != nil {
 			return err
 		}
 		if !ok {
-			r.hold(ctx, s, "budget", fmt.Sprintf("nodepool %s's disruption budget for Unhealthy is spent", s.pool.Name))
-			continue
-		}
-		// The zone's token last, so that a budget's refusal spends none.
-		if !r.limiters.allow(zone, d.rate, now) {
-			r.c.budgets.release(s.claim.UID)
-			r.hold(ctx, s, "zone", fmt.Sprintf("%s; the zone's last repair was too recent, next within %s", d.why, time.Duration(float64(time.Second)/d.rate).Round(time.Second)))
-			continue
-		}
-		if err := r.repair(ctx, s, d.why); err != nil {
-			return err
+			r.hold(ctx, s, "budget", fmt.Sprintf("nodepool %s's disruption budget for Unhealthy is spent, or the node is in another disruption", s.pool.Name))
 		}
 	}
 	return nil
@@ -213,32 +209,31 @@ func (r *Repair) hold(ctx context.Context, s sick, rule, why string) {
 	}
 	r.held[s.claim.UID] = why
 	klog.FromContext(ctx).Info("Not repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "unhealthy", s.why, "rule", rule, "why", why)
-	if r.c.recorder != nil {
-		r.c.recorder.Eventf(s.claim, nil, corev1.EventTypeWarning, "RepairHeld", string(Unhealthy), "node %s: %s; %s", s.node.Name, s.why, why)
+	if r.exec.recorder != nil {
+		r.exec.recorder.Eventf(s.claim, nil, corev1.EventTypeWarning, "RepairHeld", string(Unhealthy), "node %s: %s; %s", s.node.Name, s.why, why)
 	}
 }
 
-// repair replaces the node: tainted, a replacement launched first when
-// its pods need one, else its claim deleted at once.
-func (r *Repair) repair(ctx context.Context, s sick, rule string) error {
-	delete(r.held, s.claim.UID)
+// repair replaces the node through the executor: its budget, the taint,
+// a replacement launched first when its pods need one (and drained
+// without one when none can be had: the node is unhealthy), then its
+// claim deleted. spend is called once the budget allowed it.
+func (r *Repair) repair(ctx context.Context, s sick, rule string, spend func()) (bool, error) {
 	why := fmt.Sprintf("unhealthy: %s; %s", s.why, rule)
-	klog.FromContext(ctx).Info("Repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "why", why)
-	metrics.Repairs.WithLabelValues(s.pool.Name).Inc()
-	if err := r.c.taint(ctx, s.node.Name); err != nil {
-		r.c.budgets.release(s.claim.UID)
-		return err
+	cmd := &Command{Reason: Unhealthy, Why: why, Budgeted: true, DrainWithoutReplacement: true,
+		Targets: []Target{{Claim: s.claim, Pool: s.pool}}}
+	cmd.Check = func(context.Context) (string, error) {
+		// Past the budget: this repair counts against the zone's rate.
+		spend()
+		delete(r.held, s.claim.UID)
+		klog.FromContext(ctx).Info("Repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "why", why)
+		metrics.Repairs.WithLabelValues(s.pool.Name).Inc()
+		return "", nil
 	}
-	if r.c.replacer != nil {
-		rep, _, err := r.c.replacer.forClaim(ctx, s.claim, s.pool)
-		if err != nil {
-			r.c.budgets.release(s.claim.UID)
-			return err
-		}
-		if rep != nil {
-			return r.c.startReplacement(ctx, []*v1alpha1.NodeClaim{s.claim}, rep, Unhealthy, why)
+	if r.exec.replacer != nil {
+		cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
+			return r.exec.replacer.forClaim(ctx, s.claim, s.pool)
 		}
 	}
-	metrics.DisruptionDecisions.WithLabelValues(string(Unhealthy), "disrupted").Inc()
-	return r.c.remove(ctx, s.claim, Unhealthy, why)
+	return r.exec.Run(ctx, cmd)
 }

@@ -54,7 +54,7 @@ func runRepair(t *testing.T, objs []client.Object, pool *v1alpha1.NodePool, now 
 	rec := events.NewFakeRecorder(200)
 	at := now
 	clock := func() time.Time { return at }
-	r := NewRepair(New(kube, kubefake.NewClientset(), rec, clock), kube, clock)
+	r := NewRepair(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock), kube, clock)
 	var gone []string
 	for _, d := range append([]time.Duration{0}, rounds...) {
 		at = now.Add(d)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -139,6 +140,19 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 	}
 	if accept != nil {
 		offers = slices.DeleteFunc(offers, func(o nodeshape.Offer) bool { return !accept(o) })
+	}
+	// The replacement runs beside the nodes it replaces until they are
+	// drained: it must fit under the pool's limits with them counted, or
+	// the launch would be refused, the nodes untainted, and chosen again.
+	if limits := c.pool.Spec.Limits; len(limits) > 0 && len(offers) > 0 {
+		used := s.poolUsage(c.pool.Name)
+		within := slices.DeleteFunc(slices.Clone(offers), func(o nodeshape.Offer) bool {
+			return !nodeshape.WithinLimits(limits, used, o.InstanceType.Capacity)
+		})
+		if len(within) == 0 {
+			return nil, "nodepool " + c.pool.Name + "'s limits leave no room for a replacement beside the node: " + nodeshape.ExceedsLimits(limits, used, offers[0].InstanceType.Capacity, offers[0].InstanceType.Name), nil
+		}
+		offers = within
 	}
 	dss, err := r.daemonSets(ctx)
 	if err != nil {
@@ -318,45 +332,56 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 	return r.plan(ctx, s, []*candidate{{claim: nc, node: node, pool: pool, pods: pods}}, nil)
 }
 
-// startReplacement names the replacement on the old claims, then creates
-// it; the NodeClaim controller launches it as it launches any claim, and
-// awaitReplacement drains each old node once it is Initialized. A claim
-// that cannot be named keeps its node (its budget and taint go); the
-// replacement is created for those named.
-func (c *Controller) startReplacement(ctx context.Context, claims []*v1alpha1.NodeClaim, rep *replacement, reason v1alpha1.DisruptionReason, why string) error {
+// startReplacement names the replacement on the command's claims (read
+// live), then creates it; the NodeClaim controller launches it as it
+// launches any claim, and awaitReplacement drains each old node once it
+// is Initialized. A claim that cannot be named keeps its node (its budget
+// and taint go); the replacement is created for those named.
+func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *replacement) error {
 	logger := klog.FromContext(ctx)
-	var named []*v1alpha1.NodeClaim
+	var named []Target
 	var errs []error
-	for _, nc := range claims {
-		nc = nc.DeepCopy()
-		if nc.Annotations == nil {
-			nc.Annotations = map[string]string{}
-		}
-		nc.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
-		nc.Annotations[v1alpha1.AnnotationReplacementRequested] = c.now().UTC().Format(time.RFC3339)
-		nc.Annotations[v1alpha1.AnnotationDisruption] = string(reason) + ": " + why
-		if err := c.kube.Update(ctx, nc); err != nil {
-			c.budgets.release(nc.UID)
-			errs = append(errs, err, c.untaint(ctx, nc.Status.NodeName))
+	for _, t := range cmd.Targets {
+		var marked *v1alpha1.NodeClaim
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var fresh v1alpha1.NodeClaim
+			if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
+				return err
+			}
+			if fresh.Annotations == nil {
+				fresh.Annotations = map[string]string{}
+			}
+			fresh.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
+			fresh.Annotations[v1alpha1.AnnotationReplacementRequested] = e.now().UTC().Format(time.RFC3339)
+			fresh.Annotations[v1alpha1.AnnotationDisruption] = string(cmd.Reason) + ": " + t.why(cmd)
+			if !cmd.DrainBy.IsZero() {
+				fresh.Annotations[v1alpha1.AnnotationDrainBy] = cmd.DrainBy.UTC().Format(time.RFC3339)
+			}
+			marked = &fresh
+			return e.kube.Update(ctx, &fresh)
+		})
+		if err != nil {
+			e.budgets.release(t.Claim.UID)
+			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			errs = append(errs, fmt.Errorf("naming replacement %s on nodeclaim %s: %w", rep.claim.Name, t.Claim.Name, err), e.untaint(undo, t.Claim.Status.NodeName))
+			cancel()
 			continue
 		}
-		named = append(named, nc)
+		named = append(named, Target{Claim: marked, Pool: t.Pool, Why: t.Why})
 	}
 	if len(named) == 0 {
 		return errors.Join(errs...)
 	}
 	crashpoint.Hit(crashpoint.AfterReplacementNamed)
-	if err := c.kube.Create(ctx, rep.claim); err != nil {
+	if err := e.kube.Create(ctx, rep.claim); err != nil {
 		// Given up on a later pass, when the replacement is not found.
 		return errors.Join(append(errs, err)...)
 	}
-	metrics.DisruptionDecisions.WithLabelValues(string(reason), "replacing").Inc()
-	for _, nc := range named {
-		logger.Info("Launching a replacement before draining node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "reason", reason, "why", why,
+	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "replacing").Inc()
+	for _, t := range named {
+		logger.Info("Launching a replacement before draining node", "node", t.Claim.Status.NodeName, "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason, "why", t.why(cmd),
 			"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
-		if c.recorder != nil {
-			c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Replacing", string(reason), "node %s: %s; launching %s for its pods before draining it", nc.Status.NodeName, why, rep.describe())
-		}
+		e.event(t.Claim, corev1.EventTypeNormal, "Replacing", cmd.Reason, "node %s: %s; launching %s for its pods before draining it", t.Claim.Status.NodeName, t.why(cmd), rep.describe())
 	}
 	return errors.Join(errs...)
 }
@@ -366,13 +391,13 @@ func (c *Controller) startReplacement(ctx context.Context, claims []*v1alpha1.No
 // created) calls the disruption off; so does a do-not-disrupt annotation
 // that appeared meanwhile, and then a replacement not yet Initialized is
 // deleted.
-func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, name string) (reconcile.Result, error) {
+func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, name string) (reconcile.Result, error) {
 	reason, why, _ := strings.Cut(nc.Annotations[v1alpha1.AnnotationDisruption], ": ")
 	var rep v1alpha1.NodeClaim
-	err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &rep)
-	if err != nil && c.replacer != nil && client.IgnoreNotFound(err) == nil {
+	err := e.kube.Get(ctx, client.ObjectKey{Name: name}, &rep)
+	if client.IgnoreNotFound(err) == nil && err != nil {
 		// Just created, perhaps, and not in the cache yet.
-		err = c.replacer.live.Get(ctx, client.ObjectKey{Name: name}, &rep)
+		err = e.live.Get(ctx, client.ObjectKey{Name: name}, &rep)
 	}
 	if client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, err
@@ -381,21 +406,21 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 		// Named first, created next: not there yet, or never will be
 		// (the provisioner stopped in between).
 		requested, perr := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationReplacementRequested])
-		if left := c.timers.ReplacementGrace - c.now().Sub(requested); perr == nil && left > 0 {
-			if by, ok := drainBy(nc); ok && by.Sub(c.now()) < min(left, replacementWait) {
-				return c.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+		if left := e.timers.ReplacementGrace - e.now().Sub(requested); perr == nil && left > 0 {
+			if by, ok := drainBy(nc); ok && by.Sub(e.now()) < min(left, replacementWait) {
+				return e.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
 			}
 			return reconcile.Result{RequeueAfter: min(left, replacementWait)}, nil
 		}
-		return c.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
+		return e.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
 	}
 	if !rep.DeletionTimestamp.IsZero() {
-		return c.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
+		return e.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
 	}
 	// Repair and interruption are involuntary: do-not-disrupt holds every
 	// other reason.
 	if involuntary := v1alpha1.DisruptionReason(reason) == Unhealthy || v1alpha1.DisruptionReason(reason) == Interrupted; !involuntary {
-		held, err := c.heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
+		held, err := heldBy(ctx, nc.Status.NodeName, cachedHolders{e.kube})
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -403,30 +428,30 @@ func (c *Controller) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClai
 			held = "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
 		}
 		if held != "" {
-			return c.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
+			return e.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
 		}
 	}
 	if rep.Status.Phase != v1alpha1.NodeClaimInitialized {
-		if by, ok := drainBy(nc); ok && by.Sub(c.now()) < replacementWait {
-			return c.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+		if by, ok := drainBy(nc); ok && by.Sub(e.now()) < replacementWait {
+			return e.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
 		}
 		klog.FromContext(ctx).V(2).Info("Waiting for the replacement before draining node", "node", nc.Status.NodeName, "replacement", name, "phase", rep.Status.Phase)
 		return reconcile.Result{RequeueAfter: replacementWait}, nil
 	}
 	klog.FromContext(ctx).Info("Disrupting node: its replacement is initialized", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "replacementNode", rep.Status.NodeName)
 	metrics.DisruptionDecisions.WithLabelValues(reason, "disrupted").Inc()
-	return reconcile.Result{}, c.remove(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
+	return reconcile.Result{}, e.remove(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
 }
 
 // drainByDeadline drains the node of a claim whose replacement is not
 // ready when its AnnotationDrainBy comes, or waits for it.
-func (c *Controller) drainByDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string, by time.Time) (reconcile.Result, error) {
-	if left := by.Sub(c.now()); left > 0 {
+func (e *Executor) drainByDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string, by time.Time) (reconcile.Result, error) {
+	if left := by.Sub(e.now()); left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	klog.FromContext(ctx).Info("Disrupting node before its replacement is ready: its instance is about to go", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "drainBy", by)
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
-	return reconcile.Result{}, c.remove(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
+	return reconcile.Result{}, e.remove(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
 }
 
 // drainBy is the claim's AnnotationDrainBy, if it has one.
@@ -439,39 +464,43 @@ func drainBy(nc *v1alpha1.NodeClaim) (time.Time, bool) {
 // replacement could not be launched; an interruption is not, as the
 // instance goes anyway: its node is drained, and its pods, pending, get
 // new capacity as any pending pod does.
-func (c *Controller) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string) (reconcile.Result, error) {
+func (e *Executor) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string) (reconcile.Result, error) {
 	if reason == Interrupted {
 		klog.FromContext(ctx).Info("Disrupting node without its replacement: its instance is going", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name)
 		metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
-		return reconcile.Result{}, c.remove(ctx, nc, reason, fmt.Sprintf("%s; replacement %s could not be launched, draining anyway", why, name))
+		return reconcile.Result{}, e.remove(ctx, nc, reason, fmt.Sprintf("%s; replacement %s could not be launched, draining anyway", why, name))
 	}
-	return c.giveUpReplacement(ctx, nc, nil, reason, fmt.Sprintf("replacement %s is gone: it could not be launched", name))
+	return e.giveUpReplacement(ctx, nc, nil, reason, fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 }
 
 // giveUpReplacement calls a disruption waiting for its replacement off:
 // the replacement goes unless it is already a node, the old claim forgets
 // it and its node takes pods again. The method may choose the claim again
 // after Timers.ReplacementRetry.
-func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
+func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
 	klog.FromContext(ctx).Info("Not disrupting node: calling its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
-	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, corev1.EventTypeWarning, "DisruptionBlocked", string(reason), "node %s: %s; it keeps running", nc.Status.NodeName, why)
-	}
+	e.event(nc, corev1.EventTypeWarning, ReasonDisruptionBlocked, reason, "node %s: %s; it keeps running", nc.Status.NodeName, why)
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "aborted").Inc()
 	var errs []error
 	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
-		errs = append(errs, client.IgnoreNotFound(c.kube.Delete(ctx, rep)))
+		errs = append(errs, client.IgnoreNotFound(e.kube.Delete(ctx, rep)))
 	}
-	nc = nc.DeepCopy()
-	delete(nc.Annotations, v1alpha1.AnnotationReplacement)
-	delete(nc.Annotations, v1alpha1.AnnotationReplacementRequested)
-	delete(nc.Annotations, v1alpha1.AnnotationDisruption)
-	if err := c.kube.Update(ctx, nc); err != nil {
-		return reconcile.Result{}, errors.Join(append(errs, err)...)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fresh v1alpha1.NodeClaim
+		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
+			return err
+		}
+		for _, k := range []string{v1alpha1.AnnotationReplacement, v1alpha1.AnnotationReplacementRequested, v1alpha1.AnnotationDisruption, v1alpha1.AnnotationDrainBy} {
+			delete(fresh.Annotations, k)
+		}
+		return e.kube.Update(ctx, &fresh)
+	})
+	if err != nil {
+		return reconcile.Result{}, errors.Join(append(errs, client.IgnoreNotFound(err))...)
 	}
-	c.budgets.release(nc.UID)
-	errs = append(errs, c.untaint(ctx, nc.Status.NodeName))
-	return reconcile.Result{RequeueAfter: c.timers.ReplacementRetry}, errors.Join(errs...)
+	e.budgets.release(nc.UID)
+	errs = append(errs, e.untaint(ctx, nc.Status.NodeName))
+	return reconcile.Result{RequeueAfter: e.timers.ReplacementRetry}, errors.Join(errs...)
 }
 
 // replacing reports whether nc is a replacement its old claim still
@@ -479,13 +508,13 @@ func (c *Controller) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeCla
 // node is gone, or it could be taken for empty before the pods it was
 // launched for arrive. A replacement its old claim gave up is a node like
 // any other.
-func (c *Controller) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
+func (e *Executor) replacing(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
 	for _, old := range strings.Split(nc.Annotations[v1alpha1.AnnotationReplaces], ",") {
 		if old == "" {
 			continue
 		}
 		var o v1alpha1.NodeClaim
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: old}, &o); client.IgnoreNotFound(err) != nil {
+		if err := e.kube.Get(ctx, client.ObjectKey{Name: old}, &o); client.IgnoreNotFound(err) != nil {
 			return false, err
 		} else if err == nil && o.Annotations[v1alpha1.AnnotationReplacement] == nc.Name {
 			return true, nil

@@ -104,9 +104,9 @@ func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (c
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
 	clock := func() time.Time { return now }
-	c := New(kube, kubefake.NewClientset(), rec, clock)
-	c.SetReplacer(NewReplacer(kube, kube, sched))
-	k := NewConsolidation(c, kube, kube, sched, clock)
+	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock))
+	c.Executor().SetReplacer(NewReplacer(kube, kube, sched))
+	k := NewConsolidation(c.Executor(), kube, kube, sched, clock)
 	k.Pause = 0
 	for range 2 {
 		if err := k.Round(ctx); err != nil {
@@ -211,15 +211,15 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
 	clock := func() time.Time { return now }
-	c := New(kube, kubefake.NewClientset(), rec, clock, NewExpiration(clock))
-	c.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
+	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock), NewExpiration(clock))
+	c.Executor().SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
 	reconcileClaim := func(name string) reconcile.Result {
 		t.Helper()
 		var nc v1alpha1.NodeClaim
 		if err := kube.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Reconcile(ctx, &nc)
+		res, err := settle(c, ctx, &nc)
 		if err != nil {
 			t.Fatal(err)
 		}

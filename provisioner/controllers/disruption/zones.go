@@ -110,6 +110,19 @@ type zoneLimiters struct {
 // allow takes a token from the zone's bucket at rate perSecond, if one is
 // there at now.
 func (l *zoneLimiters) allow(zone string, perSecond float64, now time.Time) bool {
+	b := l.bucket(zone, perSecond, now)
+	if perSecond <= 0 {
+		return false
+	}
+	return b.AllowN(now, 1)
+}
+
+// peek says whether allow would take a token, without taking it.
+func (l *zoneLimiters) peek(zone string, perSecond float64, now time.Time) bool {
+	return perSecond > 0 && l.bucket(zone, perSecond, now).TokensAt(now) >= 1
+}
+
+func (l *zoneLimiters) bucket(zone string, perSecond float64, now time.Time) *rate.Limiter {
 	if l.buckets == nil {
 		l.buckets = map[string]*rate.Limiter{}
 	}
@@ -121,10 +134,7 @@ func (l *zoneLimiters) allow(zone string, perSecond float64, now time.Time) bool
 	if b.Limit() != rate.Limit(perSecond) {
 		b.SetLimitAt(now, rate.Limit(perSecond))
 	}
-	if perSecond <= 0 {
-		return false
-	}
-	return b.AllowN(now, 1)
+	return b
 }
 
 // zonesOf lists the zones in a stable order, for logs and tests.

@@ -80,6 +80,10 @@ type Options struct {
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
+	// Disruption judges Initialized claims and carries on the commands
+	// that outlived a step (a claim marked Disrupting, or waiting for its
+	// replacement); nil disrupts nothing.
+	Disruption *disruption.Controller
 }
 
 // Gate is the scheduler's verdict on pods for a node, and what only its
@@ -97,7 +101,6 @@ type Controller struct {
 	pods        kubernetes.Interface // for the Binding API
 	cloud       cloudprovider.CloudProvider
 	limits      *limits.Ledger
-	disruption  *disruption.Controller
 	recorder    events.EventRecorder
 	opts        Options
 	now         func() time.Time
@@ -107,15 +110,8 @@ type Controller struct {
 
 // NewController returns the NodeClaim lifecycle controller.
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
-	c := &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
-	now := func() time.Time { return c.now() }
-	c.disruption = disruption.New(kube, cs, recorder, now, disruption.NewEmptiness(kube, cs, now), disruption.NewExpiration(now), disruption.NewDrift(kube, cloud.NodeClasses()))
-	return c
+	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
 }
-
-// Disruption is the controller's voluntary disruption, whose budgets and
-// steps consolidation shares.
-func (c *Controller) Disruption() *disruption.Controller { return c.disruption }
 
 // SetupWithManager registers the controller and the indexes it uses.
 func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
@@ -305,8 +301,12 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		return c.register(ctx, nc)
 	case v1alpha1.NodeClaimRegistered:
 		return c.initialize(ctx, nc)
-	case v1alpha1.NodeClaimInitialized:
-		return c.disruption.Reconcile(ctx, nc)
+	case v1alpha1.NodeClaimInitialized, v1alpha1.NodeClaimDisrupting:
+		// A claim marked Disrupting whose Delete failed, or whose
+		// provisioner stopped before it, is deleted here.
+		if c.opts.Disruption != nil {
+			return c.opts.Disruption.Reconcile(ctx, nc)
+		}
 	}
 	return reconcile.Result{}, nil
 }

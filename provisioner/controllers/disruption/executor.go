@@ -1,0 +1,564 @@
+package disruption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
+)
+
+// Command is one disruption decision: the claims to disrupt together,
+// for one reason, and how the deciding method checks and replaces them.
+// Methods decide; the Executor carries commands out.
+type Command struct {
+	Reason  v1alpha1.DisruptionReason
+	Why     string
+	Targets []Target
+	// Budgeted: the pools' budgets for Reason hold the command. Only an
+	// interruption is not: the instance goes whatever Nodeforge does.
+	Budgeted bool
+	// Voluntary: do-not-disrupt on the node or on a pod bound to it,
+	// read live after the taint, calls the command off.
+	Voluntary bool
+	// Pause between the taint and the last look: a pod the scheduler was
+	// binding to a node as it was chosen shows up by then.
+	Pause time.Duration
+	// Check is the deciding method's last look at live state, after the
+	// taint and the pause: a reason calls the command off.
+	Check func(ctx context.Context) (string, error)
+	// Replacement plans new capacity for the pods before the nodes are
+	// drained: nil and "" when none is needed; nil and why when one is
+	// needed and none can be had.
+	Replacement func(ctx context.Context) (*replacement, string, error)
+	// DrainWithoutReplacement: when a replacement is needed and none can
+	// be had, the nodes are drained anyway (expiry, repair, interruption:
+	// the node is going regardless), rather than the command called off.
+	DrainWithoutReplacement bool
+	// DrainBy, for claims left waiting for a replacement: drained at this
+	// time at the latest.
+	DrainBy time.Time
+	// OnCalledOff is told why a command was called off before it reached
+	// any claim (a reason, not an error): the method's own Event.
+	OnCalledOff func(ctx context.Context, why string)
+}
+
+// Target is one claim of a command, with its pool.
+type Target struct {
+	Claim *v1alpha1.NodeClaim
+	Pool  *v1alpha1.NodePool
+	// Why overrides the command's Why in this claim's Event.
+	Why string
+}
+
+func (t Target) why(cmd *Command) string {
+	if t.Why != "" {
+		return t.Why
+	}
+	return cmd.Why
+}
+
+// Executor carries out disruption commands, one step after another:
+// budget, taint, pause, the last look at live state, replacement, mark
+// Disrupting, delete. Each step that fails is undone: the budget released,
+// the taint lifted. A claim is in at most one command at a time, and a
+// claim in a command is no candidate for any method (Busy).
+//
+// What outlives a command is on the API server, so that a provisioner
+// restarted at any step finishes or undoes it: a claim that names its
+// replacement waits for it (Continue); a claim marked Disrupting is
+// deleted (Continue); a node tainted nodeforge.dev/disrupted whose claim
+// is in neither state and in no command has the taint lifted (Sweep, at
+// start, on taking the lease, and every SweepInterval).
+type Executor struct {
+	kube     client.Client        // reads from the cache; writes
+	live     client.Reader        // the API server, for objects a step changes
+	pods     kubernetes.Interface // the API server, for pods by node
+	recorder events.EventRecorder
+	now      func() time.Time
+	budgets  budgets
+	replacer *Replacer
+	timers   Timers
+
+	// SweepInterval is how often nodes are swept of disruption taints no
+	// command holds.
+	SweepInterval time.Duration
+
+	mu     sync.Mutex
+	active map[types.UID]bool // claims in a command
+	base   context.Context    // Start's: commands end with the lease
+	wg     sync.WaitGroup
+}
+
+// Timers are how long a disruption waits at each step that waits on time
+// rather than on an event. DefaultTimers are the provisioner's defaults;
+// tests shorten them (the provisioner's flags) to wait less.
+type Timers struct {
+	// BudgetRetry is how long a claim a budget holds back waits before it
+	// is asked about again, unless a budget's schedule window opens or
+	// closes sooner: a budget frees up when another claim of the pool is
+	// gone, and that claim's going does not requeue this one.
+	BudgetRetry time.Duration
+	// ReplacementGrace is how long after naming its replacement a claim
+	// waits for it to appear before giving it up.
+	ReplacementGrace time.Duration
+	// ReplacementRetry is how long a node whose replacement failed keeps
+	// running before its method may choose it again.
+	ReplacementRetry time.Duration
+}
+
+// DefaultTimers are the production waits.
+var DefaultTimers = Timers{BudgetRetry: 10 * time.Second, ReplacementGrace: 30 * time.Second, ReplacementRetry: 30 * time.Second}
+
+// NewExecutor returns an executor that reads the cache through kube, and
+// live state through live and pods.
+func NewExecutor(kube client.Client, live client.Reader, pods kubernetes.Interface, recorder events.EventRecorder, now func() time.Time) *Executor {
+	return &Executor{kube: kube, live: live, pods: pods, recorder: recorder, now: now, timers: DefaultTimers,
+		SweepInterval: time.Minute, active: map[types.UID]bool{}, base: context.Background()}
+}
+
+// SetTimers replaces DefaultTimers.
+func (e *Executor) SetTimers(t Timers) { e.timers = t }
+
+// SetReplacer makes the executor launch replacement capacity before it
+// drains a node whose pods need it.
+func (e *Executor) SetReplacer(r *Replacer) { e.replacer = r }
+
+// Start sweeps stale taints at once and then every SweepInterval, until
+// ctx ends; commands submitted from then on run under ctx. Only the
+// leader runs it, so it runs on taking the lease.
+func (e *Executor) Start(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("disruption"))
+	e.mu.Lock()
+	e.base = ctx
+	e.mu.Unlock()
+	t := time.NewTicker(e.SweepInterval)
+	defer t.Stop()
+	for {
+		if err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Sweeping disruption taints failed; trying again", "retryIn", e.SweepInterval)
+		}
+		select {
+		case <-ctx.Done():
+			e.wg.Wait()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Busy reports whether the claim is in a command now.
+func (e *Executor) Busy(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.active[uid]
+}
+
+// take puts the command's claims in it, or reports that one of them is in
+// another command.
+func (e *Executor) take(cmd *Command) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range cmd.Targets {
+		if e.active[t.Claim.UID] {
+			return false
+		}
+	}
+	for _, t := range cmd.Targets {
+		e.active[t.Claim.UID] = true
+	}
+	return true
+}
+
+func (e *Executor) drop(cmd *Command) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range cmd.Targets {
+		delete(e.active, t.Claim.UID)
+	}
+}
+
+// Submit reserves the command's budgets now and runs the rest of it in
+// the background, so that the caller (a NodeClaim worker) does not wait
+// out the pause. It returns after how long to ask about the claims again
+// when the command was not taken: a claim in another command, or a budget
+// spent.
+func (e *Executor) Submit(ctx context.Context, cmd *Command) (reconcile.Result, error) {
+	if !e.take(cmd) {
+		return reconcile.Result{RequeueAfter: e.timers.BudgetRetry}, nil
+	}
+	res, ok, err := e.reserve(ctx, cmd)
+	if err != nil || !ok {
+		e.drop(cmd)
+		return res, err
+	}
+	e.mu.Lock()
+	base := e.base
+	e.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer e.drop(cmd)
+		ctx := klog.NewContext(base, logger)
+		if err := e.run(ctx, cmd); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Disruption failed; what it changed is undone, and the claim is judged again", "reason", cmd.Reason, "nodeClaims", cmd.claimNames())
+		}
+	}()
+	return reconcile.Result{}, nil
+}
+
+// Wait waits for the commands submitted so far to end.
+func (e *Executor) Wait() { e.wg.Wait() }
+
+// Run carries the command out and returns when it is done, called off,
+// or waiting for a replacement. ok is false when it was not taken: a
+// claim in another command, or a budget spent.
+func (e *Executor) Run(ctx context.Context, cmd *Command) (ok bool, err error) {
+	if !e.take(cmd) {
+		return false, nil
+	}
+	defer e.drop(cmd)
+	_, ok, err = e.reserve(ctx, cmd)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, e.run(ctx, cmd)
+}
+
+func (c *Command) claimNames() []string {
+	out := make([]string, len(c.Targets))
+	for i, t := range c.Targets {
+		out[i] = t.Claim.Name
+	}
+	return out
+}
+
+func (c *Command) nodeNames() []string {
+	var out []string
+	for _, t := range c.Targets {
+		if t.Claim.Status.NodeName != "" {
+			out = append(out, t.Claim.Status.NodeName)
+		}
+	}
+	return out
+}
+
+// reserve counts the command's claims against their pools' budgets; when
+// one is spent, nothing is reserved and res says when to ask again.
+func (e *Executor) reserve(ctx context.Context, cmd *Command) (res reconcile.Result, ok bool, err error) {
+	if !cmd.Budgeted {
+		return reconcile.Result{}, true, nil
+	}
+	now := e.now()
+	for i, t := range cmd.Targets {
+		allowed, change, err := e.budgets.reserve(ctx, e.kube, t.Pool, t.Claim, cmd.Reason, now)
+		if err != nil || !allowed {
+			for _, r := range cmd.Targets[:i] {
+				e.budgets.release(r.Claim.UID)
+			}
+			if err == nil {
+				klog.FromContext(ctx).V(2).Info("Disruption budget spent; waiting", "nodeClaim", klog.KObj(t.Claim), "nodePool", t.Pool.Name, "reason", cmd.Reason)
+				metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "budget").Inc()
+			}
+			wait := e.timers.BudgetRetry
+			if !change.IsZero() {
+				// A window opening or closing may change the answer:
+				// look then, if that is sooner (and not in a busy loop).
+				wait = min(wait, max(change.Sub(now), time.Second))
+			}
+			return reconcile.Result{RequeueAfter: wait}, false, err
+		}
+	}
+	return reconcile.Result{}, true, nil
+}
+
+func (e *Executor) release(cmd *Command) {
+	for _, t := range cmd.Targets {
+		e.budgets.release(t.Claim.UID)
+	}
+}
+
+// run is every step after the budget.
+func (e *Executor) run(ctx context.Context, cmd *Command) error {
+	logger := klog.FromContext(ctx)
+	// The claims as the API server has them now: a claim already going,
+	// or another claim by the same name, is not this command's.
+	for i, t := range cmd.Targets {
+		var fresh v1alpha1.NodeClaim
+		if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
+			e.release(cmd)
+			return client.IgnoreNotFound(err)
+		}
+		if fresh.UID != t.Claim.UID || isDisrupting(&fresh) {
+			e.release(cmd)
+			logger.V(2).Info("Not disrupting: the claim is already going", "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason)
+			return nil
+		}
+		cmd.Targets[i].Claim = &fresh
+	}
+	var tainted []string
+	for _, name := range cmd.nodeNames() {
+		if err := e.taint(ctx, name); err != nil {
+			return e.callOff(ctx, cmd, tainted, "", err)
+		}
+		tainted = append(tainted, name)
+	}
+	crashpoint.Hit(crashpoint.AfterTaint)
+	if cmd.Reason == Underutilized {
+		crashpoint.Pause(crashpoint.ConsolidationTainted, strings.Join(tainted, "\n"))
+	}
+	if cmd.Pause > 0 {
+		select {
+		case <-ctx.Done():
+			return e.callOff(ctx, cmd, tainted, "", ctx.Err())
+		case <-time.After(cmd.Pause):
+		}
+	}
+	if cmd.Check != nil {
+		if why, err := cmd.Check(ctx); err != nil || why != "" {
+			return e.callOff(ctx, cmd, tainted, why, err)
+		}
+	}
+	if cmd.Voluntary {
+		for _, name := range tainted {
+			held, err := heldBy(ctx, name, liveHolders{e.pods})
+			if err != nil || held != "" {
+				return e.callOff(ctx, cmd, tainted, held, err)
+			}
+		}
+	}
+	if cmd.Replacement != nil {
+		rep, why, err := cmd.Replacement(ctx)
+		if err != nil {
+			return e.callOff(ctx, cmd, tainted, "", err)
+		}
+		if rep != nil {
+			return e.startReplacement(ctx, cmd, rep)
+		}
+		if why != "" {
+			if !cmd.DrainWithoutReplacement {
+				return e.callOff(ctx, cmd, tainted, "no replacement can be launched: "+why, nil)
+			}
+			// The node is going regardless: its pods are provisioned
+			// for as they go pending.
+			logger.Info("No replacement can be launched for the node's pods; draining it without one", "nodes", tainted, "reason", cmd.Reason, "why", why)
+			for _, t := range cmd.Targets {
+				e.event(t.Claim, corev1.EventTypeWarning, "DrainingWithoutReplacement", cmd.Reason, "node %s: no replacement can be launched (%s); draining it anyway: %s", t.Claim.Status.NodeName, why, t.why(cmd))
+			}
+		}
+	}
+	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "disrupted").Inc()
+	logger.Info("Disrupting nodes", "reason", cmd.Reason, "nodes", tainted, "nodeClaims", cmd.claimNames(), "why", cmd.Why)
+	var errs []error
+	for _, t := range cmd.Targets {
+		errs = append(errs, e.remove(ctx, t.Claim, cmd.Reason, t.why(cmd)))
+	}
+	return errors.Join(errs...)
+}
+
+// callOff undoes a command that did not reach its claims: the budgets
+// released and the taints lifted, even when ctx is over (a shutdown or a
+// lost lease must not leave a node tainted; what this misses, Sweep
+// finds). why, when set, is why the command changed its mind.
+func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, why string, err error) error {
+	e.release(cmd)
+	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "aborted").Inc()
+	if why != "" {
+		klog.FromContext(ctx).Info("Not disrupting: the nodes changed while being disrupted", "reason", cmd.Reason, "nodes", tainted, "why", why)
+		if cmd.OnCalledOff != nil {
+			cmd.OnCalledOff(ctx, why)
+		}
+	}
+	undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, name := range tainted {
+		err = errors.Join(err, e.untaint(undo, name))
+	}
+	return err
+}
+
+// remove marks a claim whose node is tainted and checked Disrupting, says
+// so in an Event, and deletes it: the NodeClaim controller's termination
+// step drains the node and terminates the instance. A claim that cannot
+// be marked is not deleted, and its node takes pods again. A claim marked
+// but not deleted (the Delete failed, or the process died) is deleted by
+// Continue.
+func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) error {
+	var marked *v1alpha1.NodeClaim
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fresh v1alpha1.NodeClaim
+		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
+			return err
+		}
+		if fresh.UID != nc.UID {
+			return apierrors.NewNotFound(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), nc.Name)
+		}
+		fresh.Status.Phase = v1alpha1.NodeClaimDisrupting
+		marked = &fresh
+		return e.kube.Status().Update(ctx, &fresh)
+	})
+	if apierrors.IsNotFound(err) {
+		e.budgets.release(nc.UID)
+		return nil
+	}
+	if err != nil {
+		e.budgets.release(nc.UID)
+		undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return errors.Join(fmt.Errorf("marking nodeclaim %s Disrupting: %w", nc.Name, err), e.untaint(undo, nc.Status.NodeName))
+	}
+	crashpoint.Hit(crashpoint.AfterDisrupting)
+	e.event(marked, corev1.EventTypeNormal, "Disrupting", reason, "node %s: %s", nc.Status.NodeName, why)
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(reason)).Inc()
+	return e.delete(ctx, marked)
+}
+
+// delete deletes the claim, as long as it is the one decided on.
+func (e *Executor) delete(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	err := e.kube.Delete(ctx, nc, client.Preconditions{UID: &nc.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting nodeclaim %s marked Disrupting (it is deleted on its next reconcile): %w", nc.Name, err)
+	}
+	crashpoint.Hit(crashpoint.AfterDelete)
+	return nil
+}
+
+// Continue carries on a command that outlived the process that began it,
+// or a step that failed: a claim marked Disrupting is deleted; a claim
+// that names its replacement waits for it. It reports false for a claim
+// in neither state.
+func (e *Executor) Continue(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, bool, error) {
+	if !nc.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, false, nil
+	}
+	if nc.Status.Phase == v1alpha1.NodeClaimDisrupting {
+		klog.FromContext(ctx).Info("Deleting nodeclaim marked Disrupting", "nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName)
+		return reconcile.Result{}, true, e.delete(ctx, nc)
+	}
+	if name := nc.Annotations[v1alpha1.AnnotationReplacement]; name != "" {
+		if e.Busy(nc.UID) {
+			return reconcile.Result{RequeueAfter: replacementWait}, true, nil
+		}
+		res, err := e.awaitReplacement(ctx, nc, name)
+		return res, true, err
+	}
+	return reconcile.Result{}, false, nil
+}
+
+// Sweep lifts nodeforge.dev/disrupted from every node whose claim is in
+// no command, live or on the API server (waiting for its replacement,
+// Disrupting, or being deleted). It reads live state, and no command
+// starts or ends while it runs, so it cannot lift a taint a command has
+// just put on. Nodes with no claim are the garbage collector's.
+func (e *Executor) Sweep(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var nodes corev1.NodeList
+	if err := e.live.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	var stale []string
+	for i := range nodes.Items {
+		if slices.ContainsFunc(nodes.Items[i].Spec.Taints, isDisruptedTaint) {
+			stale = append(stale, nodes.Items[i].Name)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := e.live.List(ctx, &claims); err != nil {
+		return fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	held := map[string]bool{}
+	owned := map[string]bool{}
+	for i := range claims.Items {
+		nc := &claims.Items[i]
+		if nc.Status.NodeName == "" {
+			continue
+		}
+		owned[nc.Status.NodeName] = true
+		if e.active[nc.UID] || isDisrupting(nc) {
+			held[nc.Status.NodeName] = true
+		}
+	}
+	var errs []error
+	for _, name := range stale {
+		if !owned[name] || held[name] {
+			continue
+		}
+		klog.FromContext(ctx).Info("Lifting a disruption taint no command holds", "node", name)
+		metrics.DisruptionDecisions.WithLabelValues("", "taintSwept").Inc()
+		errs = append(errs, e.untaint(ctx, name))
+	}
+	return errors.Join(errs...)
+}
+
+// taint puts nodeforge.dev/disrupted:NoSchedule on the node, read live.
+func (e *Executor) taint(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var node corev1.Node
+		if err := e.live.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(node.Spec.Taints, isDisruptedTaint) {
+			return nil
+		}
+		node.Spec.Taints = append(node.Spec.Taints, disruptedTaint)
+		return e.kube.Update(ctx, &node)
+	})
+}
+
+// untaint lifts nodeforge.dev/disrupted from a node, read live: the
+// cache may not show the taint that was just put on.
+func (e *Executor) untaint(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var node corev1.Node
+		if err := e.live.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), isDisruptedTaint)
+		if len(taints) == len(node.Spec.Taints) {
+			return nil
+		}
+		node.Spec.Taints = taints
+		return client.IgnoreNotFound(e.kube.Update(ctx, &node))
+	})
+}
+
+func (e *Executor) event(nc *v1alpha1.NodeClaim, typ, reason string, action v1alpha1.DisruptionReason, format string, args ...any) {
+	if e.recorder != nil {
+		e.recorder.Eventf(nc, nil, typ, reason, string(action), format, args...)
+	}
+}
+
+// disruptedTaint is the taint a node being disrupted gets before it is
+// drained: simulations show the nodes they remove with it.
+var disruptedTaint = corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
+
+func isDisruptedTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }
