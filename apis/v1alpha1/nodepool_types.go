@@ -289,6 +289,7 @@ const (
 )
 
 // Budget limits disruption, for some reasons, possibly only during a schedule.
+// +kubebuilder:validation:XValidation:message="a scheduled budget's duration must be more than 0s: a window of no time never applies",rule="!has(self.duration) || self.duration.matches('[1-9]')"
 type Budget struct {
 	// Reasons this budget applies to; all reasons when empty.
 	// +listType=set
@@ -306,7 +307,7 @@ type Budget struct {
 	// @yearly, @monthly, @weekly, @daily, @hourly. The budget applies from
 	// each start for duration. A schedule that does not parse makes the
 	// pool's BudgetsValid condition False, and the budget applies always.
-	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$`
+	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|(\S+\s+\S+\s+\S+\s+\S+\s+\S+))$`
 	// +optional
 	Schedule *string `json:"schedule,omitempty"`
 	// Duration is how long the budget applies after each scheduled start.

@@ -9,9 +9,10 @@ import (
 // stay open (Karpenter v1 semantics: with `minValues: 3` on instance types,
 // a launch must be able to choose among at least three).
 //
-// +kubebuilder:validation:XValidation:message="operator 'In' needs at least one value",rule="self.operator != 'In' || (has(self.values) && size(self.values) > 0)"
+// +kubebuilder:validation:XValidation:message="operators 'In' and 'NotIn' need at least one value",rule="!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)"
 // +kubebuilder:validation:XValidation:message="operators 'Exists' and 'DoesNotExist' take no values",rule="!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0"
-// +kubebuilder:validation:XValidation:message="operators 'Gt' and 'Lt' take exactly one value, a whole number",rule="!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))"
+// +kubebuilder:validation:XValidation:message="operators 'Gt' and 'Lt' take exactly one value, a whole number of at most 18 digits (a node label is compared as a 64-bit integer)",rule="!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]{1,18}$'))"
+// +kubebuilder:validation:XValidation:message="requirement values must be label values: empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (one value per list item, not a comma-separated list)",rule="!has(self.values) || self.values.all(v, v.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'))"
 // +kubebuilder:validation:XValidation:message="minValues needs operator 'In' with at least that many values",rule="!has(self.minValues) || (self.operator == 'In' && has(self.values) && self.minValues <= size(self.values))"
 // +kubebuilder:validation:XValidation:message="minValues above 1 is not supported on topology.kubernetes.io/zone, nodeforge.dev/capacity-type or kubernetes.io/arch: each NodeClaim launches in one zone, with one capacity type and one architecture",rule="!has(self.minValues) || self.minValues == 1 || !(self.key in ['topology.kubernetes.io/zone', 'nodeforge.dev/capacity-type', 'kubernetes.io/arch'])"
 type NodeSelectorRequirementWithMinValues struct {

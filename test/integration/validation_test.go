@@ -62,7 +62,24 @@ func TestAPIServerValidation(t *testing.T) {
 		}, wantErr: `Unsupported value: "Matches": supported values: "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"`},
 		{name: "operator In with no values is refused", edit: []string{
 			"spec.template.spec.requirements=[{key: topology.kubernetes.io/zone, operator: In}]",
-		}, wantErr: "operator 'In' needs at least one value"},
+		}, wantErr: "operators 'In' and 'NotIn' need at least one value"},
+		{name: "operator NotIn with no values is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: node.kubernetes.io/instance-type, operator: NotIn}]",
+		}, wantErr: `spec.template.spec.requirements[0]: Invalid value: operators 'In' and 'NotIn' need at least one value`},
+		{name: "operator Gt with a value that overflows int64 is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: example.com/generation, operator: Gt, values: ['99999999999999999999']}]",
+		}, wantErr: "a whole number of at most 18 digits"},
+		{name: "operator Lt with 18 digits is accepted", edit: []string{
+			"spec.template.spec.requirements=[{key: example.com/generation, operator: Lt, values: ['999999999999999999']}]",
+		}},
+		{name: "a comma-separated requirement value is refused", edit: []string{
+			"spec.template.spec.requirements=[{key: node.kubernetes.io/instance-type, operator: In, values: ['m7.large,c7.large']}]",
+		}, wantErr: `spec.template.spec.requirements[0]: Invalid value: requirement values must be label values`},
+		{name: "a budget schedule with trailing garbage is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@dailyX', duration: 1h}]}"},
+			wantErr: `spec.disruption.budgets[0].schedule: Invalid value: "@dailyX"`},
+		{name: "a scheduled budget of 0s is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@daily', duration: 0h0m0s}]}"},
+			wantErr: "a scheduled budget's duration must be more than 0s"},
+		{name: "a five-field budget schedule is accepted", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '0 9 * * mon-fri', duration: 8h}]}"}},
 		{name: "operator Exists with values is refused", edit: []string{
 			"spec.template.spec.requirements=[{key: topology.kubernetes.io/zone, operator: Exists, values: [a]}]",
 		}, wantErr: "operators 'Exists' and 'DoesNotExist' take no values"},
