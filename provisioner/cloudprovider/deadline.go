@@ -21,6 +21,18 @@ type deadline struct {
 	d time.Duration
 }
 
+// Within runs call with no more than d (no bound when d is 0) and says,
+// in the error, what ran out of time: for the calls to the cloud that are
+// not a CloudProvider's (an interruption queue, a node class's
+// resolution), bound by the same --cloud-call-timeout.
+func Within(ctx context.Context, d time.Duration, what string, call func(context.Context) error) error {
+	if d <= 0 {
+		return call(ctx)
+	}
+	_, err := bound(ctx, d, what, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
+	return err
+}
+
 // bound runs call under the deadline and says which call ran out of time.
 func bound[T any](ctx context.Context, d time.Duration, method string, call func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)

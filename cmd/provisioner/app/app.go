@@ -180,7 +180,9 @@ func Run(args []string, opts ...registry.Option) error {
 		if err != nil {
 			return err
 		}
-		if err := aws.NewNodeClassController(mgr.GetClient(), provider).SetupWithManager(mgr); err != nil {
+		classes := aws.NewNodeClassController(mgr.GetClient(), provider)
+		classes.Timeout = o.cloudCallTimeout
+		if err := classes.SetupWithManager(mgr); err != nil {
 			return err
 		}
 		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
@@ -246,6 +248,7 @@ func Run(args []string, opts ...registry.Option) error {
 		return err
 	}
 	if q := o.aws.interruptionQueue(); q != nil {
+		q.Timeout = o.cloudCallTimeout
 		if err := mgr.Add(disruption.NewInterruption(exec, mgr.GetClient(), mgr.GetAPIReader(), q, unavailable, time.Now)); err != nil {
 			return err
 		}

@@ -33,6 +33,9 @@ type InterruptionQueue struct {
 	api  SQSAPI
 	name string
 	url  string
+	// Timeout bounds each call, beyond the long poll's own 20 seconds
+	// for a receive (the provisioner's --cloud-call-timeout); 0: none.
+	Timeout time.Duration
 }
 
 // NewInterruptionQueue reads the queue named, or at the URL given.
@@ -46,18 +49,33 @@ func NewInterruptionQueue(api SQSAPI, nameOrURL string) *InterruptionQueue {
 
 var _ cloudprovider.InterruptionQueue = &InterruptionQueue{}
 
+// longPoll is how long a receive waits for a message: SQS's longest.
+const longPoll = 20 * time.Second
+
 // Receive long-polls the queue for up to 20 seconds (SQS's longest wait)
 // and returns up to 10 messages, each read into an Interruption; one it
 // cannot read is an UnknownMessage, so that it is logged and removed.
 func (q *InterruptionQueue) Receive(ctx context.Context) ([]cloudprovider.Interruption, error) {
 	if q.url == "" {
-		out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: sdkaws.String(q.name)})
+		var out *sqs.GetQueueUrlOutput
+		err := cloudprovider.Within(ctx, q.Timeout, "sqs:GetQueueUrl", func(ctx context.Context) (err error) {
+			out, err = q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: sdkaws.String(q.name)})
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("finding interruption queue %s: %w", q.name, err)
 		}
 		q.url = sdkaws.ToString(out.QueueUrl)
 	}
-	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: sdkaws.String(q.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 20})
+	var out *sqs.ReceiveMessageOutput
+	wait := time.Duration(0)
+	if q.Timeout > 0 {
+		wait = longPoll + q.Timeout
+	}
+	err := cloudprovider.Within(ctx, wait, "sqs:ReceiveMessage", func(ctx context.Context) (err error) {
+		out, err = q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: sdkaws.String(q.url), MaxNumberOfMessages: 10, WaitTimeSeconds: int32(longPoll / time.Second)})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("receiving from interruption queue %s: %w", q.url, err)
 	}
@@ -72,7 +90,10 @@ func (q *InterruptionQueue) Receive(ctx context.Context) ([]cloudprovider.Interr
 
 // Done deletes the message from the queue.
 func (q *InterruptionQueue) Done(ctx context.Context, in cloudprovider.Interruption) error {
-	_, err := q.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: sdkaws.String(q.url), ReceiptHandle: sdkaws.String(in.Handle)})
+	err := cloudprovider.Within(ctx, q.Timeout, "sqs:DeleteMessage", func(ctx context.Context) error {
+		_, err := q.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: sdkaws.String(q.url), ReceiptHandle: sdkaws.String(in.Handle)})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("deleting interruption message: %w", err)
 	}

@@ -1,9 +1,12 @@
 package aws
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
@@ -65,5 +68,39 @@ func TestInterruptionMatchesProviderID(t *testing.T) {
 	}
 	if in.MatchesProviderID("aws:///us-west-2a/i-0abcd") || in.MatchesProviderID("aws:///us-west-2a/xi-0abc") {
 		t.Error("i-0abc matches another instance's provider ID")
+	}
+}
+
+// hangingSQS is a queue whose every call waits until its context ends, as
+// an endpoint that accepts the connection and never answers does.
+type hangingSQS struct{}
+
+func (hangingSQS) GetQueueUrl(ctx context.Context, _ *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hangingSQS) ReceiveMessage(ctx context.Context, _ *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hangingSQS) DeleteMessage(ctx context.Context, _ *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestInterruptionQueueCallsHaveADeadline: with --cloud-call-timeout set,
+// a queue that never answers fails the call, naming it, rather than hold
+// the interruption loop for ever.
+func TestInterruptionQueueCallsHaveADeadline(t *testing.T) {
+	q := NewInterruptionQueue(hangingSQS{}, "nodeforge-interruptions")
+	q.Timeout = 50 * time.Millisecond
+	ctx := context.Background()
+	if _, err := q.Receive(ctx); err == nil || !strings.Contains(err.Error(), "sqs:GetQueueUrl did not answer within 50ms") {
+		t.Errorf("finding the queue: %v, want a deadline error naming sqs:GetQueueUrl", err)
+	}
+	if err := q.Done(ctx, cloudprovider.Interruption{Handle: "h"}); err == nil || !strings.Contains(err.Error(), "sqs:DeleteMessage did not answer within 50ms") {
+		t.Errorf("deleting a message: %v, want a deadline error naming sqs:DeleteMessage", err)
 	}
 }

@@ -79,6 +79,9 @@ type NodeClassController struct {
 	provider *Provider
 	// RefreshInterval: images and subnets change under a class.
 	RefreshInterval time.Duration
+	// Timeout bounds one resolution (the provisioner's
+	// --cloud-call-timeout); 0: none.
+	Timeout time.Duration
 }
 
 // NewNodeClassController returns a controller resolving through provider.
@@ -97,7 +100,11 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 	if err := c.kube.Get(ctx, req.NamespacedName, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	status, err := c.provider.Resolve(ctx, &class)
+	var status v1alpha1.EC2NodeClassStatus
+	err := cloudprovider.Within(ctx, c.Timeout, "EC2NodeClass resolution", func(ctx context.Context) (err error) {
+		status, err = c.provider.Resolve(ctx, &class)
+		return err
+	})
 	if err != nil {
 		// A failed call, not an empty answer: say so and try again soon.
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: "ResolutionFailed", Message: err.Error(), ObservedGeneration: class.Generation})

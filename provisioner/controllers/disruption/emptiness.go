@@ -91,8 +91,11 @@ func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 	return true, nil
 }
 
-// StillCandidate lists the node's pods from the API server itself: is it
-// still empty?
+// StillCandidate looks at the API server itself, once the node has been
+// tainted and the pause has passed: is the node still empty, and is no
+// pod on its way there? A pod nominated to the node, or to its claim (the
+// scheduler or the bind gate is placing it), would be bound to a node
+// that is then deleted, and a bare pod lost so is lost for good.
 func (e *Emptiness) StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
 	name := nc.Status.NodeName
 	pods, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
@@ -100,8 +103,19 @@ func (e *Emptiness) StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) 
 		return false, fmt.Errorf("listing pods of node %s: %w", name, err)
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
+		if p := &pods.Items[i]; p.Spec.NodeName == name && !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
 			return false, nil
+		}
+	}
+	for _, to := range []string{name, nc.Name} {
+		nominated, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.nominatedNodeName", to).String()})
+		if err != nil {
+			return false, fmt.Errorf("listing pods nominated to %s: %w", to, err)
+		}
+		for i := range nominated.Items {
+			if p := &nominated.Items[i]; p.Status.NominatedNodeName == to && p.Spec.NodeName == "" && !podutil.IsPodTerminal(p) {
+				return false, nil
+			}
 		}
 	}
 	return true, nil

@@ -22,13 +22,11 @@ import (
 // TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands: an empty
 // node's claim is marked Empty, left alone for consolidateAfter, then
 // tainted and deleted; a pod bound to the node between the cache's view
-// and the last live look calls it off and lifts the taint.
+// and the last live look, or nominated to the node or to its claim (on
+// its way to being bound there), calls it off and lifts the taint.
 func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) {
-	for _, landed := range []bool{false, true} {
-		name := "stays empty"
-		if landed {
-			name = "a pod lands before the last look"
-		}
+	for _, name := range []string{"stays empty", "a pod lands before the last look", "a pod is nominated to the node", "a pod is nominated to its claim"} {
+		landed := name != "stays empty"
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			scheme := runtime.NewScheme()
@@ -64,7 +62,16 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 			now = now.Add(31 * time.Second)
 			if landed {
 				// The cache has not seen it yet; the API server has.
-				if _, err := live.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{}); err != nil {
+				web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}
+				switch name {
+				case "a pod lands before the last look":
+					web.Spec.NodeName = "n1"
+				case "a pod is nominated to the node":
+					web.Status.NominatedNodeName = "n1"
+				default:
+					web.Status.NominatedNodeName = nc.Name
+				}
+				if _, err := live.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
