@@ -137,6 +137,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 	}
 	bound, handedOff := 0, 0
+	var stuck []stuckPod
 	for i := range pods {
 		p := &pods[i]
 		if already[p.UID] {
@@ -153,8 +154,10 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		// the ones just bound: what it would refuse is not bound.
 		s, handOff := gate.Check(ctx, p)
 		if s.Code() == fwk.Error {
-			logger.V(2).Info("Bind gate cannot judge yet; retrying", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
-			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+			// This pod's own trouble: the others are bound all the same.
+			logger.V(2).Info("Bind gate cannot judge the pod yet; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
+			stuck = append(stuck, stuckPod{p, fmt.Sprintf("the bind gate could not judge it: %v", s.AsError())})
+			continue
 		}
 		if !s.IsSuccess() {
 			if !c.refusals.confirmed(p.UID, c.now()) {
@@ -194,7 +197,9 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
 		}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
+			logger.Info("Binding the pod failed; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "err", err)
+			stuck = append(stuck, stuckPod{p, fmt.Sprintf("binding it failed: %v", err)})
+			continue
 		}
 		if err == nil {
 			crashpoint.Hit(crashpoint.MidBind)
@@ -204,6 +209,24 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			// describe pod shows the scheduler's own "Scheduled" event.
 			c.recordPod(p, corev1.EventTypeNormal, "Scheduled", "Binding", fmt.Sprintf("Successfully assigned %s/%s to %s (nodeclaim %s)", p.Namespace, p.Name, node.Name, nc.Name))
 			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
+		}
+	}
+	if len(stuck) > 0 {
+		// The pods bound stay bound; the rest are tried again until the
+		// claim's initialization deadline, and then sent back to the
+		// scheduler, each with an Event saying why, so that one pod's
+		// trouble never keeps the node from its other pods for good.
+		registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+		if registered == nil || c.now().Sub(registered.LastTransitionTime.Time) <= c.opts.InitializationTTL {
+			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		}
+		for _, sp := range stuck {
+			logger.Info("Sending the pod back to the scheduler: it could not be bound within the initialization deadline", "pod", klog.KObj(sp.pod), "node", node.Name, "why", sp.why, "initializationTTL", c.opts.InitializationTTL)
+			c.recordPod(sp.pod, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s: %s, for longer than the initialization deadline %s; the pod will be scheduled again", node.Name, sp.why, c.opts.InitializationTTL))
+			sp.pod.Status.NominatedNodeName = ""
+			if err := c.kube.Status().Update(ctx, sp.pod); err != nil && !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, err
+			}
 		}
 	}
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
@@ -221,6 +244,12 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	logger.Info("Bound pods to node", "pods", bound, "handedOff", handedOff, "node", node.Name)
 	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", bound, node.Name, handedOff))
 	return reconcile.Result{}, nil
+}
+
+// stuckPod is a nominated pod a binding pass could not bind, and why.
+type stuckPod struct {
+	pod *corev1.Pod
+	why string
 }
 
 // notReadyForPods says what the node still lacks before pods may be bound
