@@ -70,6 +70,12 @@ const (
 	// ready: the cloud takes the instance back soon after (a spot
 	// interruption).
 	AnnotationDrainBy = Group + "/drain-by"
+	// AnnotationDrainDeadline on a claim being removed is when (RFC 3339)
+	// its drain ends at the latest, whatever its terminationGracePeriod
+	// says: pods still there are deleted rather than evicted. Repair sets
+	// it to the moment it decides: an unhealthy node's pods cannot wait on
+	// a PodDisruptionBudget that counts them as healthy.
+	AnnotationDrainDeadline = Group + "/drain-deadline"
 	// AnnotationRepackPlan on a NodeClaim is a repack of its batch that
 	// the provisioner has decided and not finished (JSON): the claims
 	// that stay, with the instance types and resources each is launched

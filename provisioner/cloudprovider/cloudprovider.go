@@ -34,6 +34,9 @@ type Instance struct {
 	NodeClaim string
 	NodePool  string
 	Launched  time.Time
+	// Stopping: the instance is stopping, stopped or shutting down; it
+	// runs no pod any more.
+	Stopping bool
 	// Refused are the cheaper offers the cloud had no capacity for before
 	// it launched this one; callers avoid them for a while.
 	Refused []Offer `json:"-"`

@@ -144,7 +144,9 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 		"--node-repair-rate=1", fmt.Sprintf("--secondary-node-repair-rate=%g", secondary),
 		"--large-cluster-size-threshold=3", "--unhealthy-zone-threshold=0.3",
 	}})
-	if err := kube.Create(ctx, &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "failing"}}); err != nil {
+	failingClass := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "failing"}}
+	failingClass.Spec.RegistrationDelay = &metav1.Duration{Duration: 35 * time.Second}
+	if err := kube.Create(ctx, failingClass); err != nil {
 		t.Fatal(err)
 	}
 	pools := []string{"zone-fail-1", "zone-fail-2", "zone-fail-3", "zone-ok"}
@@ -154,10 +156,7 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 			class = "default"
 		}
 		zonalPool(t, kube, p, "zone-a", class, 10*time.Second)
-		// A pod's grace keeps its failed node for 35s after the drain
-		// began (no kubelet confirms it stopped): the zone stays in
-		// PartialDisruption while the three are repaired, 10s apart.
-		d := deployment(p, p, 1, func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptr.To[int64](35) })
+		d := deployment(p, p, 1)
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +207,10 @@ func TestZoneOutageIsRepairedAtTheSecondaryRate(t *testing.T) {
 		return true, nil
 	})
 	// The outage ends for new machines: replacements of class failing
-	// come up. The failed nodes stay failed.
+	// come up, 35s after launch (the class's registration delay). The
+	// failed nodes stay failed, each until its replacement is up (a
+	// repair drains at once, its drain deadline now): the zone stays in
+	// PartialDisruption while the three are repaired, 10s apart.
 	setFaults(t, kube, "failing")
 	failed := time.Now()
 

@@ -3,6 +3,7 @@ package aws
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -128,6 +129,7 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 	out := &cloudprovider.Instance{
 		ProviderID: providerID(zone, aws.ToString(in.InstanceId)), InstanceType: string(in.InstanceType), Zone: zone, CapacityType: ct,
 		NodeClaim: tags[TagNodeClaim], NodePool: tags[TagNodePool], Launched: aws.ToTime(in.LaunchTime),
+		Stopping: in.State != nil && slices.Contains([]ec2types.InstanceStateName{ec2types.InstanceStateNameStopping, ec2types.InstanceStateNameStopped, ec2types.InstanceStateNameShuttingDown}, in.State.Name),
 	}
 	p.mu.Lock()
 	if ct == v1alpha1.CapacityTypeSpot {

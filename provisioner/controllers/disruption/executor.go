@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
@@ -401,6 +402,28 @@ func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, 
 // but not deleted (the Delete failed, or the process died) is deleted by
 // Continue.
 func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) error {
+	if reason == Unhealthy {
+		// An unhealthy node's drain ends now: its pods are deleted, not
+		// evicted, as a PodDisruptionBudget that counts them healthy
+		// would refuse their evictions for as long as the node is sick.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var fresh v1alpha1.NodeClaim
+			if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
+				return err
+			}
+			if fresh.UID != nc.UID || fresh.Annotations[v1alpha1.AnnotationDrainDeadline] != "" {
+				return nil
+			}
+			metav1.SetMetaDataAnnotation(&fresh.ObjectMeta, v1alpha1.AnnotationDrainDeadline, e.now().UTC().Format(time.RFC3339))
+			return e.kube.Update(ctx, &fresh)
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			e.budgets.release(nc.UID)
+			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			return errors.Join(fmt.Errorf("setting the drain deadline of nodeclaim %s: %w", nc.Name, err), e.untaint(undo, nc.Status.NodeName))
+		}
+	}
 	var marked *v1alpha1.NodeClaim
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var fresh v1alpha1.NodeClaim

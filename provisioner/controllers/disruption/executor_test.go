@@ -345,3 +345,32 @@ func (alwaysDrifted) Candidate(context.Context, *v1alpha1.NodeClaim, *v1alpha1.N
 func (alwaysDrifted) StillCandidate(context.Context, *v1alpha1.NodeClaim) (bool, error) {
 	return true, nil
 }
+
+// TestRepairSetsTheDrainDeadlineToNow (defect 4): a repaired claim's
+// drain ends at the moment repair decided, so that its pods are deleted
+// rather than evicted past PDBs that count them healthy.
+func TestRepairSetsTheDrainDeadlineToNow(t *testing.T) {
+	ctx := context.Background()
+	f := &consolidationFixture{}
+	f.node("n1")
+	for _, o := range f.objs {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
+		}
+	}
+	kube := fakeClient(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	now := time.Now().Truncate(time.Second)
+	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, func() time.Time { return now })
+	cmd := &Command{Reason: Unhealthy, Why: "unhealthy: test", Budgeted: true, DrainWithoutReplacement: true,
+		Targets: []Target{{Claim: getClaim(ctx, t, kube, "p-n1"), Pool: replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)}}}
+	if ok, err := e.Run(ctx, cmd); !ok || err != nil {
+		t.Fatalf("repair not run: %v %v", ok, err)
+	}
+	nc := getClaim(ctx, t, kube, "p-n1")
+	if nc == nil || nc.DeletionTimestamp.IsZero() {
+		t.Fatalf("the repaired claim is not being deleted: %+v", nc)
+	}
+	if got := nc.Annotations[v1alpha1.AnnotationDrainDeadline]; got != now.UTC().Format(time.RFC3339) {
+		t.Errorf("drain deadline %q, want now (%s)", got, now.UTC().Format(time.RFC3339))
+	}
+}

@@ -105,7 +105,9 @@ type Controller struct {
 	opts        Options
 	now         func() time.Time
 	refusals    refusals
-	packer      packer
+	// refusedEvictions: when each pod's refused eviction was last said.
+	refusedEvictions refusedEvictions
+	packer           packer
 }
 
 // NewController returns the NodeClaim lifecycle controller.
