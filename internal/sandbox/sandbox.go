@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/faultproxy"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/manifests"
 )
@@ -72,6 +73,12 @@ type Options struct {
 	// with, named on each; a test sets the shortest value that still tests
 	// what it says.
 	Timers Timers
+	// ProvisionerFaults, when set, puts a fault-injecting proxy
+	// (internal/faultproxy) between the provisioner and the API server:
+	// a share of its requests fail with 429, 500, a dropped connection,
+	// or a timeout after the write was applied. Sandbox.Faults reports
+	// what was injected.
+	ProvisionerFaults *faultproxy.Config
 	// Install installs Nodeforge from the chart (see install.go), as
 	// `nodeforge-sandbox up` and the demo do. Without it the scheduler and
 	// provisioner run as plain processes with certificates of their
@@ -145,6 +152,9 @@ type Sandbox struct {
 	// watches; EventBridge's part is played by the sandbox: instance state
 	// changes are sent to it, and SpotInterruption sends a warning.
 	SQS *sqsfake.Server
+	// Faults is the proxy in front of the provisioner when
+	// Options.ProvisionerFaults is set; nil otherwise.
+	Faults *faultproxy.Proxy
 
 	// mu guards procs, restarts and stopped: supervise replaces a
 	// program that exited on its own.
@@ -160,6 +170,7 @@ type Sandbox struct {
 	pods           map[string]string // component → pod, when the chart is installed
 	progress       io.Writer
 	region         *awsRegion
+	faultServer    *http.Server
 }
 
 // AuditLog is the file, in the sandbox's logs directory, where the API
@@ -259,6 +270,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		}
 		if err := certs.kubeconfig(path, name, id, s.Server); err != nil {
 			return nil, fmt.Errorf("writing kubeconfig for %s: %w", name, err)
+		}
+	}
+	if o.ProvisionerFaults != nil {
+		if err := s.startFaultProxy(certs, *o.ProvisionerFaults); err != nil {
+			return nil, fmt.Errorf("starting the fault proxy: %w", err)
 		}
 	}
 	s.Config, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
@@ -607,6 +623,10 @@ func (s *Sandbox) Stop() {
 	if s.region != nil {
 		s.region.close()
 		s.region = nil
+	}
+	if s.faultServer != nil {
+		_ = s.faultServer.Close()
+		s.faultServer = nil
 	}
 	s.releasePorts()
 }

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -131,7 +132,7 @@ var DefaultTimers = Timers{BudgetRetry: 10 * time.Second, ReplacementGrace: 30 *
 // live state through live and pods.
 func NewExecutor(kube client.Client, live client.Reader, pods kubernetes.Interface, recorder events.EventRecorder, now func() time.Time) *Executor {
 	return &Executor{kube: kube, live: live, pods: pods, recorder: recorder, now: now, timers: DefaultTimers,
-		SweepInterval: time.Minute, active: map[types.UID]bool{}, base: context.Background()}
+		SweepInterval: 15 * time.Second, active: map[types.UID]bool{}, base: context.Background()}
 }
 
 // SetTimers replaces DefaultTimers.
@@ -406,7 +407,7 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 		// An unhealthy node's drain ends now: its pods are deleted, not
 		// evicted, as a PodDisruptionBudget that counts them healthy
 		// would refuse their evictions for as long as the node is sick.
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := retry.OnError(writeBackoff, transient, func() error {
 			var fresh v1alpha1.NodeClaim
 			if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
 				return err
@@ -425,7 +426,7 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 		}
 	}
 	var marked *v1alpha1.NodeClaim
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.OnError(writeBackoff, transient, func() error {
 		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
 			return err
@@ -455,7 +456,9 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 
 // delete deletes the claim, as long as it is the one decided on.
 func (e *Executor) delete(ctx context.Context, nc *v1alpha1.NodeClaim) error {
-	err := e.kube.Delete(ctx, nc, client.Preconditions{UID: &nc.UID})
+	err := retry.OnError(writeBackoff, transient, func() error {
+		return e.kube.Delete(ctx, nc, client.Preconditions{UID: &nc.UID})
+	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
@@ -541,7 +544,7 @@ func (e *Executor) Sweep(ctx context.Context) error {
 
 // taint puts nodeforge.dev/disrupted:NoSchedule on the node, read live.
 func (e *Executor) taint(ctx context.Context, name string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.OnError(writeBackoff, transient, func() error {
 		var node corev1.Node
 		if err := e.live.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 			return err
@@ -560,7 +563,7 @@ func (e *Executor) untaint(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.OnError(writeBackoff, transient, func() error {
 		var node corev1.Node
 		if err := e.live.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
 			return client.IgnoreNotFound(err)
@@ -578,6 +581,26 @@ func (e *Executor) event(nc *v1alpha1.NodeClaim, typ, reason string, action v1al
 	if e.recorder != nil {
 		e.recorder.Eventf(nc, nil, typ, reason, string(action), format, args...)
 	}
+}
+
+// writeBackoff paces the retries of a write that failed for a reason
+// that passes: about 6s in all, within a command's life.
+var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6, Cap: 2 * time.Second}
+
+// transient: an error worth trying the same write again for, at once or
+// a little later: a conflict (the write is a read-modify-write of the
+// live object, so the retry reads again), the API server busy, failing or
+// timing out, or no answer at all (a connection or stream cut; the write
+// may have been applied, and the retry reads what it finds). An answer
+// the API server gave for the object itself (not found, forbidden,
+// invalid) is not.
+func transient(err error) bool {
+	if apierrors.IsConflict(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	return err != nil && !errors.As(err, &status) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // disruptedTaint is the taint a node being disrupted gets before it is

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,16 +57,20 @@ func nodeTainted(ctx context.Context, t *testing.T, kube client.Client, name str
 }
 
 // TestAClaimMarkedDisruptingIsDeletedOnItsNextReconcile (defect 1): the
-// Delete after the Disrupting write fails once (as a 429 or a timeout
-// would); the claim is left Disrupting, and its next reconcile deletes
+// Delete after the Disrupting write fails, every retry (the API server
+// refusing for a while, 429); the claim is left Disrupting, and its next reconcile deletes
 // it rather than leave it tainted, paid for and counted forever.
 func TestAClaimMarkedDisruptingIsDeletedOnItsNextReconcile(t *testing.T) {
 	ctx := context.Background()
-	var failed atomic.Bool
+	defer func(b wait.Backoff) { writeBackoff = b }(writeBackoff)
+	writeBackoff = wait.Backoff{Duration: time.Millisecond, Steps: 3}
+	var failing, failed atomic.Bool
+	failing.Store(true)
 	base := fakeClient(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	kube := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
 		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
-			if _, ok := o.(*v1alpha1.NodeClaim); ok && failed.CompareAndSwap(false, true) {
+			if _, ok := o.(*v1alpha1.NodeClaim); ok && failing.Load() {
+				failed.Store(true)
 				return apierrors.NewTooManyRequests("injected: the API server is busy", 1)
 			}
 			return c.Delete(ctx, o, opts...)
@@ -79,8 +84,9 @@ func TestAClaimMarkedDisruptingIsDeletedOnItsNextReconcile(t *testing.T) {
 	}
 	nc := getClaim(ctx, t, kube, "p-n1")
 	if nc == nil || nc.Status.Phase != v1alpha1.NodeClaimDisrupting || !failed.Load() {
-		t.Fatalf("want p-n1 marked Disrupting and its Delete failed once; got %+v, failed %v", nc, failed.Load())
+		t.Fatalf("want p-n1 marked Disrupting and its Delete failed, every try; got %+v, failed %v", nc, failed.Load())
 	}
+	failing.Store(false)
 	if _, err := settle(c, ctx, nc); err != nil {
 		t.Fatal(err)
 	}
@@ -372,5 +378,27 @@ func TestRepairSetsTheDrainDeadlineToNow(t *testing.T) {
 	}
 	if got := nc.Annotations[v1alpha1.AnnotationDrainDeadline]; got != now.UTC().Format(time.RFC3339) {
 		t.Errorf("drain deadline %q, want now (%s)", got, now.UTC().Format(time.RFC3339))
+	}
+}
+
+// TestTransientErrorsAreTheOnesWorthRetrying: the API server busy,
+// failing, timing out or not answering at all is tried again; its answer
+// about the object itself is not.
+func TestTransientErrorsAreTheOnesWorthRetrying(t *testing.T) {
+	gr := v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource()
+	for err, want := range map[error]bool{
+		apierrors.NewConflict(gr, "c", errors.New("changed")):                                         true,
+		apierrors.NewTooManyRequests("busy", 1):                                                       true,
+		apierrors.NewInternalError(errors.New("webhook timed out")):                                   true,
+		apierrors.NewServerTimeout(gr, "update", 1):                                                   true,
+		errors.New("stream error: stream ID 7; INTERNAL_ERROR"):                                       true,
+		apierrors.NewNotFound(gr, "c"):                                                                false,
+		apierrors.NewForbidden(gr, "c", errors.New("denied")):                                         false,
+		apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("NodeClaim").GroupKind(), "c", nil): false,
+		context.Canceled: false,
+	} {
+		if got := transient(err); got != want {
+			t.Errorf("transient(%v) = %v, want %v", err, got, want)
+		}
 	}
 }

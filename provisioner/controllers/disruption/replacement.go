@@ -343,7 +343,7 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 	var errs []error
 	for _, t := range cmd.Targets {
 		var marked *v1alpha1.NodeClaim
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := retry.OnError(writeBackoff, transient, func() error {
 			var fresh v1alpha1.NodeClaim
 			if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
 				return err
@@ -485,7 +485,7 @@ func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim
 	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
 		errs = append(errs, client.IgnoreNotFound(e.kube.Delete(ctx, rep)))
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.OnError(writeBackoff, transient, func() error {
 		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
 			return err
