@@ -31,6 +31,19 @@ func matches(reqs []v1alpha1.NodeSelectorRequirementWithMinValues, labels map[st
 	return sel.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}), nil
 }
 
+// ValidateRequirements says which requirement, if any, the scheduler's
+// node selector could not read: a pool with one can launch nothing. The
+// API server refuses such pools; this is for pools written before it
+// did, so that their status says why.
+func ValidateRequirements(reqs []v1alpha1.NodeSelectorRequirementWithMinValues) error {
+	for i, r := range reqs {
+		if _, err := matches(reqs[i:i+1], nil); err != nil {
+			return fmt.Errorf("requirement %d (%s %s %v) cannot be read: %w", i, r.Key, r.Operator, r.Values, err)
+		}
+	}
+	return nil
+}
+
 // Accepts reports whether the node of template t launched as instance
 // type it in zone with capacityType meets reqs. A requirement on a key
 // that node would not carry at all (neither the template, the instance

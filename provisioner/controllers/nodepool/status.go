@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
@@ -142,6 +143,11 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	ready, reason, message, err := c.nodeClassReady(ctx, pool.Spec.Template.Spec.NodeClassRef)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if err := nodeshape.ValidateRequirements(pool.Spec.Template.Spec.Requirements); err != nil {
+		// The catalog publishes nothing for it: the pool is not Ready,
+		// and says why.
+		ready, reason, message = metav1.ConditionFalse, "InvalidRequirements", err.Error()+"; no instance types are published for this pool until it is fixed"
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,

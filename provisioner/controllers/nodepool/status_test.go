@@ -169,3 +169,29 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 		t.Errorf("BudgetsValid after the fix = %+v; want True", cond)
 	}
 }
+
+// TestUnreadableRequirementsMakeThePoolUnready: a pool whose requirement
+// the scheduler cannot read (NotIn with no values, as the API server
+// accepted before it refused them) is Ready=False with the reason, not
+// Ready while no catalog is published for it.
+func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	np := poolWithClass("pool", simulatedClass("default"))
+	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: "node.kubernetes.io/instance-type", Operator: "NotIn"}}
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	c := NewStatusController(kube, fake.New().NodeClasses(), events.NewFakeRecorder(10))
+	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.NodePool
+	if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != "InvalidRequirements" || !strings.Contains(ready.Message, "requirement 0 (node.kubernetes.io/instance-type NotIn []) cannot be read") {
+		t.Errorf("Ready = %+v; want False, InvalidRequirements, naming the requirement", ready)
+	}
+}
