@@ -33,7 +33,7 @@ const stepTimeout = 2 * time.Minute
 
 // decisions are the log messages the demo shows as they happen.
 var decisions = []string{"Nominated pods to nodeclaim", "Found provisionable pods", "Launched instance", "Registered node",
-	"Bound pods to node", "Disrupting node", "Terminated instance", "No virtual node for pod"}
+	"Bound pods to node", "Disrupting nodes", "Terminated instance", "No virtual node for pod"}
 
 // demo is the classic walk-through in a fresh sandbox: NodePool apps,
 // Deployment inflate scaled 0 → 1 → 6 → 0, nodes launched for it and
