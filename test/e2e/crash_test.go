@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,6 +76,12 @@ func TestCrashes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			crash(t, tc)
+		})
+	}
+	for _, point := range []string{crashpoint.AfterTaint, crashpoint.AfterDisrupting, crashpoint.AfterDelete} {
+		t.Run("provisioner at "+point, func(t *testing.T) {
+			t.Parallel()
+			crashInDisruption(t, point)
 		})
 	}
 }
@@ -285,26 +292,7 @@ func TestCrashInGarbageCollection(t *testing.T) {
 	sb, cs, kube := startSandbox(t, sandbox.Options{Dir: dir,
 		ProvisionerArgs: []string{"--garbage-collection-interval=1s", "--garbage-collection-grace=5s"},
 		ProvisionerEnv:  []string{"NODEFORGE_CRASH_POINT=" + crashpoint.AfterCollectTerminate, "NODEFORGE_CRASH_MARKER=" + marker}})
-	labels := map[string]string{"app": "gc"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gc", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
-		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			SchedulerName: "nodeforge-scheduler",
-			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
-		}},
-	}}
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, "the gc pod Running", func() (bool, error) {
-		n, err := runningPods(ctx, cs, "app=gc")
-		return n == 1, err
-	})
-	var claims v1alpha1.NodeClaimList
-	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) != 1 {
-		t.Fatalf("%d nodeclaims (err %v), want 1", len(claims.Items), err)
-	}
+	claims := onePodOnItsNode(t, cs, kube, "gc")
 	orphan := claims.Items[0]
 
 	// The provisioner is down while someone removes the claim's finalizer
@@ -432,9 +420,9 @@ func TestProgramsComeBackAfterAnAPIServerOutage(t *testing.T) {
 	})
 }
 
-// TestCrashesInDisruption kills the provisioner at each step of a
-// disruption command (an empty node's), starts it again, and checks that
-// the command is finished or undone:
+// crashInDisruption (in TestCrashes) kills the provisioner at a step of
+// a disruption command (an empty node's), starts it again, and checks
+// that the command is finished or undone:
 //   - after the taint: the restarted provisioner lifts the taint of a node
 //     no command holds (the node was annotated do-not-disrupt while the
 //     provisioner was down, so no new command takes it), then, once the
@@ -444,42 +432,13 @@ func TestProgramsComeBackAfterAnAPIServerOutage(t *testing.T) {
 //   - after the delete: the node is drained and its instance terminated.
 //
 // Each ends with every claim gone and no instance left.
-func TestCrashesInDisruption(t *testing.T) {
-	t.Parallel()
-	for _, point := range []string{crashpoint.AfterTaint, crashpoint.AfterDisrupting, crashpoint.AfterDelete} {
-		t.Run(point, func(t *testing.T) {
-			t.Parallel()
-			crashInDisruption(t, point)
-		})
-	}
-}
-
 func crashInDisruption(t *testing.T, point string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "crashed")
 	sb, cs, kube := startSandbox(t, sandbox.Options{Dir: dir,
 		ProvisionerEnv: []string{"NODEFORGE_CRASH_POINT=" + point, "NODEFORGE_CRASH_MARKER=" + marker}})
-	labels := map[string]string{"app": "empty"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
-		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			SchedulerName: "nodeforge-scheduler",
-			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
-		}},
-	}}
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, "the pod Running", func() (bool, error) {
-		n, err := runningPods(ctx, cs, "app=empty")
-		return n == 1, err
-	})
-	var claims v1alpha1.NodeClaimList
-	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) != 1 {
-		t.Fatalf("want one nodeclaim, got %d (%v)", len(claims.Items), err)
-	}
+	claims := onePodOnItsNode(t, cs, kube, "empty")
 	nc := claims.Items[0]
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 	update(t, kube, pool, func() { pool.Spec.Disruption.ConsolidateAfter = "1s" })
@@ -522,4 +481,32 @@ func crashInDisruption(t *testing.T, point string) {
 	}
 	oneInstancePerClaim(t, ctx, kube, claims.Items)
 	t.Logf("%s: restarts %d, claims left %d", point, sb.Restarts("nodeforge-provisioner"), len(claims.Items))
+}
+
+// onePodOnItsNode runs Deployment default/app, one pod of 1 cpu through
+// nodeforge-scheduler, and returns the one claim it launched.
+func onePodOnItsNode(t *testing.T, cs kubernetes.Interface, kube client.Client, app string) v1alpha1.NodeClaimList {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": app}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler",
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
+		}},
+	}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the "+app+" pod Running", func() (bool, error) {
+		n, err := runningPods(ctx, cs, "app="+app)
+		return n == 1, err
+	})
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) != 1 {
+		t.Fatalf("%d nodeclaims (err %v), want 1", len(claims.Items), err)
+	}
+	return claims
 }
