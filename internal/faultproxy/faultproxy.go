@@ -40,7 +40,8 @@ const (
 	Drop Fault = "drop"
 	// TimeoutAfterApply: the request is forwarded and applied, then its
 	// answer is held for Config.Hold and the stream closed: the client
-	// sees a timeout for a write that was made.
+	// sees a timeout for a write that was made. Reads chosen for it are
+	// dropped instead.
 	TimeoutAfterApply Fault = "timeoutAfterApply"
 )
 
@@ -137,6 +138,11 @@ func (p *Proxy) choose(r *http.Request) (Fault, bool) {
 		return "", false
 	}
 	f := p.cfg.Faults[p.rng.IntN(len(p.cfg.Faults))]
+	if f == TimeoutAfterApply && !write {
+		// A read applies nothing, and a watch held would stream into
+		// nothing for minutes: cut it instead.
+		f = Drop
+	}
 	p.injected[f]++
 	if write {
 		p.writesFailed[r.Method+" "+resourceOf(r.URL.Path)]++

@@ -523,7 +523,6 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 	}
 	cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
 		if rep == nil {
-			k.saved(d, 0)
 			return nil, "", nil
 		}
 		// Planned again on the API server's state: the offer may differ.
@@ -532,21 +531,24 @@ func (k *Consolidation) execute(ctx context.Context, d *decision) error {
 			cmd.Targets[i].Why = ""
 		}
 		klog.FromContext(ctx).Info("Consolidating by replacement", "reason", Underutilized, "nodes", d.names(), "why", cmd.Why)
-		k.saved(d, rep.price)
 		return rep, "", nil
 	}
+	cmd.OnDone = func(rep *replacement) { saved(d, rep) }
 	_, err := k.exec.Run(ctx, cmd)
-	return err
+	return ignoreGoing(err)
 }
 
-// saved counts what the decision saves per hour, its replacement's price
-// off.
-func (k *Consolidation) saved(d *decision, price float64) {
-	saved := -price
-	for _, c := range d.nodes {
-		saved += c.price
+// saved counts what a carried-out decision saves per hour: each node's
+// price under its own pool when they are deleted; their price less the
+// replacement's, under their one pool, when they are replaced.
+func saved(d *decision, rep *replacement) {
+	if rep == nil {
+		for _, c := range d.nodes {
+			metrics.DisruptionSavings.WithLabelValues(c.pool.Name, string(Underutilized)).Add(c.price)
+		}
+		return
 	}
-	metrics.DisruptionSavings.WithLabelValues(d.nodes[0].pool.Name, string(Underutilized)).Add(saved)
+	metrics.DisruptionSavings.WithLabelValues(d.nodes[0].pool.Name, string(Underutilized)).Add(d.savings() - rep.price)
 }
 
 // stillFits looks at the API server's state, not the cache: the decided

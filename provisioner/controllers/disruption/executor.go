@@ -59,6 +59,10 @@ type Command struct {
 	// OnCalledOff is told why a command was called off before it reached
 	// any claim (a reason, not an error): the method's own Event.
 	OnCalledOff func(ctx context.Context, why string)
+	// OnDone is told when the command reached its claims: marked
+	// Disrupting (rep nil), or waiting for rep; for what a method counts
+	// only then (consolidation's savings).
+	OnDone func(rep *replacement)
 }
 
 // Target is one claim of a command, with its pool.
@@ -102,10 +106,12 @@ type Executor struct {
 	// command holds.
 	SweepInterval time.Duration
 
-	mu     sync.Mutex
-	active map[types.UID]bool // claims in a command
-	base   context.Context    // Start's: commands end with the lease
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	active   map[types.UID]bool // claims in a command
+	base     context.Context    // Start's: commands end with the lease
+	started  bool               // Start has run: Submit runs commands in the background
+	stopping bool               // Start's context is over: Submit takes no more
+	wg       sync.WaitGroup
 }
 
 // Timers are how long a disruption waits at each step that waits on time
@@ -148,7 +154,7 @@ func (e *Executor) SetReplacer(r *Replacer) { e.replacer = r }
 func (e *Executor) Start(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("disruption"))
 	e.mu.Lock()
-	e.base = ctx
+	e.base, e.started = ctx, true
 	e.mu.Unlock()
 	t := time.NewTicker(e.SweepInterval)
 	defer t.Stop()
@@ -158,6 +164,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			e.mu.Lock()
+			e.stopping = true
+			e.mu.Unlock()
 			e.wg.Wait()
 			return nil
 		case <-t.C:
@@ -199,8 +208,9 @@ func (e *Executor) drop(cmd *Command) {
 // Submit reserves the command's budgets now and runs the rest of it in
 // the background, so that the caller (a NodeClaim worker) does not wait
 // out the pause. It returns after how long to ask about the claims again
-// when the command was not taken: a claim in another command, or a budget
-// spent.
+// when the command was not taken: a claim in another command, a budget
+// spent, or the executor stopping. Before Start (not yet leading) it
+// runs the command at once, in the caller.
 func (e *Executor) Submit(ctx context.Context, cmd *Command) (reconcile.Result, error) {
 	if !e.take(cmd) {
 		return reconcile.Result{RequeueAfter: e.timers.BudgetRetry}, nil
@@ -211,19 +221,43 @@ func (e *Executor) Submit(ctx context.Context, cmd *Command) (reconcile.Result, 
 		return res, err
 	}
 	e.mu.Lock()
-	base := e.base
+	base, started, stopping := e.base, e.started, e.stopping
+	if started && !stopping {
+		e.wg.Add(1) // under mu: Start's Wait comes after stopping is set
+	}
 	e.mu.Unlock()
+	if stopping {
+		e.release(cmd)
+		e.drop(cmd)
+		return reconcile.Result{RequeueAfter: e.timers.BudgetRetry}, nil
+	}
+	if !started {
+		defer e.drop(cmd)
+		return reconcile.Result{}, ignoreGoing(e.run(ctx, cmd))
+	}
 	logger := klog.FromContext(ctx)
-	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer e.drop(cmd)
 		ctx := klog.NewContext(base, logger)
-		if err := e.run(ctx, cmd); err != nil && ctx.Err() == nil {
+		if err := ignoreGoing(e.run(ctx, cmd)); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Disruption failed; what it changed is undone, and the claim is judged again", "reason", cmd.Reason, "nodeClaims", cmd.claimNames())
 		}
 	}()
 	return reconcile.Result{}, nil
+}
+
+// ErrAlreadyGoing: a claim of the command is already being removed (in a
+// command the API server shows: Disrupting, deleted, or waiting for its
+// replacement), or is another claim by the same name now. Nothing was
+// done.
+var ErrAlreadyGoing = errors.New("the nodeclaim is already being removed")
+
+func ignoreGoing(err error) error {
+	if errors.Is(err, ErrAlreadyGoing) {
+		return nil
+	}
+	return err
 }
 
 // Wait waits for the commands submitted so far to end.
@@ -231,7 +265,8 @@ func (e *Executor) Wait() { e.wg.Wait() }
 
 // Run carries the command out and returns when it is done, called off,
 // or waiting for a replacement. ok is false when it was not taken: a
-// claim in another command, or a budget spent.
+// claim in another command, or a budget spent. ErrAlreadyGoing says a
+// claim was found already going, and nothing was done.
 func (e *Executor) Run(ctx context.Context, cmd *Command) (ok bool, err error) {
 	if !e.take(cmd) {
 		return false, nil
@@ -292,6 +327,9 @@ func (e *Executor) reserve(ctx context.Context, cmd *Command) (res reconcile.Res
 }
 
 func (e *Executor) release(cmd *Command) {
+	if !cmd.Budgeted {
+		return // reserved nothing; a reservation under the claim's UID is another's
+	}
 	for _, t := range cmd.Targets {
 		e.budgets.release(t.Claim.UID)
 	}
@@ -306,12 +344,15 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
 			e.release(cmd)
-			return client.IgnoreNotFound(err)
+			if apierrors.IsNotFound(err) {
+				return ErrAlreadyGoing
+			}
+			return err
 		}
 		if fresh.UID != t.Claim.UID || isDisrupting(&fresh) {
 			e.release(cmd)
 			logger.V(2).Info("Not disrupting: the claim is already going", "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason)
-			return nil
+			return ErrAlreadyGoing
 		}
 		cmd.Targets[i].Claim = &fresh
 	}
@@ -369,8 +410,26 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "disrupted").Inc()
 	logger.Info("Disrupting nodes", "reason", cmd.Reason, "nodes", tainted, "nodeClaims", cmd.claimNames(), "why", cmd.Why)
 	var errs []error
+	done := 0
 	for _, t := range cmd.Targets {
-		errs = append(errs, e.remove(ctx, t.Claim, cmd.Reason, t.why(cmd)))
+		marked, err := e.remove(ctx, t.Claim, cmd.Reason, t.why(cmd))
+		if !marked {
+			// Not marked: this claim's node keeps running and takes pods
+			// again. (A claim marked but not deleted is deleted on its
+			// next reconcile, Continue.)
+			if cmd.Budgeted {
+				e.budgets.release(t.Claim.UID)
+			}
+			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = errors.Join(err, e.untaint(undo, t.Claim.Status.NodeName))
+			cancel()
+		} else {
+			done++
+		}
+		errs = append(errs, err)
+	}
+	if done > 0 && cmd.OnDone != nil {
+		cmd.OnDone(nil)
 	}
 	return errors.Join(errs...)
 }
@@ -398,11 +457,12 @@ func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, 
 
 // remove marks a claim whose node is tainted and checked Disrupting, says
 // so in an Event, and deletes it: the NodeClaim controller's termination
-// step drains the node and terminates the instance. A claim that cannot
-// be marked is not deleted, and its node takes pods again. A claim marked
-// but not deleted (the Delete failed, or the process died) is deleted by
-// Continue.
-func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) error {
+// step drains the node and terminates the instance. marked says whether
+// the claim is Disrupting (or gone); a claim not marked is not deleted,
+// and the caller decides whether its node takes pods again. A claim
+// marked but not deleted (the delete failed, or the process died) is
+// deleted by Continue.
+func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (marked bool, _ error) {
 	if reason == Unhealthy {
 		// An unhealthy node's drain ends now: its pods are deleted, not
 		// evicted, as a PodDisruptionBudget that counts them healthy
@@ -418,40 +478,37 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 			metav1.SetMetaDataAnnotation(&fresh.ObjectMeta, v1alpha1.AnnotationDrainDeadline, e.now().UTC().Format(time.RFC3339))
 			return e.kube.Update(ctx, &fresh)
 		})
-		if err != nil && !apierrors.IsNotFound(err) {
-			e.budgets.release(nc.UID)
-			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			return errors.Join(fmt.Errorf("setting the drain deadline of nodeclaim %s: %w", nc.Name, err), e.untaint(undo, nc.Status.NodeName))
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("setting the drain deadline of nodeclaim %s: %w", nc.Name, err)
 		}
 	}
-	var marked *v1alpha1.NodeClaim
+	var fresh v1alpha1.NodeClaim
 	err := retry.OnError(writeBackoff, transient, func() error {
-		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
 			return err
 		}
 		if fresh.UID != nc.UID {
 			return apierrors.NewNotFound(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), nc.Name)
 		}
+		if fresh.Status.Phase == v1alpha1.NodeClaimDisrupting {
+			return nil // a write that timed out was applied
+		}
 		fresh.Status.Phase = v1alpha1.NodeClaimDisrupting
-		marked = &fresh
 		return e.kube.Status().Update(ctx, &fresh)
 	})
 	if apierrors.IsNotFound(err) {
-		e.budgets.release(nc.UID)
-		return nil
+		return true, nil
 	}
 	if err != nil {
-		e.budgets.release(nc.UID)
-		undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return errors.Join(fmt.Errorf("marking nodeclaim %s Disrupting: %w", nc.Name, err), e.untaint(undo, nc.Status.NodeName))
+		return false, fmt.Errorf("marking nodeclaim %s Disrupting: %w", nc.Name, err)
 	}
 	crashpoint.Hit(crashpoint.AfterDisrupting)
-	e.event(marked, corev1.EventTypeNormal, "Disrupting", reason, "node %s: %s", nc.Status.NodeName, why)
+	e.event(&fresh, corev1.EventTypeNormal, "Disrupting", reason, "node %s: %s", nc.Status.NodeName, why)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(reason)).Inc()
-	return e.delete(ctx, marked)
+	return true, e.delete(ctx, &fresh)
 }
 
 // delete deletes the claim, as long as it is the one decided on.
@@ -493,22 +550,23 @@ func (e *Executor) Continue(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 
 // Sweep lifts nodeforge.dev/disrupted from every node whose claim is in
 // no command, live or on the API server (waiting for its replacement,
-// Disrupting, or being deleted). It reads live state, and no command
-// starts or ends while it runs, so it cannot lift a taint a command has
-// just put on. Nodes with no claim are the garbage collector's.
+// Disrupting, or being deleted). Nodes with no claim are the garbage
+// collector's. It reads live state without holding the executor, then
+// takes each stale node's claim as a command of its own (so none starts
+// on it meanwhile), reads that claim live again (a command that ended
+// between the two reads left its state there), and only then lifts the
+// taint.
 func (e *Executor) Sweep(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	var nodes corev1.NodeList
 	if err := e.live.List(ctx, &nodes); err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
-	var stale []string
+	stale := map[string]bool{}
 	for i := range nodes.Items {
 		if slices.ContainsFunc(nodes.Items[i].Spec.Taints, isDisruptedTaint) {
-			stale = append(stale, nodes.Items[i].Name)
+			stale[nodes.Items[i].Name] = true
 		}
 	}
 	if len(stale) == 0 {
@@ -518,28 +576,35 @@ func (e *Executor) Sweep(ctx context.Context) error {
 	if err := e.live.List(ctx, &claims); err != nil {
 		return fmt.Errorf("listing nodeclaims: %w", err)
 	}
-	held := map[string]bool{}
-	owned := map[string]bool{}
+	var errs []error
 	for i := range claims.Items {
 		nc := &claims.Items[i]
-		if nc.Status.NodeName == "" {
+		if !stale[nc.Status.NodeName] || isDisrupting(nc) {
 			continue
 		}
-		owned[nc.Status.NodeName] = true
-		if e.active[nc.UID] || isDisrupting(nc) {
-			held[nc.Status.NodeName] = true
+		sweep := &Command{Reason: "sweep", Targets: []Target{{Claim: nc}}}
+		if !e.take(sweep) {
+			continue // in a command: its taint
 		}
-	}
-	var errs []error
-	for _, name := range stale {
-		if !owned[name] || held[name] {
-			continue
-		}
-		klog.FromContext(ctx).Info("Lifting a disruption taint no command holds", "node", name)
-		metrics.DisruptionDecisions.WithLabelValues("", "taintSwept").Inc()
-		errs = append(errs, e.untaint(ctx, name))
+		errs = append(errs, e.sweepOne(ctx, nc))
+		e.drop(sweep)
 	}
 	return errors.Join(errs...)
+}
+
+// sweepOne lifts the taint of nc's node if nc, read live, is still in no
+// command. The caller holds nc.
+func (e *Executor) sweepOne(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	var fresh v1alpha1.NodeClaim
+	if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if fresh.UID != nc.UID || isDisrupting(&fresh) {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Lifting a disruption taint no command holds", "node", fresh.Status.NodeName, "nodeClaim", klog.KObj(&fresh))
+	metrics.DisruptionDecisions.WithLabelValues("", "taintSwept").Inc()
+	return e.untaint(ctx, fresh.Status.NodeName)
 }
 
 // taint puts nodeforge.dev/disrupted:NoSchedule on the node, read live.

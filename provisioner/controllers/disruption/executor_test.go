@@ -78,9 +78,10 @@ func TestAClaimMarkedDisruptingIsDeletedOnItsNextReconcile(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(100), clock), NewExpiration(clock))
-	// No replacer: the expired node is drained at once.
-	if _, err := settle(c, ctx, getClaim(ctx, t, kube, "p-n1")); err != nil {
-		t.Fatal(err)
+	// No replacer: the expired node is drained at once. The delete
+	// fails: the reconcile says so.
+	if _, err := settle(c, ctx, getClaim(ctx, t, kube, "p-n1")); err == nil {
+		t.Error("a reconcile whose delete failed reported no error")
 	}
 	nc := getClaim(ctx, t, kube, "p-n1")
 	if nc == nil || nc.Status.Phase != v1alpha1.NodeClaimDisrupting || !failed.Load() {
@@ -400,5 +401,51 @@ func TestTransientErrorsAreTheOnesWorthRetrying(t *testing.T) {
 		if got := transient(err); got != want {
 			t.Errorf("transient(%v) = %v, want %v", err, got, want)
 		}
+	}
+}
+
+// TestSubmitRunsInTheBackgroundOnceStarted: once the executor leads
+// (Start), Submit reserves and returns at once, the command running on;
+// once its context is over, Submit takes nothing more.
+func TestSubmitRunsInTheBackgroundOnceStarted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube := fakeClient(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now)
+	stopped := make(chan struct{})
+	go func() {
+		_ = e.Start(ctx)
+		close(stopped)
+	}()
+	for {
+		e.mu.Lock()
+		started := e.started
+		e.mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release := make(chan struct{})
+	cmd := &Command{Reason: v1alpha1.DisruptionReasonExpired, Why: "expired: test", Budgeted: true,
+		Targets: []Target{{Claim: getClaim(ctx, t, kube, "p-n1"), Pool: replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)}},
+		Check:   func(context.Context) (string, error) { <-release; return "", nil }}
+	if res, err := e.Submit(ctx, cmd); err != nil || !res.IsZero() {
+		t.Fatalf("Submit = %+v, %v; want it taken", res, err)
+	}
+	if !e.Busy("uid-n1") {
+		t.Error("the submitted command's claim is not Busy while it runs")
+	}
+	close(release)
+	e.Wait()
+	if nc := getClaim(ctx, t, kube, "p-n1"); nc != nil {
+		t.Errorf("the submitted command did not remove its claim: %+v", nc.Status.Phase)
+	}
+	cancel()
+	<-stopped
+	second := &Command{Reason: v1alpha1.DisruptionReasonExpired, Budgeted: true,
+		Targets: []Target{{Claim: getClaim(ctx, t, kube, "p-n2"), Pool: replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)}}}
+	if res, err := e.Submit(context.Background(), second); err != nil || res.RequeueAfter <= 0 || e.Busy("uid-n2") {
+		t.Errorf("Submit after the executor stopped = %+v, %v; want it refused, to be asked again", res, err)
 	}
 }

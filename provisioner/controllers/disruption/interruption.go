@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -224,8 +225,23 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 		}
 	}
 	logger.Info("Instance interrupted", "why", why, "drainBy", by)
-	if err := in.run(ctx, cmd); err != nil {
-		return "", err
+	err := in.run(ctx, cmd)
+	if errors.Is(err, ErrAlreadyGoing) {
+		// Another command got there first. One waiting for its
+		// replacement must still drain by this message's deadline.
+		var live v1alpha1.NodeClaim
+		if err := in.live.Get(ctx, client.ObjectKeyFromObject(nc), &live); err != nil {
+			return "alreadyGoing", client.IgnoreNotFound(err)
+		}
+		if live.DeletionTimestamp.IsZero() && live.Annotations[v1alpha1.AnnotationReplacement] != "" {
+			return "replacing", in.annotate(ctx, &live, by, why)
+		}
+		return "alreadyGoing", nil
+	}
+	if err != nil {
+		// %v: a conflict deep in the command (undone) is not the
+		// caller's to retry the whole message for.
+		return "", fmt.Errorf("interrupting nodeclaim %s: %v", nc.Name, err)
 	}
 	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
 	if replaced {

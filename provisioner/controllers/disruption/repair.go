@@ -235,5 +235,6 @@ func (r *Repair) repair(ctx context.Context, s sick, rule string, spend func()) 
 			return r.exec.replacer.forClaim(ctx, s.claim, s.pool)
 		}
 	}
-	return r.exec.Run(ctx, cmd)
+	ok, err := r.exec.Run(ctx, cmd)
+	return ok, ignoreGoing(err)
 }

@@ -378,6 +378,9 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 		return errors.Join(append(errs, err)...)
 	}
 	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "replacing").Inc()
+	if cmd.OnDone != nil {
+		cmd.OnDone(rep)
+	}
 	for _, t := range named {
 		logger.Info("Launching a replacement before draining node", "node", t.Claim.Status.NodeName, "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason, "why", t.why(cmd),
 			"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
@@ -440,7 +443,7 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 	}
 	klog.FromContext(ctx).Info("Disrupting node: its replacement is initialized", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "replacementNode", rep.Status.NodeName)
 	metrics.DisruptionDecisions.WithLabelValues(reason, "disrupted").Inc()
-	return reconcile.Result{}, e.remove(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
+	return e.removeWaiting(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
 }
 
 // drainByDeadline drains the node of a claim whose replacement is not
@@ -451,7 +454,15 @@ func (e *Executor) drainByDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, 
 	}
 	klog.FromContext(ctx).Info("Disrupting node before its replacement is ready: its instance is about to go", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "drainBy", by)
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
-	return reconcile.Result{}, e.remove(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
+	return e.removeWaiting(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
+}
+
+// removeWaiting removes a claim that waited for its replacement. If it
+// cannot be marked, it stays tainted, waiting, and is tried again: it is
+// still committed to going.
+func (e *Executor) removeWaiting(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
+	_, err := e.remove(ctx, nc, reason, why)
+	return reconcile.Result{}, err
 }
 
 // drainBy is the claim's AnnotationDrainBy, if it has one.
@@ -468,7 +479,7 @@ func (e *Executor) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, 
 	if reason == Interrupted {
 		klog.FromContext(ctx).Info("Disrupting node without its replacement: its instance is going", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name)
 		metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
-		return reconcile.Result{}, e.remove(ctx, nc, reason, fmt.Sprintf("%s; replacement %s could not be launched, draining anyway", why, name))
+		return e.removeWaiting(ctx, nc, reason, fmt.Sprintf("%s; replacement %s could not be launched, draining anyway", why, name))
 	}
 	return e.giveUpReplacement(ctx, nc, nil, reason, fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 }

@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -155,7 +156,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		s, handOff := gate.Check(ctx, p)
 		if s.Code() == fwk.Error {
 			// This pod's own trouble: the others are bound all the same.
-			logger.V(2).Info("Bind gate cannot judge the pod yet; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "err", s.AsError())
+			logger.V(2).Info("Bind gate cannot judge the pod yet; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", s.AsError().Error())
 			stuck = append(stuck, stuckPod{p, fmt.Sprintf("the bind gate could not judge it: %v", s.AsError())})
 			continue
 		}
@@ -197,8 +198,14 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
 		}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			logger.Info("Binding the pod failed; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "err", err)
-			stuck = append(stuck, stuckPod{p, fmt.Sprintf("binding it failed: %v", err)})
+			var status apierrors.APIStatus
+			if !errors.As(err, &status) {
+				// No answer: the binding may have been made. The next
+				// pass reads the node's pods live and counts it.
+				return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
+			}
+			logger.Info("Binding the pod was refused; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", err.Error())
+			stuck = append(stuck, stuckPod{p, fmt.Sprintf("binding it was refused: %v", err)})
 			continue
 		}
 		if err == nil {

@@ -140,9 +140,13 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 		err := c.pods.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.UID))}})
 		switch {
-		case apierrors.IsTooManyRequests(err):
-			klog.FromContext(ctx).V(2).Info("Eviction refused for now (disruption budget); will retry", "pod", klog.KObj(p), "node", node.Name)
+		case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
 			c.evictionRefused(ctx, nc, node, p)
+		case apierrors.IsTooManyRequests(err):
+			// The API server is busy, not a budget: try again.
+			klog.FromContext(ctx).V(2).Info("Eviction refused for now (the API server is busy); will retry", "pod", klog.KObj(p), "node", node.Name)
+		case apierrors.IsConflict(err):
+			// The UID precondition: another pod by that name now.
 		case err != nil && !apierrors.IsNotFound(err):
 			return reconcile.Result{}, fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
 		default:
@@ -353,7 +357,7 @@ func (c *Controller) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim
 	}
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := c.kube.List(ctx, &pdbs, client.InNamespace(p.Namespace)); err != nil {
-		klog.FromContext(ctx).V(2).Info("Listing PodDisruptionBudgets to name the one refusing an eviction failed", "err", err)
+		klog.FromContext(ctx).V(2).Info("Listing PodDisruptionBudgets to name the one refusing an eviction failed", "reason", err.Error())
 	}
 	by := "a PodDisruptionBudget"
 	for i := range pdbs.Items {

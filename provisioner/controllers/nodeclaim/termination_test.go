@@ -97,7 +97,10 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
 		}
-		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		// As the eviction subresource answers: 429 with the cause.
+		refused := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		refused.ErrStatus.Details.Causes = append(refused.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web needs 1 healthy pods and has 1 currently"})
+		return true, nil, refused
 	})
 	s.c.pods = live
 	rec := events.NewFakeRecorder(100)
