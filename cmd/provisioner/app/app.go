@@ -39,6 +39,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/simulator"
 	"github.com/nodeforge/nodeforge/version"
 )
@@ -225,7 +226,11 @@ func Run(args []string, opts ...registry.Option) error {
 	}
 	// One executor carries out every disruption; the methods only decide.
 	exec := disruption.NewExecutor(mgr.GetClient(), mgr.GetAPIReader(), cs, recorder, time.Now)
-	exec.SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched))
+	// One ledger of the pools' limits: launches reserve against it, and
+	// replacements are planned within what it counts.
+	ledger := limits.NewLedger(mgr.GetClient(), measured)
+	claimOpts.Limits = ledger
+	exec.SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched, ledger))
 	exec.SetTimers(o.disruption)
 	if err := mgr.Add(exec); err != nil {
 		return err

@@ -551,16 +551,18 @@ func (e *Executor) Continue(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 // Sweep lifts nodeforge.dev/disrupted from every node whose claim is in
 // no command, live or on the API server (waiting for its replacement,
 // Disrupting, or being deleted). Nodes with no claim are the garbage
-// collector's. It reads live state without holding the executor, then
-// takes each stale node's claim as a command of its own (so none starts
-// on it meanwhile), reads that claim live again (a command that ended
-// between the two reads left its state there), and only then lifts the
-// taint.
+// collector's. It finds the candidates in the cache, without holding the
+// executor (a taint the cache has not seen yet waits for the next
+// sweep), then takes each candidate's claim as a command of its own (so
+// none starts on it meanwhile), reads that claim live (a command that
+// ended meanwhile left its state there), and only then lifts the taint,
+// read live.
 func (e *Executor) Sweep(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var nodes corev1.NodeList
-	if err := e.live.List(ctx, &nodes); err != nil {
+	// Read only: the cache's own objects, every 15s over every node.
+	if err := e.kube.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
 	stale := map[string]bool{}
@@ -573,7 +575,7 @@ func (e *Executor) Sweep(ctx context.Context) error {
 		return nil
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := e.live.List(ctx, &claims); err != nil {
+	if err := e.kube.List(ctx, &claims); err != nil {
 		return fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	var errs []error

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
 // expiredFixture: the replacement fixture (n1 and n2, each a pod that fits
@@ -273,7 +275,10 @@ func TestReplacementMustFitUnderTheLimits(t *testing.T) {
 	capacity := func(objs []client.Object) []client.Object {
 		for _, o := range objs {
 			if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+				// Launched, as an Initialized claim is: the limits
+				// ledger counts a claim's capacity by its instance.
 				nc.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+				nc.Status.ProviderID = "fake:///zone-a/" + nc.Name
 			}
 		}
 		return objs
@@ -287,7 +292,7 @@ func TestReplacementMustFitUnderTheLimits(t *testing.T) {
 		now := time.Now()
 		clock := func() time.Time { return now }
 		e := NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock)
-		e.SetReplacer(NewReplacer(kube, kube, sched))
+		e.SetReplacer(NewReplacer(kube, kube, sched, limits.NewLedger(kube, cloudfake.New())))
 		k := NewConsolidation(e, kube, kube, sched, clock)
 		k.Pause = 0
 		for range 2 {
@@ -311,7 +316,7 @@ func TestReplacementMustFitUnderTheLimits(t *testing.T) {
 			kube := fakeClient(append(capacity(expiredFixture(cheaper)), withLimit(replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)))...)
 			rec := events.NewFakeRecorder(100)
 			e := NewExecutor(kube, kube, kubefake.NewClientset(), rec, time.Now)
-			e.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
+			e.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t), limits.NewLedger(kube, cloudfake.New())))
 			var m Method = NewExpiration(time.Now)
 			if reason == v1alpha1.DisruptionReasonDrifted {
 				m = alwaysDrifted{}

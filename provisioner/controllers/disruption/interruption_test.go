@@ -14,6 +14,8 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
 // interruptionSetup: spot nodes n1 and n2 (instances i-n1, i-n2), each
@@ -41,7 +43,7 @@ func newInterruptionSetup(ctx context.Context, t *testing.T) *interruptionSetup 
 	s.kube = fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	clock := func() time.Time { return s.now }
 	s.c = New(NewExecutor(s.kube, s.kube, kubefake.NewClientset(), s.rec, clock))
-	s.c.Executor().SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t)))
+	s.c.Executor().SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t), limits.NewLedger(s.kube, cloudfake.New())))
 	s.in = NewInterruption(s.c.Executor(), s.kube, s.kube, nil, s.unavailable, clock)
 	return s
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -66,15 +67,18 @@ const replacementWait = 2 * time.Second
 
 // Replacer plans replacement capacity with the scheduler's own plugins.
 type Replacer struct {
-	cache client.Reader
-	live  client.Reader // the API server, for a replacement not yet in the cache
-	sched *simulator.Scheduler
+	cache  client.Reader
+	live   client.Reader // the API server, for a replacement not yet in the cache
+	sched  *simulator.Scheduler
+	limits *limits.Ledger // the launches' own ledger: what a pool uses, launches in flight included
 }
 
-// NewReplacer returns a Replacer that reads the cluster from cache and
-// places pods with sched.
-func NewReplacer(cache, live client.Reader, sched *simulator.Scheduler) *Replacer {
-	return &Replacer{cache: cache, live: live, sched: sched}
+// NewReplacer returns a Replacer that reads the cluster from cache, places
+// pods with sched, and keeps replacements within the pools' limits as
+// ledger counts them (the NodeClaim controller's, which refuses launches
+// past them).
+func NewReplacer(cache, live client.Reader, sched *simulator.Scheduler, ledger *limits.Ledger) *Replacer {
+	return &Replacer{cache: cache, live: live, sched: sched, limits: ledger}
 }
 
 // replacement is a NodeClaim to launch for the pods of a node that goes.
@@ -145,7 +149,10 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 	// drained: it must fit under the pool's limits with them counted, or
 	// the launch would be refused, the nodes untainted, and chosen again.
 	if limits := c.pool.Spec.Limits; len(limits) > 0 && len(offers) > 0 {
-		used := s.poolUsage(c.pool.Name)
+		used, err := r.limits.Usage(ctx, c.pool.Name)
+		if err != nil {
+			return nil, "", err
+		}
 		within := slices.DeleteFunc(slices.Clone(offers), func(o nodeshape.Offer) bool {
 			return !nodeshape.WithinLimits(limits, used, o.InstanceType.Capacity)
 		})

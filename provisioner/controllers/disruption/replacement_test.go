@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
@@ -105,7 +106,7 @@ func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (c
 	now := time.Now()
 	clock := func() time.Time { return now }
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock))
-	c.Executor().SetReplacer(NewReplacer(kube, kube, sched))
+	c.Executor().SetReplacer(NewReplacer(kube, kube, sched, limits.NewLedger(kube, cloudfake.New())))
 	k := NewConsolidation(c.Executor(), kube, kube, sched, clock)
 	k.Pause = 0
 	for range 2 {
@@ -212,7 +213,7 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock), NewExpiration(clock))
-	c.Executor().SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t)))
+	c.Executor().SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t), limits.NewLedger(kube, cloudfake.New())))
 	reconcileClaim := func(name string) reconcile.Result {
 		t.Helper()
 		var nc v1alpha1.NodeClaim

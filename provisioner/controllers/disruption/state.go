@@ -11,7 +11,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	quota "k8s.io/apiserver/pkg/quota/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -109,23 +108,6 @@ func (s *state) cluster() *simulator.Cluster {
 		s.sim = simulator.NewCluster(simulator.Snapshot(nodes, s.pods, s.snapshot))
 	}
 	return s.sim
-}
-
-// poolUsage is the capacity of the pool's claims, as the limits count it:
-// per claim, the larger of its launched capacity and its node's.
-func (s *state) poolUsage(pool string) corev1.ResourceList {
-	used := corev1.ResourceList{}
-	for _, nc := range s.claims {
-		if nc.Spec.NodePool != pool {
-			continue
-		}
-		counted := nc.Status.Capacity
-		if n := s.nodes[nc.Status.NodeName]; n != nil {
-			counted = quota.Max(counted, n.Status.Capacity)
-		}
-		used = quota.Add(used, counted)
-	}
-	return used
 }
 
 // budgetRoom is how many more of the pool's nodes may be disrupted at now

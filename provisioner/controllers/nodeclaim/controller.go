@@ -80,6 +80,9 @@ type Options struct {
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
+	// Limits is the ledger launches reserve against; nil makes one. The
+	// provisioner shares it with disruption's replacements.
+	Limits *limits.Ledger
 	// Disruption judges Initialized claims and carries on the commands
 	// that outlived a step (a claim marked Disrupting, or waiting for its
 	// replacement); nil disrupts nothing.
@@ -112,7 +115,11 @@ type Controller struct {
 
 // NewController returns the NodeClaim lifecycle controller.
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
-	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: limits.NewLedger(kube, cloud), unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
+	ledger := opts.Limits
+	if ledger == nil {
+		ledger = limits.NewLedger(kube, cloud)
+	}
+	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: ledger, unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
 }
 
 // SetupWithManager registers the controller and the indexes it uses.
