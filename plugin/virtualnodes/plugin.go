@@ -260,25 +260,34 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		if node != "" && node != c.name && p.book.follow(pod, node) {
 			return nominateTo(p.book.claim(node)), fwk.NewStatus(fwk.Success)
 		}
-		if c.open || node == "" || node == c.name {
+		switch {
+		case (c.open || node == "" || node == c.name) && !p.openAndRefusing(c):
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
-		}
-		if p.book.wasRepacked(node) {
+		case c.open || node == "" || node == c.name:
+			// The claim's node is up and open, its binding done, and the
+			// scheduler's filters refused the pod on it (PostFilter runs
+			// only then): the pod came to the claim after the
+			// provisioner read the claim's pods, in a nomination written
+			// late (an API server down meanwhile), and nothing will bind
+			// it there.
+			logger.Info("Pod nominated to a claim whose node is open and does not fit it; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", c.nodeName)
+			p.book.unview(c, pod)
+		case p.book.wasRepacked(node):
 			// The pod's object still names the claim it was moved from.
 			return nominateTo(c), fwk.NewStatus(fwk.Success)
-		}
-		// The provisioner handed the pod to the scheduler, nominated to
-		// its claim's node, for a binding cycle (volumes to provision,
-		// devices to allocate). While the node is held for binding it
-		// keeps that nomination; once the node is open and still refuses
-		// the pod, the pod is decided afresh.
-		if p.heldForBinding(node) {
+		case p.heldForBinding(node):
+			// The provisioner handed the pod to the scheduler, nominated
+			// to its claim's node, for a binding cycle (volumes to
+			// provision, devices to allocate). While the node is held
+			// for binding it keeps that nomination; once the node is
+			// open and still refuses the pod, the pod is decided afresh.
 			logger.V(4).Info("Pod keeps its nomination to its claim's node until the node is open", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
 			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
+		default:
+			logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
+			p.book.unview(c, pod)
 		}
-		logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
-		p.book.unview(c, pod)
 	}
 	d := p.nominate(ctx, pod)
 	if d.claim == nil {
@@ -310,6 +319,19 @@ func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {
 
 // heldForBinding: the real node still carries the provisioner's binding
 // taint in the scheduler's snapshot (or the snapshot is not known yet).
+// openAndRefusing reports whether claim c is closed and its node is in
+// the scheduler's snapshot without the binding taint: a pod nominated to
+// c that reaches PostFilter was refused by that node.
+func (p *VirtualNodes) openAndRefusing(c *claim) bool {
+	if c.open || c.nodeName == "" || p.view.real == nil {
+		return false
+	}
+	if ni, err := p.view.real.Get(c.nodeName); err != nil || ni.Node() == nil {
+		return false
+	}
+	return !p.heldForBinding(c.nodeName)
+}
+
 func (p *VirtualNodes) heldForBinding(name string) bool {
 	if p.view.real == nil {
 		return true

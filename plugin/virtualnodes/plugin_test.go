@@ -439,6 +439,42 @@ func TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh(t *testing.T) {
 	}
 }
 
+// TestPodNominatedLateToAnOpenNodeIsDecidedAfresh: a pod whose nomination
+// to a claim was written after the provisioner read the claim's pods (the
+// API server was down in between, seen in TestCrashes) is never bound by
+// the provisioner. While the claim's node is held for binding the pod
+// keeps its nomination; once the node is open and the scheduler still
+// refuses the pod there, the pod gets a new claim.
+func TestPodNominatedLateToAnOpenNodeIsDecidedAfresh(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("late", "1", "1Gi")
+	first := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
+	registered := first.object()
+	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "node-1"
+	h.plugin.claimChanged(registered)
+	nominated := pod.DeepCopy()
+	nominated.Status.NominatedNodeName = first.name
+	node := func(taints ...v1.Taint) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{v1.LabelHostname: "node-1", v1.LabelTopologyZone: first.group.zone}},
+			Spec:   v1.NodeSpec{Taints: taints},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
+	}
+	h.setReal(nil, node(v1.Taint{Key: v1alpha1.TaintBinding, Effect: v1.TaintEffectNoSchedule}))
+	c, s := h.schedule(ctx, nominated)
+	if !s.IsSuccess() || c != first {
+		t.Fatalf("pod of a claim whose node is held for binding: nominated to %v (%s); want its claim %s", c, s.Message(), first.name)
+	}
+	h.setReal(nil, node())
+	c, s = h.schedule(ctx, nominated)
+	if !s.IsSuccess() || c == nil || c == first {
+		t.Fatalf("pod refused by its claim's open node: nominated to %v (%s); want a new claim", c, s.Message())
+	}
+	if _, ok := first.pods[pod.UID]; ok {
+		t.Error("the pod still counts on its old claim's node")
+	}
+}
+
 // TestNominatedPodWaitsForItsClaimsNode: a pod nominated to a claim passes
 // no real node but the claim's own once it has registered; a pod not
 // nominated passes, and so does one whose claim was deleted.

@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
@@ -581,8 +582,12 @@ func keepLogsOnFailure(t *testing.T, sb *sandbox.Sandbox) {
 		if err != nil {
 			continue
 		}
-		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-		t.Logf("last lines of %s:\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-25):], "\n"))
+		// The scheduler framework's own lines about each unschedulable
+		// pod would fill the tail; Nodeforge's decisions are the rest.
+		lines := slices.DeleteFunc(strings.Split(strings.TrimSpace(string(raw)), "\n"), func(l string) bool {
+			return strings.Contains(l, "schedule_one.go:") || strings.Contains(l, "preemption.go:")
+		})
+		t.Logf("last lines of %s (the scheduler framework's per-pod lines left out):\n%s", filepath.Base(name), strings.Join(lines[max(0, len(lines)-25):], "\n"))
 	}
 	root := os.Getenv("NODEFORGE_E2E_LOGS")
 	if root == "" {
@@ -594,6 +599,52 @@ func keepLogsOnFailure(t *testing.T, sb *sandbox.Sandbox) {
 		return
 	}
 	t.Logf("component logs kept in %s", dst)
+}
+
+// logStateOnFailure, when a test failed, logs what the cluster holds:
+// each NodeClaim (phase, node, nominated pods), each pod not yet Running
+// or Succeeded (nomination, node, phase) and each node (its Nodeforge
+// taints), so a failure seen only in CI's output says where things
+// stood.
+func logStateOnFailure(t *testing.T, cs kubernetes.Interface, kube client.Client) {
+	if !t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		fmt.Fprintf(&b, "listing nodeclaims: %v\n", err)
+	}
+	for _, nc := range claims.Items {
+		fmt.Fprintf(&b, "nodeclaim %s: phase %q, node %q, instance %q, nominated pods %d, created %s, deleting %v\n", nc.Name, nc.Status.Phase, nc.Status.NodeName,
+			nc.Status.ProviderID, nc.Status.NominatedPods, nc.CreationTimestamp.Format(time.TimeOnly), nc.DeletionTimestamp != nil)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "listing pods: %v\n", err)
+	} else {
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+			fmt.Fprintf(&b, "pod %s/%s: phase %s, nominated %q, node %q, deleting %v\n", p.Namespace, p.Name, p.Status.Phase, p.Status.NominatedNodeName, p.Spec.NodeName, p.DeletionTimestamp != nil)
+		}
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "listing nodes: %v\n", err)
+	} else {
+		for _, n := range nodes.Items {
+			var taints []string
+			for _, tn := range n.Spec.Taints {
+				taints = append(taints, tn.Key+":"+string(tn.Effect))
+			}
+			fmt.Fprintf(&b, "node %s: taints %v, unschedulable %v\n", n.Name, taints, n.Spec.Unschedulable)
+		}
+	}
+	t.Logf("cluster state at the failure:\n%s", b.String())
 }
 
 // quickTimers are the timers of every sandbox startSandbox starts, unless
@@ -656,11 +707,14 @@ func startSandbox(t *testing.T, opts sandbox.Options) (*sandbox.Sandbox, kuberne
 		t.Fatal(err)
 	}
 	t.Cleanup(sb.Stop)
-	t.Cleanup(func() { keepLogsOnFailure(t, sb) })
-	t.Cleanup(func() { noProgramCrashed(t, sb) })
 	cs, kube, err := sb.Clients()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Cleanups run last first: the state is logged after the logs, so
+	// that it ends the output CI shows the tail of.
+	t.Cleanup(func() { logStateOnFailure(t, cs, kube) })
+	t.Cleanup(func() { keepLogsOnFailure(t, sb) })
+	t.Cleanup(func() { noProgramCrashed(t, sb) })
 	return sb, cs, kube
 }
