@@ -88,14 +88,16 @@ func FilterInstanceTypes(t Template, reqs []v1alpha1.NodeSelectorRequirementWith
 	return out, nil
 }
 
-// wellKnown labels every node Nodeforge launches carries, so a requirement
-// on one applies even to a type that does not define it.
+// wellKnown labels every node Nodeforge launches carries, or (the instance
+// attribute labels) carries when its type has the attribute, so a
+// requirement on one applies even to a type that does not define it: a
+// type without a GPU does not meet instance-gpu-count Gt 0.
 func wellKnown(key string) bool {
 	switch key {
 	case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable, corev1.LabelOSStable:
 		return true
 	}
-	return false
+	return v1alpha1.IsInstanceLabel(key)
 }
 
 // ClaimRequirements are the requirements of a claim of a pool whose

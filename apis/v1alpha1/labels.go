@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "regexp"
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
 
 // Well-known labels and taints. Every node Nodeforge launches carries
 // LabelNodePool, LabelCapacityType and the Kubernetes well-known labels for
@@ -88,6 +92,95 @@ const (
 	// instead of deciding them again.
 	AnnotationRepackedInto = Group + "/repacked-into"
 )
+
+// Instance attribute labels: what an instance type is, on every instance
+// type of a catalog, on the virtual node the scheduler judges a pod on and
+// on the node that registers, so a pool's requirements and a pod's
+// selectors can choose types by attribute (Gt and Lt included). Their
+// names and value formats are those of Karpenter's
+// karpenter.k8s.aws/instance-* labels (Karpenter's instance-types
+// reference), so a requirement reads the same with the prefix changed. A
+// type without the attribute (no GPU, no local NVMe) has no such label.
+const (
+	// LabelInstanceCategory is the letters before the generation:
+	// "c" for c7g.xlarge.
+	LabelInstanceCategory = Group + "/instance-category"
+	// LabelInstanceFamily is the name before the dot: "c7g".
+	LabelInstanceFamily = Group + "/instance-family"
+	// LabelInstanceGeneration is the number after the category: "7".
+	LabelInstanceGeneration = Group + "/instance-generation"
+	// LabelInstanceSize is the name after the dot: "xlarge".
+	LabelInstanceSize = Group + "/instance-size"
+	// LabelInstanceCPU is the number of vCPUs: "4".
+	LabelInstanceCPU = Group + "/instance-cpu"
+	// LabelInstanceCPUManufacturer is "intel", "amd" or "aws".
+	LabelInstanceCPUManufacturer = Group + "/instance-cpu-manufacturer"
+	// LabelInstanceMemory is the memory in MiB, before any overhead: "8192".
+	LabelInstanceMemory = Group + "/instance-memory"
+	// LabelInstanceGPUName is the GPU model, lower case: "t4".
+	LabelInstanceGPUName = Group + "/instance-gpu-name"
+	// LabelInstanceGPUCount is the number of GPUs: "1".
+	LabelInstanceGPUCount = Group + "/instance-gpu-count"
+	// LabelInstanceGPUManufacturer is the GPU maker, lower case: "nvidia".
+	LabelInstanceGPUManufacturer = Group + "/instance-gpu-manufacturer"
+	// LabelInstanceGPUMemory is the memory of one GPU in MiB: "16384".
+	LabelInstanceGPUMemory = Group + "/instance-gpu-memory"
+	// LabelInstanceLocalNVMe is the local NVMe instance storage in GB: "125".
+	LabelInstanceLocalNVMe = Group + "/instance-local-nvme"
+	// LabelInstanceHypervisor is "nitro" or "xen".
+	LabelInstanceHypervisor = Group + "/instance-hypervisor"
+	// LabelInstanceNetworkBandwidth is the baseline network bandwidth in
+	// Mbit/s: "750".
+	LabelInstanceNetworkBandwidth = Group + "/instance-network-bandwidth"
+	// LabelInstanceEncryptionInTransitSupported is "true" or "false".
+	LabelInstanceEncryptionInTransitSupported = Group + "/instance-encryption-in-transit-supported"
+)
+
+// InstanceLabels are the instance attribute label keys. A requirement on
+// one applies to every instance type, those without the label included
+// (they do not meet In, Exists, Gt or Lt), the way it applies to the node
+// that registers.
+var InstanceLabels = []string{
+	LabelInstanceCategory, LabelInstanceFamily, LabelInstanceGeneration, LabelInstanceSize,
+	LabelInstanceCPU, LabelInstanceCPUManufacturer, LabelInstanceMemory,
+	LabelInstanceGPUName, LabelInstanceGPUCount, LabelInstanceGPUManufacturer, LabelInstanceGPUMemory,
+	LabelInstanceLocalNVMe, LabelInstanceHypervisor, LabelInstanceNetworkBandwidth,
+	LabelInstanceEncryptionInTransitSupported,
+}
+
+// IsInstanceLabel reports whether key is an instance attribute label.
+func IsInstanceLabel(key string) bool {
+	return slices.Contains(InstanceLabels, key)
+}
+
+// InstanceNameLabels are the labels an instance type's name says: its
+// family and size (either side of the dot), and the family's category
+// (the letters and dashes it starts with) and generation (the digits that
+// follow), where the name has them: c7g.xlarge is category c, family c7g,
+// generation 7, size xlarge.
+func InstanceNameLabels(name string) map[string]string {
+	family, size, ok := strings.Cut(name, ".")
+	out := map[string]string{}
+	if !ok || family == "" || size == "" {
+		return out
+	}
+	out[LabelInstanceFamily], out[LabelInstanceSize] = family, size
+	i := 0
+	for i < len(family) && (family[i] >= 'a' && family[i] <= 'z' || family[i] == '-') {
+		i++
+	}
+	j := i
+	for j < len(family) && family[j] >= '0' && family[j] <= '9' {
+		j++
+	}
+	if i > 0 {
+		out[LabelInstanceCategory] = family[:i]
+	}
+	if j > i {
+		out[LabelInstanceGeneration] = family[i:j]
+	}
+	return out
+}
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one
 // of its subdomains. Users may not set these on a NodePool: Nodeforge owns them.

@@ -117,7 +117,7 @@ type NodeClaimTemplateSpec struct {
 	// (node.kubernetes.io/instance-type, topology.kubernetes.io/zone,
 	// kubernetes.io/arch, nodeforge.dev/capacity-type, ...) or on the pool's
 	// own labels.
-	// +kubebuilder:validation:XValidation:message="requirement keys in the domain \"nodeforge.dev\" are reserved; only nodeforge.dev/capacity-type may be required",rule="self.all(r, !r.key.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') || r.key == 'nodeforge.dev/capacity-type')"
+	// +kubebuilder:validation:XValidation:message="requirement keys in the domain \"nodeforge.dev\" are reserved; only nodeforge.dev/capacity-type and the instance attribute labels (nodeforge.dev/instance-category, -family, -generation, -size, -cpu, -cpu-manufacturer, -memory, -gpu-name, -gpu-count, -gpu-manufacturer, -gpu-memory, -local-nvme, -hypervisor, -network-bandwidth, -encryption-in-transit-supported) may be required",rule="self.all(r, !r.key.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') || r.key == 'nodeforge.dev/capacity-type' || r.key.matches('^nodeforge\\\\.dev/instance-(category|family|generation|size|cpu|cpu-manufacturer|memory|gpu-name|gpu-count|gpu-manufacturer|gpu-memory|local-nvme|hypervisor|network-bandwidth|encryption-in-transit-supported)$'))"
 	// +kubebuilder:validation:MaxItems=100
 	// +listType=atomic
 	// +optional

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // The Karpenter API groups and kinds converted, with the field names of
@@ -207,6 +209,16 @@ var labelKeys = map[string]string{
 	"karpenter.sh/nodepool":      "",
 }
 
+// instanceLabelNames lists the instance attribute labels Nodeforge
+// publishes, for a message.
+func instanceLabelNames() string {
+	names := make([]string, len(v1alpha1.InstanceLabels))
+	for i, k := range v1alpha1.InstanceLabels {
+		names[i] = strings.TrimPrefix(k, v1alpha1.Group+"/")
+	}
+	return "nodeforge.dev/{" + strings.Join(names, ",") + "}"
+}
+
 // requirement converts one NodeSelectorRequirementWithMinValues.
 func (c *converter) requirement(path string, r map[string]any) (map[string]any, bool) {
 	key, _ := r["key"].(string)
@@ -221,8 +233,14 @@ func (c *converter) requirement(path string, r map[string]any) (map[string]any, 
 		}
 		out["key"] = to
 	}
+	// The instance attribute labels have Karpenter's names and value
+	// formats under Nodeforge's domain.
+	if name, ok := strings.CutPrefix(key, karpenterAWSGroup+"/"); ok && v1alpha1.IsInstanceLabel(v1alpha1.Group+"/"+name) {
+		out["key"] = v1alpha1.Group + "/" + name
+		return out, true
+	}
 	if strings.HasPrefix(key, karpenterAWSGroup+"/") || (strings.HasPrefix(key, karpenterGroup+"/") && labelKeys[key] == "") {
-		c.drop(path, fmt.Sprintf("requirement on %s: Nodeforge publishes no such label; name the instance types (node.kubernetes.io/instance-type) instead", key))
+		c.drop(path, fmt.Sprintf("requirement on %s: Nodeforge publishes no such label (its instance labels are %s); name the instance types (node.kubernetes.io/instance-type) instead", key, instanceLabelNames()))
 		return nil, false
 	}
 	if key == "karpenter.sh/capacity-type" {

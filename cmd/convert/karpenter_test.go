@@ -45,6 +45,8 @@ spec:
       - {key: node.kubernetes.io/instance-type, operator: In, values: [c7g.large, m7g.large, c7i.large], minValues: 2}
       - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m]}
       - {key: topology.kubernetes.io/zone, operator: In, values: [us-west-2a, us-west-2b]}
+      - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ["2"]}
+      - {key: karpenter.k8s.aws/instance-ebs-bandwidth, operator: Gt, values: ["1000"]}
       taints: [{key: example.com/dedicated, value: apps, effect: NoSchedule}]
       startupTaints: [{key: example.com/warming, effect: NoExecute}]
       expireAfter: 336h
@@ -120,7 +122,7 @@ func TestConvertKarpenter(t *testing.T) {
 	report := strings.Join(got, "\n")
 	for _, want := range []string{
 		"NodePool general: spec.template.spec.requirements[0].values not carried over: capacity type reserved",
-		"NodePool general: spec.template.spec.requirements[3] not carried over: requirement on karpenter.k8s.aws/instance-category",
+		"NodePool general: spec.template.spec.requirements[6] not carried over: requirement on karpenter.k8s.aws/instance-ebs-bandwidth: Nodeforge publishes no such label (its instance labels are nodeforge.dev/{instance-category,",
 		"EC2NodeClass default: spec.blockDeviceMappings[0].ebs.snapshotID not carried over",
 		"EC2NodeClass default: spec.kubelet.podsPerCore not carried over",
 		"EC2NodeClass default: spec.detailedMonitoring not carried over: Nodeforge has no such field",
@@ -185,8 +187,14 @@ func TestConvertKarpenter(t *testing.T) {
 	if r := reqs["node.kubernetes.io/instance-type"]; r.MinValues == nil || *r.MinValues != 2 {
 		t.Errorf("instance type requirement lost its minValues: %+v", r)
 	}
-	if len(reqs) != 4 {
-		t.Errorf("requirements %v, want capacity type, arch, instance type, zone", reqs)
+	if r := reqs[v1alpha1.LabelInstanceCategory]; r.Operator != "In" || strings.Join(r.Values, ",") != "c,m" {
+		t.Errorf("instance category requirement %+v, want nodeforge.dev/instance-category In [c m]", r)
+	}
+	if r := reqs[v1alpha1.LabelInstanceGeneration]; r.Operator != "Gt" || strings.Join(r.Values, ",") != "2" {
+		t.Errorf("instance generation requirement %+v, want nodeforge.dev/instance-generation Gt [2]", r)
+	}
+	if len(reqs) != 6 {
+		t.Errorf("requirements %v, want capacity type, arch, instance type, zone, instance category and generation", reqs)
 	}
 	if ref := general.Spec.Template.Spec.NodeClassRef; ref.Group != "nodeforge.dev" || ref.Kind != "EC2NodeClass" || ref.Name != "default" {
 		t.Errorf("nodeClassRef %+v", ref)

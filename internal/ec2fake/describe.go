@@ -112,6 +112,7 @@ type instanceTypeXML struct {
 		IPv6AddressesPerInterface int32            `xml:"ipv6AddressesPerInterface"`
 		IPv6Supported             bool             `xml:"ipv6Supported"`
 		EnaSupport                string           `xml:"enaSupport"`
+		EncryptionInTransit       bool             `xml:"encryptionInTransitSupported"`
 	} `xml:"networkInfo"`
 	GPUInfo *struct {
 		GPUs                []gpuXML `xml:"gpus>item"`
@@ -121,9 +122,11 @@ type instanceTypeXML struct {
 }
 
 type networkCardXML struct {
-	NetworkCardIndex         int32  `xml:"networkCardIndex"`
-	NetworkPerformance       string `xml:"networkPerformance,omitempty"`
-	MaximumNetworkInterfaces int32  `xml:"maximumNetworkInterfaces"`
+	NetworkCardIndex         int32   `xml:"networkCardIndex"`
+	NetworkPerformance       string  `xml:"networkPerformance,omitempty"`
+	MaximumNetworkInterfaces int32   `xml:"maximumNetworkInterfaces"`
+	BaselineBandwidthInGbps  float64 `xml:"baselineBandwidthInGbps,omitempty"`
+	PeakBandwidthInGbps      float64 `xml:"peakBandwidthInGbps,omitempty"`
 }
 
 type gpuXML struct {
@@ -181,7 +184,9 @@ func (it *InstanceType) xml() instanceTypeXML {
 	n.NetworkPerformance = it.NetworkPerformance
 	n.MaximumNetworkInterfaces = it.MaxENIs
 	n.MaximumNetworkCards = 1
-	n.NetworkCards = []networkCardXML{{NetworkCardIndex: 0, NetworkPerformance: it.NetworkPerformance, MaximumNetworkInterfaces: it.MaxENIs}}
+	n.NetworkCards = []networkCardXML{{NetworkCardIndex: 0, NetworkPerformance: it.NetworkPerformance, MaximumNetworkInterfaces: it.MaxENIs,
+		BaselineBandwidthInGbps: it.BaselineBandwidthGbps, PeakBandwidthInGbps: max(it.BaselineBandwidthGbps, it.PeakBandwidthGbps)}}
+	n.EncryptionInTransit = it.EncryptionInTransit
 	n.IPv4AddressesPerInterface = it.IPv4PerENI
 	n.IPv6AddressesPerInterface = it.IPv4PerENI
 	n.IPv6Supported = true

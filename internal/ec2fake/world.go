@@ -73,11 +73,17 @@ type InstanceType struct {
 	MaxENIs               int32
 	IPv4PerENI            int32
 	NetworkPerformance    string
-	GPUs                  []GPU
-	InstanceStorageGB     int64  // local NVMe instance storage; 0 for EBS only
-	Hypervisor            string // "nitro" or "xen"; empty for bare metal
-	BareMetal             bool
-	Burstable             bool
+	// BaselineBandwidthGbps and PeakBandwidthGbps are the default network
+	// card's bandwidth (networkCards baselineBandwidthInGbps, ...).
+	BaselineBandwidthGbps float64
+	PeakBandwidthGbps     float64
+	// EncryptionInTransit: the type encrypts traffic between instances.
+	EncryptionInTransit bool
+	GPUs                []GPU
+	InstanceStorageGB   int64  // local NVMe instance storage; 0 for EBS only
+	Hypervisor          string // "nitro" or "xen"; empty for bare metal
+	BareMetal           bool
+	Burstable           bool
 	// SupportedUsageClasses is "on-demand" and/or "spot"; nil means both.
 	SupportedUsageClasses []string
 	CurrentGeneration     bool
@@ -260,7 +266,7 @@ func defaultInstanceTypes() []InstanceType {
 	g4dn := intel("g4dn.xlarge", 4, 16384, 3, 10, "Up to 25 Gigabit")
 	g4dn.GPUs = []GPU{{Name: "T4", Manufacturer: "NVIDIA", Count: 1, MemoryMiB: 16384}}
 	g4dn.InstanceStorageGB = 125
-	return []InstanceType{
+	types := []InstanceType{
 		t3,
 		intel("m5.large", 2, 8192, 3, 10, "Up to 10 Gigabit"),
 		intel("m5.xlarge", 4, 16384, 4, 15, "Up to 10 Gigabit"),
@@ -278,6 +284,24 @@ func defaultInstanceTypes() []InstanceType {
 		graviton("c7g.xlarge", 4, 8192, 4, 15, "Up to 12.5 Gigabit"),
 		g4dn,
 	}
+	// Baseline bandwidth (Gbit/s) of each type's network card and whether
+	// it encrypts traffic in transit, as the instance type specifications
+	// publish them (network specifications tables).
+	network := map[string]struct {
+		gbps      float64
+		encrypted bool
+	}{
+		"t3.medium": {0.256, false}, "m5.large": {0.75, false}, "m5.xlarge": {1.25, false}, "m5.2xlarge": {2.5, false},
+		"c5.large": {0.75, false}, "c5.xlarge": {1.25, false}, "r5.large": {0.75, false},
+		"m6g.large": {0.75, false}, "m6g.xlarge": {1.25, false}, "c6g.large": {0.75, false},
+		"m7i.large": {0.781, true}, "m7i.xlarge": {1.562, true}, "m7i.2xlarge": {3.125, true}, "c7i.large": {0.781, true},
+		"c7g.xlarge": {1.876, true}, "g4dn.xlarge": {5, true},
+	}
+	for i := range types {
+		n := network[types[i].Name]
+		types[i].BaselineBandwidthGbps, types[i].EncryptionInTransit = n.gbps, n.encrypted
+	}
+	return types
 }
 
 // defaultOnDemandPrices are the published us-west-2 Linux on-demand prices in

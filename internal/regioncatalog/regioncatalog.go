@@ -41,10 +41,10 @@ const Region = "us-east-1"
 var Zones = []string{"us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e", "us-east-1f"}
 
 // LabelPrefix starts the keys of the labels that describe a type beyond
-// arch and os. The aws provider sets only arch and os today; AWS publishes
-// these facts about every type (Karpenter's AWS provider labels nodes with
-// them under its own prefix), so a catalog is measured here with them, and
-// its size holds if the provider adds them.
+// arch and os: the instance attribute labels the aws provider sets
+// (v1alpha1.InstanceLabels), and two more Karpenter has (EBS bandwidth,
+// capacity reservations), so that a catalog measured here is at least as
+// large as the provider's.
 const LabelPrefix = "nodeforge.dev/instance-"
 
 // Extended resources of accelerated types, as their device plugins name them.
@@ -112,20 +112,20 @@ func instanceType(name string, onDemand float64, largest map[string]int32) v1alp
 		NetworkInfo:  eniLimits(size, vcpus),
 	}
 	labels := map[string]string{
-		corev1.LabelArchStable:                arch,
-		corev1.LabelOSStable:                  "linux",
-		LabelPrefix + "category":              category,
-		LabelPrefix + "family":                fam,
-		LabelPrefix + "generation":            generation,
-		LabelPrefix + "size":                  size,
-		LabelPrefix + "cpu":                   strconv.Itoa(int(vcpus)),
-		LabelPrefix + "cpu-manufacturer":      manufacturer,
-		LabelPrefix + "memory":                strconv.FormatInt(mib, 10),
-		LabelPrefix + "hypervisor":            "nitro",
-		LabelPrefix + "network-bandwidth":     strconv.Itoa(int(min(vcpus, 192)) * 390),
-		LabelPrefix + "ebs-bandwidth":         strconv.Itoa(int(min(vcpus, 192)) * 312),
-		LabelPrefix + "encryption-in-transit": "true",
-		LabelPrefix + "capacity-reservation":  "true",
+		corev1.LabelArchStable:                          arch,
+		corev1.LabelOSStable:                            "linux",
+		LabelPrefix + "category":                        category,
+		LabelPrefix + "family":                          fam,
+		LabelPrefix + "generation":                      generation,
+		LabelPrefix + "size":                            size,
+		LabelPrefix + "cpu":                             strconv.Itoa(int(vcpus)),
+		LabelPrefix + "cpu-manufacturer":                manufacturer,
+		LabelPrefix + "memory":                          strconv.FormatInt(mib, 10),
+		LabelPrefix + "hypervisor":                      "nitro",
+		LabelPrefix + "network-bandwidth":               strconv.Itoa(int(min(vcpus, 192)) * 390),
+		LabelPrefix + "ebs-bandwidth":                   strconv.Itoa(int(min(vcpus, 192)) * 312),
+		LabelPrefix + "encryption-in-transit-supported": "true",
+		LabelPrefix + "capacity-reservation":            "true",
 	}
 	if strings.HasPrefix(size, "metal") {
 		labels[LabelPrefix+"hypervisor"] = ""

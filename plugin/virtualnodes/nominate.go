@@ -332,11 +332,14 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 }
 
 // sizeReason says which resource the pod wants more of than any instance
-// type has: "no instance type has 300 cpu; the largest has 192".
+// type has: "no instance type has 300 cpu; the largest has 192", or that
+// no type offers a resource at all: "no instance type offers
+// ephemeral-storage, which the pod requests (2Gi)".
 func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
 	want := v1.ResourceList{
-		v1.ResourceCPU:    *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(req.Memory, resource.BinarySI),
+		v1.ResourceCPU:              *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
+		v1.ResourceMemory:           *resource.NewQuantity(req.Memory, resource.BinarySI),
+		v1.ResourceEphemeralStorage: *resource.NewQuantity(req.EphemeralStorage, resource.BinarySI),
 	}
 	for name, q := range req.ScalarResources {
 		want[name] = *resource.NewQuantity(q, resource.DecimalSI)
@@ -348,8 +351,8 @@ func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
 			continue
 		}
 		most, ok := pl.maxAllocatable[name]
-		if !ok {
-			parts = append(parts, fmt.Sprintf("no instance type has %s", name))
+		if !ok || most.IsZero() {
+			parts = append(parts, fmt.Sprintf("no instance type offers %s, which the pod requests (%s)", name, nodeshape.Readable(name, q)))
 			continue
 		}
 		if q.Cmp(most) > 0 {

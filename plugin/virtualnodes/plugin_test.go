@@ -127,6 +127,23 @@ func TestNoInstanceTypeSaysWhy(t *testing.T) {
 	}
 }
 
+// TestNoInstanceTypeOffersTheResource asks for ephemeral storage of a pool
+// none of whose types has any: the refusal says no type offers it, and
+// what the pod asked.
+func TestNoInstanceTypeOffersTheResource(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	pod := testPod("scratch", "1", "1Gi")
+	pod.Spec.Containers[0].Resources.Requests[v1.ResourceEphemeralStorage] = resource.MustParse("2Gi")
+	_, s := h.schedule(context.Background(), pod)
+	if s.IsSuccess() {
+		t.Fatal("a pod asking for ephemeral storage no type has was nominated")
+	}
+	want := "pool bench: no instance type offers ephemeral-storage, which the pod requests (2Gi)"
+	if !strings.Contains(s.Message(), want) {
+		t.Errorf("message %q does not say %q", s.Message(), want)
+	}
+}
+
 // TestPodOfLaunchingClaimKeepsIt closes a claim, as the provisioner does
 // when it launches it, and retries its pod: same claim, no second one.
 func TestPodOfLaunchingClaimKeepsIt(t *testing.T) {

@@ -30,6 +30,10 @@ type Instance struct {
 	Price       float64
 	Capacity    corev1.ResourceList
 	Allocatable corev1.ResourceList
+	// Labels are the instance type's labels in the provider's catalog
+	// (v1alpha1.InstanceType.Labels): what the provisioner sets on the
+	// node when it adopts it, where the node's boot configuration did not.
+	Labels map[string]string
 	// NodeClaim and NodePool the instance was launched for, from its tags.
 	NodeClaim string
 	NodePool  string

@@ -184,6 +184,36 @@ func TestInstanceTypesPricesAndAllocatable(t *testing.T) {
 			}
 		})
 	}
+	t.Run("instance attribute labels are read from DescribeInstanceTypes over the wire", func(t *testing.T) {
+		for name, want := range map[string]map[string]string{
+			// Facts of the fake's catalogue (the published type
+			// specifications): one NVIDIA T4 of 16 GiB, 125 GB of local
+			// NVMe, 5 Gbit/s baseline, encryption in transit.
+			"g4dn.xlarge": {
+				v1alpha1.LabelInstanceCategory: "g", v1alpha1.LabelInstanceFamily: "g4dn", v1alpha1.LabelInstanceGeneration: "4", v1alpha1.LabelInstanceSize: "xlarge",
+				v1alpha1.LabelInstanceCPU: "4", v1alpha1.LabelInstanceCPUManufacturer: "intel", v1alpha1.LabelInstanceMemory: "16384",
+				v1alpha1.LabelInstanceGPUName: "t4", v1alpha1.LabelInstanceGPUCount: "1", v1alpha1.LabelInstanceGPUManufacturer: "nvidia", v1alpha1.LabelInstanceGPUMemory: "16384",
+				v1alpha1.LabelInstanceLocalNVMe: "125", v1alpha1.LabelInstanceHypervisor: "nitro", v1alpha1.LabelInstanceNetworkBandwidth: "5000",
+				v1alpha1.LabelInstanceEncryptionInTransitSupported: "true",
+				corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux", corev1.LabelTopologyRegion: "us-west-2",
+			},
+			// Graviton, no GPU, no local storage: no such labels.
+			"c6g.large": {
+				v1alpha1.LabelInstanceCategory: "c", v1alpha1.LabelInstanceFamily: "c6g", v1alpha1.LabelInstanceGeneration: "6", v1alpha1.LabelInstanceSize: "large",
+				v1alpha1.LabelInstanceCPU: "2", v1alpha1.LabelInstanceCPUManufacturer: "aws", v1alpha1.LabelInstanceMemory: "4096",
+				v1alpha1.LabelInstanceHypervisor: "nitro", v1alpha1.LabelInstanceNetworkBandwidth: "750", v1alpha1.LabelInstanceEncryptionInTransitSupported: "false",
+				corev1.LabelArchStable: "arm64", corev1.LabelOSStable: "linux", corev1.LabelTopologyRegion: "us-west-2",
+			},
+		} {
+			it, _ := offering(types, name, "us-west-2a", "on-demand")
+			if it == nil {
+				t.Fatalf("%s is not in the catalog", name)
+			}
+			if diff := cmp.Diff(want, it.Labels); diff != "" {
+				t.Errorf("%s labels (-want,+got):\n%s", name, diff)
+			}
+		}
+	})
 	t.Run("a type is offered only in the zones EC2 offers it in", func(t *testing.T) {
 		if it, o := offering(types, "g4dn.xlarge", "us-west-2c", "on-demand"); it == nil || o != nil {
 			t.Errorf("g4dn.xlarge offered in us-west-2c, where DescribeInstanceTypeOfferings does not list it")

@@ -3,7 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
@@ -195,6 +200,127 @@ func TestAWSProvider(t *testing.T) {
 			return contains(reasons, "NoInstanceType"), err
 		})
 	})
+
+	t.Run("a converted Karpenter quick-start pool launches only the types it selects", func(t *testing.T) {
+		quickstart := convertedQuickStartPool(t)
+		if err := kube.Create(ctx, quickstart); err != nil {
+			t.Fatal(err)
+		}
+		// One pod a node, of three sizes: the cheapest type for the
+		// smallest is t3.medium, which the pool's category leaves out.
+		var names []string
+		for i, cpu := range []string{"500m", "3", "6"} {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quickstart-%d", i), Namespace: "default", Labels: map[string]string{"app": "quickstart"}}, Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelNodePool: "quickstart"},
+				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "quickstart"}},
+				}}}},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+			}}
+			if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, p.Name)
+		}
+		poll(t, "3 quickstart pods Running", func() (bool, error) {
+			n, err := runningPods(ctx, cs, "app=quickstart")
+			return n == 3, err
+		})
+		selected := func(instanceType string) bool {
+			fam, _, _ := strings.Cut(instanceType, ".")
+			labels := v1alpha1.InstanceNameLabels(instanceType)
+			gen, err := strconv.Atoi(labels[v1alpha1.LabelInstanceGeneration])
+			return fam != "" && err == nil && gen > 2 && slices.Contains([]string{"c", "m", "r"}, labels[v1alpha1.LabelInstanceCategory])
+		}
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: "quickstart"}); err != nil {
+			t.Fatal(err)
+		}
+		var launched []string
+		for _, nc := range claims.Items {
+			launched = append(launched, nc.Status.InstanceType)
+			if !selected(nc.Status.InstanceType) {
+				t.Errorf("nodeclaim %s launched %s, which is not category c, m or r of a generation above 2", nc.Name, nc.Status.InstanceType)
+			}
+		}
+		// Every option offered to EC2 for the pool, not only the one it
+		// took, is one the pool selects.
+		var offered []string
+		for _, r := range sb.EC2.Requests() {
+			if r.Action != "CreateFleet" || !fleetForPool(r.Form, "quickstart") {
+				continue
+			}
+			for k, v := range r.Form {
+				if strings.HasPrefix(k, "LaunchTemplateConfigs.1.Overrides.") && strings.HasSuffix(k, ".InstanceType") {
+					offered = append(offered, v[0])
+					if !selected(v[0]) {
+						t.Errorf("CreateFleet for pool quickstart offered %s, which the pool does not select", v[0])
+					}
+				}
+			}
+		}
+		if len(claims.Items) != 3 || len(offered) == 0 {
+			t.Errorf("pool quickstart: %d claims (want 3), %d fleet options", len(claims.Items), len(offered))
+		}
+		slices.Sort(offered)
+		t.Logf("pool quickstart launched %v; fleet options offered %v", launched, slices.Compact(offered))
+		for _, name := range names {
+			if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// convertedQuickStartPool is the NodePool of Karpenter's getting-started
+// guide, on-demand, converted by nodeforge-convert as a user would run it,
+// under the name quickstart.
+func convertedQuickStartPool(t *testing.T) *v1alpha1.NodePool {
+	t.Helper()
+	const karpenter = `apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: quickstart}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      - {key: kubernetes.io/os, operator: In, values: [linux]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}
+      - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ["2"]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      expireAfter: 720h
+  limits: {cpu: 1000}
+  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 1m}
+`
+	cmd := exec.Command(filepath.Join(binDir, "nodeforge-convert"))
+	cmd.Stdin = strings.NewReader(karpenter)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nodeforge-convert: %v; it reported:\n%s", err, stderr.String())
+	}
+	var np v1alpha1.NodePool
+	if err := yaml.UnmarshalStrict(out, &np); err != nil {
+		t.Fatalf("reading the converted pool: %v\n%s", err, out)
+	}
+	return &np
+}
+
+// fleetForPool reports whether a CreateFleet request tags its instances
+// with the pool.
+func fleetForPool(form url.Values, pool string) bool {
+	for k, v := range form {
+		if strings.HasPrefix(k, "TagSpecification.1.Tag.") && strings.HasSuffix(k, ".Key") && v[0] == aws.TagNodePool {
+			if form.Get(strings.TrimSuffix(k, ".Key")+".Value") == pool {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +66,9 @@ func checkNodesAreTheNodesJudged(t *testing.T, kube client.Client) {
 		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
 			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{s.capacityType}},
 			{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+			// Types chosen by attribute, as Karpenter users write pools.
+			{Key: v1alpha1.LabelInstanceCategory, Operator: corev1.NodeSelectorOpIn, Values: []string{"c", "m", "r"}},
+			{Key: v1alpha1.LabelInstanceGeneration, Operator: corev1.NodeSelectorOpGt, Values: []string{"4"}},
 		}
 		if err := kube.Create(ctx, np); err != nil {
 			t.Fatal(err)
@@ -126,6 +132,16 @@ func checkNodesAreTheNodesJudged(t *testing.T, kube client.Client) {
 				t.Fatalf("nodeclaim %s launched %s, which pool %s's catalog does not list", nc.Name, nc.Status.InstanceType, s.pool)
 			}
 			seen[nc.Status.InstanceType+"/"+nc.Status.CapacityType] = true
+			// The node says what it is, as the pool's requirements read it.
+			family, size, _ := strings.Cut(nc.Status.InstanceType, ".")
+			l := node.Labels
+			generation, _ := strconv.Atoi(l[v1alpha1.LabelInstanceGeneration])
+			if l[v1alpha1.LabelInstanceFamily] != family || l[v1alpha1.LabelInstanceSize] != size || l[v1alpha1.LabelInstanceCPU] != node.Status.Capacity.Cpu().String() ||
+				!slices.Contains([]string{"c", "m", "r"}, l[v1alpha1.LabelInstanceCategory]) || generation <= 4 || l[v1alpha1.LabelInstanceMemory] == "" {
+				t.Errorf("nodeclaim %s, node %s (%s): instance labels family %q, size %q, cpu %q, category %q, generation %q, memory %q; want the type's, category c, m or r, generation above 4",
+					nc.Name, node.Name, nc.Status.InstanceType, l[v1alpha1.LabelInstanceFamily], l[v1alpha1.LabelInstanceSize], l[v1alpha1.LabelInstanceCPU],
+					l[v1alpha1.LabelInstanceCategory], l[v1alpha1.LabelInstanceGeneration], l[v1alpha1.LabelInstanceMemory])
+			}
 			judged := nodeshape.ForClaim(nc).Node(node.Name, &it, nc.Status.Zone, nc.Status.CapacityType)
 			if diff := cmp.Diff(judged.Labels, node.Labels); diff != "" {
 				t.Errorf("nodeclaim %s, node %s: labels differ from the node judged (-judged,+registered):\n%s", nc.Name, node.Name, diff)

@@ -31,7 +31,19 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*cloudprovider.I
 	for _, r := range out.Reservations {
 		for _, in := range r.Instances {
 			if aws.ToString(in.InstanceId) == id && live(in) {
-				return p.instance(in), nil
+				got := p.instance(in)
+				// The node of the instance is labelled with its type's
+				// attributes when it is adopted: they must be known.
+				if got.Labels == nil {
+					cat, err := p.refresh(ctx)
+					if err != nil {
+						return nil, err
+					}
+					if info, ok := cat.types[got.InstanceType]; ok {
+						got.Labels = p.labels(info)
+					}
+				}
+				return got, nil
 			}
 		}
 	}
@@ -135,7 +147,11 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 	if ct == v1alpha1.CapacityTypeSpot {
 		out.Price = p.catalog.spot[out.InstanceType][zone]
 	}
+	info, described := p.catalog.types[out.InstanceType]
 	p.mu.Unlock()
+	if described {
+		out.Labels = p.labels(info)
+	}
 	if ct == v1alpha1.CapacityTypeOnDemand {
 		out.Price, _ = p.onDemandPrice(out.InstanceType)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -265,14 +266,63 @@ func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.
 		// What the kubelet and the cloud's node controller label every
 		// node of the type with, beside its name and zone: a pod that
 		// selects on them must be judged on the node that will register.
-		Labels: map[string]string{
-			corev1.LabelArchStable:     architecture(info),
-			corev1.LabelOSStable:       "linux",
-			corev1.LabelTopologyRegion: p.opts.Region,
-		},
+		Labels:      p.labels(info),
 		Capacity:    capacity,
 		Allocatable: Allocatable(capacity, kubelet),
 	}
+}
+
+// labels are what a node of the type is labelled with beside its name and
+// zone: what the kubelet and the cloud's node controller set
+// (architecture, operating system, region), and the instance attribute
+// labels (v1alpha1.InstanceLabels), read from DescribeInstanceTypes with
+// the value formats of Karpenter's karpenter.k8s.aws/instance-* labels.
+// The provisioner sets the attribute labels on the node when it adopts
+// it; a pod that selects on any of them is judged on the node that will
+// register.
+func (p *Provider) labels(info ec2types.InstanceTypeInfo) map[string]string {
+	labels := v1alpha1.InstanceNameLabels(string(info.InstanceType))
+	labels[corev1.LabelArchStable] = architecture(info)
+	labels[corev1.LabelOSStable] = "linux"
+	labels[corev1.LabelTopologyRegion] = p.opts.Region
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	if info.VCpuInfo != nil && info.VCpuInfo.DefaultVCpus != nil {
+		labels[v1alpha1.LabelInstanceCPU] = itoa(int64(*info.VCpuInfo.DefaultVCpus))
+	}
+	if info.ProcessorInfo != nil && info.ProcessorInfo.Manufacturer != nil {
+		labels[v1alpha1.LabelInstanceCPUManufacturer] = strings.ToLower(*info.ProcessorInfo.Manufacturer)
+	}
+	if info.MemoryInfo != nil && info.MemoryInfo.SizeInMiB != nil {
+		labels[v1alpha1.LabelInstanceMemory] = itoa(*info.MemoryInfo.SizeInMiB)
+	}
+	if info.Hypervisor != "" {
+		labels[v1alpha1.LabelInstanceHypervisor] = string(info.Hypervisor)
+	}
+	// Karpenter labels GPUs only for a type with one kind of GPU; so do we.
+	if info.GpuInfo != nil && len(info.GpuInfo.Gpus) == 1 {
+		g := info.GpuInfo.Gpus[0]
+		labels[v1alpha1.LabelInstanceGPUName] = strings.ToLower(aws.ToString(g.Name))
+		labels[v1alpha1.LabelInstanceGPUManufacturer] = strings.ToLower(aws.ToString(g.Manufacturer))
+		labels[v1alpha1.LabelInstanceGPUCount] = itoa(int64(aws.ToInt32(g.Count)))
+		if g.MemoryInfo != nil && g.MemoryInfo.SizeInMiB != nil {
+			labels[v1alpha1.LabelInstanceGPUMemory] = itoa(int64(*g.MemoryInfo.SizeInMiB))
+		}
+	}
+	if s := info.InstanceStorageInfo; s != nil && s.NvmeSupport != ec2types.EphemeralNvmeSupportUnsupported && aws.ToInt64(s.TotalSizeInGB) > 0 {
+		labels[v1alpha1.LabelInstanceLocalNVMe] = itoa(aws.ToInt64(s.TotalSizeInGB))
+	}
+	if n := info.NetworkInfo; n != nil {
+		// The baseline bandwidth of the default network card, in Mbit/s.
+		for _, card := range n.NetworkCards {
+			if aws.ToInt32(card.NetworkCardIndex) == aws.ToInt32(n.DefaultNetworkCardIndex) && card.BaselineBandwidthInGbps != nil {
+				labels[v1alpha1.LabelInstanceNetworkBandwidth] = itoa(int64(math.Round(*card.BaselineBandwidthInGbps * 1000)))
+			}
+		}
+		if n.EncryptionInTransitSupported != nil {
+			labels[v1alpha1.LabelInstanceEncryptionInTransitSupported] = strconv.FormatBool(*n.EncryptionInTransitSupported)
+		}
+	}
+	return labels
 }
 
 // rootVolumeGiB is the size of the root volume: the mapping marked root,

@@ -143,7 +143,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		}
 		return &cloudprovider.Instance{
 			ProviderID: providerID(zone, fi.InstanceIds[0]), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
-			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable,
+			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels,
 			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: refused,
 		}, nil
 	}

@@ -4,6 +4,7 @@
 package simulated
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -32,15 +33,30 @@ type catalogFile struct {
 	ZoneSpotFactors map[string]float64 `json:"zoneSpotFactors"`
 	SpotFactor      float64            `json:"spotFactor"`
 	Sizes           map[string]int     `json:"sizes"`
-	Families        []struct {
-		Name           string   `json:"name"`
-		Description    string   `json:"description"`
-		Arch           string   `json:"arch"`
-		MemoryGiPerCPU int      `json:"memoryGiPerCPU"`
-		PricePerCPU    float64  `json:"pricePerCPU"`
-		GPUsPer8CPU    int      `json:"gpusPer8CPU"`
-		Sizes          []string `json:"sizes"`
-		Zones          []string `json:"zones"`
+	// RootVolumeGi is every node's root volume, its ephemeral-storage
+	// capacity; 20 when unset, the aws provider's default.
+	RootVolumeGi int `json:"rootVolumeGi"`
+	Families     []struct {
+		Name           string  `json:"name"`
+		Description    string  `json:"description"`
+		Arch           string  `json:"arch"`
+		MemoryGiPerCPU int     `json:"memoryGiPerCPU"`
+		PricePerCPU    float64 `json:"pricePerCPU"`
+		GPUsPer8CPU    int     `json:"gpusPer8CPU"`
+		// CPUManufacturer: "intel" (the default for amd64), "amd" or
+		// "aws" (the default for arm64).
+		CPUManufacturer string `json:"cpuManufacturer"`
+		// GPU names the family's GPU model, lower case, and its memory.
+		GPU *struct {
+			Name         string `json:"name"`
+			Manufacturer string `json:"manufacturer"`
+			MemoryMiB    int    `json:"memoryMiB"`
+		} `json:"gpu"`
+		// NetworkMbpsPerCPU is the baseline bandwidth per vCPU; 390 when
+		// unset (a 7th generation type's 781 Mbit/s per 2 vCPU).
+		NetworkMbpsPerCPU int      `json:"networkMbpsPerCPU"`
+		Sizes             []string `json:"sizes"`
+		Zones             []string `json:"zones"`
 	} `json:"families"`
 }
 
@@ -57,31 +73,53 @@ func LoadCatalog(path string) ([]v1alpha1.InstanceType, error) {
 	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
 		return nil, fmt.Errorf("parsing catalog %s: %w", path, err)
 	}
+	rootGi := cmp.Or(f.RootVolumeGi, 20)
 	var out []v1alpha1.InstanceType
 	for _, fam := range f.Families {
 		zones := fam.Zones
 		if len(zones) == 0 {
 			zones = f.Zones
 		}
+		manufacturer := fam.CPUManufacturer
+		if manufacturer == "" {
+			manufacturer = map[string]string{"amd64": "intel", "arm64": "aws"}[fam.Arch]
+		}
 		for _, size := range fam.Sizes {
 			cpus, ok := f.Sizes[size]
 			if !ok {
 				return nil, fmt.Errorf("family %s: unknown size %q", fam.Name, size)
 			}
+			name := fam.Name + "." + size
+			// The instance attribute labels, as the aws provider sets
+			// them for a type of this shape.
+			labels := v1alpha1.InstanceNameLabels(name)
+			labels[corev1.LabelArchStable] = fam.Arch
+			labels[corev1.LabelOSStable] = "linux"
+			labels[v1alpha1.LabelInstanceCPU] = strconv.Itoa(cpus)
+			labels[v1alpha1.LabelInstanceCPUManufacturer] = manufacturer
+			labels[v1alpha1.LabelInstanceMemory] = strconv.Itoa(cpus * fam.MemoryGiPerCPU * 1024)
+			labels[v1alpha1.LabelInstanceHypervisor] = "nitro"
+			labels[v1alpha1.LabelInstanceNetworkBandwidth] = strconv.Itoa(cpus * cmp.Or(fam.NetworkMbpsPerCPU, 390))
+			labels[v1alpha1.LabelInstanceEncryptionInTransitSupported] = "true"
 			it := v1alpha1.InstanceType{
-				Name: fam.Name + "." + size,
-				Labels: map[string]string{
-					corev1.LabelArchStable: fam.Arch,
-					corev1.LabelOSStable:   "linux",
-				},
+				Name:   name,
+				Labels: labels,
 				Capacity: corev1.ResourceList{
-					corev1.ResourceCPU:    *resource.NewQuantity(int64(cpus), resource.DecimalSI),
-					corev1.ResourceMemory: *resource.NewQuantity(int64(cpus*fam.MemoryGiPerCPU)<<30, resource.BinarySI),
-					corev1.ResourcePods:   *resource.NewQuantity(maxPods(cpus), resource.DecimalSI),
+					corev1.ResourceCPU:              *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+					corev1.ResourceMemory:           *resource.NewQuantity(int64(cpus*fam.MemoryGiPerCPU)<<30, resource.BinarySI),
+					corev1.ResourcePods:             *resource.NewQuantity(maxPods(cpus), resource.DecimalSI),
+					corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(rootGi)<<30, resource.BinarySI),
 				},
 			}
 			if fam.GPUsPer8CPU > 0 {
-				it.Capacity[ResourceGPU] = *resource.NewQuantity(int64(max(1, cpus*fam.GPUsPer8CPU/8)), resource.DecimalSI)
+				gpus := max(1, cpus*fam.GPUsPer8CPU/8)
+				it.Capacity[ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+				labels[v1alpha1.LabelInstanceGPUCount] = strconv.Itoa(gpus)
+				if fam.GPU != nil {
+					labels[v1alpha1.LabelInstanceGPUName] = fam.GPU.Name
+					labels[v1alpha1.LabelInstanceGPUManufacturer] = fam.GPU.Manufacturer
+					labels[v1alpha1.LabelInstanceGPUMemory] = strconv.Itoa(fam.GPU.MemoryMiB)
+				}
 			}
 			it.Allocatable = Allocatable(it.Capacity)
 			onDemand := fam.PricePerCPU * float64(cpus)
@@ -118,7 +156,8 @@ func maxPods(cpus int) int64 {
 // Allocatable is capacity minus the kubelet's reservations, by the formulas
 // managed Kubernetes services publish for kube-reserved: CPU 6% of the
 // first core, 1% of the second, 0.5% of the third and fourth and 0.25% of
-// the rest; memory 255Mi plus 11Mi per pod; plus a 100Mi eviction threshold.
+// the rest; memory 255Mi plus 11Mi per pod; plus a 100Mi eviction
+// threshold; ephemeral storage 1Gi plus the 10% nodefs eviction threshold.
 func Allocatable(capacity corev1.ResourceList) corev1.ResourceList {
 	out := capacity.DeepCopy()
 	cpuMilli := capacity.Cpu().MilliValue()
@@ -139,6 +178,10 @@ func Allocatable(capacity corev1.ResourceList) corev1.ResourceList {
 	out[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpuMilli-(reservedTenths+9)/10, resource.DecimalSI)
 	memReserved := (255 + 11*capacity.Pods().Value() + 100) << 20
 	out[corev1.ResourceMemory] = *resource.NewQuantity(capacity.Memory().Value()-memReserved, resource.BinarySI)
+	if disk, ok := capacity[corev1.ResourceEphemeralStorage]; ok {
+		reserved := 1<<30 + (disk.Value()+9)/10
+		out[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(max(0, disk.Value()-reserved), resource.BinarySI)
+	}
 	return out
 }
 

@@ -35,13 +35,14 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	// says the instance was launched for this claim: whoever can write
 	// nodeclaims/status must not be able to make the provisioner adopt,
 	// bind pods to and later drain a node that is not ours.
-	if ok, err := c.launchedFor(ctx, nc); err != nil || !ok {
+	in, err := c.launchedFor(ctx, nc)
+	if err != nil || in == nil {
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
 	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
 	// boot configuration did not set them all.
-	adopted := adopt(node, nc)
+	adopted := adopt(node, nc, in.Labels)
 	if !controllerutil.ContainsFinalizer(node, v1alpha1.FinalizerTermination) {
 		controllerutil.AddFinalizer(node, v1alpha1.FinalizerTermination)
 		adopted = true
@@ -63,35 +64,38 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	return reconcile.Result{Requeue: true}, nil
 }
 
-// launchedFor reports whether the cloud's instance for the claim's
-// providerID was launched for this claim, by the claim name the instance
-// carries (a tag on EC2). A mismatch is logged and recorded as an Event.
-func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
+// launchedFor returns the cloud's instance for the claim's providerID if
+// it was launched for this claim, by the claim name the instance carries
+// (a tag on EC2), and nil otherwise. A mismatch is logged and recorded as
+// an Event.
+func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*cloudprovider.Instance, error) {
 	in, err := c.cloud.Get(ctx, nc.Status.ProviderID)
 	if errors.Is(err, cloudprovider.ErrNotFound) {
-		return false, nil // the garbage collector deletes claims whose instance is gone
+		return nil, nil // the garbage collector deletes claims whose instance is gone
 	}
 	if err != nil {
-		return false, fmt.Errorf("looking up instance %s: %w", nc.Status.ProviderID, err)
+		return nil, fmt.Errorf("looking up instance %s: %w", nc.Status.ProviderID, err)
 	}
 	if in.NodeClaim != nc.Name {
 		klog.FromContext(ctx).Error(nil, "Not adopting node: its instance was not launched for this nodeclaim", "providerID", nc.Status.ProviderID, "instanceNodeClaim", in.NodeClaim)
 		c.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
-		return false, nil
+		return nil, nil
 	}
-	return true, nil
+	return in, nil
 }
 
 // adopt sets the labels of the node the claim stands for (nodeshape: its
-// template's, its pool, instance type, zone and capacity type) and its
+// template's, its pool, instance type with the type's own labels
+// (typeLabels, the instance attribute labels among them), zone and
+// capacity type) and its
 // template's annotations where the node lacks them, and says whether it
 // changed anything. Labels and annotations the node has are left as they
 // are: its kubelet's word on them stands. Annotations are set here, not
 // at boot, because a kubelet cannot register its node with annotations
 // of the provisioner's choosing.
-func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim) bool {
+func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim, typeLabels map[string]string) bool {
 	template := nodeshape.ForClaim(nc)
-	want := template.NodeLabels(&v1alpha1.InstanceType{Name: nc.Status.InstanceType}, nc.Status.Zone, nc.Status.CapacityType)
+	want := template.NodeLabels(&v1alpha1.InstanceType{Name: nc.Status.InstanceType, Labels: typeLabels}, nc.Status.Zone, nc.Status.CapacityType)
 	changed := false
 	for k, v := range template.Annotations {
 		if _, ok := node.Annotations[k]; ok {
