@@ -53,10 +53,12 @@ type EC2NodeClassSpec struct {
 	// +kubebuilder:validation:XValidation:message="an alias term must be the only AMI selector term",rule="!self.exists(t, has(t.alias)) || self.size() == 1"
 	// +listType=atomic
 	AMISelectorTerms []AMISelectorTerm `json:"amiSelectorTerms"`
-	// Role is the IAM role of the nodes; the provisioner creates and keeps
-	// an instance profile for it. Set this or instanceProfile.
+	// Role is the IAM role of the nodes, by name or ARN; the provisioner
+	// creates and keeps an instance profile for it. Set this or
+	// instanceProfile.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:message="role must be a role name (at most 64 of letters, digits and +=,.@_-) or a role ARN (arn:aws:iam::<account>:role/<path><name>)",rule="self.matches('^[\\\\w+=,.@-]{1,64}$') || self.matches('^arn:aws[a-z-]*:iam::[0-9]{12}:role/([\\\\w+=,.@-]+/)*[\\\\w+=,.@-]{1,64}$')"
 	// +optional
 	Role string `json:"role,omitempty"`
 	// InstanceProfile is an existing IAM instance profile of the nodes.

@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
@@ -40,6 +41,11 @@ type awsRegion struct {
 	SQS     *sqsfake.Server
 	SQSURL  string
 	sqsStop func()
+	// IAM holds the node role (NodeRole), at IAMURL: the provisioner
+	// keeps instance profiles there for EC2NodeClasses with spec.role.
+	IAM     *iamfake.Server
+	IAMURL  string
+	iamStop func()
 	cs      atomic.Pointer[kubernetes.Clientset] // set by connect
 	delay   time.Duration
 	types   map[string]ec2fake.InstanceType
@@ -49,7 +55,11 @@ type awsRegion struct {
 	wg     sync.WaitGroup
 }
 
-// startAWSRegion starts the fake EC2 and SQS endpoints. They listen at
+// NodeRole is the role of the sandbox's nodes in its fake IAM, for
+// EC2NodeClasses with spec.role.
+const NodeRole = "NodeforgeNodeRole"
+
+// startAWSRegion starts the fake EC2, SQS and IAM endpoints. They listen at
 // once, on ports the kernel picks, before the sandbox reserves the ports
 // of its other components, so that they can never take one of those;
 // connect gives them the API server, which they need only once the
@@ -89,8 +99,15 @@ func startAWSRegion(delay time.Duration) (*awsRegion, error) {
 		return nil, err
 	}
 	r.SQS.CreateQueue(InterruptionQueue)
+	r.IAM = iamfake.New()
+	r.IAM.AddRole(NodeRole)
+	if r.IAMURL, r.iamStop, err = r.IAM.Start(); err != nil {
+		r.sqsStop()
+		return nil, err
+	}
 	if r.URL, r.stop, err = r.EC2.Start(); err != nil {
 		r.sqsStop()
+		r.iamStop()
 		return nil, err
 	}
 	return r, nil
@@ -112,6 +129,7 @@ func (r *awsRegion) close() {
 	r.wg.Wait()
 	r.stop()
 	r.sqsStop()
+	r.iamStop()
 }
 
 // InterruptionQueue is the name of the sandbox's interruption queue.

@@ -127,6 +127,7 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 		provisioner["extraArgs"] = append([]string{
 			"--aws-ec2-endpoint=" + s.region.URL,
 			"--aws-sqs-endpoint=" + s.region.SQSURL,
+			"--aws-iam-endpoint=" + s.region.IAMURL,
 			"--cluster-ca-file=" + filepath.Join(s.Dir, "pki", "ca.crt"),
 			// The sandbox reaches no AWS host: keep the shipped prices.
 			"--aws-pricing-refresh-interval=0",

@@ -30,6 +30,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/faultproxy"
+	"github.com/nodeforge/nodeforge/internal/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/manifests"
 )
@@ -57,9 +58,10 @@ type Options struct {
 	// election on one lease; 0 means 1. Named like the scheduler's.
 	ProvisionerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
-	// "aws", which runs a fake EC2 region on loopback (internal/ec2fake) that
-	// the provisioner reaches through the real AWS SDK; its instances
-	// register as kwok nodes after AWSRegistrationDelay.
+	// "aws", which runs a fake EC2 region on loopback (internal/ec2fake,
+	// with internal/sqsfake and internal/iamfake beside it) that the
+	// provisioner reaches through the real AWS SDK; its instances register
+	// as kwok nodes after AWSRegistrationDelay.
 	CloudProvider        string
 	AWSRegistrationDelay time.Duration
 	// Progress gets one line per component as it comes up.
@@ -152,6 +154,10 @@ type Sandbox struct {
 	// watches; EventBridge's part is played by the sandbox: instance state
 	// changes are sent to it, and SpotInterruption sends a warning.
 	SQS *sqsfake.Server
+	// IAM is the fake IAM endpoint of a sandbox with the aws provider,
+	// where the provisioner keeps the instance profiles of EC2NodeClasses
+	// with spec.role; it holds the nodes' role, NodeRole. Nil otherwise.
+	IAM *iamfake.Server
 	// Faults is the proxy in front of the provisioner when
 	// Options.ProvisionerFaults is set; nil otherwise.
 	Faults *faultproxy.Proxy
@@ -378,7 +384,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err := s.region.connect(s.Config); err != nil {
 			return nil, err
 		}
-		s.EC2, s.SQS = s.region.EC2, s.region.SQS
+		s.EC2, s.SQS, s.IAM = s.region.EC2, s.region.SQS, s.region.IAM
 		defaults = []string{"examples/aws.yaml"}
 	}
 	if installed {
@@ -564,6 +570,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 			"--aws-region=us-west-2",
 			"--aws-ec2-endpoint="+s.region.URL,
 			"--aws-sqs-endpoint="+s.region.SQSURL,
+			"--aws-iam-endpoint="+s.region.IAMURL,
 			"--interruption-queue="+InterruptionQueue,
 			"--cluster-name=sandbox",
 			"--cluster-endpoint="+s.Server,
@@ -603,7 +610,7 @@ func (s *Sandbox) writeEndpoints(p ports) error {
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
 	if s.region != nil {
-		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\n"
+		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\niam=" + s.region.IAMURL + "\n"
 	}
 	return os.WriteFile(filepath.Join(s.Dir, "endpoints"), []byte(endpoints), 0o644)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"k8s.io/client-go/discovery"
@@ -38,6 +39,7 @@ type awsOptions struct {
 	maxAttempts     int
 	queue           string
 	sqsEndpoint     string
+	iamEndpoint     string
 
 	// set by provider
 	sdk    sdkaws.Config
@@ -58,6 +60,7 @@ func (a *awsOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.pricingEndpoint, "aws-pricing-endpoint", "", "Pricing API endpoint URL; empty: the public one in us-east-1.")
 	fs.StringVar(&a.queue, "interruption-queue", "", "Name or URL of the SQS queue that EventBridge rules feed with EC2's spot interruption warnings, rebalance recommendations, instance state changes and AWS Health scheduled changes (docs/aws.md); empty: interruptions are not watched.")
 	fs.StringVar(&a.sqsEndpoint, "aws-sqs-endpoint", "", "SQS endpoint URL; empty: the region's. For tests and private endpoints.")
+	fs.StringVar(&a.iamEndpoint, "aws-iam-endpoint", "", "IAM endpoint URL; empty: the partition's global one. IAM keeps the instance profiles of EC2NodeClasses with spec.role. For tests and private endpoints.")
 	fs.IntVar(&a.maxAttempts, "aws-max-attempts", 8, "Attempts per AWS call; throttling and transient errors are retried with exponential backoff.")
 }
 
@@ -109,11 +112,19 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 			o.BaseEndpoint = sdkaws.String(a.endpoint)
 		}
 	})
+	// The same configuration, and so the same retryer and attempts, as
+	// EC2's.
+	iamClient := iam.NewFromConfig(sdk, func(o *iam.Options) {
+		if a.iamEndpoint != "" {
+			o.BaseEndpoint = sdkaws.String(a.iamEndpoint)
+		}
+	})
 	klog.InfoS("Using the aws provider", "region", sdk.Region, "clusterName", a.clusterName, "clusterEndpoint", a.clusterEndpoint,
-		"kubernetesVersion", v.Major+"."+strings.TrimSuffix(v.Minor, "+"), "ec2Endpoint", a.endpoint, "prices", a.prices.Source())
+		"kubernetesVersion", v.Major+"."+strings.TrimSuffix(v.Minor, "+"), "ec2Endpoint", a.endpoint, "iamEndpoint", a.iamEndpoint, "prices", a.prices.Source())
 	return aws.New(client, kube, a.prices, aws.Options{
 		Region: sdk.Region, ClusterName: a.clusterName, ClusterEndpoint: a.clusterEndpoint, ClusterCA: ca,
 		ClusterServiceCIDR: a.serviceCIDR, KubernetesVersion: v.Major + "." + strings.TrimSuffix(v.Minor, "+"),
+		IAM: iamClient,
 	})
 }
 

@@ -3,10 +3,12 @@
 // subnet overrides, a ClientToken derived from the claim), describes the
 // region's instance types, offerings and spot prices, prices on-demand
 // capacity from the shipped table in package pricing, and resolves each
-// EC2NodeClass's subnets, security groups and images by selector terms.
+// EC2NodeClass's subnets, security groups and images by selector terms, and
+// keeps an IAM instance profile for each class that names a role.
 //
-// Everything goes through aws-sdk-go-v2; the tests drive the real SDK client
-// against an EC2 Query endpoint on loopback (internal/ec2fake).
+// Everything goes through aws-sdk-go-v2; the tests drive the real SDK
+// clients against Query endpoints on loopback (internal/ec2fake,
+// internal/iamfake).
 package aws
 
 import (
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/smithy-go"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +44,19 @@ type EC2API interface {
 	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 }
+
+// IAMAPI is the part of the IAM client the provider calls, to keep the
+// instance profiles of classes with spec.role; *iam.Client implements it.
+type IAMAPI interface {
+	GetInstanceProfile(context.Context, *iam.GetInstanceProfileInput, ...func(*iam.Options)) (*iam.GetInstanceProfileOutput, error)
+	CreateInstanceProfile(context.Context, *iam.CreateInstanceProfileInput, ...func(*iam.Options)) (*iam.CreateInstanceProfileOutput, error)
+	TagInstanceProfile(context.Context, *iam.TagInstanceProfileInput, ...func(*iam.Options)) (*iam.TagInstanceProfileOutput, error)
+	AddRoleToInstanceProfile(context.Context, *iam.AddRoleToInstanceProfileInput, ...func(*iam.Options)) (*iam.AddRoleToInstanceProfileOutput, error)
+	RemoveRoleFromInstanceProfile(context.Context, *iam.RemoveRoleFromInstanceProfileInput, ...func(*iam.Options)) (*iam.RemoveRoleFromInstanceProfileOutput, error)
+	DeleteInstanceProfile(context.Context, *iam.DeleteInstanceProfileInput, ...func(*iam.Options)) (*iam.DeleteInstanceProfileOutput, error)
+}
+
+var _ IAMAPI = (*iam.Client)(nil)
 
 // Tags Nodeforge puts on what it launches. TagCluster scopes List (and so
 // garbage collection) to one cluster; the claim tags tie an instance to its
@@ -76,6 +92,10 @@ type Options struct {
 	// (default 15m).
 	InstanceTypesTTL time.Duration
 	SpotPricesTTL    time.Duration
+	// IAM keeps the instance profiles of classes with spec.role
+	// (instanceprofile.go). Nil: such classes are not Ready, and classes
+	// with spec.instanceProfile work as ever.
+	IAM IAMAPI
 }
 
 // Provider is the EC2 cloud provider.
@@ -149,7 +169,8 @@ var (
 		"Unsupported":                       true,
 		"SpotMaxPriceTooLow":                true,
 	}
-	// deniedCodes need an operator: credentials or policy are wrong.
+	// deniedCodes need an operator: credentials or policy are wrong. IAM
+	// says AccessDenied.
 	deniedCodes = map[string]bool{
 		"UnauthorizedOperation":       true,
 		"AuthFailure":                 true,
@@ -175,12 +196,18 @@ func classify(op string, err error) error {
 		switch {
 		case deniedCodes[api.ErrorCode()]:
 			return &cloudprovider.AccessDeniedError{Op: op, Err: err}
-		case strings.HasSuffix(api.ErrorCode(), ".NotFound"):
+		case strings.HasSuffix(api.ErrorCode(), ".NotFound"), api.ErrorCode() == "NoSuchEntity":
 			return fmt.Errorf("%s: %w: %w", op, cloudprovider.ErrNotFound, err)
+		case api.ErrorCode() == "EntityAlreadyExists":
+			return fmt.Errorf("%s: %w: %w", op, errAlreadyExists, err)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// errAlreadyExists says a create found its object there already (IAM's
+// EntityAlreadyExists): another writer got there first.
+var errAlreadyExists = errors.New("already exists")
 
 // providerID is what the node of an instance reports: aws:///zone/id.
 func providerID(zone, id string) string { return "aws:///" + zone + "/" + id }

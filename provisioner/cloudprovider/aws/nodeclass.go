@@ -16,7 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -89,9 +93,33 @@ func NewNodeClassController(kube client.Client, provider *Provider) *NodeClassCo
 	return &NodeClassController{kube: kube, provider: provider, RefreshInterval: 5 * time.Minute}
 }
 
-// SetupWithManager registers the controller.
+// SetupWithManager registers the controller. A deleted NodeClaim wakes
+// the class it refers to when that class is being deleted and waits for
+// its claims to go.
 func (c *NodeClassController) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("ec2nodeclass").For(&v1alpha1.EC2NodeClass{}).Complete(c)
+	return ctrl.NewControllerManagedBy(mgr).Named("ec2nodeclass").For(&v1alpha1.EC2NodeClass{}).
+		Watches(&v1alpha1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(c.deletingClassOf),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(ctrlevent.CreateEvent) bool { return false },
+				UpdateFunc:  func(ctrlevent.UpdateEvent) bool { return false },
+				GenericFunc: func(ctrlevent.GenericEvent) bool { return false },
+			})).
+		Complete(c)
+}
+
+// deletingClassOf maps a deleted NodeClaim to its EC2NodeClass if that
+// class is being deleted, and to nothing otherwise: a class that is not
+// being deleted has no use for the news.
+func (c *NodeClassController) deletingClassOf(ctx context.Context, o client.Object) []reconcile.Request {
+	nc, ok := o.(*v1alpha1.NodeClaim)
+	if !ok || nc.Spec.NodeClassRef.Kind != "EC2NodeClass" {
+		return nil
+	}
+	var class v1alpha1.EC2NodeClass
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodeClassRef.Name}, &class); err != nil || class.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(&class)}}
 }
 
 // Reconcile resolves one class.
@@ -99,6 +127,12 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 	var class v1alpha1.EC2NodeClass
 	if err := c.kube.Get(ctx, req.NamespacedName, &class); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !class.DeletionTimestamp.IsZero() {
+		return c.finalize(ctx, &class)
+	}
+	if err := c.addFinalizer(ctx, &class); err != nil {
+		return reconcile.Result{}, err
 	}
 	var status v1alpha1.EC2NodeClassStatus
 	err := cloudprovider.Within(ctx, c.Timeout, "EC2NodeClass resolution", func(ctx context.Context) (err error) {
@@ -132,10 +166,11 @@ func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
 	return out
 }
 
-// Resolve finds the class's subnets, security groups, images and instance
-// profile and returns the status that says so. It returns an error only
-// when a call failed; selectors that match nothing give a status that is
-// not Ready and says which.
+// Resolve finds the class's subnets, security groups and images, and its
+// instance profile (making it for spec.role: instanceprofile.go), and
+// returns the status that says so. It returns an error only when a call
+// failed; selectors that match nothing, a missing role or a profile that
+// is not Nodeforge's give a status that is not Ready and says which.
 func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v1alpha1.EC2NodeClassStatus, error) {
 	status := v1alpha1.EC2NodeClassStatus{Conditions: slices.Clone(class.Status.Conditions)}
 	set := func(typ string, ok bool, reason, msg string) {
@@ -182,12 +217,18 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 	switch {
 	case class.Spec.InstanceProfile != "":
 		status.InstanceProfile = class.Spec.InstanceProfile
-		set(ConditionInstanceProfileReady, true, "Given", class.Spec.InstanceProfile)
+		set(ConditionInstanceProfileReady, true, ReasonInstanceProfileGiven, class.Spec.InstanceProfile)
 	default:
-		// Creating instance profiles for a role needs IAM write access,
-		// which the provisioner's least-privilege policy leaves out.
-		problems = append(problems, "spec.role is not supported yet: create an instance profile for role "+class.Spec.Role+" and set spec.instanceProfile")
-		set(ConditionInstanceProfileReady, false, "RoleUnsupported", problems[len(problems)-1])
+		ip, err := p.ensureInstanceProfile(ctx, class)
+		set(ConditionInstanceProfileReady, ip.ready, ip.reason, ip.detail)
+		if err != nil {
+			return status, err
+		}
+		if !ip.ready {
+			problems = append(problems, ip.detail)
+		} else {
+			status.InstanceProfile = ip.name
+		}
 	}
 	if len(problems) > 0 {
 		set(ConditionReady, false, "NotResolved", strings.Join(problems, "; "))
