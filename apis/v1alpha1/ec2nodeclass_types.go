@@ -11,7 +11,7 @@ import (
 // nodeforge.dev group beside the other Nodeforge kinds.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=ec2nc
+// +kubebuilder:resource:scope=Cluster,categories=nodeforge,shortName=nfec2nc
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnetCount`

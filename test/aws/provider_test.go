@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -712,4 +714,59 @@ func claim(t *testing.T, name, providerID string) *v1alpha1.NodeClaim {
 		t.Fatal(err)
 	}
 	return nc
+}
+
+// TestLaunchTemplatesAreCollected: a template a launch used recently is
+// kept; one unused for the grace period goes, and so does every template of
+// a class that is gone; a launch that needs a collected template makes it
+// again and launches. Over the wire, against the fake's own count.
+func TestLaunchTemplatesAreCollected(t *testing.T) {
+	ctx := context.Background()
+	world := ec2fake.DefaultWorld()
+	r := newRegion(t, &world, nil)
+	offers := r.offers(t, "on-demand", "m5.large")
+	if _, err := r.provider.Create(ctx, r.launch(offers)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.ec2.LaunchTemplates()); n != 1 {
+		t.Fatalf("%d launch templates after a launch, want 1", n)
+	}
+	classes := map[string]bool{r.class.Name: true}
+	if n, err := r.provider.CollectLaunchTemplates(ctx, classes, time.Hour); err != nil || n != 0 {
+		t.Fatalf("collecting a template used just now: deleted %d (%v), want 0", n, err)
+	}
+	if n, err := r.provider.CollectLaunchTemplates(ctx, map[string]bool{}, time.Hour); err != nil || n != 1 {
+		t.Fatalf("collecting the template of a class that is gone: deleted %d (%v), want 1", n, err)
+	}
+	if n := len(r.ec2.LaunchTemplates()); n != 0 {
+		t.Fatalf("%d launch templates left, want 0", n)
+	}
+	// The provider forgot it: the next launch makes it again.
+	if _, err := r.provider.Create(ctx, r.launch(offers)); err != nil {
+		t.Fatalf("launching after the template was collected: %v", err)
+	}
+	if n := len(r.ec2.LaunchTemplates()); n != 1 {
+		t.Fatalf("%d launch templates after a second launch, want 1", n)
+	}
+	// A grace of zero: made and used before now, so unused for longer.
+	if n, err := r.provider.CollectLaunchTemplates(ctx, classes, 0); err != nil || n != 1 {
+		t.Fatalf("collecting an unused template past its grace: deleted %d (%v), want 1", n, err)
+	}
+	// Deleted behind the provider's back: CreateFleet says so, the provider
+	// forgets it, and the retry makes it again.
+	if _, err := r.provider.Create(ctx, r.launch(offers)); err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range r.ec2.LaunchTemplates() {
+		if _, err := r.client.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateId: sdkaws.String(lt.ID)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := r.launch(offers)
+	if _, err := r.provider.Create(ctx, l); err == nil {
+		t.Fatal("launching from a template deleted behind the provider's back succeeded; the test expects CreateFleet to refuse it")
+	}
+	if _, err := r.provider.Create(ctx, l); err != nil {
+		t.Fatalf("retrying the launch: %v", err)
+	}
 }

@@ -189,6 +189,11 @@ func Run(args []string, opts ...registry.Option) error {
 		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
 			return err
 		}
+		templates := aws.NewLaunchTemplateCollector(mgr.GetClient(), provider)
+		templates.Timeout = o.cloudCallTimeout
+		if err := mgr.Add(templates); err != nil {
+			return err
+		}
 		cloud = provider
 	case "simulated":
 		catalogSource, err := simulated.NewCatalog(o.catalog)

@@ -40,6 +40,7 @@ type EC2API interface {
 	DescribeImages(context.Context, *ec2.DescribeImagesInput, ...func(*ec2.Options)) (*ec2.DescribeImagesOutput, error)
 	DescribeLaunchTemplates(context.Context, *ec2.DescribeLaunchTemplatesInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error)
 	CreateLaunchTemplate(context.Context, *ec2.CreateLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.CreateLaunchTemplateOutput, error)
+	DeleteLaunchTemplate(context.Context, *ec2.DeleteLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.DeleteLaunchTemplateOutput, error)
 	CreateFleet(context.Context, *ec2.CreateFleetInput, ...func(*ec2.Options)) (*ec2.CreateFleetOutput, error)
 	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
@@ -108,8 +109,10 @@ type Provider struct {
 
 	mu      sync.Mutex
 	catalog regionCatalog
-	// templates remembers launch templates known to exist, by name.
-	templates map[string]string
+	// templates remembers launch templates known to exist, by name, and
+	// templateUsed when a launch last used each (launchtemplates.go).
+	templates    map[string]string
+	templateUsed map[string]time.Time
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}
@@ -129,7 +132,7 @@ func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*
 	if opts.SpotPricesTTL == 0 {
 		opts.SpotPricesTTL = 15 * time.Minute
 	}
-	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}}, nil
+	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}}, nil
 }
 
 // Name is "aws".

@@ -40,9 +40,10 @@ import (
 // (aws iam list-instance-profiles --path-prefix /nodeforge/).
 const InstanceProfilePath = "/nodeforge/"
 
-// FinalizerNodeClass keeps an EC2NodeClass with spec.role until the
-// instance profile made for it is deleted, and no NodeClaim refers to it
-// any more (the instances of those claims run with the profile).
+// FinalizerNodeClass keeps an EC2NodeClass until no NodeClaim refers to
+// it any more (the instances of those claims run with its instance
+// profile), and then until its launch templates and the instance profile
+// made for it are deleted.
 const FinalizerNodeClass = v1alpha1.FinalizerTermination
 
 // Reasons of the InstanceProfileReady condition.
@@ -329,10 +330,11 @@ func (p *Provider) deleteInstanceProfile(ctx context.Context, class *v1alpha1.EC
 	return nil
 }
 
-// addFinalizer puts FinalizerNodeClass on a class with spec.role, before
-// anything is made for it, so that its deletion waits for the cleanup.
+// addFinalizer puts FinalizerNodeClass on a class before anything is made
+// for it (launch templates; an instance profile for spec.role), so that
+// its deletion waits for the cleanup.
 func (c *NodeClassController) addFinalizer(ctx context.Context, class *v1alpha1.EC2NodeClass) error {
-	if class.Spec.Role == "" || c.provider.opts.IAM == nil || controllerutil.ContainsFinalizer(class, FinalizerNodeClass) {
+	if controllerutil.ContainsFinalizer(class, FinalizerNodeClass) {
 		return nil
 	}
 	orig := class.DeepCopy()
@@ -381,9 +383,23 @@ func (c *NodeClassController) finalize(ctx context.Context, class *v1alpha1.EC2N
 		}
 		return reconcile.Result{RequeueAfter: terminatingRecheck}, nil
 	}
-	if err := c.provider.deleteInstanceProfile(ctx, class); err != nil {
-		log.Error(err, "Deleting the instance profile of ec2nodeclass failed; retrying")
+	n, err := c.provider.DeleteLaunchTemplates(ctx, class.Name)
+	if err != nil {
+		log.Error(err, "Deleting the launch templates of ec2nodeclass failed; retrying", "deleted", n)
 		return reconcile.Result{}, err
+	}
+	if c.provider.opts.IAM != nil {
+		// A class without role may have had one: its profile goes too.
+		// Without the IAM permissions for it (a user of instanceProfile
+		// need not grant them) there is nothing of ours to delete.
+		err := c.provider.deleteInstanceProfile(ctx, class)
+		switch {
+		case err != nil && class.Spec.Role == "" && cloudprovider.IsAccessDenied(err):
+			log.Info("Not allowed to look for an instance profile of ours; the class has none", "reason", err.Error())
+		case err != nil:
+			log.Error(err, "Deleting the instance profile of ec2nodeclass failed; retrying")
+			return reconcile.Result{}, err
+		}
 	}
 	patch := client.MergeFromWithOptions(class.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(class, FinalizerNodeClass)

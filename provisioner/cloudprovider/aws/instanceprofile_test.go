@@ -3,6 +3,8 @@ package aws
 import (
 	"context"
 	"errors"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -495,7 +497,11 @@ func TestDeletionOfAProfileAlreadyGone(t *testing.T) {
 }
 
 // TestGivenInstanceProfileMakesNoIAMCalls: spec.instanceProfile is used as
-// it is, with no IAM call and no finalizer, and the class is deleted at once.
+// it is, with no IAM call while the class is in use. The class keeps the
+// finalizer that deletes its launch templates; on deletion one
+// GetInstanceProfile looks for a profile of ours (the class may have had a
+// role), and a provisioner not allowed to look (IAM refuses) still lets
+// the class go.
 func TestGivenInstanceProfileMakesNoIAMCalls(t *testing.T) {
 	ctx := context.Background()
 	e := newIAMEnv(t, nil)
@@ -506,23 +512,29 @@ func TestGivenInstanceProfileMakesNoIAMCalls(t *testing.T) {
 	if s, r, m := condition(class, ConditionInstanceProfileReady); s != metav1.ConditionTrue || r != ReasonInstanceProfileGiven || m != "MyProfile" || class.Status.InstanceProfile != "MyProfile" {
 		t.Errorf("InstanceProfileReady = %s %s %q, profile %q; want True Given MyProfile", s, r, m, class.Status.InstanceProfile)
 	}
-	if len(class.Finalizers) != 0 {
-		t.Errorf("finalizers %v on a class with instanceProfile", class.Finalizers)
+	if n := e.iam.Calls(""); n != 0 {
+		t.Errorf("%d IAM calls while resolving: %v, want none", n, e.callsSince(0))
 	}
+	if !slices.Equal(class.Finalizers, []string{FinalizerNodeClass}) {
+		t.Errorf("finalizers %v, want %s (launch templates)", class.Finalizers, FinalizerNodeClass)
+	}
+	e.iam.FailNext("GetInstanceProfile", 1, http.StatusForbidden, "AccessDenied")
 	if err := e.kube.Delete(ctx, class); err != nil {
 		t.Fatal(err)
 	}
+	e.reconcile(t, "default")
 	if err := e.kube.Get(ctx, client.ObjectKey{Name: "default"}, class); !apierrors.IsNotFound(err) {
-		t.Errorf("class after deletion: %v, want it gone at once", err)
+		t.Errorf("class after deletion: %v, want it gone", err)
 	}
-	if n := e.iam.Calls(""); n != 0 {
-		t.Errorf("%d IAM calls: %v, want none", n, e.callsSince(0))
+	if diff := cmp.Diff([]string{"GetInstanceProfile "}, e.callsSince(0)); diff != "" {
+		t.Errorf("IAM calls (-want,+got):\n%s", diff)
 	}
 }
 
 // TestRoleWithoutIAM: a provider without an IAM client says a class with
-// spec.role cannot be served, and holds no finalizer on it.
+// spec.role cannot be served; the class still goes when deleted.
 func TestRoleWithoutIAM(t *testing.T) {
+	ctx := context.Background()
 	e := newIAMEnv(t, nil)
 	e.provider.opts.IAM = nil
 	e.create(t, "default", classSpec("NodeRole", ""))
@@ -531,8 +543,12 @@ func TestRoleWithoutIAM(t *testing.T) {
 	if s, r, _ := condition(class, ConditionInstanceProfileReady); s != metav1.ConditionFalse || r != ReasonNoIAM {
 		t.Errorf("InstanceProfileReady = %s %s, want False %s", s, r, ReasonNoIAM)
 	}
-	if len(class.Finalizers) != 0 {
-		t.Errorf("finalizers %v without IAM", class.Finalizers)
+	if err := e.kube.Delete(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(t, "default")
+	if err := e.kube.Get(ctx, client.ObjectKey{Name: "default"}, class); !apierrors.IsNotFound(err) {
+		t.Errorf("class after deletion: %v, want it gone", err)
 	}
 }
 

@@ -105,6 +105,10 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	logger.V(2).Info("Creating fleet", "nodeClaim", l.NodeClaim, "launchTemplate", template, "capacityType", capacityType, "overrides", len(overrides))
 	out, err := p.ec2.CreateFleet(ctx, in)
 	if err != nil {
+		if templateNotFound(err) {
+			// Collected meanwhile (launchtemplates.go): the retry makes it.
+			p.forgetTemplate(template)
+		}
 		return nil, classify("CreateFleet", err)
 	}
 	var refused []cloudprovider.Offer
@@ -119,6 +123,9 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		case deniedCodes[code]:
 			return nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
 		default:
+			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
+				p.forgetTemplate(template)
+			}
 			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
 		}
 	}
@@ -264,6 +271,9 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 	name := fmt.Sprintf("nodeforge/%s/%s/%s", p.opts.ClusterName, class.Name, sum)
 	p.mu.Lock()
 	_, known := p.templates[name]
+	if known {
+		p.templateUsed[name] = p.now()
+	}
 	p.mu.Unlock()
 	if known {
 		return name, nil
@@ -289,6 +299,7 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 	}
 	p.mu.Lock()
 	p.templates[name] = ami
+	p.templateUsed[name] = p.now()
 	p.mu.Unlock()
 	return name, nil
 }
