@@ -291,7 +291,9 @@ type EC2NodeClassStatus struct {
 	// +listType=atomic
 	// +optional
 	SecurityGroups []ResolvedSecurityGroup `json:"securityGroups,omitempty"`
-	// AMIs resolved from amiSelectorTerms, one per architecture.
+	// AMIs resolved from amiSelectorTerms: for an alias, one per
+	// architecture and variant (standard, nvidia, neuron); otherwise the
+	// newest per architecture, for every instance type.
 	// +listType=atomic
 	// +optional
 	AMIs []ResolvedAMI `json:"amis,omitempty"`
@@ -325,6 +327,11 @@ type ResolvedAMI struct {
 	Name string `json:"name,omitempty"`
 	// Architecture in Kubernetes terms: amd64 or arm64.
 	Architecture string `json:"architecture"`
+	// Variant of an EKS-optimised image, chosen per instance type:
+	// standard; nvidia for types with NVIDIA GPUs; neuron for Inferentia
+	// and Trainium. Empty: an image for every type of its architecture.
+	// +optional
+	Variant string `json:"variant,omitempty"`
 }
 
 // EC2NodeClassList is a list of EC2NodeClasses.

@@ -179,6 +179,11 @@ type NodeClaimStatus struct {
 	// Price of the launched instance in dollars per hour, e.g. "0.0416".
 	// +optional
 	Price string `json:"price,omitempty"`
+	// ImageID is the machine image the instance was launched from, where
+	// the cloud has one (an AMI on AWS); a node whose image its class no
+	// longer resolves to has drifted.
+	// +optional
+	ImageID string `json:"imageID,omitempty"`
 }
 
 // NodeClaimList is a list of NodeClaims.

@@ -442,7 +442,7 @@ func TestDescribeImages(t *testing.T) {
 		{
 			"the EKS account ID is an owner too",
 			ec2.DescribeImagesInput{Owners: []string{ec2fake.EKSAccountID}, Filters: []types.Filter{filter("architecture", "arm64")}},
-			[]string{"amazon-eks-node-al2023-arm64-standard-1.37-v20261001", "amazon-eks-node-al2023-arm64-standard-1.37-v20261101"}, "",
+			[]string{"amazon-eks-node-al2023-arm64-nvidia-1.37-v20261101", "amazon-eks-node-al2023-arm64-standard-1.37-v20261001", "amazon-eks-node-al2023-arm64-standard-1.37-v20261101"}, "",
 		},
 		{"self is the caller's account", ec2.DescribeImagesInput{Owners: []string{"self"}}, []string{"nodeforge-custom-al2023-x86_64-20261115"}, ""},
 		{"a tag filter finds the custom image", ec2.DescribeImagesInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, []string{"nodeforge-custom-al2023-x86_64-20261115"}, ""},

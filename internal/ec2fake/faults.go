@@ -282,3 +282,14 @@ func (s *Server) AddInstance(inst Instance) Instance {
 	s.instances = append(s.instances, &c)
 	return c.clone()
 }
+
+// AddImage registers an image, as a publisher releasing a new one would;
+// a creation date of zero is now.
+func (s *Server) AddImage(img Image) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if img.CreationDate.IsZero() {
+		img.CreationDate = s.now()
+	}
+	s.images = append(s.images, &img)
+}

@@ -207,10 +207,14 @@ func DefaultWorld() World {
 			{ID: "sg-0e5d4c3b2a1f09872", Name: "default", Description: "default VPC security group", VpcID: vpc},
 		},
 		Images: []Image{
-			eksImage("ami-0e7a1d2c3b4f50001", "x86_64", "v20261101", date(2026, 11, 1)),
-			eksImage("ami-0e7a1d2c3b4f50002", "arm64", "v20261101", date(2026, 11, 1)),
-			eksImage("ami-0e7a1d2c3b4f50003", "x86_64", "v20261001", date(2026, 10, 1)),
-			eksImage("ami-0e7a1d2c3b4f50004", "arm64", "v20261001", date(2026, 10, 1)),
+			eksImage("ami-0e7a1d2c3b4f50001", "x86_64", "standard", "v20261101", date(2026, 11, 1)),
+			eksImage("ami-0e7a1d2c3b4f50002", "arm64", "standard", "v20261101", date(2026, 11, 1)),
+			eksImage("ami-0e7a1d2c3b4f50003", "x86_64", "standard", "v20261001", date(2026, 10, 1)),
+			eksImage("ami-0e7a1d2c3b4f50004", "arm64", "standard", "v20261001", date(2026, 10, 1)),
+			eksImage("ami-0e7a1d2c3b4f50006", "x86_64", "nvidia", "v20261101", date(2026, 11, 1)),
+			eksImage("ami-0e7a1d2c3b4f50007", "arm64", "nvidia", "v20261101", date(2026, 11, 1)),
+			eksImage("ami-0e7a1d2c3b4f50008", "x86_64", "nvidia", "v20261001", date(2026, 10, 1)),
+			eksImage("ami-0e7a1d2c3b4f50009", "x86_64", "neuron", "v20261101", date(2026, 11, 1)),
 			{
 				ID: "ami-0c5f0d1e2a3b40005", Name: "nodeforge-custom-al2023-x86_64-20261115",
 				Description: "Custom sandbox node image", OwnerID: DefaultAccountID,
@@ -225,10 +229,10 @@ func DefaultWorld() World {
 
 func date(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
 
-func eksImage(id, arch, release string, created time.Time) Image {
+func eksImage(id, arch, variant, release string, created time.Time) Image {
 	return Image{
 		ID:           id,
-		Name:         "amazon-eks-node-al2023-" + arch + "-standard-1.37-" + release,
+		Name:         "amazon-eks-node-al2023-" + arch + "-" + variant + "-1.37-" + release,
 		Description:  "EKS-optimized Kubernetes node based on Amazon Linux 2023, (k8s: 1.37)",
 		OwnerID:      EKSAccountID,
 		OwnerAlias:   "amazon",

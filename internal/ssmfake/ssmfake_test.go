@@ -481,8 +481,11 @@ func TestSeedFromEC2World(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(imgs) != 4 {
-		t.Errorf("published %d images, want the world's 4 standard ones: %+v", len(imgs), imgs)
+	// Standard for both architectures and both releases, NVIDIA for both
+	// architectures in v20261101 and x86_64 in v20261001, Neuron in
+	// v20261101.
+	if len(imgs) != 8 {
+		t.Errorf("published %d images, want the world's 8: %+v", len(imgs), imgs)
 	}
 	for _, arch := range []string{"x86_64", "arm64"} {
 		want := byName["amazon-eks-node-al2023-"+arch+"-standard-1.37-v20261101"]
@@ -494,7 +497,8 @@ func TestSeedFromEC2World(t *testing.T) {
 			t.Errorf("recommended %s = %v, %v; want the world's v20261101 image %s", arch, got, err, want)
 		}
 	}
-	if _, err := get(c, ssmfake.RecommendedImageIDParameter("1.37", "x86_64", "nvidia")); !errors.As(err, new(*types.ParameterNotFound)) {
-		t.Errorf("nvidia, which the world has no image for = %v, want ParameterNotFound", err)
+	missing := ssmfake.AL2023Image{KubernetesVersion: "1.37", Arch: "arm64", Variant: "nvidia", Release: "v20261001"}
+	if _, err := get(c, missing.ImageIDParameter()); !errors.As(err, new(*types.ParameterNotFound)) {
+		t.Errorf("arm64 nvidia v20261001, which the world has no image for = %v, want ParameterNotFound", err)
 	}
 }

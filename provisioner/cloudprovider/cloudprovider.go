@@ -34,6 +34,9 @@ type Instance struct {
 	// (v1alpha1.InstanceType.Labels): what the provisioner sets on the
 	// node when it adopts it, where the node's boot configuration did not.
 	Labels map[string]string
+	// ImageID is the machine image the instance runs, where the cloud
+	// has one.
+	ImageID string
 	// NodeClaim and NodePool the instance was launched for, from its tags.
 	NodeClaim string
 	NodePool  string
@@ -122,6 +125,10 @@ type NodeClass struct {
 	// recorded hash differs from its class's was launched from settings
 	// the class no longer has.
 	Hash func(class client.Object) (string, error)
+	// Drifted, if set, says why the claim's instance is no longer what
+	// the class would launch now beyond its spec (an image the class no
+	// longer resolves to), or "". It reads only the objects.
+	Drifted func(class client.Object, nc *v1alpha1.NodeClaim) string
 }
 
 // ServedKinds lists the kinds of classes, for messages: "EC2NodeClass" or

@@ -41,3 +41,18 @@ func NodeClassHash(ctx context.Context, kube client.Reader, classes []NodeClass,
 	}
 	return hash, true, nil
 }
+
+// NodeClassDrifted says why the claim's instance has drifted from its
+// class beyond the class's hash (NodeClass.Drifted), or "" when it has
+// not, when the kind declares no such check, or when the class is gone.
+func NodeClassDrifted(ctx context.Context, kube client.Reader, classes []NodeClass, nc *v1alpha1.NodeClaim) (string, error) {
+	declared, ok := ClassOf(classes, nc.Spec.NodeClassRef)
+	if !ok || declared.Drifted == nil {
+		return "", nil
+	}
+	class := declared.New()
+	if err := kube.Get(ctx, types.NamespacedName{Name: nc.Spec.NodeClassRef.Name}, class); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	return declared.Drifted(class, nc), nil
+}

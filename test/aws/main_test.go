@@ -15,12 +15,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
@@ -34,6 +36,7 @@ func TestMain(m *testing.M) { sandboxtest.ControlPlaneMain(m, &kube, nil) }
 // region is one test's fake EC2 region and a provider launching into it.
 type region struct {
 	ec2      *ec2fake.Server
+	ssm      *ssmfake.Server
 	url      string
 	client   *ec2.Client
 	provider *aws.Provider
@@ -74,6 +77,21 @@ func newRegion(t *testing.T, world *ec2fake.World, spec *v1alpha1.EC2NodeClassSp
 	}
 	t.Cleanup(stop)
 	r.client = clientFor(r.url, 3)
+	// The EKS-optimised images' public parameters, naming the world's
+	// images by their names.
+	if r.ssm, err = ssmfake.New("us-west-2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.ssm.Close)
+	byName := map[string]string{}
+	for _, im := range w.Images {
+		byName[im.Name] = im.ID
+	}
+	if _, err := r.ssm.SeedEKSOptimizedAL2023("1.37", []string{"v20261001", "v20261101"}, ssmfake.ImageIDsByName(byName)); err != nil {
+		t.Fatal(err)
+	}
+	ssmClient := ssm.New(ssm.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(r.ssm.URL()),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", "")})
 	prices, err := pricing.Shipped()
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +99,7 @@ func newRegion(t *testing.T, world *ec2fake.World, spec *v1alpha1.EC2NodeClassSp
 	r.provider, err = aws.New(r.client, kube, prices, aws.Options{
 		Region: "us-west-2", ClusterName: "conformance", ClusterEndpoint: "https://api.conformance.example",
 		ClusterCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), ClusterServiceCIDR: "10.100.0.0/16",
-		KubernetesVersion: "1.37",
+		KubernetesVersion: "1.37", SSM: ssmClient,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
@@ -39,7 +40,7 @@ func reconcileRequest(name string) reconcile.Request {
 // through DescribeSubnets, DescribeSecurityGroups and DescribeImages.
 func TestSelectorsResolve(t *testing.T) {
 	r := newRegion(t, nil, nil)
-	t.Run("tags find the three discovery subnets, one per zone, and the tagged group; the alias the newest EKS image per architecture", func(t *testing.T) {
+	t.Run("tags find the three discovery subnets, one per zone, and the tagged group; the alias, through SSM, the recommended EKS image per architecture and variant", func(t *testing.T) {
 		want := v1alpha1.EC2NodeClassStatus{
 			Subnets: []v1alpha1.ResolvedSubnet{
 				{ID: "subnet-0c1a4f3e2d5b60a01", Zone: "us-west-2a", ZoneID: "usw2-az1"},
@@ -48,7 +49,13 @@ func TestSelectorsResolve(t *testing.T) {
 			},
 			SubnetCount:     3,
 			SecurityGroups:  []v1alpha1.ResolvedSecurityGroup{{ID: "sg-0e5d4c3b2a1f09871", Name: "sandbox-nodes"}},
-			AMIs:            []v1alpha1.ResolvedAMI{{ID: "ami-0e7a1d2c3b4f50001", Name: "amazon-eks-node-al2023-x86_64-standard-1.37-v20261101", Architecture: "amd64"}, {ID: "ami-0e7a1d2c3b4f50002", Name: "amazon-eks-node-al2023-arm64-standard-1.37-v20261101", Architecture: "arm64"}},
+			AMIs: []v1alpha1.ResolvedAMI{
+				{ID: "ami-0e7a1d2c3b4f50001", Name: "amazon-eks-node-al2023-x86_64-standard-1.37-v20261101", Architecture: "amd64", Variant: "standard"},
+				{ID: "ami-0e7a1d2c3b4f50006", Name: "amazon-eks-node-al2023-x86_64-nvidia-1.37-v20261101", Architecture: "amd64", Variant: "nvidia"},
+				{ID: "ami-0e7a1d2c3b4f50009", Name: "amazon-eks-node-al2023-x86_64-neuron-1.37-v20261101", Architecture: "amd64", Variant: "neuron"},
+				{ID: "ami-0e7a1d2c3b4f50002", Name: "amazon-eks-node-al2023-arm64-standard-1.37-v20261101", Architecture: "arm64", Variant: "standard"},
+				{ID: "ami-0e7a1d2c3b4f50007", Name: "amazon-eks-node-al2023-arm64-nvidia-1.37-v20261101", Architecture: "arm64", Variant: "nvidia"},
+			},
 			InstanceProfile: "NodeforgeNodeInstanceProfile",
 		}
 		got := r.class.Status
@@ -86,8 +93,10 @@ func TestSelectorsResolve(t *testing.T) {
 		for _, a := range pinned.Status.AMIs {
 			ids = append(ids, a.ID)
 		}
-		if !slices.Equal(ids, []string{"ami-0e7a1d2c3b4f50003", "ami-0e7a1d2c3b4f50004"}) {
-			t.Errorf("al2023@v20261001 resolved to %v, want the October images of both architectures", ids)
+		// October has standard images of both architectures and an x86_64
+		// NVIDIA one: the pinned parameters of the others do not exist.
+		if !slices.Equal(ids, []string{"ami-0e7a1d2c3b4f50003", "ami-0e7a1d2c3b4f50008", "ami-0e7a1d2c3b4f50004"}) {
+			t.Errorf("al2023@v20261001 resolved to %v, want the October images: standard x86_64, nvidia x86_64, standard arm64", ids)
 		}
 	})
 	t.Run("selectors that match nothing leave the class not Ready, saying which, and InstanceTypes refuses it", func(t *testing.T) {
@@ -768,5 +777,74 @@ func TestLaunchTemplatesAreCollected(t *testing.T) {
 	}
 	if _, err := r.provider.Create(ctx, l); err != nil {
 		t.Fatalf("retrying the launch: %v", err)
+	}
+}
+
+// TestImagesPerVariantAndDrift: through SSM's public parameters, a type with
+// an NVIDIA GPU launches from the NVIDIA image and others from the standard
+// one, each recorded on the instance; once AWS publishes a newer
+// recommended image, the class resolves to it and a node of the old image
+// has drifted, saying which; a class pinned to a release does not move.
+func TestImagesPerVariantAndDrift(t *testing.T) {
+	ctx := context.Background()
+	world := ec2fake.DefaultWorld()
+	r := newRegion(t, &world, nil)
+	launch := func(name string) *cloudprovider.Instance {
+		t.Helper()
+		in, err := r.provider.Create(ctx, r.launch(r.offers(t, "on-demand", name)))
+		if err != nil {
+			t.Fatalf("launching %s: %v", name, err)
+		}
+		return in
+	}
+	gpu, plain := launch("g4dn.xlarge"), launch("m5.large")
+	if gpu.ImageID != "ami-0e7a1d2c3b4f50006" || plain.ImageID != "ami-0e7a1d2c3b4f50001" {
+		t.Fatalf("images: g4dn.xlarge %s, m5.large %s; want the nvidia ami-0e7a1d2c3b4f50006 and the standard ami-0e7a1d2c3b4f50001", gpu.ImageID, plain.ImageID)
+	}
+	for _, in := range r.ec2.Instances() {
+		if want := map[string]string{"g4dn.xlarge": gpu.ImageID, "m5.large": plain.ImageID}[in.Type]; in.ImageID != want {
+			t.Errorf("EC2 launched %s from %s, want %s", in.Type, in.ImageID, want)
+		}
+	}
+	drifted := func(class *v1alpha1.EC2NodeClass, image string) string {
+		nc := &v1alpha1.NodeClaim{Spec: v1alpha1.NodeClaimSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: class.Name}}}
+		nc.Status.ImageID = image
+		why, err := cloudprovider.NodeClassDrifted(ctx, kube, r.provider.NodeClasses(), nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return why
+	}
+	if why := drifted(r.class, plain.ImageID); why != "" {
+		t.Fatalf("a node of the current image drifted: %s", why)
+	}
+	pinned := r.resolve(t, className(t)+"-pinned", v1alpha1.EC2NodeClassSpec{
+		InstanceProfile:            "p",
+		SubnetSelectorTerms:        r.class.Spec.SubnetSelectorTerms,
+		SecurityGroupSelectorTerms: r.class.Spec.SecurityGroupSelectorTerms,
+		AMISelectorTerms:           []v1alpha1.AMISelectorTerm{{Alias: "al2023@v20261101"}},
+	})
+	// AWS publishes a December release of the standard x86_64 image.
+	r.ec2.AddImage(ec2fake.Image{ID: "ami-0e7a1d2c3b4f50010", Name: "amazon-eks-node-al2023-x86_64-standard-1.37-v20261201",
+		OwnerID: ec2fake.EKSAccountID, OwnerAlias: "amazon", Architecture: "x86_64", State: "available", Public: true})
+	r.ssm.Put(ssmfake.RecommendedImageIDParameter("1.37", "x86_64", "standard"), "ami-0e7a1d2c3b4f50010")
+	for _, name := range []string{r.class.Name, pinned.Name} {
+		if _, err := aws.NewNodeClassController(kube, r.provider).Reconcile(ctx, reconcileRequest(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []*v1alpha1.EC2NodeClass{r.class, pinned} {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if why := drifted(r.class, plain.ImageID); !strings.Contains(why, "image ami-0e7a1d2c3b4f50001 is no longer one EC2NodeClass") || !strings.Contains(why, "amd64/standard=ami-0e7a1d2c3b4f50010") {
+		t.Errorf("a node of the old standard image: drift %q, want it to name the old image and the new one", why)
+	}
+	if why := drifted(r.class, gpu.ImageID); why != "" {
+		t.Errorf("a node of the unchanged nvidia image drifted: %s", why)
+	}
+	if why := drifted(pinned, plain.ImageID); why != "" {
+		t.Errorf("a node of a class pinned to v20261101 drifted when a newer release came out: %s", why)
 	}
 }

@@ -97,6 +97,11 @@ type Options struct {
 	// (instanceprofile.go). Nil: such classes are not Ready, and classes
 	// with spec.instanceProfile work as ever.
 	IAM IAMAPI
+	// SSM resolves al2023 aliases through the public parameters AWS
+	// publishes for the EKS-optimised images, per architecture and
+	// variant (images.go). Nil: an alias finds the standard image by
+	// name with DescribeImages.
+	SSM SSMAPI
 }
 
 // Provider is the EC2 cloud provider.

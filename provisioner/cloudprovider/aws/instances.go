@@ -140,7 +140,7 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 	}
 	out := &cloudprovider.Instance{
 		ProviderID: providerID(zone, aws.ToString(in.InstanceId)), InstanceType: string(in.InstanceType), Zone: zone, CapacityType: ct,
-		NodeClaim: tags[TagNodeClaim], NodePool: tags[TagNodePool], Launched: aws.ToTime(in.LaunchTime),
+		NodeClaim: tags[TagNodeClaim], NodePool: tags[TagNodePool], Launched: aws.ToTime(in.LaunchTime), ImageID: aws.ToString(in.ImageId),
 		Stopping: in.State != nil && slices.Contains([]ec2types.InstanceStateName{ec2types.InstanceStateNameStopping, ec2types.InstanceStateNameStopped, ec2types.InstanceStateNameShuttingDown}, in.State.Name),
 	}
 	p.mu.Lock()

@@ -152,13 +152,10 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 			return nil, err
 		}
 	}
-	zones, arches := map[string]bool{}, map[string]bool{}
+	zones := map[string]bool{}
 	if class != nil {
 		for _, s := range class.Status.Subnets {
 			zones[s.Zone] = true
-		}
-		for _, a := range class.Status.AMIs {
-			arches[a.Architecture] = true
 		}
 	}
 	var out []v1alpha1.InstanceType
@@ -166,7 +163,12 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 	for _, name := range cat.typeNames {
 		info := cat.types[name]
 		arch := architecture(info)
-		if arch == "" || (class != nil && !arches[arch]) {
+		if arch == "" {
+			continue
+		}
+		// A type the class has no image for (its architecture, or the
+		// variant it needs: NVIDIA, Neuron) is not offered.
+		if _, ok := imageFor(classAMIs(class), arch, variantOf(info)); class != nil && !ok {
 			continue
 		}
 		it := p.instanceType(info, class)
@@ -210,6 +212,13 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 		klog.FromContext(ctx).V(2).Info("Skipped offerings without a price", "offerings", unpriced, "region", p.opts.Region)
 	}
 	return out, nil
+}
+
+func classAMIs(class *v1alpha1.EC2NodeClass) []v1alpha1.ResolvedAMI {
+	if class == nil {
+		return nil
+	}
+	return class.Status.AMIs
 }
 
 // fallbackPriceRegion's on-demand prices stand in for a region the table

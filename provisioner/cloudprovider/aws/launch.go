@@ -50,24 +50,25 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	if len(l.Offers) == 0 {
 		return nil, &cloudprovider.InsufficientCapacityError{}
 	}
-	// One capacity type and one architecture per fleet: those of the
-	// cheapest offer (a claim is pinned to both when it is created).
+	// One capacity type, one architecture and one image per fleet: those
+	// of the cheapest offer (a claim is pinned to its capacity type and
+	// architecture when it is created; the image is the one of its
+	// type's variant, standard or NVIDIA or Neuron).
 	capacityType, arch := l.Offers[0].CapacityType, l.Offers[0].InstanceType.Labels[corev1.LabelArchStable]
+	image, ok := imageFor(class.Status.AMIs, arch, p.variantOfType(l.Offers[0].InstanceType.Name))
+	if !ok {
+		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: class.Name, Reason: fmt.Sprintf("no image for %s (%s)", l.Offers[0].InstanceType.Name, arch)}
+	}
 	var offers []cloudprovider.Offer
 	for _, o := range l.Offers {
-		if o.CapacityType == capacityType && o.InstanceType.Labels[corev1.LabelArchStable] == arch {
+		if o.CapacityType != capacityType || o.InstanceType.Labels[corev1.LabelArchStable] != arch {
+			continue
+		}
+		if img, ok := imageFor(class.Status.AMIs, arch, p.variantOfType(o.InstanceType.Name)); ok && img.ID == image.ID {
 			offers = append(offers, o)
 		}
 	}
-	ami := ""
-	for _, a := range class.Status.AMIs {
-		if a.Architecture == arch {
-			ami = a.ID
-		}
-	}
-	if ami == "" {
-		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: class.Name, Reason: "no image for architecture " + arch}
-	}
+	ami := image.ID
 	// The kubelet sets the instance type's own labels (instance type,
 	// zone, region, architecture, operating system) when it registers;
 	// the user data carries the claim's and the capacity type, the same
@@ -150,7 +151,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		}
 		return &cloudprovider.Instance{
 			ProviderID: providerID(zone, fi.InstanceIds[0]), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
-			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels,
+			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels, ImageID: ami,
 			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: refused,
 		}, nil
 	}

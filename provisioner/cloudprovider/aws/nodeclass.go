@@ -72,6 +72,9 @@ func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
 		Hash: func(o client.Object) (string, error) {
 			return cloudprovider.SpecHash(o.(*v1alpha1.EC2NodeClass).Spec)
 		},
+		Drifted: func(o client.Object, nc *v1alpha1.NodeClaim) string {
+			return imageDrifted(o.(*v1alpha1.EC2NodeClass), nc)
+		},
 	}}
 }
 
@@ -161,7 +164,11 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
 	out := make([]string, 0, len(amis))
 	for _, a := range amis {
-		out = append(out, a.Architecture+"="+a.ID)
+		if a.Variant != "" {
+			out = append(out, a.Architecture+"/"+a.Variant+"="+a.ID)
+		} else {
+			out = append(out, a.Architecture+"="+a.ID)
+		}
 	}
 	return out
 }
@@ -240,6 +247,9 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 
 func (p *Provider) aliasHint(terms []v1alpha1.AMISelectorTerm) string {
 	for _, t := range terms {
+		if t.Alias != "" && p.opts.SSM != nil {
+			return fmt.Sprintf(" (alias %s reads the SSM parameter %s and its siblings in %s)", t.Alias, aliasImages(t.Alias, p.opts.KubernetesVersion)[0].param, p.opts.Region)
+		}
 		if t.Alias != "" {
 			return fmt.Sprintf(" (alias %s looks for %s in %s)", t.Alias, aliasNamePattern(t.Alias, p.opts.KubernetesVersion, "x86_64"), p.opts.Region)
 		}
@@ -338,6 +348,10 @@ func aliasNamePattern(alias, kubernetesVersion, ec2Arch string) string {
 // images resolves the AMI terms to the newest available image of each
 // architecture among all that match.
 func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm) ([]v1alpha1.ResolvedAMI, error) {
+	// An alias is the only term of its class (the API server says so).
+	if len(terms) == 1 && terms[0].Alias != "" && p.opts.SSM != nil {
+		return p.aliasImagesFromSSM(ctx, terms[0].Alias)
+	}
 	var inputs []*ec2.DescribeImagesInput
 	for _, t := range terms {
 		switch {
@@ -384,7 +398,12 @@ func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm)
 	var out []v1alpha1.ResolvedAMI
 	for _, arch := range []string{"amd64", "arm64"} {
 		if img, ok := newest[arch]; ok {
-			out = append(out, v1alpha1.ResolvedAMI{ID: aws.ToString(img.ImageId), Name: aws.ToString(img.Name), Architecture: arch})
+			ami := v1alpha1.ResolvedAMI{ID: aws.ToString(img.ImageId), Name: aws.ToString(img.Name), Architecture: arch}
+			if len(terms) == 1 && terms[0].Alias != "" {
+				// Found by name without SSM: the standard image only.
+				ami.Variant = VariantStandard
+			}
+			out = append(out, ami)
 		}
 	}
 	return out, nil

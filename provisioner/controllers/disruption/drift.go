@@ -35,6 +35,10 @@ const (
 	// DriftedByNodeClass: what the provider hashes of the node class
 	// (NodeClass.Hash) is not what the claim was launched with.
 	DriftedByNodeClass = "NodeClassDrifted"
+	// DriftedByImage: the node class resolves to other machine images
+	// than the one the instance was launched from (a newer recommended
+	// image, published by the cloud), its spec unchanged.
+	DriftedByImage = "ImageDrifted"
 )
 
 // Drift replaces a node that is no longer what its pool would launch now:
@@ -136,6 +140,13 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 		stamps[v1alpha1.AnnotationNodeClassHash] = classHash
 	case nc.Annotations[v1alpha1.AnnotationNodeClassHash] != classHash:
 		return DriftedByNodeClass, fmt.Sprintf("%s %s changed", ref.Kind, ref.Name), nil
+	}
+	why, err = cloudprovider.NodeClassDrifted(ctx, d.kube, d.classes, nc)
+	if err != nil {
+		return "", "", err
+	}
+	if why != "" {
+		return DriftedByImage, why, nil
 	}
 	return "", "", d.stamp(ctx, nc, stamps)
 }

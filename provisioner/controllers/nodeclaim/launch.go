@@ -165,6 +165,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	nc.Status.Capacity, nc.Status.Allocatable = in.Capacity, in.Allocatable
 	nc.Status.InstanceTypeOptions = 1
 	nc.Status.Price = strconv.FormatFloat(in.Price, 'f', -1, 64)
+	nc.Status.ImageID = in.ImageID
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
 	if err := c.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
