@@ -38,8 +38,9 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// required are the values an aws install must set.
-var required = []string{"provisioner.clusterName=demo", "provisioner.clusterEndpoint=https://demo.example"}
+// required are the values an aws install must set: the provisioner
+// discovers the rest with eks:DescribeCluster.
+var required = []string{"provisioner.clusterName=demo"}
 
 // runHelm runs helm on this directory's chart.
 func runHelm(t *testing.T, args ...string) (string, error) {
@@ -165,9 +166,15 @@ func TestChartDefaults(t *testing.T) {
 	}
 	prov := find(t, objs, "Deployment", "nodeforge-provisioner")
 	args := str(prov, "spec", "template", "spec", "containers")
-	for _, want := range []string{"--cloud-provider=aws", "--cluster-name=demo", "--cluster-endpoint=https://demo.example", "--leader-election-namespace=nf-chart", "--scheduler-config=/etc/nodeforge/scheduler/config.yaml"} {
+	for _, want := range []string{"--cloud-provider=aws", "--cluster-name=demo", "--leader-election-namespace=nf-chart", "--scheduler-config=/etc/nodeforge/scheduler/config.yaml"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("provisioner args lack %s: %s", want, args)
+		}
+	}
+	// Discovered from EKS unless set.
+	for _, unwanted := range []string{"--cluster-endpoint", "--cluster-service-cidr"} {
+		if strings.Contains(args, unwanted) {
+			t.Errorf("provisioner args hold %s though it was not set: %s", unwanted, args)
 		}
 	}
 	cm := find(t, objs, "ConfigMap", "nodeforge-scheduler-config")
@@ -264,13 +271,25 @@ func TestChartValues(t *testing.T) {
 	dryRun(t, slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }))
 }
 
+// TestChartClusterOverrides: clusterEndpoint and serviceCIDR, when set,
+// become the flags that win over what EKS says.
+func TestChartClusterOverrides(t *testing.T) {
+	objs := render(t, append(required, "provisioner.clusterEndpoint=https://demo.example", "provisioner.serviceCIDR=172.20.0.0/16")...)
+	args := str(find(t, objs, "Deployment", "nodeforge-provisioner"), "spec", "template", "spec", "containers")
+	for _, want := range []string{"--cluster-endpoint=https://demo.example", "--cluster-service-cidr=172.20.0.0/16"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("provisioner args lack %s: %s", want, args)
+		}
+	}
+}
+
 // TestChartRefusesBadValues: a provider the provisioner does not have, or
 // aws without its cluster, is refused by helm with a message saying so.
 func TestChartRefusesBadValues(t *testing.T) {
 	for set, want := range map[string]string{
 		"provisioner.cloudProvider=gce":                                           `provisioner.cloudProvider "gce": choose aws or simulated`,
-		"provisioner.cloudProvider=aws":                                           "provisioner.clusterName and provisioner.clusterEndpoint are required",
-		"provisioner.clusterName=nothing":                                         "provisioner.clusterName and provisioner.clusterEndpoint are required",
+		"provisioner.cloudProvider=aws":                                           "provisioner.clusterName is required",
+		"provisioner.clusterEndpoint=https://demo.example":                        "provisioner.clusterName is required",
 		"provisioner.cloudProvider=simulated,scheduler.affinity.nodeAffinity.x=y": "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector",
 	} {
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)

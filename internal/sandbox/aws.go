@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,8 +23,10 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/eksfake"
 	"github.com/nodeforge/nodeforge/internal/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
@@ -41,6 +44,13 @@ type awsRegion struct {
 	SQS     *sqsfake.Server
 	SQSURL  string
 	sqsStop func()
+	// EKS describes the cluster ClusterName (addCluster): the provisioner
+	// discovers the sandbox's API server, CA, service CIDR and version
+	// there, as it would on EKS.
+	EKS *eksfake.Server
+	// SSM publishes the EKS-optimised images' public parameters, naming
+	// the fake region's images: an al2023 alias resolves through it.
+	SSM *ssmfake.Server
 	// IAM holds the node role (NodeRole), at IAMURL: the provisioner
 	// keeps instance profiles there for EC2NodeClasses with spec.role.
 	IAM     *iamfake.Server
@@ -59,11 +69,15 @@ type awsRegion struct {
 // EC2NodeClasses with spec.role.
 const NodeRole = "NodeforgeNodeRole"
 
-// startAWSRegion starts the fake EC2, SQS and IAM endpoints. They listen at
-// once, on ports the kernel picks, before the sandbox reserves the ports
-// of its other components, so that they can never take one of those;
-// connect gives them the API server, which they need only once the
-// provisioner launches or terminates an instance.
+// ClusterName is the sandbox's cluster, in its fake EKS.
+const ClusterName = "sandbox"
+
+// startAWSRegion starts the fake EC2, SQS, IAM and EKS endpoints. They
+// listen at once, on ports the kernel picks, before the sandbox reserves
+// the ports of its other components, so that they can never take one of
+// those; connect gives them the API server, which they need only once the
+// provisioner launches or terminates an instance, and addCluster describes
+// it in EKS once its address and CA exist.
 func startAWSRegion(delay time.Duration) (*awsRegion, error) {
 	var err error
 	world := ec2fake.DefaultWorld()
@@ -105,12 +119,57 @@ func startAWSRegion(delay time.Duration) (*awsRegion, error) {
 		r.sqsStop()
 		return nil, err
 	}
-	if r.URL, r.stop, err = r.EC2.Start(); err != nil {
+	// The region the provisioner is given, which the fake checks
+	// signatures against.
+	if r.EKS, err = eksfake.New("us-west-2"); err != nil {
 		r.sqsStop()
 		r.iamStop()
 		return nil, err
 	}
+	if r.SSM, err = ssmfake.New("us-west-2"); err != nil {
+		r.sqsStop()
+		r.iamStop()
+		r.EKS.Close()
+		return nil, err
+	}
+	byName := map[string]string{}
+	for _, im := range world.Images {
+		byName[im.Name] = im.ID
+	}
+	if _, err := r.SSM.SeedEKSOptimizedAL2023("1.37", []string{"v20261001", "v20261101"}, ssmfake.ImageIDsByName(byName)); err != nil {
+		r.sqsStop()
+		r.iamStop()
+		r.EKS.Close()
+		r.SSM.Close()
+		return nil, err
+	}
+	if r.URL, r.stop, err = r.EC2.Start(); err != nil {
+		r.sqsStop()
+		r.iamStop()
+		r.EKS.Close()
+		r.SSM.Close()
+		return nil, err
+	}
 	return r, nil
+}
+
+// addCluster makes EKS describe the sandbox as cluster ClusterName: its API
+// server, the CA in caFile, its service range and the Kubernetes version
+// of its components (such as v1.37.2; EKS's default when it cannot be
+// read).
+func (r *awsRegion) addCluster(server, caFile, serviceCIDR, kubernetesVersion string) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	version := ""
+	if parts := strings.SplitN(strings.TrimPrefix(kubernetesVersion, "v"), ".", 3); len(parts) >= 2 {
+		version = parts[0] + "." + parts[1]
+	}
+	_, err = r.EKS.AddCluster(eksfake.Cluster{
+		Name: ClusterName, Endpoint: server, CertificateAuthority: ca, ServiceIPv4CIDR: serviceCIDR, Version: version,
+	})
+	return err
 }
 
 // connect gives the region the sandbox's API server: an instance that
@@ -130,6 +189,8 @@ func (r *awsRegion) close() {
 	r.stop()
 	r.sqsStop()
 	r.iamStop()
+	r.EKS.Close()
+	r.SSM.Close()
 }
 
 // InterruptionQueue is the name of the sandbox's interruption queue.

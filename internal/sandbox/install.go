@@ -120,15 +120,17 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 	}
 	if s.region != nil {
 		provisioner["cloudProvider"] = "aws"
-		provisioner["clusterName"] = "sandbox"
-		provisioner["clusterEndpoint"] = s.Server
+		// No clusterEndpoint, serviceCIDR or CA: the provisioner
+		// discovers them in the fake EKS.
+		provisioner["clusterName"] = ClusterName
 		provisioner["region"] = "us-west-2"
 		provisioner["interruptionQueue"] = InterruptionQueue
 		provisioner["extraArgs"] = append([]string{
 			"--aws-ec2-endpoint=" + s.region.URL,
 			"--aws-sqs-endpoint=" + s.region.SQSURL,
 			"--aws-iam-endpoint=" + s.region.IAMURL,
-			"--cluster-ca-file=" + filepath.Join(s.Dir, "pki", "ca.crt"),
+			"--aws-eks-endpoint=" + s.region.EKS.URL(),
+			"--aws-ssm-endpoint=" + s.region.SSM.URL(),
 			// The sandbox reaches no AWS host: keep the shipped prices.
 			"--aws-pricing-refresh-interval=0",
 		}, provisioner["extraArgs"].([]string)...)

@@ -29,9 +29,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/eksfake"
 	"github.com/nodeforge/nodeforge/internal/faultproxy"
 	"github.com/nodeforge/nodeforge/internal/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/manifests"
 )
 
@@ -59,8 +61,9 @@ type Options struct {
 	ProvisionerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
 	// "aws", which runs a fake EC2 region on loopback (internal/ec2fake,
-	// with internal/sqsfake and internal/iamfake beside it) that the
-	// provisioner reaches through the real AWS SDK; its instances register
+	// with internal/sqsfake, internal/iamfake and internal/eksfake beside
+	// it) that the provisioner reaches through the real AWS SDK; it
+	// discovers the cluster in the fake EKS, and its instances register
 	// as kwok nodes after AWSRegistrationDelay.
 	CloudProvider        string
 	AWSRegistrationDelay time.Duration
@@ -158,6 +161,14 @@ type Sandbox struct {
 	// where the provisioner keeps the instance profiles of EC2NodeClasses
 	// with spec.role; it holds the nodes' role, NodeRole. Nil otherwise.
 	IAM *iamfake.Server
+	// EKS is the fake EKS endpoint of a sandbox with the aws provider,
+	// describing the sandbox as cluster ClusterName (its API server, CA,
+	// service range and version), where the provisioner discovers them.
+	// Nil otherwise.
+	EKS *eksfake.Server
+	// SSM is the fake SSM endpoint of a sandbox with the aws provider,
+	// publishing the EKS-optimised images' parameters.
+	SSM *ssmfake.Server
 	// Faults is the proxy in front of the provisioner when
 	// Options.ProvisionerFaults is set; nil otherwise.
 	Faults *faultproxy.Proxy
@@ -206,6 +217,7 @@ type ports struct {
 
 const (
 	namespace      = "nodeforge"
+	serviceCIDR    = "10.96.0.0/16" // the API server's Service range
 	startupTimeout = 2 * time.Minute
 	stopGrace      = 10 * time.Second
 )
@@ -342,7 +354,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+certs.path("sa.pub"),
 		"--service-account-signing-key-file="+certs.path("sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range="+serviceCIDR,
 		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse.
 		"--endpoint-reconciler-type=none",
 		// kubectl logs and exec reach kwok, the nodes' kubelet, at the
@@ -384,7 +396,10 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err := s.region.connect(s.Config); err != nil {
 			return nil, err
 		}
-		s.EC2, s.SQS, s.IAM = s.region.EC2, s.region.SQS, s.region.IAM
+		if err := s.region.addCluster(s.Server, filepath.Join(dir, "pki", "ca.crt"), serviceCIDR, bin.KubernetesVersion); err != nil {
+			return nil, fmt.Errorf("describing the sandbox in the fake EKS: %w", err)
+		}
+		s.EC2, s.SQS, s.IAM, s.EKS, s.SSM = s.region.EC2, s.region.SQS, s.region.IAM, s.region.EKS, s.region.SSM
 		defaults = []string{"examples/aws.yaml"}
 	}
 	if installed {
@@ -571,10 +586,11 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 			"--aws-ec2-endpoint="+s.region.URL,
 			"--aws-sqs-endpoint="+s.region.SQSURL,
 			"--aws-iam-endpoint="+s.region.IAMURL,
+			// The API server, CA and service range are discovered there.
+			"--aws-eks-endpoint="+s.region.EKS.URL(),
+			"--aws-ssm-endpoint="+s.region.SSM.URL(),
 			"--interruption-queue="+InterruptionQueue,
-			"--cluster-name=sandbox",
-			"--cluster-endpoint="+s.Server,
-			"--cluster-ca-file="+filepath.Join(dir, "pki", "ca.crt"),
+			"--cluster-name="+ClusterName,
 			// The sandbox reaches no AWS host: keep the shipped prices.
 			"--aws-pricing-refresh-interval=0",
 		)
@@ -610,9 +626,17 @@ func (s *Sandbox) writeEndpoints(p ports) error {
 	endpoints := fmt.Sprintf("apiserver=%s\nprovisioner-metrics=http://127.0.0.1:%d/metrics\nprovisioner-health=http://127.0.0.1:%d/readyz\nscheduler-metrics=https://127.0.0.1:%d/metrics\n",
 		s.Server, p.provisionerMetrics, p.provisionerHealth, p.scheduler)
 	if s.region != nil {
-		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\niam=" + s.region.IAMURL + "\n"
+		endpoints += "ec2=" + s.region.URL + "\nsqs=" + s.region.SQSURL + "\niam=" + s.region.IAMURL + "\neks=" + s.region.EKS.URL() + "\nssm=" + s.region.SSM.URL() + "\n"
 	}
 	return os.WriteFile(filepath.Join(s.Dir, "endpoints"), []byte(endpoints), 0o644)
+}
+
+// SQSURL is the fake SQS endpoint of a sandbox with the aws provider.
+func (s *Sandbox) SQSURL() string {
+	if s.region == nil {
+		return ""
+	}
+	return s.region.SQSURL
 }
 
 // Stop stops every component, newest first, and waits for them to exit.

@@ -129,6 +129,10 @@ type NodeClass struct {
 	// the class would launch now beyond its spec (an image the class no
 	// longer resolves to), or "". It reads only the objects.
 	Drifted func(class client.Object, nc *v1alpha1.NodeClaim) string
+	// DriftInputs, set with Drifted, hashes what of the class Drifted
+	// reads beyond what Hash covers (its resolved images), so that the
+	// claims of a class are looked at again when it changes.
+	DriftInputs func(class client.Object) (string, error)
 }
 
 // ServedKinds lists the kinds of classes, for messages: "EC2NodeClass" or

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
@@ -74,6 +75,9 @@ func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
 		},
 		Drifted: func(o client.Object, nc *v1alpha1.NodeClaim) string {
 			return imageDrifted(o.(*v1alpha1.EC2NodeClass), nc)
+		},
+		DriftInputs: func(o client.Object) (string, error) {
+			return nodeshape.Hash(o.(*v1alpha1.EC2NodeClass).Status.AMIs)
 		},
 	}}
 }

@@ -175,7 +175,16 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
 		})))
 	for _, class := range c.cloud.NodeClasses() {
-		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.claimsOfClass(class.Kind)), builder.WithPredicates(hashChanged(class.Hash)))
+		changed := hashChanged(class.Hash)
+		if class.DriftInputs != nil {
+			// What the provider resolved for the class (its images),
+			// which its Drifted check reads, changed too.
+			inputs := hashChanged(class.DriftInputs)
+			changed.UpdateFunc = func(e event.UpdateEvent) bool {
+				return hashChanged(class.Hash).Update(e) || inputs.Update(e)
+			}
+		}
+		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.claimsOfClass(class.Kind)), builder.WithPredicates(changed))
 	}
 	return b.Complete(c)
 }
