@@ -22,8 +22,8 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
+	"github.com/nodeforge/nodeforge/internal/ssmfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )

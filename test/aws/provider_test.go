@@ -47,8 +47,8 @@ func TestSelectorsResolve(t *testing.T) {
 				{ID: "subnet-0c1a4f3e2d5b60b02", Zone: "us-west-2b", ZoneID: "usw2-az2"},
 				{ID: "subnet-0c1a4f3e2d5b60c03", Zone: "us-west-2c", ZoneID: "usw2-az3"},
 			},
-			SubnetCount:     3,
-			SecurityGroups:  []v1alpha1.ResolvedSecurityGroup{{ID: "sg-0e5d4c3b2a1f09871", Name: "sandbox-nodes"}},
+			SubnetCount:    3,
+			SecurityGroups: []v1alpha1.ResolvedSecurityGroup{{ID: "sg-0e5d4c3b2a1f09871", Name: "sandbox-nodes"}},
 			AMIs: []v1alpha1.ResolvedAMI{
 				{ID: "ami-0e7a1d2c3b4f50001", Name: "amazon-eks-node-al2023-x86_64-standard-1.37-v20261101", Architecture: "amd64", Variant: "standard"},
 				{ID: "ami-0e7a1d2c3b4f50006", Name: "amazon-eks-node-al2023-x86_64-nvidia-1.37-v20261101", Architecture: "amd64", Variant: "nvidia"},
@@ -206,7 +206,7 @@ func TestInstanceTypesPricesAndAllocatable(t *testing.T) {
 				v1alpha1.LabelInstanceGPUName: "t4", v1alpha1.LabelInstanceGPUCount: "1", v1alpha1.LabelInstanceGPUManufacturer: "nvidia", v1alpha1.LabelInstanceGPUMemory: "16384",
 				v1alpha1.LabelInstanceLocalNVMe: "125", v1alpha1.LabelInstanceHypervisor: "nitro", v1alpha1.LabelInstanceNetworkBandwidth: "5000",
 				v1alpha1.LabelInstanceEncryptionInTransitSupported: "true",
-				corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux", corev1.LabelTopologyRegion: "us-west-2",
+				corev1.LabelArchStable:                             "amd64", corev1.LabelOSStable: "linux", corev1.LabelTopologyRegion: "us-west-2",
 			},
 			// Graviton, no GPU, no local storage: no such labels.
 			"c6g.large": {

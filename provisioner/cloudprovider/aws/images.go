@@ -74,7 +74,7 @@ func aliasImages(alias, kubernetesVersion string) []aliasImage {
 // would need it.
 func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1alpha1.ResolvedAMI, error) {
 	wanted := aliasImages(alias, p.opts.KubernetesVersion)
-	ids := map[string]string{} // parameter -> image id
+	ids := map[string]string{}                    // parameter -> image id
 	for batch := range slices.Chunk(wanted, 10) { // GetParameters takes at most 10 names
 		names := make([]string, len(batch))
 		for i, w := range batch {
