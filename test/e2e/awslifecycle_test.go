@@ -154,13 +154,16 @@ func TestAWSLifecycleLeavesNothing(t *testing.T) {
 	if !errors.As(err, new(*sqstypes.QueueDoesNotExist)) {
 		t.Errorf("the interruption queue after its deletion: %v, want QueueDoesNotExist", err)
 	}
-	var eks []string
+	var eks, sqsActions []string
 	for _, r := range sb.EKS.Requests() {
 		eks = append(eks, r.Action)
 	}
-	t.Logf("left: %d instances, %d launch templates, %d instance profiles; requests: EC2 %s; IAM %s; SSM %s; EKS %s",
+	for _, r := range sb.SQS.Requests() {
+		sqsActions = append(sqsActions, r.Action)
+	}
+	t.Logf("left: %d instances, %d launch templates, %d instance profiles, no queue; requests: EC2 %s; IAM %s; SSM %s; EKS %s; SQS %s",
 		live, len(sb.EC2.LaunchTemplates()), len(sb.IAM.InstanceProfiles()),
-		countActions(ec2Actions(sb.EC2.Requests())), countActions(iamActions(sb)), countActions(ssmActions(sb)), countActions(eks))
+		countActions(ec2Actions(sb.EC2.Requests())), countActions(iamActions(sb)), countActions(ssmActions(sb)), countActions(eks), countActions(sqsActions))
 }
 
 // imageOf is the class's image for an architecture and variant.

@@ -89,6 +89,16 @@ func checkNodesAreTheNodesJudged(t *testing.T, kube client.Client) {
 				},
 			}
 			pod.Labels = map[string]string{"shape": "one-a-node"}
+			if s.capacityType == v1alpha1.CapacityTypeOnDemand && i == 0 {
+				// A pod that chooses its node by attribute, Gt included:
+				// its 1 CPU alone would take a 2-vCPU type.
+				pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+						{Key: v1alpha1.LabelInstanceCPU, Operator: corev1.NodeSelectorOpGt, Values: []string{"2"}},
+					}}},
+				}}
+				pod.Labels["cpu"] = "more-than-2"
+			}
 			if err := kube.Create(ctx, pod); err != nil {
 				t.Fatal(err)
 			}
@@ -104,6 +114,22 @@ func checkNodesAreTheNodesJudged(t *testing.T, kube client.Client) {
 			}
 			return got.Spec.NodeName != "" && got.Status.Phase == corev1.PodRunning, nil
 		})
+	}
+	for _, p := range pods {
+		if p.Labels["cpu"] != "more-than-2" {
+			continue
+		}
+		var got corev1.Pod
+		var node corev1.Node
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Get(ctx, client.ObjectKey{Name: got.Spec.NodeName}, &node); err != nil {
+			t.Fatal(err)
+		}
+		if cpus, _ := strconv.Atoi(node.Labels[v1alpha1.LabelInstanceCPU]); cpus <= 2 {
+			t.Errorf("pod %s asks for nodeforge.dev/instance-cpu Gt 2 and runs on node %s with instance-cpu %q", p.Name, node.Name, node.Labels[v1alpha1.LabelInstanceCPU])
+		}
 	}
 	seen := map[string]bool{}
 	for _, s := range shapes {
