@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
-	"slices"
 )
 
 // This file is the test-facing side of the fake: fault injection and
@@ -170,25 +169,11 @@ func faultMessage(code, instanceType, zone, subnet string) string {
 }
 
 // Requests returns every request received, in order, failed ones included.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // Calls returns how many requests of action were received, retries and
 // failures included.
-func (s *Server) Calls(action string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.requests {
-		if r.Action == action {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) Calls(action string) int { return s.log.Count(action) }
 
 // Instances returns a copy of every instance, terminated ones included, in
 // launch order.

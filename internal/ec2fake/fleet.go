@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // CreateFleet, Type=instant only: EC2 tries the candidate pools (launch
@@ -153,7 +155,7 @@ func (s *Server) createFleetLocked(q query) (*createFleetResponse, []Instance, e
 	}
 
 	now := s.now()
-	fleetID := "fleet-" + newRequestID()
+	fleetID := "fleet-" + awsfake.RequestID()
 	out := &createFleetResponse{FleetID: fleetID}
 	var launched []Instance
 	for _, lifecycle := range []string{onDemand, spot} {

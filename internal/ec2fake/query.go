@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // query is a parsed EC2 Query request. EC2 flattens lists as Name.1, Name.2
@@ -26,26 +28,7 @@ func (q query) has(key string) bool { _, ok := q[key]; return ok }
 
 // members returns the prefixes of the members of the list at prefix, in index
 // order: "Filter.1", "Filter.2" for Filter.1.Name, Filter.2.Value.1 and so on.
-// Indexes need not be contiguous; the SDK always sends 1..N, but a hand-made
-// request might not.
-func (q query) members(prefix string) []string {
-	seen := map[int]bool{}
-	for k := range q {
-		rest, ok := strings.CutPrefix(k, prefix+".")
-		if !ok {
-			continue
-		}
-		idx, _, _ := strings.Cut(rest, ".")
-		if n, err := strconv.Atoi(idx); err == nil && n > 0 {
-			seen[n] = true
-		}
-	}
-	var out []string
-	for _, n := range slices.Sorted(maps.Keys(seen)) {
-		out = append(out, prefix+"."+strconv.Itoa(n))
-	}
-	return out
-}
+func (q query) members(prefix string) []string { return awsfake.Members(q, prefix) }
 
 // list returns the values of a flattened list of strings, such as
 // InstanceId.1, InstanceId.2.
@@ -102,15 +85,14 @@ func (q query) time(key string) (t time.Time, ok bool, err error) {
 // Keys beginning with "aws:" are refused, as EC2 reserves them for itself.
 func (q query) tags(prefix string) (map[string]string, error) {
 	tags := map[string]string{}
-	for _, m := range q.members(prefix) {
-		key := q.get(m + ".Key")
-		if key == "" {
-			return nil, badRequest("InvalidParameterValue", "Tag key must not be empty (%s.Key).", m)
+	for _, t := range awsfake.Tags(q, prefix) {
+		if t.Key == "" {
+			return nil, badRequest("InvalidParameterValue", "Tag key must not be empty (%s.Key).", t.Member)
 		}
-		if strings.HasPrefix(strings.ToLower(key), "aws:") {
+		if strings.HasPrefix(strings.ToLower(t.Key), "aws:") {
 			return nil, invalidParameter("Tag keys starting with 'aws:' are reserved for internal use")
 		}
-		tags[key] = q.get(m + ".Value")
+		tags[t.Key] = t.Value
 	}
 	if len(tags) > 50 {
 		return nil, badRequest("TagLimitExceeded", "The maximum number of tags per resource is 50.")

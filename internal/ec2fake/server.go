@@ -22,14 +22,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/xml"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // namespace is the XML namespace of every EC2 response for API version
@@ -46,7 +46,8 @@ type Request struct {
 
 // Server is a fake EC2 endpoint. It implements http.Handler and is safe for
 // concurrent use; all state sits behind one mutex because the fake is small
-// and a single lock makes every action atomic, as EC2's are.
+// and a single lock makes every action atomic, as EC2's are. The request
+// log keeps its own.
 type Server struct {
 	mu sync.Mutex
 
@@ -69,7 +70,7 @@ type Server struct {
 	throttles map[string]int
 	denied    map[string]bool
 
-	requests    []Request
+	log         awsfake.Log[Request]
 	onLaunch    []func(Instance)
 	onTerminate []func(Instance)
 }
@@ -119,17 +120,11 @@ func New(w World) *Server {
 // listener and every open connection at once; it is safe to call more than
 // once.
 func (s *Server) Start() (serverURL string, stop func(), err error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := awsfake.Serve(s)
 	if err != nil {
-		return "", nil, fmt.Errorf("ec2fake: listening on loopback: %w", err)
+		return "", nil, fmt.Errorf("ec2fake: %w", err)
 	}
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(l) }()
-	// Close rather than Shutdown: Shutdown waits up to five seconds for
-	// connections a client opened but has not used yet, and the SDK opens
-	// such spares under concurrent load. A fake has nothing to drain.
-	stop = func() { _ = hs.Close() }
-	return "http://" + l.Addr().String(), stop, nil
+	return l.URL(), l.Close, nil
 }
 
 // handler answers one action. It returns the response body, or an error that
@@ -159,13 +154,13 @@ var handlers = map[string]handler{
 
 // ServeHTTP answers one EC2 Query request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	requestID := newRequestID()
+	requestID := awsfake.RequestID()
 	if err := r.ParseForm(); err != nil {
 		writeError(w, requestID, badRequest("MalformedQueryString", "The query string is malformed: %v", err))
 		return
 	}
 	action := r.Form.Get("Action")
-	s.record(action, r.Form)
+	s.log.Add(action, Request{Action: action, Form: awsfake.CloneForm(r.Form), Time: s.now()})
 
 	if err := s.checkAuthorization(r); err != nil {
 		writeError(w, requestID, err)
@@ -199,63 +194,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeResponse(w, action, requestID, body)
 }
 
-func (s *Server) record(action string, form url.Values) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	copied := make(url.Values, len(form))
-	for k, v := range form {
-		copied[k] = append([]string(nil), v...)
-	}
-	s.requests = append(s.requests, Request{Action: action, Form: copied, Time: s.now()})
-}
-
 // checkAuthorization insists on a SigV4 Authorization header scoped to this
 // region and to ec2, which catches a client built without credentials or for
-// the wrong region. The signature is not verified: the fake has no secret to
-// check it against that a test would not also have to configure.
+// the wrong region, and refuses others in EC2's words.
 func (s *Server) checkAuthorization(r *http.Request) error {
-	const scheme = "AWS4-HMAC-SHA256 "
-	auth := r.Header.Get("Authorization")
-	if !strings.HasPrefix(auth, scheme) {
-		return &apiError{Status: http.StatusUnauthorized, Code: "AuthFailure",
-			Message: "AWS was not able to validate the provided access credentials"}
+	e := awsfake.SigV4{Service: "ec2", Region: s.world.Region}.Check(r)
+	if e == nil {
+		return nil
 	}
-	var credential string
-	for _, part := range strings.Split(strings.TrimPrefix(auth, scheme), ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential="); ok {
-			credential = v
-		}
+	msg := "AWS was not able to validate the provided access credentials"
+	switch e.Fault {
+	case awsfake.WrongRegion:
+		msg = fmt.Sprintf("Credential should be scoped to a valid region, not '%s'. ", e.Region)
+	case awsfake.WrongService:
+		msg = "Credential should be scoped to correct service: 'ec2'. "
 	}
-	// Credential=AKID/20261122/us-west-2/ec2/aws4_request
-	scope := strings.Split(credential, "/")
-	if len(scope) != 5 || scope[0] == "" || scope[4] != "aws4_request" {
-		return &apiError{Status: http.StatusUnauthorized, Code: "AuthFailure",
-			Message: "AWS was not able to validate the provided access credentials"}
-	}
-	if scope[2] != s.world.Region {
-		return &apiError{Status: http.StatusUnauthorized, Code: "AuthFailure",
-			Message: fmt.Sprintf("Credential should be scoped to a valid region, not '%s'. ", scope[2])}
-	}
-	if scope[3] != "ec2" {
-		return &apiError{Status: http.StatusUnauthorized, Code: "AuthFailure",
-			Message: "Credential should be scoped to correct service: 'ec2'. "}
-	}
-	return nil
+	return &apiError{Status: http.StatusUnauthorized, Code: "AuthFailure", Message: msg}
 }
 
 // apiError is an error EC2 would return to the client.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+type apiError = awsfake.Error
 
 // badRequest is the usual client error: EC2 answers 400 for validation and
 // not-found errors alike.
 func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+	return awsfake.BadRequest(code, format, args...)
 }
 
 // invalidParameter is the error EC2 gives for most malformed values.
@@ -264,11 +227,7 @@ func invalidParameter(format string, args ...any) *apiError {
 }
 
 func writeError(w http.ResponseWriter, requestID string, err error) {
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		ae = &apiError{Status: http.StatusInternalServerError, Code: "InternalError",
-			Message: "An internal error has occurred: " + err.Error()}
-	}
+	ae := awsfake.AsError(err, "InternalError")
 	// The error document is not namespaced: the SDK decodes
 	// Response>Errors>Error>{Code,Message} and Response>RequestID.
 	doc := struct {
@@ -277,10 +236,7 @@ func writeError(w http.ResponseWriter, requestID string, err error) {
 		Message   string   `xml:"Errors>Error>Message"`
 		RequestID string   `xml:"RequestID"`
 	}{Code: ae.Code, Message: ae.Message, RequestID: requestID}
-	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
-	w.WriteHeader(ae.Status)
-	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(doc)
+	awsfake.WriteXML(w, ae.Status, "text/xml;charset=UTF-8", doc)
 }
 
 // response is a response body. Each one embeds meta, which carries the
@@ -344,12 +300,4 @@ func newID(prefix string) string {
 	var b [9]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])[:17]
-}
-
-// newRequestID returns a UUID-shaped request ID, as EC2 uses.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

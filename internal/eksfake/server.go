@@ -30,18 +30,17 @@
 package eksfake
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // Account is the account ID in the ARN of every cluster that does not set
@@ -104,23 +103,17 @@ type Request struct {
 	Time time.Time
 }
 
-type fault struct {
-	n      int
-	status int
-	code   string
-}
-
 // Server is a fake EKS endpoint serving on a loopback port; it implements
-// http.Handler. Its state is behind one mutex, as every action is small.
+// http.Handler. Its clusters are behind one mutex, as every action is
+// small; the request log and the faults keep their own.
 type Server struct {
 	region string
-	url    string
-	hs     *http.Server
+	lb     *awsfake.Loopback
 
 	mu       sync.Mutex
 	clusters map[string]*Cluster
-	requests []Request
-	faults   map[string]*fault // by action; "" is any action
+	log      awsfake.Log[Request]
+	faults   awsfake.Faults // by action; "" is any action
 	now      func() time.Time
 }
 
@@ -130,23 +123,20 @@ func New(region string) (*Server, error) {
 	if region == "" {
 		return nil, fmt.Errorf("eksfake: a region is required")
 	}
-	s := &Server{region: region, clusters: map[string]*Cluster{}, faults: map[string]*fault{}, now: time.Now}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("eksfake: listening on loopback: %w", err)
+	s := &Server{region: region, clusters: map[string]*Cluster{}, now: time.Now}
+	var err error
+	if s.lb, err = awsfake.Serve(s); err != nil {
+		return nil, fmt.Errorf("eksfake: %w", err)
 	}
-	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.hs.Serve(l) }()
-	s.url = "http://" + l.Addr().String()
 	return s, nil
 }
 
 // URL is the base URL to give the client as its BaseEndpoint.
-func (s *Server) URL() string { return s.url }
+func (s *Server) URL() string { return s.lb.URL() }
 
 // Close stops serving at once, dropping open connections; a fake has
 // nothing to drain. It is safe to call more than once.
-func (s *Server) Close() { _ = s.hs.Close() }
+func (s *Server) Close() { s.lb.Close() }
 
 // AddCluster adds a cluster, with the defaults Cluster names filled in,
 // and returns it as stored. It fails if the name is empty or taken.
@@ -215,11 +205,7 @@ func (s *Server) storeLocked(c Cluster) Cluster {
 }
 
 // Requests returns the calls received so far, in order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // FailNext makes the next n calls of action ("" for any action) fail with
 // HTTP status and the error code given, before they do anything: e.g. 403
@@ -228,16 +214,7 @@ func (s *Server) Requests() []Request {
 // action; n = 0 clears it. A fault for the action is used before one for
 // any action.
 func (s *Server) FailNext(action string, n, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[action] = &fault{n: n, status: status, code: code}
-}
-
-// apiError is an error as restJson1 returns it.
-type apiError struct {
-	status int
-	code   string
-	msg    string
+	s.faults.FailNext(action, n, awsfake.Fault{Status: status, Code: code})
 }
 
 // route finds the operation of a request and its path labels.
@@ -254,74 +231,44 @@ func route(r *http.Request) (action string, labels []string) {
 
 // ServeHTTP answers one REST-JSON request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Amzn-RequestId", newID())
+	w.Header().Set("X-Amzn-RequestId", awsfake.HexID())
 	action, labels := route(r)
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Action: action, Method: r.Method, Path: r.URL.Path, Time: s.now()})
-	if aerr := s.checkAuthorization(r); aerr != nil {
-		s.mu.Unlock()
-		writeError(w, *aerr)
-		return
-	}
-	for _, key := range []string{action, ""} {
-		if f := s.faults[key]; f != nil && f.n > 0 {
-			f.n--
-			s.mu.Unlock()
-			writeError(w, apiError{f.status, f.code, "injected fault"})
-			return
-		}
-	}
-	s.mu.Unlock()
-	var out any
-	var aerr *apiError
-	switch action {
-	case "DescribeCluster":
-		out, aerr = s.describeCluster(labels[0])
-	default:
-		aerr = &apiError{http.StatusNotFound, "UnknownOperationException", "eksfake does not implement " + r.Method + " " + r.URL.Path}
-	}
-	if aerr != nil {
-		writeError(w, *aerr)
+	s.log.Add(action, Request{Action: action, Method: r.Method, Path: r.URL.Path, Time: s.now()})
+	out, err := s.serve(r, action, labels)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// checkAuthorization requires a SigV4 Authorization header whose
-// credential scope (AKID/date/region/service/aws4_request) names the
-// server's region and eks, without checking the signature.
-func (s *Server) checkAuthorization(r *http.Request) *apiError {
-	const scheme = "AWS4-HMAC-SHA256 "
-	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), scheme)
-	if !ok {
-		return &apiError{http.StatusForbidden, "MissingAuthenticationTokenException", "Missing Authentication Token"}
-	}
-	var scope []string
-	for _, part := range strings.Split(auth, ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential="); ok {
-			scope = strings.Split(v, "/")
+// serve checks a request's signature, injects a pending fault, and runs
+// its action.
+func (s *Server) serve(r *http.Request, action string, labels []string) (any, *awsfake.Error) {
+	if e := (awsfake.SigV4{Service: "eks", Region: s.region}).Check(r); e != nil {
+		msg := e.Error()
+		if e.Fault == awsfake.Unsigned {
+			msg = "Missing Authentication Token" // as EKS words it
 		}
+		return nil, &awsfake.Error{Status: http.StatusForbidden, Code: e.Code(), Message: msg}
 	}
-	switch {
-	case len(scope) != 5 || scope[0] == "" || scope[4] != "aws4_request":
-		return &apiError{http.StatusForbidden, "InvalidSignatureException", "Authorization header has no valid Credential scope"}
-	case scope[2] != s.region:
-		return &apiError{http.StatusForbidden, "InvalidSignatureException",
-			fmt.Sprintf("Credential should be scoped to a valid region, not '%s'.", scope[2])}
-	case scope[3] != "eks":
-		return &apiError{http.StatusForbidden, "InvalidSignatureException", "Credential should be scoped to correct service: 'eks'."}
+	if e := s.faults.Inject(action, ""); e != nil {
+		return nil, e
 	}
-	return nil
+	if action == "DescribeCluster" {
+		return s.describeCluster(labels[0])
+	}
+	return nil, awsfake.Errorf(http.StatusNotFound, "UnknownOperationException", "eksfake does not implement %s %s", r.Method, r.URL.Path)
 }
 
 // writeError answers with the error code in X-Amzn-ErrorType, from which
 // the SDK takes ErrorCode(), and {"message": ...} in the body, as EKS does.
-func writeError(w http.ResponseWriter, e apiError) {
-	w.Header().Set("X-Amzn-ErrorType", e.code)
+func writeError(w http.ResponseWriter, e *awsfake.Error) {
+	w.Header().Set("X-Amzn-ErrorType", e.Code)
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"message": e.msg})
+	w.WriteHeader(e.Status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": e.Message})
 }
 
 // The answer's shapes, with the member names of the SDK's schemas.
@@ -361,12 +308,12 @@ type (
 	}
 )
 
-func (s *Server) describeCluster(name string) (any, *apiError) {
+func (s *Server) describeCluster(name string) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.clusters[name]
 	if c == nil {
-		return nil, &apiError{http.StatusNotFound, "ResourceNotFoundException", "No cluster found for name: " + name + "."}
+		return nil, awsfake.Errorf(http.StatusNotFound, "ResourceNotFoundException", "No cluster found for name: %s.", name)
 	}
 	out := wireCluster{
 		Name:            c.Name,
@@ -390,10 +337,4 @@ func (s *Server) describeCluster(name string) (any, *apiError) {
 		out.CertificateAuthority = &wireCertificate{Data: base64.StdEncoding.EncodeToString(c.CertificateAuthority)}
 	}
 	return describeClusterResponse{Cluster: out}, nil
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -8,43 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // query is a parsed AWS Query request. Lists are flattened as
 // Name.member.1, Name.member.2 and structures as Name.member.1.Field, so
 // every value is just a key.
-type query map[string][]string
-
-func (q query) get(key string) string {
-	if v := q[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-func (q query) has(key string) bool { _, ok := q[key]; return ok }
-
-// members returns the prefixes of the members of the list at prefix, in
-// index order: "Tags.member.1", "Tags.member.2" for Tags.member.1.Key and
-// so on. Indexes need not be contiguous.
-func (q query) members(prefix string) []string {
-	seen := map[int]bool{}
-	for k := range q {
-		rest, ok := strings.CutPrefix(k, prefix+".member.")
-		if !ok {
-			continue
-		}
-		idx, _, _ := strings.Cut(rest, ".")
-		if n, err := strconv.Atoi(idx); err == nil && n > 0 {
-			seen[n] = true
-		}
-	}
-	var out []string
-	for _, n := range slices.Sorted(maps.Keys(seen)) {
-		out = append(out, prefix+".member."+strconv.Itoa(n))
-	}
-	return out
-}
+type query struct{ url.Values }
 
 // Constraints of IAM's shapes (the patterns and lengths of
 // instanceProfileNameType, roleNameType, pathType, pathPrefixType,
@@ -63,9 +34,9 @@ const maxTags = 50
 // name reads a required name parameter: member is its name in IAM's
 // messages (instanceProfileName), max its longest length.
 func (q query) name(key, member string, max int) (string, error) {
-	v := q.get(key)
+	v := q.Get(key)
 	switch {
-	case !q.has(key):
+	case !q.Has(key):
 		return "", validation("Value null at '%s' failed to satisfy constraint: Member must not be null", member)
 	case len(v) < 1 || len(v) > max:
 		return "", validation("Value '%s' at '%s' failed to satisfy constraint: Member must have length less than or equal to %d", v, member, max)
@@ -77,10 +48,10 @@ func (q query) name(key, member string, max int) (string, error) {
 
 // path reads an optional Path, "/" when absent.
 func (q query) path() (string, error) {
-	if !q.has("Path") {
+	if !q.Has("Path") {
 		return "/", nil
 	}
-	v := q.get("Path")
+	v := q.Get("Path")
 	if len(v) > 512 || !pathPattern.MatchString(v) {
 		return "", validation("Value '%s' at 'path' failed to satisfy constraint: Member must satisfy regular expression pattern: (\\u002F)|(\\u002F[\\u0021-\\u007E]+\\u002F)", v)
 	}
@@ -92,19 +63,19 @@ func (q query) path() (string, error) {
 func (q query) tags() (map[string]string, error) {
 	out := map[string]string{}
 	seen := map[string]bool{}
-	for _, m := range q.members("Tags") {
-		k, v := q.get(m+".Key"), q.get(m+".Value")
+	for _, t := range awsfake.Tags(q.Values, "Tags.member") {
+		k, v := t.Key, t.Value
 		switch {
-		case !q.has(m + ".Key"):
-			return nil, validation("Value null at 'tags.%s.member.key' failed to satisfy constraint: Member must not be null", strings.TrimPrefix(m, "Tags.member."))
+		case !t.HasKey:
+			return nil, validation("Value null at 'tags.%s.member.key' failed to satisfy constraint: Member must not be null", strings.TrimPrefix(t.Member, "Tags.member."))
 		case len(k) > 128 || !tagKeyPattern.MatchString(k):
 			return nil, validation("Value '%s' at 'tags.member.key' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]+ and have length less than or equal to 128", k)
 		case len(v) > 256 || !tagValuePattern.MatchString(v):
 			return nil, validation("Value '%s' at 'tags.member.value' failed to satisfy constraint: Member must satisfy regular expression pattern: [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]* and have length less than or equal to 256", v)
 		case strings.HasPrefix(strings.ToLower(k), "aws:"):
-			return nil, badRequest("InvalidInput", "User-defined tag keys can't start with 'aws:'.")
+			return nil, awsfake.BadRequest("InvalidInput", "User-defined tag keys can't start with 'aws:'.")
 		case seen[strings.ToLower(k)]:
-			return nil, badRequest("InvalidInput", "Duplicate tag keys found. Please note that Tag keys are case insensitive.")
+			return nil, awsfake.BadRequest("InvalidInput", "Duplicate tag keys found. Please note that Tag keys are case insensitive.")
 		}
 		seen[strings.ToLower(k)] = true
 		out[k] = v
@@ -120,15 +91,15 @@ func (q query) tags() (map[string]string, error) {
 // offsets into the list, which is stable because lists are sorted by name.
 func page[T any](q query, items []T) ([]T, string, error) {
 	size := 100
-	if q.has("MaxItems") {
-		n, err := strconv.Atoi(q.get("MaxItems"))
+	if q.Has("MaxItems") {
+		n, err := strconv.Atoi(q.Get("MaxItems"))
 		if err != nil || n < 1 || n > 1000 {
-			return nil, "", validation("Value '%s' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 1000", q.get("MaxItems"))
+			return nil, "", validation("Value '%s' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 1000", q.Get("MaxItems"))
 		}
 		size = n
 	}
 	start := 0
-	if m := q.get("Marker"); m != "" {
+	if m := q.Get("Marker"); m != "" {
 		b, err := base64.RawURLEncoding.DecodeString(m)
 		rest, ok := strings.CutPrefix(string(b), "iamfake-offset:")
 		n, nerr := strconv.Atoi(rest)
@@ -198,11 +169,15 @@ func (s *Server) profileXML(p *InstanceProfile, withTags bool) xmlInstanceProfil
 	return out
 }
 
-func (s *Server) profile(name string) (*InstanceProfile, error) {
-	if p := s.profiles[strings.ToLower(name)]; p != nil {
-		return p, nil
-	}
-	return nil, noSuchEntity("Instance Profile %s cannot be found.", name)
+// profileResult is the result of the actions that answer with one
+// instance profile.
+type profileResult struct {
+	InstanceProfile xmlInstanceProfile `xml:"InstanceProfile"`
+}
+
+// roleResult is the result of the actions that answer with one role.
+type roleResult struct {
+	Role xmlRole `xml:"Role"`
 }
 
 func (s *Server) role(name string) (*Role, error) {
@@ -210,6 +185,47 @@ func (s *Server) role(name string) (*Role, error) {
 		return r, nil
 	}
 	return nil, noSuchEntity("The role with name %s cannot be found.", name)
+}
+
+// onProfile makes the handler of an action on the instance profile
+// InstanceProfileName names. IAM checks every parameter before it looks
+// anything up, so the handler reads the name, then the action's other
+// parameters with read, and only then, under the lock, finds the profile
+// (NoSuchEntity if there is none) and calls act with it and what read
+// returned.
+func onProfile[A any](read func(query) (A, error), act func(s *Server, q query, p *InstanceProfile, a A) (any, error)) handler {
+	return func(s *Server, q query) (any, error) {
+		name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
+		if err != nil {
+			return nil, err
+		}
+		a, err := read(q)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p := s.profiles[strings.ToLower(name)]
+		if p == nil {
+			return nil, noSuchEntity("Instance Profile %s cannot be found.", name)
+		}
+		return act(s, q, p, a)
+	}
+}
+
+// nothing reads no parameters, for the actions given only a profile.
+func nothing(query) (struct{}, error) { return struct{}{}, nil }
+
+// roleName reads the RoleName of an action on a profile's role.
+func roleName(q query) (string, error) { return q.name("RoleName", "roleName", 64) }
+
+// tagsToAdd reads the tags TagInstanceProfile adds: at least one.
+func tagsToAdd(q query) (map[string]string, error) {
+	tags, err := q.tags()
+	if err == nil && len(tags) == 0 {
+		err = validation("Value null at 'tags' failed to satisfy constraint: Member must not be null")
+	}
+	return tags, err
 }
 
 func (s *Server) createInstanceProfile(q query) (any, error) {
@@ -230,10 +246,7 @@ func (s *Server) createInstanceProfile(q query) (any, error) {
 	if s.profiles[strings.ToLower(name)] != nil {
 		return nil, conflict("EntityAlreadyExists", "Instance Profile %s already exists.", name)
 	}
-	p := s.addProfileLocked(InstanceProfile{Name: name, Path: path, Tags: tags})
-	return struct {
-		InstanceProfile xmlInstanceProfile `xml:"InstanceProfile"`
-	}{s.profileXML(p, true)}, nil
+	return profileResult{s.profileXML(s.addProfileLocked(InstanceProfile{Name: name, Path: path, Tags: tags}), true)}, nil
 }
 
 // addProfileLocked stores p, filling in what IAM makes: ID, ARN, creation
@@ -256,26 +269,14 @@ func (s *Server) addProfileLocked(p InstanceProfile) *InstanceProfile {
 	return &c
 }
 
-func (s *Server) getInstanceProfile(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		InstanceProfile xmlInstanceProfile `xml:"InstanceProfile"`
-	}{s.profileXML(p, true)}, nil
+func (s *Server) getInstanceProfile(_ query, p *InstanceProfile, _ struct{}) (any, error) {
+	return profileResult{s.profileXML(p, true)}, nil
 }
 
 func (s *Server) listInstanceProfiles(q query) (any, error) {
 	prefix := "/"
-	if q.has("PathPrefix") {
-		prefix = q.get("PathPrefix")
+	if q.Has("PathPrefix") {
+		prefix = q.Get("PathPrefix")
 		if len(prefix) > 512 || !pathPrefixPattern.MatchString(prefix) {
 			return nil, validation("Value '%s' at 'pathPrefix' failed to satisfy constraint: Member must satisfy regular expression pattern: \\u002F[\\u0021-\\u007F]*", prefix)
 		}
@@ -299,39 +300,15 @@ func (s *Server) listInstanceProfiles(q query) (any, error) {
 	}{items, marker != "", marker}, nil
 }
 
-func (s *Server) deleteInstanceProfile(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) deleteInstanceProfile(_ query, p *InstanceProfile, _ struct{}) (any, error) {
 	if len(p.Roles) > 0 {
 		return nil, conflict("DeleteConflict", "Cannot delete entity, must remove roles from instance profile first.")
 	}
-	delete(s.profiles, strings.ToLower(name))
+	delete(s.profiles, strings.ToLower(p.Name))
 	return nil, nil
 }
 
-func (s *Server) addRoleToInstanceProfile(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	roleName, err := q.name("RoleName", "roleName", 64)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) addRoleToInstanceProfile(_ query, p *InstanceProfile, roleName string) (any, error) {
 	r, err := s.role(roleName)
 	if err != nil {
 		return nil, err
@@ -345,21 +322,7 @@ func (s *Server) addRoleToInstanceProfile(q query) (any, error) {
 	return nil, nil
 }
 
-func (s *Server) removeRoleFromInstanceProfile(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	roleName, err := q.name("RoleName", "roleName", 64)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) removeRoleFromInstanceProfile(_ query, p *InstanceProfile, roleName string) (any, error) {
 	if _, err := s.role(roleName); err != nil {
 		return nil, err
 	}
@@ -371,24 +334,7 @@ func (s *Server) removeRoleFromInstanceProfile(q query) (any, error) {
 	return nil, nil
 }
 
-func (s *Server) tagInstanceProfile(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	tags, err := q.tags()
-	if err != nil {
-		return nil, err
-	}
-	if len(tags) == 0 {
-		return nil, validation("Value null at 'tags' failed to satisfy constraint: Member must not be null")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) tagInstanceProfile(_ query, p *InstanceProfile, tags map[string]string) (any, error) {
 	merged := maps.Clone(p.Tags)
 	for k, v := range tags {
 		for old := range merged {
@@ -405,17 +351,7 @@ func (s *Server) tagInstanceProfile(q query) (any, error) {
 	return nil, nil
 }
 
-func (s *Server) listInstanceProfileTags(q query) (any, error) {
-	name, err := q.name("InstanceProfileName", "instanceProfileName", 128)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, err := s.profile(name)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) listInstanceProfileTags(q query, p *InstanceProfile, _ struct{}) (any, error) {
 	items, marker, err := page(q, tagList(p.Tags))
 	if err != nil {
 		return nil, err
@@ -428,7 +364,7 @@ func (s *Server) listInstanceProfileTags(q query) (any, error) {
 }
 
 func (s *Server) createRole(q query) (any, error) {
-	name, err := q.name("RoleName", "roleName", 64)
+	name, err := roleName(q)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +372,7 @@ func (s *Server) createRole(q query) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if q.get("AssumeRolePolicyDocument") == "" {
+	if q.Get("AssumeRolePolicyDocument") == "" {
 		return nil, validation("Value null at 'assumeRolePolicyDocument' failed to satisfy constraint: Member must not be null")
 	}
 	if _, err := q.tags(); err != nil {
@@ -447,10 +383,7 @@ func (s *Server) createRole(q query) (any, error) {
 	if s.roles[strings.ToLower(name)] != nil {
 		return nil, conflict("EntityAlreadyExists", "Role with name %s already exists.", name)
 	}
-	r := s.addRoleLocked(name, path, q.get("AssumeRolePolicyDocument"))
-	return struct {
-		Role xmlRole `xml:"Role"`
-	}{roleXML(r)}, nil
+	return roleResult{roleXML(s.addRoleLocked(name, path, q.Get("AssumeRolePolicyDocument")))}, nil
 }
 
 func (s *Server) addRoleLocked(name, path, trust string) *Role {
@@ -461,7 +394,7 @@ func (s *Server) addRoleLocked(name, path, trust string) *Role {
 }
 
 func (s *Server) getRole(q query) (any, error) {
-	name, err := q.name("RoleName", "roleName", 64)
+	name, err := roleName(q)
 	if err != nil {
 		return nil, err
 	}
@@ -471,9 +404,7 @@ func (s *Server) getRole(q query) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return struct {
-		Role xmlRole `xml:"Role"`
-	}{roleXML(r)}, nil
+	return roleResult{roleXML(r)}, nil
 }
 
 // escapePolicy URL-encodes a policy document as IAM returns it.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // This file is the test-facing side of the fake: fault injection, planting
@@ -19,47 +21,36 @@ import (
 // Throttling (400, which the SDK retries), ServiceFailure (500),
 // LimitExceeded (409), ConcurrentModification (409).
 func (s *Server) FailNext(action string, n, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n <= 0 {
-		delete(s.faults, action)
-		return
-	}
-	s.faults[action] = &fault{n: n, status: status, code: code}
+	s.faults.FailNext(action, n, awsfake.Fault{Status: status, Code: code})
 }
 
 // ClearFaults removes every pending fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.faults)
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // callerARN is who the fake says is calling, in AccessDenied messages.
 const callerARN = "arn:aws:sts::" + Account + ":assumed-role/nodeforge-provisioner/iamfake"
 
 // injectedFault returns the error of a pending fault for the call, if any.
 func (s *Server) injectedFault(action string, q query) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.faults[action]
-	if f == nil || f.n <= 0 {
+	f, ok := s.faults.Take(action)
+	if !ok {
 		return nil
 	}
-	f.n--
 	msg := "Injected fault."
-	if f.code == "AccessDenied" {
+	if f.Code == "AccessDenied" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		// IAM's wording, which names the permission and the resource.
 		msg = fmt.Sprintf("User: %s is not authorized to perform: iam:%s on resource: %s because no identity-based policy allows the iam:%s action",
 			callerARN, action, s.resourceOfLocked(action, q), action)
 	}
-	return &apiError{Status: f.status, Code: f.code, Message: msg}
+	return &awsfake.Error{Status: f.Status, Code: f.Code, Message: msg}
 }
 
 // resourceOfLocked is the ARN a call acts on, for AccessDenied messages.
 func (s *Server) resourceOfLocked(action string, q query) string {
-	if name := q.get("InstanceProfileName"); name != "" {
-		path := q.get("Path")
+	if name := q.Get("InstanceProfileName"); name != "" {
+		path := q.Get("Path")
 		if p := s.profiles[strings.ToLower(name)]; p != nil {
 			path = p.Path
 		}
@@ -68,10 +59,10 @@ func (s *Server) resourceOfLocked(action string, q query) string {
 		}
 		return "arn:aws:iam::" + Account + ":instance-profile" + path + name
 	}
-	if name := q.get("RoleName"); name != "" {
+	if name := q.Get("RoleName"); name != "" {
 		return "arn:aws:iam::" + Account + ":role/" + name
 	}
-	return "arn:aws:iam::" + Account + ":instance-profile" + q.get("PathPrefix") + "*"
+	return "arn:aws:iam::" + Account + ":instance-profile" + q.Get("PathPrefix") + "*"
 }
 
 // AddRole creates a role at path "/" with a trust policy that lets EC2
@@ -120,24 +111,15 @@ func (s *Server) InstanceProfiles() []InstanceProfile {
 }
 
 // Requests returns every request received, in order, failed ones included.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // Calls returns how many requests of action were received, retries and
 // failures included; "" counts every action.
 func (s *Server) Calls(action string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.requests {
-		if action == "" || r.Action == action {
-			n++
-		}
+	if action == "" {
+		return s.log.Len()
 	}
-	return n
+	return s.log.Count(action)
 }
 
 // statusOf is the HTTP status IAM answers an error code with, for tests

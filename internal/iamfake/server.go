@@ -35,16 +35,13 @@ package iamfake
 
 import (
 	"crypto/rand"
-	"encoding/hex"
-	"encoding/xml"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // Account is the account ID in every ARN the fake makes.
@@ -106,230 +103,137 @@ type Role struct {
 	AssumeRolePolicyDocument string
 }
 
-type fault struct {
-	n      int
-	status int
-	code   string
-}
-
 // Server is a fake IAM endpoint; it implements http.Handler and is safe for
-// concurrent use. All state sits behind one mutex, which makes every action
-// atomic.
+// concurrent use. Its roles and profiles sit behind one mutex, which makes
+// every action atomic; the request log and the faults keep their own.
 type Server struct {
 	mu       sync.Mutex
 	profiles map[string]*InstanceProfile // by lower-cased name
 	roles    map[string]*Role            // by lower-cased name
-	requests []Request
-	faults   map[string]*fault
+	log      awsfake.Log[Request]
+	faults   awsfake.Faults
 	now      func() time.Time
 }
 
 // New returns a server with no roles and no instance profiles.
 func New() *Server {
-	return &Server{profiles: map[string]*InstanceProfile{}, roles: map[string]*Role{}, faults: map[string]*fault{}, now: time.Now}
+	return &Server{profiles: map[string]*InstanceProfile{}, roles: map[string]*Role{}, now: time.Now}
 }
 
 // Start serves s on a new loopback listener at 127.0.0.1 and returns its
 // URL; stop closes the listener and every open connection, and may be
 // called more than once.
 func (s *Server) Start() (serverURL string, stop func(), err error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := awsfake.Serve(s)
 	if err != nil {
-		return "", nil, fmt.Errorf("iamfake: listening on loopback: %w", err)
+		return "", nil, fmt.Errorf("iamfake: %w", err)
 	}
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(l) }()
-	// Close, not Shutdown: a fake has nothing to drain, and Shutdown waits
-	// for idle connections the SDK keeps open.
-	return "http://" + l.Addr().String(), func() { _ = hs.Close() }, nil
+	return l.URL(), l.Close, nil
 }
+
+// protocol writes IAM's answers: results in <XResponse><XResult> and
+// errors in IAM's ErrorResponse document. The SDK takes Code and Message
+// from the <Error> element and maps the code to a typed error through the
+// AWSQueryError traits (NoSuchEntity to *types.NoSuchEntityException...);
+// codes without one, such as AccessDenied, arrive as a generic API error
+// with that code.
+var protocol = awsfake.Query{Namespace: namespace, InternalCode: "ServiceFailure"}
+
+// signature is what IAM asks of a request's Authorization header. IAM is
+// global, so the region is not checked.
+var signature = awsfake.SigV4{Service: "iam"}
 
 // handler answers one action with the members of its <XResult> element, or
 // nil when the action has no result (AddRoleToInstanceProfile...). An
-// error that is not an *apiError reaches the client as a 500.
+// error that is not an *awsfake.Error reaches the client as a 500.
 type handler func(s *Server, q query) (any, error)
 
 // handlers maps each modelled action to its implementation; any other is
-// answered with InvalidAction.
+// answered with InvalidAction. The actions on one instance profile find it
+// through onProfile, after reading what else they are given.
 var handlers = map[string]handler{
 	"CreateInstanceProfile":         (*Server).createInstanceProfile,
-	"GetInstanceProfile":            (*Server).getInstanceProfile,
+	"GetInstanceProfile":            onProfile(nothing, (*Server).getInstanceProfile),
 	"ListInstanceProfiles":          (*Server).listInstanceProfiles,
-	"DeleteInstanceProfile":         (*Server).deleteInstanceProfile,
-	"AddRoleToInstanceProfile":      (*Server).addRoleToInstanceProfile,
-	"RemoveRoleFromInstanceProfile": (*Server).removeRoleFromInstanceProfile,
-	"TagInstanceProfile":            (*Server).tagInstanceProfile,
-	"ListInstanceProfileTags":       (*Server).listInstanceProfileTags,
+	"DeleteInstanceProfile":         onProfile(nothing, (*Server).deleteInstanceProfile),
+	"AddRoleToInstanceProfile":      onProfile(roleName, (*Server).addRoleToInstanceProfile),
+	"RemoveRoleFromInstanceProfile": onProfile(roleName, (*Server).removeRoleFromInstanceProfile),
+	"TagInstanceProfile":            onProfile(tagsToAdd, (*Server).tagInstanceProfile),
+	"ListInstanceProfileTags":       onProfile(nothing, (*Server).listInstanceProfileTags),
 	"CreateRole":                    (*Server).createRole,
 	"GetRole":                       (*Server).getRole,
 }
 
 // ServeHTTP answers one AWS Query request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	requestID := newRequestID()
+	requestID := awsfake.RequestID()
 	w.Header().Set("X-Amzn-RequestId", requestID)
 	if err := r.ParseForm(); err != nil {
-		writeError(w, requestID, badRequest("MalformedQueryString", "The request body is not a form: %v", err))
+		protocol.WriteError(w, requestID, awsfake.BadRequest("MalformedQueryString", "The request body is not a form: %v", err))
 		return
 	}
-	q := query(r.PostForm)
-	action := q.get("Action")
-	s.record(action, r.PostForm)
-	if r.Method != http.MethodPost {
-		writeError(w, requestID, &apiError{Status: http.StatusMethodNotAllowed, Code: "InvalidAction", Message: "IAM accepts POST requests only"})
-		return
-	}
-	if err := checkAuthorization(r); err != nil {
-		writeError(w, requestID, err)
-		return
-	}
-	if action == "" {
-		writeError(w, requestID, badRequest("MissingAction", "The request must contain the parameter Action."))
-		return
-	}
-	h, ok := handlers[action]
-	if !ok || q.get("Version") != apiVersion {
-		writeError(w, requestID, badRequest("InvalidAction", "Could not find operation %s for version %s", action, q.get("Version")))
-		return
-	}
-	if err := s.injectedFault(action, q); err != nil {
-		writeError(w, requestID, err)
-		return
-	}
-	result, err := h(s, q)
+	q := query{r.PostForm}
+	action := q.Get("Action")
+	s.log.Add(action, Request{Action: action, Params: awsfake.CloneForm(r.PostForm), Time: s.now()})
+	result, err := s.serve(r, action, q)
 	if err != nil {
-		writeError(w, requestID, err)
+		protocol.WriteError(w, requestID, err)
 		return
 	}
-	writeResponse(w, action, requestID, result)
+	protocol.WriteResult(w, action, requestID, result)
 }
 
-func (s *Server) record(action string, form url.Values) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	copied := make(url.Values, len(form))
-	for k, v := range form {
-		copied[k] = append([]string(nil), v...)
+// serve checks a request as IAM does, in IAM's order, and runs its action.
+func (s *Server) serve(r *http.Request, action string, q query) (any, error) {
+	if r.Method != http.MethodPost {
+		return nil, awsfake.Errorf(http.StatusMethodNotAllowed, "InvalidAction", "IAM accepts POST requests only")
 	}
-	s.requests = append(s.requests, Request{Action: action, Params: copied, Time: s.now()})
+	if err := checkAuthorization(r); err != nil {
+		return nil, err
+	}
+	if action == "" {
+		return nil, awsfake.BadRequest("MissingAction", "The request must contain the parameter Action.")
+	}
+	h, ok := handlers[action]
+	if !ok || q.Get("Version") != apiVersion {
+		return nil, awsfake.BadRequest("InvalidAction", "Could not find operation %s for version %s", action, q.Get("Version"))
+	}
+	if err := s.injectedFault(action, q); err != nil {
+		return nil, err
+	}
+	return h(s, q)
 }
 
 // checkAuthorization insists on a SigV4 Authorization header scoped to the
 // iam service, which catches a client built without credentials or for
-// another service's endpoint. The signature is not verified.
+// another service's endpoint, and refuses others in IAM's words.
 func checkAuthorization(r *http.Request) error {
-	const scheme = "AWS4-HMAC-SHA256 "
-	auth := r.Header.Get("Authorization")
-	if !strings.HasPrefix(auth, scheme) {
-		return &apiError{Status: http.StatusForbidden, Code: "MissingAuthenticationToken",
-			Message: "Request is missing Authentication Token"}
+	e := signature.Check(r)
+	switch {
+	case e == nil:
+		return nil
+	case e.Fault == awsfake.Unsigned:
+		return awsfake.Errorf(http.StatusForbidden, "MissingAuthenticationToken", "Request is missing Authentication Token")
+	case e.Fault == awsfake.WrongService:
+		return awsfake.Errorf(http.StatusForbidden, "IncompleteSignature",
+			"Credential should be scoped to correct service: 'iam', not '%s'.", e.Service)
 	}
-	var credential string
-	for _, part := range strings.Split(strings.TrimPrefix(auth, scheme), ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential="); ok {
-			credential = v
-		}
-	}
-	// Credential=AKID/20261122/us-east-1/iam/aws4_request
-	scope := strings.Split(credential, "/")
-	if len(scope) != 5 || scope[0] == "" || scope[4] != "aws4_request" {
-		return &apiError{Status: http.StatusForbidden, Code: "IncompleteSignature",
-			Message: "Authorization header requires a Credential parameter of the form AKID/date/region/iam/aws4_request."}
-	}
-	if scope[3] != "iam" {
-		return &apiError{Status: http.StatusForbidden, Code: "IncompleteSignature",
-			Message: fmt.Sprintf("Credential should be scoped to correct service: 'iam', not '%s'.", scope[3])}
-	}
-	return nil
-}
-
-// apiError is an error IAM would return to the client.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
-
-func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+	return awsfake.Errorf(http.StatusForbidden, "IncompleteSignature",
+		"Authorization header requires a Credential parameter of the form AKID/date/region/iam/aws4_request.")
 }
 
 // validation is IAM's ValidationError, worded as IAM words a constraint
 // failure.
-func validation(format string, args ...any) *apiError {
-	return badRequest("ValidationError", "1 validation error detected: "+format, args...)
+func validation(format string, args ...any) *awsfake.Error {
+	return awsfake.BadRequest("ValidationError", "1 validation error detected: "+format, args...)
 }
 
-func noSuchEntity(format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusNotFound, Code: "NoSuchEntity", Message: fmt.Sprintf(format, args...)}
+func noSuchEntity(format string, args ...any) *awsfake.Error {
+	return awsfake.Errorf(http.StatusNotFound, "NoSuchEntity", format, args...)
 }
 
-func conflict(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusConflict, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// writeError answers with IAM's error document. The SDK takes Code and
-// Message from the <Error> element wherever it is, and maps the code to a
-// typed error through the AWSQueryError traits (NoSuchEntity to
-// *types.NoSuchEntityException...); codes without one, such as
-// AccessDenied, arrive as a generic API error with that code.
-func writeError(w http.ResponseWriter, requestID string, err error) {
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		ae = &apiError{Status: http.StatusInternalServerError, Code: "ServiceFailure",
-			Message: "An internal error has occurred: " + err.Error()}
-	}
-	fault := "Sender"
-	if ae.Status >= 500 {
-		fault = "Receiver"
-	}
-	doc := struct {
-		XMLName   xml.Name `xml:"ErrorResponse"`
-		Xmlns     string   `xml:"xmlns,attr"`
-		Type      string   `xml:"Error>Type"`
-		Code      string   `xml:"Error>Code"`
-		Message   string   `xml:"Error>Message"`
-		RequestID string   `xml:"RequestId"`
-	}{Xmlns: namespace, Type: fault, Code: ae.Code, Message: ae.Message, RequestID: requestID}
-	w.Header().Set("Content-Type", "text/xml")
-	w.WriteHeader(ae.Status)
-	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(doc)
-}
-
-// writeResponse answers <ActionResponse xmlns=...><ActionResult>result
-// </ActionResult><ResponseMetadata><RequestId>...</RequestId>
-// </ResponseMetadata></ActionResponse>, leaving out the result element for
-// actions that have none, as IAM does.
-func writeResponse(w http.ResponseWriter, action, requestID string, result any) {
-	var buf strings.Builder
-	buf.WriteString(xml.Header)
-	enc := xml.NewEncoder(&buf)
-	start := xml.StartElement{Name: xml.Name{Local: action + "Response"}, Attr: []xml.Attr{{Name: xml.Name{Local: "xmlns"}, Value: namespace}}}
-	err := enc.EncodeToken(start)
-	if err == nil && result != nil {
-		err = enc.EncodeElement(result, xml.StartElement{Name: xml.Name{Local: action + "Result"}})
-	}
-	if err == nil {
-		meta := struct {
-			RequestID string `xml:"RequestId"`
-		}{requestID}
-		err = enc.EncodeElement(meta, xml.StartElement{Name: xml.Name{Local: "ResponseMetadata"}})
-	}
-	if err == nil {
-		err = enc.EncodeToken(start.End())
-	}
-	if err == nil {
-		err = enc.Flush()
-	}
-	if err != nil {
-		writeError(w, requestID, fmt.Errorf("encoding %s response: %w", action, err))
-		return
-	}
-	w.Header().Set("Content-Type", "text/xml")
-	_, _ = w.Write([]byte(buf.String()))
+func conflict(code, format string, args ...any) *awsfake.Error {
+	return awsfake.Errorf(http.StatusConflict, code, format, args...)
 }
 
 // iamTime prints a timestamp as IAM does, e.g. 2026-11-01T00:00:00Z.
@@ -345,12 +249,4 @@ func newID(prefix string) string {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
 	return prefix + string(b[:])
-}
-
-// newRequestID returns a UUID-shaped request ID, as IAM uses.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

@@ -34,13 +34,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // The headers of IMDSv2 sessions.
@@ -100,24 +100,19 @@ type Request struct {
 	Time  time.Time
 }
 
-type fault struct {
-	n      int
-	status int
-}
-
 // Server is a fake IMDS serving on a loopback port; it implements
-// http.Handler. Its state is behind one mutex.
+// http.Handler. Its values and tokens are behind one mutex; the request
+// log and the faults keep their own.
 type Server struct {
-	url string
-	hs  *http.Server
+	lb *awsfake.Loopback
 
-	mu       sync.Mutex
-	doc      []byte            // the identity document, as served
-	values   map[string]string // path below /latest/ -> value
-	tokens   map[string]time.Time
-	requests []Request
-	faults   map[string]*fault // by path; "" is any path
-	now      func() time.Time
+	mu     sync.Mutex
+	doc    []byte            // the identity document, as served
+	values map[string]string // path below /latest/ -> value
+	tokens map[string]time.Time
+	log    awsfake.Log[Request]
+	faults awsfake.Faults // by path; "" is any path
+	now    func() time.Time
 }
 
 // New starts a server for inst on a loopback port. Close stops it.
@@ -139,7 +134,7 @@ func New(inst Instance) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("imdsfake: encoding the identity document: %w", err)
 	}
-	s := &Server{doc: doc, values: map[string]string{}, tokens: map[string]time.Time{}, faults: map[string]*fault{}, now: time.Now}
+	s := &Server{doc: doc, values: map[string]string{}, tokens: map[string]time.Time{}, now: time.Now}
 	for path, v := range map[string]string{
 		"meta-data/placement/region":               inst.Region,
 		"meta-data/placement/availability-zone":    inst.AvailabilityZone,
@@ -153,22 +148,18 @@ func New(inst Instance) (*Server, error) {
 			s.values[path] = v
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("imdsfake: listening on loopback: %w", err)
+	if s.lb, err = awsfake.Serve(s); err != nil {
+		return nil, fmt.Errorf("imdsfake: %w", err)
 	}
-	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.hs.Serve(l) }()
-	s.url = "http://" + l.Addr().String()
 	return s, nil
 }
 
 // URL is the endpoint to give the client, as imds.Options.Endpoint.
-func (s *Server) URL() string { return s.url }
+func (s *Server) URL() string { return s.lb.URL() }
 
 // Close stops serving at once, dropping open connections. It is safe to
 // call more than once.
-func (s *Server) Close() { _ = s.hs.Close() }
+func (s *Server) Close() { s.lb.Close() }
 
 // Set serves value at path, relative to /latest/ (e.g.
 // "meta-data/spot/instance-action"), replacing what was there. It does not
@@ -196,11 +187,7 @@ func (s *Server) RevokeTokens() {
 }
 
 // Requests returns the calls received so far, in order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // FailNext makes the next n requests of path (e.g. /latest/api/token or
 // /latest/dynamic/instance-identity/document; "" for any path) fail with
@@ -208,25 +195,17 @@ func (s *Server) Requests() []Request {
 // 504. It replaces any fault pending for path; n = 0 clears it. A fault for
 // the path is used before one for any path.
 func (s *Server) FailNext(path string, n, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[path] = &fault{n: n, status: status}
+	s.faults.FailNext(path, n, awsfake.Fault{Status: status})
 }
 
 // ServeHTTP answers one IMDS request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token := r.Header.Get(TokenHeader)
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Token: token, Time: s.now()})
-	for _, key := range []string{r.URL.Path, ""} {
-		if f := s.faults[key]; f != nil && f.n > 0 {
-			f.n--
-			s.mu.Unlock()
-			http.Error(w, http.StatusText(f.status), f.status)
-			return
-		}
+	s.log.Add(r.URL.Path, Request{Method: r.Method, Path: r.URL.Path, Token: token, Time: s.now()})
+	if f, ok := s.faults.Take(r.URL.Path, ""); ok {
+		http.Error(w, http.StatusText(f.Status), f.Status)
+		return
 	}
-	s.mu.Unlock()
 
 	if r.URL.Path == "/latest/api/token" {
 		s.issueToken(w, r)

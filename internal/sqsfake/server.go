@@ -25,17 +25,16 @@ package sqsfake
 
 import (
 	"crypto/md5"
-	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // Account is the account ID in every queue URL.
@@ -80,43 +79,36 @@ type queue struct {
 	msgs       []*message
 }
 
-type fault struct {
-	n      int
-	status int
-	code   string
-}
-
-// Server is a fake SQS endpoint; it implements http.Handler. All state is
-// behind one mutex; long polls wait on a channel closed whenever a message
-// is sent or becomes visible.
+// Server is a fake SQS endpoint; it implements http.Handler. Its queues
+// are behind one mutex, and the request log and the faults keep their own;
+// long polls wait on a channel closed whenever a message is sent or
+// becomes visible.
 type Server struct {
-	mu       sync.Mutex
-	base     string // http://host:port, once started
-	queues   map[string]*queue
-	requests []Request
-	faults   map[string]*fault
-	wake     chan struct{}
-	polling  int // ReceiveMessage calls waiting now
-	now      func() time.Time
+	mu      sync.Mutex
+	base    string // http://host:port, once started
+	queues  map[string]*queue
+	log     awsfake.Log[Request]
+	faults  awsfake.Faults
+	wake    chan struct{}
+	polling int // ReceiveMessage calls waiting now
+	now     func() time.Time
 }
 
 // New returns an empty server.
 func New() *Server {
-	return &Server{queues: map[string]*queue{}, faults: map[string]*fault{}, wake: make(chan struct{}), now: time.Now}
+	return &Server{queues: map[string]*queue{}, wake: make(chan struct{}), now: time.Now}
 }
 
 // Start serves on a loopback port and returns its URL and a stop function.
 func (s *Server) Start() (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := awsfake.Serve(s)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("sqsfake: %w", err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
 	s.mu.Lock()
-	s.base = "http://" + l.Addr().String()
+	s.base = l.URL()
 	s.mu.Unlock()
-	return s.base, func() { _ = srv.Close() }, nil
+	return l.URL(), l.Close, nil
 }
 
 // CreateQueue makes a queue (if it is not there) and returns its URL.
@@ -145,7 +137,7 @@ func (s *Server) Send(queueName, body string) (string, error) {
 }
 
 func (s *Server) sendLocked(q *queue, body string) string {
-	m := &message{id: newID(), body: body, sent: s.now(), visibleAt: s.now()}
+	m := &message{id: awsfake.HexID(), body: body, sent: s.now(), visibleAt: s.now()}
 	q.msgs = append(q.msgs, m)
 	s.wakeLocked()
 	return m.id
@@ -167,20 +159,14 @@ func (s *Server) Messages(queueName string) []Message {
 }
 
 // Requests returns the calls received so far.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // FailNext makes the next n calls of action fail with HTTP status and the
 // error code given (e.g. 500 "InternalError", 400 "RequestThrottled"),
 // before they do anything. It replaces any fault pending for action; n = 0
 // clears it.
 func (s *Server) FailNext(action string, n, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[action] = &fault{n: n, status: status, code: code}
+	s.faults.FailNext(action, n, awsfake.Fault{Status: status, Code: code})
 }
 
 // Polling returns how many ReceiveMessage calls are waiting for a message
@@ -197,103 +183,50 @@ func (s *Server) wakeLocked() {
 	s.wake = make(chan struct{})
 }
 
-// apiError is an error as the AWS JSON protocol returns it.
-type apiError struct {
-	status int
-	code   string // shape name, or a code such as InternalError
-	msg    string
-}
-
-// queryCodes are the codes SQS puts in X-Amzn-Query-Error where they differ
-// from the error's shape name (the AWSQueryError traits in the SDK's
-// schemas/schemas.go).
-var queryCodes = map[string]string{
-	"QueueDoesNotExist":    "AWS.SimpleQueueService.NonExistentQueue",
-	"UnsupportedOperation": "AWS.SimpleQueueService.UnsupportedOperation",
-	"QueueNameExists":      "QueueAlreadyExists",
+// protocol is SQS's AWS JSON 1.0. SQS is "query compatible": the SDK
+// sends X-Amzn-Query-Mode: true and takes an error's code from the
+// X-Amzn-Query-Error header, which holds the codes SQS had in its Query
+// days where they differ from the error's shape name (the AWSQueryError
+// traits in the SDK's schemas/schemas.go); __type holds the shape.
+var protocol = awsfake.JSON[*Server]{
+	Name:            "sqsfake",
+	Target:          "AmazonSQS",
+	ContentType:     "application/x-amz-json-1.0",
+	BadTarget:       "InvalidAction",
+	Unsupported:     "UnsupportedOperation",
+	TypePrefix:      "com.amazonaws.sqs#",
+	QueryCompatible: true,
+	QueryCodes: map[string]string{
+		"QueueDoesNotExist":    "AWS.SimpleQueueService.NonExistentQueue",
+		"UnsupportedOperation": "AWS.SimpleQueueService.UnsupportedOperation",
+		"QueueNameExists":      "QueueAlreadyExists",
+	},
+	Actions: map[string]awsfake.JSONAction[*Server]{
+		"CreateQueue":    (*Server).createQueue,
+		"GetQueueUrl":    (*Server).getQueueURL,
+		"SendMessage":    (*Server).sendMessage,
+		"ReceiveMessage": (*Server).receiveMessage,
+		"DeleteMessage":  (*Server).deleteMessage,
+		"DeleteQueue":    (*Server).deleteQueue,
+		"PurgeQueue":     (*Server).purgeQueue,
+	},
 }
 
 // ServeHTTP answers one AWS JSON 1.0 request: POST / with X-Amz-Target
 // AmazonSQS.<Action> and a JSON body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Amzn-RequestId", newID())
-	queryMode := r.Header.Get("X-Amzn-Query-Mode") == "true"
-	fail := func(e apiError) { writeError(w, e, queryMode) }
-	target := r.Header.Get("X-Amz-Target")
-	action, ok := strings.CutPrefix(target, "AmazonSQS.")
-	var body map[string]any
-	if r.Method != http.MethodPost || !ok {
-		fail(apiError{400, "InvalidAction", "expected POST with X-Amz-Target: AmazonSQS.<Action>, got " + r.Method + " " + target})
-		return
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		fail(apiError{400, "SerializationException", "request body is not JSON: " + err.Error()})
-		return
-	}
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Action: action, Body: body, Time: s.now()})
-	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
-		s.mu.Unlock()
-		fail(apiError{403, "MissingAuthenticationToken", "request is not signed with SigV4"})
-		return
-	}
-	if f := s.faults[action]; f != nil && f.n > 0 {
-		f.n--
-		s.mu.Unlock()
-		fail(apiError{f.status, f.code, "injected fault"})
-		return
-	}
-	s.mu.Unlock()
-	var out any
-	var aerr *apiError
-	switch action {
-	case "CreateQueue":
-		out, aerr = s.createQueue(body)
-	case "GetQueueUrl":
-		out, aerr = s.getQueueURL(body)
-	case "SendMessage":
-		out, aerr = s.sendMessage(body)
-	case "ReceiveMessage":
-		out, aerr = s.receiveMessage(r, body)
-	case "DeleteMessage":
-		out, aerr = s.deleteMessage(body)
-	case "DeleteQueue":
-		out, aerr = s.deleteQueue(body)
-	case "PurgeQueue":
-		out, aerr = s.purgeQueue(body)
-	default:
-		aerr = &apiError{400, "UnsupportedOperation", "sqsfake does not implement " + action}
-	}
-	if aerr != nil {
-		fail(*aerr)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	_ = json.NewEncoder(w).Encode(out)
+	protocol.Serve(w, r, s, s.admit)
 }
 
-// writeError answers with an AWS JSON error document; the SDK finds the
-// error's shape by __type. In query mode it also sets X-Amzn-Query-Error
-// (code;Sender or code;Receiver), from which the SDK takes ErrorCode().
-func writeError(w http.ResponseWriter, e apiError, queryMode bool) {
-	if queryMode {
-		code, fault := e.code, "Sender"
-		if q, ok := queryCodes[code]; ok {
-			code = q
-		}
-		if e.status >= 500 {
-			fault = "Receiver"
-		}
-		w.Header().Set("X-Amzn-Query-Error", code+";"+fault)
+// admit records a call, checks that it is signed and injects a pending
+// fault. Only the scheme of the Authorization header is checked, not its
+// credential scope.
+func (s *Server) admit(r *http.Request, action string, body map[string]any) *awsfake.Error {
+	s.log.Add(action, Request{Action: action, Body: body, Time: s.now()})
+	if e := (awsfake.SigV4{Service: "sqs"}).Check(r); e != nil && e.Fault == awsfake.Unsigned {
+		return awsfake.Errorf(http.StatusForbidden, "MissingAuthenticationToken", "request is not signed with SigV4")
 	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-	w.WriteHeader(e.status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + e.code, "message": e.msg})
-}
-
-func str(body map[string]any, key string) string {
-	v, _ := body[key].(string)
-	return v
+	return s.faults.Inject(action)
 }
 
 func num(body map[string]any, key string, def int) int {
@@ -309,23 +242,22 @@ func num(body map[string]any, key string, def int) int {
 }
 
 // queueOf finds the queue of the request's QueueUrl.
-func (s *Server) queueOf(body map[string]any) (*queue, *apiError) {
-	u := str(body, "QueueUrl")
+func (s *Server) queueOf(body map[string]any) (*queue, *awsfake.Error) {
+	u := awsfake.JSONString(body, "QueueUrl")
 	name := u[strings.LastIndex(u, "/")+1:]
 	if q := s.queues[name]; q != nil && u != "" {
 		return q, nil
 	}
-	return nil, &apiError{400, "QueueDoesNotExist", "The specified queue does not exist: " + u}
+	return nil, awsfake.BadRequest("QueueDoesNotExist", "The specified queue does not exist: %s", u)
 }
 
 // queueName is what SQS accepts for a standard queue's name.
 var queueName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
 
-func (s *Server) createQueue(body map[string]any) (any, *apiError) {
-	name := str(body, "QueueName")
+func (s *Server) createQueue(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
+	name := awsfake.JSONString(body, "QueueName")
 	if !queueName.MatchString(name) {
-		return nil, &apiError{400, "InvalidParameterValue",
-			"QueueName must be 1 to 80 letters, digits, hyphens or underscores (FIFO queues are not modelled): " + name}
+		return nil, awsfake.BadRequest("InvalidParameterValue", "QueueName must be 1 to 80 letters, digits, hyphens or underscores (FIFO queues are not modelled): %s", name)
 	}
 	vis := 30 * time.Second
 	if attrs, ok := body["Attributes"].(map[string]any); ok {
@@ -338,17 +270,17 @@ func (s *Server) createQueue(body map[string]any) (any, *apiError) {
 	return map[string]string{"QueueUrl": s.createLocked(name, vis)}, nil
 }
 
-func (s *Server) getQueueURL(body map[string]any) (any, *apiError) {
+func (s *Server) getQueueURL(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := str(body, "QueueName")
+	name := awsfake.JSONString(body, "QueueName")
 	if s.queues[name] == nil {
-		return nil, &apiError{400, "QueueDoesNotExist", "The specified queue does not exist: " + name}
+		return nil, awsfake.BadRequest("QueueDoesNotExist", "The specified queue does not exist: %s", name)
 	}
 	return map[string]string{"QueueUrl": s.base + "/" + Account + "/" + name}, nil
 }
 
-func (s *Server) deleteQueue(body map[string]any) (any, *apiError) {
+func (s *Server) deleteQueue(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, aerr := s.queueOf(body)
@@ -360,7 +292,7 @@ func (s *Server) deleteQueue(body map[string]any) (any, *apiError) {
 }
 
 // purgeQueue drops every message, in flight or not.
-func (s *Server) purgeQueue(body map[string]any) (any, *apiError) {
+func (s *Server) purgeQueue(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, aerr := s.queueOf(body)
@@ -386,16 +318,16 @@ func wanted(body map[string]any) map[string]bool {
 	return out
 }
 
-func (s *Server) sendMessage(body map[string]any) (any, *apiError) {
+func (s *Server) sendMessage(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, aerr := s.queueOf(body)
 	if aerr != nil {
 		return nil, aerr
 	}
-	text := str(body, "MessageBody")
+	text := awsfake.JSONString(body, "MessageBody")
 	if text == "" {
-		return nil, &apiError{400, "InvalidParameterValue", "MessageBody must not be empty"}
+		return nil, awsfake.BadRequest("InvalidParameterValue", "MessageBody must not be empty")
 	}
 	id := s.sendLocked(q, text)
 	return map[string]string{"MessageId": id, "MD5OfMessageBody": md5Hex(text)}, nil
@@ -404,16 +336,16 @@ func (s *Server) sendMessage(body map[string]any) (any, *apiError) {
 // receiveMessage returns up to MaxNumberOfMessages visible messages, each
 // made invisible for the visibility timeout, waiting up to WaitTimeSeconds
 // for one to be there.
-func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *apiError) {
+func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *awsfake.Error) {
 	max, wait := num(body, "MaxNumberOfMessages", 1), num(body, "WaitTimeSeconds", 0)
 	if max < 1 || max > 10 {
-		return nil, &apiError{400, "InvalidParameterValue", "MaxNumberOfMessages must be from 1 to 10"}
+		return nil, awsfake.BadRequest("InvalidParameterValue", "MaxNumberOfMessages must be from 1 to 10")
 	}
 	if wait < 0 || wait > 20 {
-		return nil, &apiError{400, "InvalidParameterValue", "WaitTimeSeconds must be from 0 to 20"}
+		return nil, awsfake.BadRequest("InvalidParameterValue", "WaitTimeSeconds must be from 0 to 20")
 	}
 	if v := num(body, "VisibilityTimeout", 0); v < 0 || v > 43200 {
-		return nil, &apiError{400, "InvalidParameterValue", "VisibilityTimeout must be from 0 to 43200"}
+		return nil, awsfake.BadRequest("InvalidParameterValue", "VisibilityTimeout must be from 0 to 43200")
 	}
 	attrs := wanted(body)
 	deadline := time.NewTimer(time.Duration(wait) * time.Second)
@@ -452,7 +384,7 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *api
 				}
 				m.stale[m.receipt] = true
 			}
-			m.visibleAt, m.receipt = now.Add(vis), newID()+newID()
+			m.visibleAt, m.receipt = now.Add(vis), awsfake.HexID()+awsfake.HexID()
 			msg := map[string]any{"MessageId": m.id, "ReceiptHandle": m.receipt, "MD5OfBody": md5Hex(m.body), "Body": m.body}
 			got := map[string]string{}
 			for name, v := range map[string]string{
@@ -509,14 +441,14 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *api
 	}
 }
 
-func (s *Server) deleteMessage(body map[string]any) (any, *apiError) {
+func (s *Server) deleteMessage(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, aerr := s.queueOf(body)
 	if aerr != nil {
 		return nil, aerr
 	}
-	h := str(body, "ReceiptHandle")
+	h := awsfake.JSONString(body, "ReceiptHandle")
 	for i, m := range q.msgs {
 		if m.receipt != "" && m.receipt == h {
 			q.msgs = append(q.msgs[:i], q.msgs[i+1:]...)
@@ -528,16 +460,10 @@ func (s *Server) deleteMessage(body map[string]any) (any, *apiError) {
 			return map[string]string{}, nil
 		}
 	}
-	return nil, &apiError{400, "ReceiptHandleIsInvalid", "The input receipt handle is invalid: " + h}
+	return nil, awsfake.BadRequest("ReceiptHandleIsInvalid", "The input receipt handle is invalid: %s", h)
 }
 
 func md5Hex(s string) string {
 	sum := md5.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

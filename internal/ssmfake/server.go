@@ -35,18 +35,17 @@
 package ssmfake
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodeforge/nodeforge/internal/awsfake"
 )
 
 // Account is the account ID in every parameter's ARN.
@@ -72,24 +71,18 @@ type Request struct {
 	Time time.Time
 }
 
-type fault struct {
-	n      int
-	status int
-	code   string
-}
-
 // Server is a fake SSM endpoint serving on a loopback port; it implements
-// http.Handler. Its state is behind one mutex, as every action is small.
+// http.Handler. Its parameters are behind one mutex, as every action is
+// small; the request log and the faults keep their own.
 type Server struct {
 	region string
-	url    string
-	hs     *http.Server
+	lb     *awsfake.Loopback
 
-	mu       sync.Mutex
-	params   map[string]*Parameter
-	requests []Request
-	faults   map[string]*fault // by action; "" is any action
-	now      func() time.Time
+	mu     sync.Mutex
+	params map[string]*Parameter
+	log    awsfake.Log[Request]
+	faults awsfake.Faults // by action; "" is any action
+	now    func() time.Time
 }
 
 // New starts a server for region (e.g. "us-west-2") on a loopback port.
@@ -98,23 +91,20 @@ func New(region string) (*Server, error) {
 	if region == "" {
 		return nil, fmt.Errorf("ssmfake: a region is required")
 	}
-	s := &Server{region: region, params: map[string]*Parameter{}, faults: map[string]*fault{}, now: time.Now}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("ssmfake: listening on loopback: %w", err)
+	s := &Server{region: region, params: map[string]*Parameter{}, now: time.Now}
+	var err error
+	if s.lb, err = awsfake.Serve(s); err != nil {
+		return nil, fmt.Errorf("ssmfake: %w", err)
 	}
-	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.hs.Serve(l) }()
-	s.url = "http://" + l.Addr().String()
 	return s, nil
 }
 
 // URL is the base URL to give the client as its BaseEndpoint.
-func (s *Server) URL() string { return s.url }
+func (s *Server) URL() string { return s.lb.URL() }
 
 // Close stops serving at once, dropping open connections; a fake has
 // nothing to drain. It is safe to call more than once.
-func (s *Server) Close() { _ = s.hs.Close() }
+func (s *Server) Close() { s.lb.Close() }
 
 // imageID is what EC2 AMI IDs look like: 8 or 17 hex digits.
 var imageID = regexp.MustCompile(`^ami-([0-9a-f]{8}|[0-9a-f]{17})$`)
@@ -162,11 +152,7 @@ func (s *Server) Get(name string) (Parameter, bool) {
 }
 
 // Requests returns the calls received so far, in order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // FailNext makes the next n calls of action ("" for any action) fail with
 // HTTP status and the error code given, before they do anything: e.g. 400
@@ -175,113 +161,40 @@ func (s *Server) Requests() []Request {
 // pending for action; n = 0 clears it. A fault for the action is used
 // before one for any action.
 func (s *Server) FailNext(action string, n, status int, code string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[action] = &fault{n: n, status: status, code: code}
+	s.faults.FailNext(action, n, awsfake.Fault{Status: status, Code: code})
 }
 
-// apiError is an error as AWS JSON 1.1 returns it.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, code, fmt.Sprintf(format, args...)}
+// protocol is SSM's AWS JSON 1.1. The SDK's schemas spell the message
+// member "message" for some SSM errors and "Message" for others; the SDK
+// reads either casing into either, as services are not consistent
+// (smithy-go's JSON errorMessageMember), so the fake always sends
+// "message".
+var protocol = awsfake.JSON[*Server]{
+	Name:              "ssmfake",
+	Target:            "AmazonSSM",
+	ContentType:       "application/x-amz-json-1.1",
+	StrictContentType: true,
+	BadTarget:         "UnknownOperationException",
+	Unsupported:       "UnknownOperationException",
+	Actions: map[string]awsfake.JSONAction[*Server]{
+		"GetParameter":        (*Server).getParameter,
+		"GetParameters":       (*Server).getParameters,
+		"GetParametersByPath": (*Server).getParametersByPath,
+	},
 }
 
 // ServeHTTP answers one AWS JSON 1.1 request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Amzn-RequestId", newID())
-	target := r.Header.Get("X-Amz-Target")
-	action, ok := strings.CutPrefix(target, "AmazonSSM.")
-	if r.Method != http.MethodPost || !ok {
-		writeError(w, *badRequest("UnknownOperationException", "expected POST with X-Amz-Target: AmazonSSM.<Action>, got %s %q", r.Method, target))
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "application/x-amz-json-1.1" {
-		writeError(w, *badRequest("UnknownOperationException", "expected Content-Type: application/x-amz-json-1.1, got %q", ct))
-		return
-	}
-	var body map[string]any
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, *badRequest("SerializationException", "request body is not JSON: %v", err))
-		return
-	}
-	s.mu.Lock()
-	s.requests = append(s.requests, Request{Action: action, Body: body, Time: s.now()})
-	if aerr := s.checkAuthorization(r); aerr != nil {
-		s.mu.Unlock()
-		writeError(w, *aerr)
-		return
-	}
-	for _, key := range []string{action, ""} {
-		if f := s.faults[key]; f != nil && f.n > 0 {
-			f.n--
-			s.mu.Unlock()
-			writeError(w, apiError{f.status, f.code, "injected fault"})
-			return
-		}
-	}
-	s.mu.Unlock()
-	var out any
-	var aerr *apiError
-	switch action {
-	case "GetParameter":
-		out, aerr = s.getParameter(body)
-	case "GetParameters":
-		out, aerr = s.getParameters(body)
-	case "GetParametersByPath":
-		out, aerr = s.getParametersByPath(body)
-	default:
-		aerr = badRequest("UnknownOperationException", "ssmfake does not implement %s", action)
-	}
-	if aerr != nil {
-		writeError(w, *aerr)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-	_ = json.NewEncoder(w).Encode(out)
+	protocol.Serve(w, r, s, s.admit)
 }
 
-// checkAuthorization requires a SigV4 Authorization header whose
-// credential scope (AKID/date/region/service/aws4_request) names the
-// server's region and ssm, without checking the signature.
-func (s *Server) checkAuthorization(r *http.Request) *apiError {
-	const scheme = "AWS4-HMAC-SHA256 "
-	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), scheme)
-	if !ok {
-		return &apiError{http.StatusBadRequest, "MissingAuthenticationTokenException", "Request is missing Authentication Token"}
+// admit records a call, checks its signature and injects a pending fault.
+func (s *Server) admit(r *http.Request, action string, body map[string]any) *awsfake.Error {
+	s.log.Add(action, Request{Action: action, Body: body, Time: s.now()})
+	if e := (awsfake.SigV4{Service: "ssm", Region: s.region}).Check(r); e != nil {
+		return &awsfake.Error{Status: http.StatusBadRequest, Code: e.Code(), Message: e.Error()}
 	}
-	var scope []string
-	for _, part := range strings.Split(auth, ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential="); ok {
-			scope = strings.Split(v, "/")
-		}
-	}
-	switch {
-	case len(scope) != 5 || scope[0] == "" || scope[4] != "aws4_request":
-		return &apiError{http.StatusBadRequest, "InvalidSignatureException", "Authorization header has no valid Credential scope"}
-	case scope[2] != s.region:
-		return &apiError{http.StatusBadRequest, "InvalidSignatureException",
-			fmt.Sprintf("Credential should be scoped to a valid region, not '%s'.", scope[2])}
-	case scope[3] != "ssm":
-		return &apiError{http.StatusBadRequest, "InvalidSignatureException", "Credential should be scoped to correct service: 'ssm'."}
-	}
-	return nil
-}
-
-// writeError answers with an AWS JSON error document; the SDK takes the
-// error's code from __type and decodes the rest into the typed error. The
-// SDK's schemas spell the message member "message" for some SSM errors and
-// "Message" for others; the SDK reads either casing into either, as
-// services are not consistent (smithy-go's JSON errorMessageMember), so
-// the fake always sends "message".
-func writeError(w http.ResponseWriter, e apiError) {
-	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-	w.WriteHeader(e.status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"__type": e.code, "message": e.msg})
+	return s.faults.Inject(action, "")
 }
 
 // wireParameter is a Parameter with the SDK's member names.
@@ -307,29 +220,24 @@ func (s *Server) wire(p *Parameter) wireParameter {
 	}
 }
 
-func str(body map[string]any, key string) string {
-	v, _ := body[key].(string)
-	return v
-}
-
-func (s *Server) getParameter(body map[string]any) (any, *apiError) {
-	name := str(body, "Name")
+func (s *Server) getParameter(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
+	name := awsfake.JSONString(body, "Name")
 	if name == "" {
-		return nil, badRequest("ValidationException", "1 validation error detected: Value null at 'name' failed to satisfy constraint: Member must not be null")
+		return nil, awsfake.BadRequest("ValidationException", "1 validation error detected: Value null at 'name' failed to satisfy constraint: Member must not be null")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.params[name]
 	if p == nil {
-		return nil, badRequest("ParameterNotFound", "Parameter %s not found.", name)
+		return nil, awsfake.BadRequest("ParameterNotFound", "Parameter %s not found.", name)
 	}
 	return map[string]any{"Parameter": s.wire(p)}, nil
 }
 
-func (s *Server) getParameters(body map[string]any) (any, *apiError) {
+func (s *Server) getParameters(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
 	list, _ := body["Names"].([]any)
 	if len(list) < 1 || len(list) > 10 {
-		return nil, badRequest("ValidationException",
+		return nil, awsfake.BadRequest("ValidationException",
 			"1 validation error detected: Value at 'names' failed to satisfy constraint: Member must have length between 1 and 10, got %d", len(list))
 	}
 	s.mu.Lock()
@@ -362,29 +270,29 @@ type pageToken struct {
 
 // getParametersByPath returns the parameters under Path, in name order: a
 // level below it, or every level when Recursive.
-func (s *Server) getParametersByPath(body map[string]any) (any, *apiError) {
-	path := str(body, "Path")
+func (s *Server) getParametersByPath(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
+	path := awsfake.JSONString(body, "Path")
 	if !strings.HasPrefix(path, "/") {
-		return nil, badRequest("ValidationException", "The parameter doesn't meet the parameter name requirements. The parameter name must begin with a forward slash \"/\". Path: %q", path)
+		return nil, awsfake.BadRequest("ValidationException", "The parameter doesn't meet the parameter name requirements. The parameter name must begin with a forward slash \"/\". Path: %q", path)
 	}
 	if f, _ := body["ParameterFilters"].([]any); len(f) > 0 {
-		return nil, badRequest("ValidationException", "ssmfake does not model ParameterFilters")
+		return nil, awsfake.BadRequest("ValidationException", "ssmfake does not model ParameterFilters")
 	}
 	recursive, _ := body["Recursive"].(bool)
 	max := 10
 	if v, ok := body["MaxResults"].(float64); ok {
 		if v < 1 || v > 10 {
-			return nil, badRequest("ValidationException",
+			return nil, awsfake.BadRequest("ValidationException",
 				"1 validation error detected: Value '%v' at 'maxResults' failed to satisfy constraint: Member must have value between 1 and 10", v)
 		}
 		max = int(v)
 	}
 	var after string
-	if tok := str(body, "NextToken"); tok != "" {
+	if tok := awsfake.JSONString(body, "NextToken"); tok != "" {
 		var t pageToken
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || json.Unmarshal(raw, &t) != nil || t.Path != path || t.Recursive != recursive {
-			return nil, badRequest("InvalidNextToken", "The specified token isn't valid.")
+			return nil, awsfake.BadRequest("InvalidNextToken", "The specified token isn't valid.")
 		}
 		after = t.After
 	}
@@ -411,10 +319,4 @@ func (s *Server) getParametersByPath(body map[string]any) (any, *apiError) {
 	}
 	out["Parameters"] = page
 	return out, nil
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
