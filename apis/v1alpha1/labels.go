@@ -154,10 +154,11 @@ func IsInstanceLabel(key string) bool {
 }
 
 // InstanceNameLabels are the labels an instance type's name says: its
-// family and size (either side of the dot), and the family's category
-// (the letters and dashes it starts with) and generation (the digits that
-// follow), where the name has them: c7g.xlarge is category c, family c7g,
-// generation 7, size xlarge.
+// family and size (either side of the dot), and the family's category (the
+// letters it starts with) and generation (the digits after them, past a
+// "-<n>tb" memory size): c7g.xlarge is category c, family c7g, generation
+// 7, size xlarge; u-6tb1.metal is category u, generation 1, as Karpenter
+// reads them.
 func InstanceNameLabels(name string) map[string]string {
 	family, size, ok := strings.Cut(name, ".")
 	out := map[string]string{}
@@ -165,22 +166,15 @@ func InstanceNameLabels(name string) map[string]string {
 		return out
 	}
 	out[LabelInstanceFamily], out[LabelInstanceSize] = family, size
-	i := 0
-	for i < len(family) && (family[i] >= 'a' && family[i] <= 'z' || family[i] == '-') {
-		i++
-	}
-	j := i
-	for j < len(family) && family[j] >= '0' && family[j] <= '9' {
-		j++
-	}
-	if i > 0 {
-		out[LabelInstanceCategory] = family[:i]
-	}
-	if j > i {
-		out[LabelInstanceGeneration] = family[i:j]
+	if m := familyParts.FindStringSubmatch(family); m != nil {
+		out[LabelInstanceCategory], out[LabelInstanceGeneration] = m[1], m[2]
 	}
 	return out
 }
+
+// familyParts reads an instance family: its category, an optional memory
+// size ("-6tb", of the u family), and its generation.
+var familyParts = regexp.MustCompile(`^([a-z]+)(?:-[0-9]+tb)?([0-9]+)`)
 
 // reservedKey matches label and taint keys in the nodeforge.dev domain or one
 // of its subdomains. Users may not set these on a NodePool: Nodeforge owns them.

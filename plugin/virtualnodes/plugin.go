@@ -317,8 +317,6 @@ func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {
 	}
 }
 
-// heldForBinding: the real node still carries the provisioner's binding
-// taint in the scheduler's snapshot (or the snapshot is not known yet).
 // openAndRefusing reports whether claim c is closed and its node is in
 // the scheduler's snapshot without the binding taint: a pod nominated to
 // c that reaches PostFilter was refused by that node.
@@ -332,6 +330,8 @@ func (p *VirtualNodes) openAndRefusing(c *claim) bool {
 	return !p.heldForBinding(c.nodeName)
 }
 
+// heldForBinding: the real node still carries the provisioner's binding
+// taint in the scheduler's snapshot (or the snapshot is not known yet).
 func (p *VirtualNodes) heldForBinding(name string) bool {
 	if p.view.real == nil {
 		return true

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -806,16 +807,16 @@ func TestImagesPerVariantAndDrift(t *testing.T) {
 			t.Errorf("EC2 launched %s from %s, want %s", in.Type, in.ImageID, want)
 		}
 	}
-	drifted := func(class *v1alpha1.EC2NodeClass, image string) string {
+	drifted := func(class *v1alpha1.EC2NodeClass, in *cloudprovider.Instance) string {
 		nc := &v1alpha1.NodeClaim{Spec: v1alpha1.NodeClaimSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: class.Name}}}
-		nc.Status.ImageID = image
+		nc.Status.ImageID, nc.Status.InstanceType = in.ImageID, in.InstanceType
 		why, err := cloudprovider.NodeClassDrifted(ctx, kube, r.provider.NodeClasses(), nc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return why
 	}
-	if why := drifted(r.class, plain.ImageID); why != "" {
+	if why := drifted(r.class, plain); why != "" {
 		t.Fatalf("a node of the current image drifted: %s", why)
 	}
 	pinned := r.resolve(t, className(t)+"-pinned", v1alpha1.EC2NodeClassSpec{
@@ -838,13 +839,122 @@ func TestImagesPerVariantAndDrift(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if why := drifted(r.class, plain.ImageID); !strings.Contains(why, "image ami-0e7a1d2c3b4f50001 is no longer one EC2NodeClass") || !strings.Contains(why, "amd64/standard=ami-0e7a1d2c3b4f50010") {
+	if why := drifted(r.class, plain); !strings.Contains(why, "image ami-0e7a1d2c3b4f50001 is not the one EC2NodeClass") || !strings.Contains(why, "(ami-0e7a1d2c3b4f50010, amazon-eks-node-al2023-x86_64-standard-1.37-v20261201)") {
 		t.Errorf("a node of the old standard image: drift %q, want it to name the old image and the new one", why)
 	}
-	if why := drifted(r.class, gpu.ImageID); why != "" {
+	if why := drifted(r.class, gpu); why != "" {
 		t.Errorf("a node of the unchanged nvidia image drifted: %s", why)
 	}
-	if why := drifted(pinned, plain.ImageID); why != "" {
+	// AWS withdraws the NVIDIA parameter: the GPU node keeps its image,
+	// there being none to replace it with.
+	r.ssm.Delete(ssmfake.RecommendedImageIDParameter("1.37", "x86_64", "nvidia"))
+	if _, err := aws.NewNodeClassController(kube, r.provider).Reconcile(ctx, reconcileRequest(r.class.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(r.class), r.class); err != nil {
+		t.Fatal(err)
+	}
+	if why := drifted(r.class, gpu); why != "" {
+		t.Errorf("a GPU node whose variant the class no longer has an image for drifted: %s", why)
+	}
+	if why := drifted(pinned, plain); why != "" {
 		t.Errorf("a node of a class pinned to v20261101 drifted when a newer release came out: %s", why)
+	}
+}
+
+// TestRetryAfterAFleetErrorIsANewRequest: a fleet that launched nothing for
+// another reason than capacity (an instance profile IAM has not
+// propagated to EC2 yet, say) is retried with a new ClientToken: EC2
+// answers a token it has seen with the same failure, and the claim would
+// never launch.
+func TestRetryAfterAFleetErrorIsANewRequest(t *testing.T) {
+	ctx := context.Background()
+	world := ec2fake.DefaultWorld()
+	r := newRegion(t, &world, nil)
+	r.ec2.FailCapacity(ec2fake.CapacityFault{Code: "InvalidParameterValue"})
+	l := r.launch(r.offers(t, "on-demand", "m5.large"))
+	if _, err := r.provider.Create(ctx, l); err == nil || !strings.Contains(err.Error(), "InvalidParameterValue") {
+		t.Fatalf("launch while EC2 refuses the fleet: %v, want its InvalidParameterValue", err)
+	}
+	first := r.lastRequest(t, "CreateFleet").Form.Get("ClientToken")
+	r.ec2.ClearFaults()
+	if _, err := r.provider.Create(ctx, l); err != nil {
+		t.Fatalf("retrying once EC2 accepts the fleet: %v", err)
+	}
+	if second := r.lastRequest(t, "CreateFleet").Form.Get("ClientToken"); second == first {
+		t.Errorf("the retry reused ClientToken %s", first)
+	}
+}
+
+// TestAFailedRefreshKeepsWhatTheClassResolvedTo: a class that resolved
+// stays Ready with what it resolved to when a refresh fails (EC2 throttles
+// past the SDK's retries), saying so in its Refreshed condition, so that
+// one throttled call does not take its pools offline; the next good
+// refresh clears the condition.
+func TestAFailedRefreshKeepsWhatTheClassResolvedTo(t *testing.T) {
+	ctx := context.Background()
+	world := ec2fake.DefaultWorld()
+	r := newRegion(t, &world, nil)
+	before := r.class.Status.DeepCopy()
+	if c := ready(r.class); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready = %+v, want True before the failed refresh", c)
+	}
+	r.ec2.Throttle("DescribeSubnets", 3) // the test client's attempts
+	ctrl := aws.NewNodeClassController(kube, r.provider)
+	if _, err := ctrl.Reconcile(ctx, reconcileRequest(r.class.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(r.class), r.class); err != nil {
+		t.Fatal(err)
+	}
+	if c := ready(r.class); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready after a failed refresh = %+v, want True still", c)
+	}
+	if diff := cmp.Diff(before.AMIs, r.class.Status.AMIs); diff != "" || len(r.class.Status.Subnets) != len(before.Subnets) {
+		t.Errorf("after a failed refresh the class lost what it resolved to: subnets %d (was %d), images (-before,+after):\n%s", len(r.class.Status.Subnets), len(before.Subnets), diff)
+	}
+	refreshed := meta.FindStatusCondition(r.class.Status.Conditions, aws.ConditionRefreshed)
+	if refreshed == nil || refreshed.Status != metav1.ConditionFalse || !strings.Contains(refreshed.Message, "DescribeSubnets") {
+		t.Errorf("Refreshed = %+v, want False naming DescribeSubnets", refreshed)
+	}
+	if _, err := ctrl.Reconcile(ctx, reconcileRequest(r.class.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(r.class), r.class); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(r.class.Status.Conditions, aws.ConditionRefreshed); c != nil {
+		t.Errorf("Refreshed = %+v after a good refresh, want it gone", c)
+	}
+}
+
+// TestAliasWithoutSSMPermission: a provisioner whose policy predates the
+// SSM parameters still resolves an alias, to the standard images found by
+// name, and the class says so; GPU types are then not offered.
+func TestAliasWithoutSSMPermission(t *testing.T) {
+	ctx := context.Background()
+	world := ec2fake.DefaultWorld()
+	r := newRegion(t, &world, nil)
+	r.ssm.FailNext("GetParameters", 100, http.StatusBadRequest, "AccessDeniedException")
+	class := r.resolve(t, className(t)+"-nossm", r.class.Spec)
+	var got []string
+	for _, a := range class.Status.AMIs {
+		got = append(got, a.Architecture+"/"+a.Variant+"="+a.ID)
+	}
+	if !slices.Equal(got, []string{"amd64/standard=ami-0e7a1d2c3b4f50001", "arm64/standard=ami-0e7a1d2c3b4f50002"}) {
+		t.Errorf("images without SSM: %v, want the standard ones found by name", got)
+	}
+	c := meta.FindStatusCondition(class.Status.Conditions, aws.ConditionAMIsReady)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "standard images only, found by name") {
+		t.Errorf("AMIsReady = %+v, want True saying the images were found by name", c)
+	}
+	pool := r.pool()
+	pool.Spec.Template.Spec.NodeClassRef.Name = class.Name
+	types, err := r.provider.InstanceTypes(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, _ := offering(types, "g4dn.xlarge", "us-west-2a", "on-demand"); it != nil {
+		t.Error("g4dn.xlarge offered with no NVIDIA image")
 	}
 }

@@ -110,7 +110,7 @@ func TestAWSLifecycleLeavesNothing(t *testing.T) {
 		n, err := runningPods(ctx, cs, "app="+name)
 		return n == 1, err
 	})
-	if note := disruptionEvent(t, cs, old.Name, "Drifted"); !strings.Contains(note, "image "+standard+" is no longer one EC2NodeClass life resolves to") {
+	if note := disruptionEvent(t, cs, old.Name, "Drifted"); !strings.Contains(note, "image "+standard+" is not the one EC2NodeClass life now launches m5.large from ("+newer) {
 		t.Errorf("Disrupting Event for Drifted on %s: %q, want it to name the old image", old.Name, note)
 	}
 

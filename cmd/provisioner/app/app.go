@@ -183,6 +183,7 @@ func Run(args []string, opts ...registry.Option) error {
 		}
 		classes := aws.NewNodeClassController(mgr.GetClient(), provider)
 		classes.Timeout = o.cloudCallTimeout
+		classes.Live = mgr.GetAPIReader()
 		if err := classes.SetupWithManager(mgr); err != nil {
 			return err
 		}

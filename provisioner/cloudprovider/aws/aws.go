@@ -118,6 +118,9 @@ type Provider struct {
 	// templateUsed when a launch last used each (launchtemplates.go).
 	templates    map[string]string
 	templateUsed map[string]time.Time
+	// fleetErrors counts, per claim UID, fleets that launched nothing for
+	// other reasons than capacity (clientToken).
+	fleetErrors map[string]int
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}
@@ -137,7 +140,7 @@ func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*
 	if opts.SpotPricesTTL == 0 {
 		opts.SpotPricesTTL = 15 * time.Minute
 	}
-	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}}, nil
+	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}, fleetErrors: map[string]int{}}, nil
 }
 
 // Name is "aws".

@@ -176,21 +176,24 @@ func imageFor(amis []v1alpha1.ResolvedAMI, arch, variant string) (v1alpha1.Resol
 }
 
 // imageDrifted says why a claim's instance no longer has the image its
-// class would launch it with now, or "": the class resolves to other
-// images than the one recorded at launch (a new recommended image, or a
-// changed selector). A class not Ready or without images says nothing.
-func imageDrifted(class *v1alpha1.EC2NodeClass, nc *v1alpha1.NodeClaim) string {
+// class would launch it with now, or "": the class resolves, for the
+// instance's architecture and variant, to another image than the one
+// recorded at launch (a new recommended image, a changed selector). A
+// class not Ready, a type not described yet, or a variant the class has no
+// image for now (nothing to replace the node with) says nothing.
+func (p *Provider) imageDrifted(class *v1alpha1.EC2NodeClass, nc *v1alpha1.NodeClaim) string {
 	if nc.Status.ImageID == "" || len(class.Status.AMIs) == 0 || notReady(class) != "" {
 		return ""
 	}
-	for _, a := range class.Status.AMIs {
-		if a.ID == nc.Status.ImageID {
-			return ""
-		}
+	p.mu.Lock()
+	info, ok := p.catalog.types[nc.Status.InstanceType]
+	p.mu.Unlock()
+	if !ok {
+		return ""
 	}
-	var now []string
-	for _, a := range class.Status.AMIs {
-		now = append(now, a.Architecture+"/"+cmp.Or(a.Variant, "any")+"="+a.ID)
+	now, ok := imageFor(class.Status.AMIs, architecture(info), variantOf(info))
+	if !ok || now.ID == nc.Status.ImageID {
+		return ""
 	}
-	return fmt.Sprintf("image %s is no longer one EC2NodeClass %s resolves to (%s)", nc.Status.ImageID, class.Name, strings.Join(now, ", "))
+	return fmt.Sprintf("image %s is not the one EC2NodeClass %s now launches %s from (%s, %s)", nc.Status.ImageID, class.Name, nc.Status.InstanceType, now.ID, cmp.Or(now.Name, "unnamed"))
 }

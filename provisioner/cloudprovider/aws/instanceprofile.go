@@ -242,7 +242,10 @@ func (p *Provider) getInstanceProfile(ctx context.Context, name string) (*iamtyp
 
 // deniedPermission reads what IAM says it refused: "... is not authorized
 // to perform: iam:CreateInstanceProfile on resource: arn:... because ...".
-var deniedPermission = regexp.MustCompile(`not authorized to perform: (\S+)(?: on resource: (\S+))?`)
+// A GetInstanceProfile of a profile that does not exist yet names the
+// resource without an ARN ("on resource: instance profile NAME"): only an
+// ARN is taken for the resource.
+var deniedPermission = regexp.MustCompile(`not authorized to perform: (\S+)(?: on resource: (arn:\S+))?`)
 
 // iamFailure is the state and the error of a failed IAM call; its detail
 // names the missing permission when IAM refused one.
@@ -342,6 +345,10 @@ func (c *NodeClassController) addFinalizer(ctx context.Context, class *v1alpha1.
 	controllerutil.AddFinalizer(class, FinalizerNodeClass)
 	if err := c.kube.Patch(ctx, class, patch); err != nil {
 		err = fmt.Errorf("adding finalizer %s to ec2nodeclass %s: %w", FinalizerNodeClass, class.Name, err)
+		controllerutil.RemoveFinalizer(class, FinalizerNodeClass)
+		if class.Spec.Role == "" {
+			return err // the caller resolves it all the same
+		}
 		// Say so on the class too, which would otherwise wait without a
 		// word (the provisioner may lack update on ec2nodeclasses).
 		meta.SetStatusCondition(&orig.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
@@ -384,7 +391,13 @@ func (c *NodeClassController) finalize(ctx context.Context, class *v1alpha1.EC2N
 		return reconcile.Result{RequeueAfter: terminatingRecheck}, nil
 	}
 	n, err := c.provider.DeleteLaunchTemplates(ctx, class.Name)
-	if err != nil {
+	switch {
+	case err != nil && cloudprovider.IsAccessDenied(err):
+		// A policy from before templates were collected: they cannot
+		// be deleted by anyone here, and holding the class would not
+		// change that.
+		log.Error(err, "Not allowed to delete the launch templates of ec2nodeclass; leaving them (add ec2:DeleteLaunchTemplate, docs/aws.md)", "deleted", n)
+	case err != nil:
 		log.Error(err, "Deleting the launch templates of ec2nodeclass failed; retrying", "deleted", n)
 		return reconcile.Result{}, err
 	}
@@ -413,8 +426,14 @@ func (c *NodeClassController) finalize(ctx context.Context, class *v1alpha1.EC2N
 // claimsOf returns the names of the NodeClaims whose nodeClassRef is the
 // EC2NodeClass name, sorted.
 func (c *NodeClassController) claimsOf(ctx context.Context, name string) ([]string, error) {
+	// From the API server when the controller has a live reader: a claim
+	// created a moment ago, not in the cache yet, holds the class too.
+	var reader client.Reader = c.kube
+	if c.Live != nil {
+		reader = c.Live
+	}
 	var list v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &list); err != nil {
+	if err := reader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("listing nodeclaims of ec2nodeclass %s: %w", name, err)
 	}
 	var out []string

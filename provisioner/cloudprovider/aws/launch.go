@@ -102,7 +102,10 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	} else {
 		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
 	}
-	in.ClientToken = aws.String(clientToken(l.ClaimUID, template, capacityType, overrides))
+	p.mu.Lock()
+	attempt := p.fleetErrors[l.ClaimUID]
+	p.mu.Unlock()
+	in.ClientToken = aws.String(clientToken(l.ClaimUID, template, capacityType, overrides, attempt))
 	logger.V(2).Info("Creating fleet", "nodeClaim", l.NodeClaim, "launchTemplate", template, "capacityType", capacityType, "overrides", len(overrides))
 	out, err := p.ec2.CreateFleet(ctx, in)
 	if err != nil {
@@ -142,6 +145,9 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		if o.InstanceType.Name == "" {
 			o = offerOfType(offers, string(fi.InstanceType), zone)
 		}
+		p.mu.Lock()
+		delete(p.fleetErrors, l.ClaimUID)
+		p.mu.Unlock()
 		if len(fi.InstanceIds) > 1 {
 			logger.Error(nil, "Fleet launched more instances than asked; the extra ones will be garbage-collected", "instanceIDs", fi.InstanceIds)
 		}
@@ -161,6 +167,12 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	if len(other) == 0 {
 		return nil, errors.New("CreateFleet launched no instance and reported no error")
 	}
+	// EC2 answers a token it has seen with the answer it gave: the retry
+	// of a fleet that failed for another reason than capacity (an
+	// instance profile IAM has not propagated yet, say) is a new request.
+	p.mu.Lock()
+	p.fleetErrors[l.ClaimUID]++
+	p.mu.Unlock()
 	return nil, fmt.Errorf("CreateFleet launched no instance: %w", errors.Join(other...))
 }
 
@@ -168,10 +180,17 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 // claim: "nodeforge-<claim UID>-<16 hex digits of the request's hash>", at
 // most 64 ASCII characters (EC2 API reference, "Ensuring idempotency").
 // The hash covers what changes between attempts: the launch template, the
-// capacity type and the overrides in order.
-func clientToken(claimUID, template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest) string {
+// capacity type, the overrides in order, and how many fleets of the claim
+// this process saw fail for other reasons than capacity (attempt). A
+// provisioner that restarts counts from 0 again: the first retry may get
+// the old answer back, the next is new; and a fleet that launched is
+// found by its claim's tag before any retry.
+func clientToken(claimUID, template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest, attempt int) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", template, capacityType)
+	if attempt > 0 {
+		fmt.Fprintf(h, "attempt %d\n", attempt)
+	}
 	for _, o := range overrides {
 		fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToFloat64(o.Priority))
 	}

@@ -35,6 +35,9 @@ const (
 	ConditionSecurityGroupsReady  = "SecurityGroupsReady"
 	ConditionAMIsReady            = "AMIsReady"
 	ConditionInstanceProfileReady = "InstanceProfileReady"
+	// ConditionRefreshed is False, while the class stays Ready, when a
+	// refresh failed and the class keeps what it resolved to before.
+	ConditionRefreshed = "Refreshed"
 )
 
 // notReady says why a class cannot be launched from yet, or "".
@@ -74,7 +77,7 @@ func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
 			return cloudprovider.SpecHash(o.(*v1alpha1.EC2NodeClass).Spec)
 		},
 		Drifted: func(o client.Object, nc *v1alpha1.NodeClaim) string {
-			return imageDrifted(o.(*v1alpha1.EC2NodeClass), nc)
+			return p.imageDrifted(o.(*v1alpha1.EC2NodeClass), nc)
 		},
 		DriftInputs: func(o client.Object) (string, error) {
 			return nodeshape.Hash(o.(*v1alpha1.EC2NodeClass).Status.AMIs)
@@ -93,6 +96,9 @@ type NodeClassController struct {
 	// Timeout bounds one resolution (the provisioner's
 	// --cloud-call-timeout); 0: none.
 	Timeout time.Duration
+	// Live, if set, reads the claims that hold a class being deleted
+	// from the API server rather than the cache.
+	Live client.Reader
 }
 
 // NewNodeClassController returns a controller resolving through provider.
@@ -139,16 +145,30 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 		return c.finalize(ctx, &class)
 	}
 	if err := c.addFinalizer(ctx, &class); err != nil {
-		return reconcile.Result{}, err
+		if class.Spec.Role != "" {
+			return reconcile.Result{}, err // no profile without the finalizer that deletes it
+		}
+		// Its launch templates are collected once it is gone all the same.
+		klog.FromContext(ctx).Error(err, "Resolving ec2nodeclass without its finalizer", "ec2NodeClass", klog.KObj(&class))
 	}
 	var status v1alpha1.EC2NodeClassStatus
 	err := cloudprovider.Within(ctx, c.Timeout, "EC2NodeClass resolution", func(ctx context.Context) (err error) {
 		status, err = c.provider.Resolve(ctx, &class)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil && readyForSpec(&class):
+		// A failed refresh of a class that resolved for this spec: what
+		// it resolved to still launches. Keep it, say so, and try again
+		// soon, rather than take its pools offline for one throttled call.
+		klog.FromContext(ctx).Error(err, "Refreshing ec2nodeclass failed; keeping what it resolved to", "ec2NodeClass", klog.KObj(&class))
+		status = *class.Status.DeepCopy()
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionRefreshed, Status: metav1.ConditionFalse, Reason: "ResolutionFailed", Message: err.Error(), ObservedGeneration: class.Generation})
+	case err != nil:
 		// A failed call, not an empty answer: say so and try again soon.
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: "ResolutionFailed", Message: err.Error(), ObservedGeneration: class.Generation})
+	default:
+		meta.RemoveStatusCondition(&status.Conditions, ConditionRefreshed)
 	}
 	if !equality.Semantic.DeepEqual(status, class.Status) {
 		class.Status = status
@@ -163,6 +183,12 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	return reconcile.Result{RequeueAfter: c.RefreshInterval}, nil
+}
+
+// readyForSpec: the class's Ready condition is True for its current spec.
+func readyForSpec(class *v1alpha1.EC2NodeClass) bool {
+	cond := meta.FindStatusCondition(class.Status.Conditions, ConditionReady)
+	return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == class.Generation
 }
 
 func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
@@ -214,7 +240,7 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 	} else {
 		set(ConditionSecurityGroupsReady, true, "Resolved", fmt.Sprintf("%d security groups", len(groups)))
 	}
-	amis, err := p.images(ctx, class.Spec.AMISelectorTerms)
+	amis, note, err := p.images(ctx, class.Spec.AMISelectorTerms)
 	if err != nil {
 		return status, err
 	}
@@ -223,7 +249,7 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 		problems = append(problems, "no image matches amiSelectorTerms"+p.aliasHint(class.Spec.AMISelectorTerms))
 		set(ConditionAMIsReady, false, "NoneMatched", problems[len(problems)-1])
 	} else {
-		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", "))
+		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", ")+note)
 	}
 	switch {
 	case class.Spec.InstanceProfile != "":
@@ -351,11 +377,27 @@ func aliasNamePattern(alias, kubernetesVersion, ec2Arch string) string {
 
 // images resolves the AMI terms to the newest available image of each
 // architecture among all that match.
-func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm) ([]v1alpha1.ResolvedAMI, error) {
+//
+// An alias resolves through SSM (images.go); where the provisioner may not
+// read the parameters (a policy from before it did), it finds the
+// standard image by name as it used to, and note says so for the class's
+// AMIsReady condition.
+func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm) (amis []v1alpha1.ResolvedAMI, note string, err error) {
 	// An alias is the only term of its class (the API server says so).
 	if len(terms) == 1 && terms[0].Alias != "" && p.opts.SSM != nil {
-		return p.aliasImagesFromSSM(ctx, terms[0].Alias)
+		amis, err := p.aliasImagesFromSSM(ctx, terms[0].Alias)
+		if !cloudprovider.IsAccessDenied(err) {
+			return amis, "", err
+		}
+		klog.FromContext(ctx).Error(err, "Not allowed to read the EKS-optimised images' SSM parameters; finding the standard image by name", "alias", terms[0].Alias)
+		note = "; standard images only, found by name: the provisioner may not read the SSM parameters (ssm:GetParameters on arn:aws:ssm:" + p.opts.Region + "::parameter/aws/service/eks/optimized-ami/*), so GPU and Neuron types are not offered"
 	}
+	amis, err = p.imagesByTerms(ctx, terms)
+	return amis, note, err
+}
+
+// imagesByTerms resolves the terms with DescribeImages.
+func (p *Provider) imagesByTerms(ctx context.Context, terms []v1alpha1.AMISelectorTerm) ([]v1alpha1.ResolvedAMI, error) {
 	var inputs []*ec2.DescribeImagesInput
 	for _, t := range terms {
 		switch {
