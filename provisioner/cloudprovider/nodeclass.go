@@ -27,32 +27,32 @@ func ClassOf(classes []NodeClass, ref v1alpha1.NodeClassReference) (NodeClass, b
 // serve the kind; a class that does not exist is the reader's NotFound
 // error (wrapped; see apierrors.IsNotFound).
 func NodeClassHash(ctx context.Context, kube client.Reader, classes []NodeClass, ref v1alpha1.NodeClassReference) (hash string, ok bool, err error) {
+	hash, _, ok, err = nodeClassState(ctx, kube, classes, ref, nil)
+	return hash, ok, err
+}
+
+// NodeClassDrift reads the claim's node class once and returns its Hash
+// and why the claim's instance has drifted from it beyond that hash
+// (NodeClass.Drifted; "" when it has not or the kind declares no such
+// check), with ok and err as NodeClassHash's.
+func NodeClassDrift(ctx context.Context, kube client.Reader, classes []NodeClass, nc *v1alpha1.NodeClaim) (hash, why string, ok bool, err error) {
+	return nodeClassState(ctx, kube, classes, nc.Spec.NodeClassRef, nc)
+}
+
+func nodeClassState(ctx context.Context, kube client.Reader, classes []NodeClass, ref v1alpha1.NodeClassReference, nc *v1alpha1.NodeClaim) (hash, why string, ok bool, err error) {
 	declared, ok := ClassOf(classes, ref)
 	if !ok {
-		return "", false, nil
+		return "", "", false, nil
 	}
 	class := declared.New()
 	if err := kube.Get(ctx, types.NamespacedName{Name: ref.Name}, class); err != nil {
-		return "", true, fmt.Errorf("getting %s %s: %w", ref.Kind, ref.Name, err)
+		return "", "", true, fmt.Errorf("getting %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	hash, err = declared.Hash(class)
-	if err != nil {
-		return "", true, fmt.Errorf("hashing %s %s: %w", ref.Kind, ref.Name, err)
+	if hash, err = declared.Hash(class); err != nil {
+		return "", "", true, fmt.Errorf("hashing %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	return hash, true, nil
-}
-
-// NodeClassDrifted says why the claim's instance has drifted from its
-// class beyond the class's hash (NodeClass.Drifted), or "" when it has
-// not, when the kind declares no such check, or when the class is gone.
-func NodeClassDrifted(ctx context.Context, kube client.Reader, classes []NodeClass, nc *v1alpha1.NodeClaim) (string, error) {
-	declared, ok := ClassOf(classes, nc.Spec.NodeClassRef)
-	if !ok || declared.Drifted == nil {
-		return "", nil
+	if nc != nil && declared.Drifted != nil {
+		why = declared.Drifted(class, nc)
 	}
-	class := declared.New()
-	if err := kube.Get(ctx, types.NamespacedName{Name: nc.Spec.NodeClassRef.Name}, class); err != nil {
-		return "", client.IgnoreNotFound(err)
-	}
-	return declared.Drifted(class, nc), nil
+	return hash, why, true, nil
 }

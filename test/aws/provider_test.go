@@ -810,7 +810,7 @@ func TestImagesPerVariantAndDrift(t *testing.T) {
 	drifted := func(class *v1alpha1.EC2NodeClass, in *cloudprovider.Instance) string {
 		nc := &v1alpha1.NodeClaim{Spec: v1alpha1.NodeClaimSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: class.Name}}}
 		nc.Status.ImageID, nc.Status.InstanceType = in.ImageID, in.InstanceType
-		why, err := cloudprovider.NodeClassDrifted(ctx, kube, r.provider.NodeClasses(), nc)
+		_, why, _, err := cloudprovider.NodeClassDrift(ctx, kube, r.provider.NodeClasses(), nc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -128,7 +128,7 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 	}
 
 	ref := nc.Spec.NodeClassRef
-	classHash, served, err := cloudprovider.NodeClassHash(ctx, d.kube, d.classes, ref)
+	classHash, imageWhy, served, err := cloudprovider.NodeClassDrift(ctx, d.kube, d.classes, nc)
 	switch {
 	case apierrors.IsNotFound(err) || !served:
 		// A class that is gone or of a kind not served launches nothing
@@ -141,12 +141,8 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 	case nc.Annotations[v1alpha1.AnnotationNodeClassHash] != classHash:
 		return DriftedByNodeClass, fmt.Sprintf("%s %s changed", ref.Kind, ref.Name), nil
 	}
-	why, err = cloudprovider.NodeClassDrifted(ctx, d.kube, d.classes, nc)
-	if err != nil {
-		return "", "", err
-	}
-	if why != "" {
-		return DriftedByImage, why, nil
+	if imageWhy != "" {
+		return DriftedByImage, imageWhy, nil
 	}
 	return "", "", d.stamp(ctx, nc, stamps)
 }
