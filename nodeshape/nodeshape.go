@@ -63,14 +63,23 @@ func ForClaim(nc *v1alpha1.NodeClaim) Template {
 // NodeLabels are the labels of a node of the template launched as instance
 // type it in zone with capacityType, hostname aside. Nodeforge's and the
 // well-known labels win over the type's, and the type's over the pool's.
+// Karpenter's keys of the capacity type and of the instance attribute
+// labels are set too, to the same values (docs/install.md, "Beside
+// Karpenter").
 func (t Template) NodeLabels(it *v1alpha1.InstanceType, zone, capacityType string) map[string]string {
 	labels := make(map[string]string, len(t.Labels)+len(it.Labels)+5)
 	maps.Copy(labels, t.Labels)
 	labels[corev1.LabelOSStable] = "linux"
 	maps.Copy(labels, it.Labels)
+	for k, v := range it.Labels {
+		if v1alpha1.IsInstanceLabel(k) {
+			labels[v1alpha1.KarpenterInstanceLabel(k)] = v
+		}
+	}
 	labels[corev1.LabelInstanceTypeStable] = it.Name
 	labels[corev1.LabelTopologyZone] = zone
 	labels[v1alpha1.LabelCapacityType] = capacityType
+	labels[v1alpha1.LabelKarpenterCapacityType] = capacityType
 	labels[v1alpha1.LabelNodePool] = t.Labels[v1alpha1.LabelNodePool]
 	// kube-controller-manager's node lifecycle controller copies the
 	// operating system and architecture to their deprecated beta keys on

@@ -107,7 +107,7 @@ func TestNodeCarriesTheTemplateAndTheOffer(t *testing.T) {
 	tmpl := ForPool(np)
 	node := tmpl.Node("n1", it, "zone-a", "spot")
 	wantLabels := map[string]string{
-		"team": "a", v1alpha1.LabelNodePool: "default", v1alpha1.LabelCapacityType: "spot",
+		"team": "a", v1alpha1.LabelNodePool: "default", v1alpha1.LabelCapacityType: "spot", v1alpha1.LabelKarpenterCapacityType: "spot",
 		corev1.LabelInstanceTypeStable: "c7.large", corev1.LabelTopologyZone: "zone-a", corev1.LabelArchStable: "arm64",
 		corev1.LabelOSStable: "linux", corev1.LabelHostname: "n1",
 		"beta.kubernetes.io/arch": "arm64", "beta.kubernetes.io/os": "linux",

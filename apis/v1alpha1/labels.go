@@ -14,6 +14,13 @@ const (
 	LabelNodePool = Group + "/nodepool"
 	// LabelCapacityType is the purchase option of a node: spot or on-demand.
 	LabelCapacityType = Group + "/capacity-type"
+	// LabelKarpenterCapacityType is Karpenter's label of the same meaning
+	// and values. Every Nodeforge node carries it too, equal to
+	// LabelCapacityType, so that workloads whose nodeSelector or affinity
+	// names it keep working unedited (docs/install.md, "Beside
+	// Karpenter"). Karpenter counts a node as its own by its nodepool and
+	// node class labels, never this one, so it does not adopt the node.
+	LabelKarpenterCapacityType = "karpenter.sh/capacity-type"
 	// CapacityTypeSpot and CapacityTypeOnDemand are the values of LabelCapacityType.
 	CapacityTypeSpot     = "spot"
 	CapacityTypeOnDemand = "on-demand"
@@ -36,6 +43,11 @@ const (
 	// DisruptionBlocked Event naming what holds it. It does not stop a
 	// drain already begun, nor the deletion of a claim by hand.
 	AnnotationDoNotDisrupt = Group + "/do-not-disrupt"
+	// AnnotationKarpenterDoNotDisrupt is Karpenter's annotation of the
+	// same meaning, honoured like AnnotationDoNotDisrupt wherever that is,
+	// so that a workload moving from Karpenter keeps its protection
+	// without an edit.
+	AnnotationKarpenterDoNotDisrupt = "karpenter.sh/do-not-disrupt"
 
 	// AnnotationNodePoolHash on a NodeClaim is the hash of its pool's
 	// template when the claim was made (nodeshape.PoolHash), stamped by
@@ -153,6 +165,16 @@ func IsInstanceLabel(key string) bool {
 	return slices.Contains(InstanceLabels, key)
 }
 
+// KarpenterInstanceLabel is Karpenter's key of the instance attribute
+// label key (karpenter.k8s.aws/instance-family for
+// nodeforge.dev/instance-family; the names and values are Karpenter's).
+// Every Nodeforge node carries both, so that a workload selecting
+// Karpenter's keeps working unedited; Karpenter counts a node as its own
+// by its nodepool and node class labels, never these.
+func KarpenterInstanceLabel(key string) string {
+	return "karpenter.k8s.aws/" + strings.TrimPrefix(key, Group+"/")
+}
+
 // InstanceNameLabels are the labels an instance type's name says: its
 // family and size (either side of the dot), and the family's category (the
 // letters it starts with) and generation (the digits after them, past a
@@ -183,3 +205,19 @@ var reservedKey = regexp.MustCompile(`^([^/]*\.)?nodeforge\.dev/`)
 
 // IsReservedKey reports whether a label or taint key belongs to Nodeforge.
 func IsReservedKey(key string) bool { return reservedKey.MatchString(key) }
+
+// DoNotDisruptAnnotations are the annotations that, set to "true", keep
+// the provisioner from disrupting a node voluntarily: Nodeforge's own
+// first, then Karpenter's.
+var DoNotDisruptAnnotations = []string{AnnotationDoNotDisrupt, AnnotationKarpenterDoNotDisrupt}
+
+// DoNotDisrupt returns which do-not-disrupt annotation annotations set to
+// "true", or "" when none does.
+func DoNotDisrupt(annotations map[string]string) string {
+	for _, k := range DoNotDisruptAnnotations {
+		if annotations[k] == "true" {
+			return k
+		}
+	}
+	return ""
+}

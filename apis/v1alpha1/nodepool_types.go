@@ -82,6 +82,7 @@ type NodeClaimTemplateObjectMeta struct {
 	// Labels put on every node of the pool. Pods select them with nodeSelector
 	// or node affinity.
 	// +kubebuilder:validation:XValidation:message="label domain \"nodeforge.dev\" is reserved for Nodeforge",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/'))"
+	// +kubebuilder:validation:XValidation:message="label domains \"karpenter.sh\" and \"karpenter.k8s.aws\" are Karpenter's: Nodeforge sets karpenter.sh/capacity-type on every node itself, and Karpenter would count a node with its other labels as its own",rule="self.all(k, !k.matches('^([^/]*\\\\.)?karpenter\\\\.(sh|k8s\\\\.aws)/'))"
 	// +kubebuilder:validation:XValidation:message="label keys must be qualified names, such as intent or example.com/team",rule="self.all(k, k.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
 	// +kubebuilder:validation:XValidation:message="label keys in the kubernetes.io and k8s.io domains are set by Kubernetes and Nodeforge, and a kubelet may not set node-role or node-restriction labels; only node.kubernetes.io/ and kubelet.kubernetes.io/ keys (other than node.kubernetes.io/instance-type) may be set",rule="self.all(k, !k.matches('^([^/]*\\\\.)?(kubernetes\\\\.io|k8s\\\\.io)/') || ((k.startsWith('node.kubernetes.io/') || k.startsWith('kubelet.kubernetes.io/')) && k != 'node.kubernetes.io/instance-type'))"
 	// +kubebuilder:validation:MaxProperties=100
@@ -118,6 +119,7 @@ type NodeClaimTemplateSpec struct {
 	// kubernetes.io/arch, nodeforge.dev/capacity-type, ...) or on the pool's
 	// own labels.
 	// +kubebuilder:validation:XValidation:message="requirement keys in the domain \"nodeforge.dev\" are reserved; only nodeforge.dev/capacity-type and the instance attribute labels (nodeforge.dev/instance-category, -family, -generation, -size, -cpu, -cpu-manufacturer, -memory, -gpu-name, -gpu-count, -gpu-manufacturer, -gpu-memory, -local-nvme, -hypervisor, -network-bandwidth, -encryption-in-transit-supported) may be required",rule="self.all(r, !r.key.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') || r.key == 'nodeforge.dev/capacity-type' || r.key.matches('^nodeforge\\\\.dev/instance-(category|family|generation|size|cpu|cpu-manufacturer|memory|gpu-name|gpu-count|gpu-manufacturer|gpu-memory|local-nvme|hypervisor|network-bandwidth|encryption-in-transit-supported)$'))"
+	// +kubebuilder:validation:XValidation:message="requirement keys in the domains \"karpenter.sh\" and \"karpenter.k8s.aws\" are Karpenter's: require nodeforge.dev/capacity-type and the nodeforge.dev/instance-* labels instead (nodeforge-convert rewrites them)",rule="self.all(r, !r.key.matches('^([^/]*\\\\.)?karpenter\\\\.(sh|k8s\\\\.aws)/'))"
 	// +kubebuilder:validation:MaxItems=100
 	// +listType=atomic
 	// +optional

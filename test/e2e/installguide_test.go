@@ -60,7 +60,7 @@ func fencedBlocks(t *testing.T, path string) []block {
 var unqualified = regexp.MustCompile(`kubectl\b[^\n|]*?\b(nodepools?|nodeclaims?|ec2nodeclass(?:es)?|instancetypecatalogs?|simulatednodeclass(?:es)?)\b(\.[a-z0-9-]+\.[a-z0-9.-]+|[^\n|]*--api-version=nodeforge\.dev)?`)
 
 // TestDocsNameNodeforgeResourcesByGroup: every kubectl command in the
-// README and docs/ that names a Nodeforge resource names it with its
+// README, docs/ and the chart's NOTES that names a Nodeforge resource names it with its
 // group, since Karpenter's resources have the same plurals and a bare
 // `kubectl delete nodepools --all` beside Karpenter may delete Karpenter's.
 func TestDocsNameNodeforgeResourcesByGroup(t *testing.T) {
@@ -69,7 +69,7 @@ func TestDocsNameNodeforgeResourcesByGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join(source, "README.md"), filepath.Join(source, "manifests", "README.md"))
+	files = append(files, filepath.Join(source, "README.md"), filepath.Join(source, "manifests", "README.md"), filepath.Join(source, "manifests", "templates", "NOTES.txt"))
 	checked := 0
 	for _, f := range files {
 		raw, err := os.ReadFile(f)

@@ -71,10 +71,11 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	ami := image.ID
 	// The kubelet sets the instance type's own labels (instance type,
 	// zone, region, architecture, operating system) when it registers;
-	// the user data carries the claim's and the capacity type, the same
+	// the user data carries the claim's and the capacity type (Nodeforge's key and Karpenter's), the same
 	// for every offer of the fleet.
 	labels := maps.Clone(l.Template.Labels)
 	labels[v1alpha1.LabelCapacityType] = capacityType
+	labels[v1alpha1.LabelKarpenterCapacityType] = capacityType
 	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Template.RegistrationTaints())
 	if err != nil {
 		return nil, err

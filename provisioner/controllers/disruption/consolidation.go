@@ -215,19 +215,19 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 // the scheduler's queue would take them (priority, then age), or why the
 // node must not be consolidated.
 func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods []*corev1.Pod, s *state) ([]*corev1.Pod, string) {
-	if nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		return nil, "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+	if k := v1alpha1.DoNotDisrupt(nc.Annotations); k != "" {
+		return nil, "the NodeClaim has " + k + "=true"
 	}
-	if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		return nil, "the node has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+	if k := v1alpha1.DoNotDisrupt(node.Annotations); k != "" {
+		return nil, "the node has " + k + "=true"
 	}
 	var out []*corev1.Pod
 	for _, p := range pods {
 		if OwnedByDaemonSet(p) || IsMirror(p) {
 			continue
 		}
-		if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			return nil, fmt.Sprintf("pod %s has %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt)
+		if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
+			return nil, fmt.Sprintf("pod %s has %s=true", klog.KObj(p), k)
 		}
 		if metav1.GetControllerOf(p) == nil {
 			return nil, fmt.Sprintf("pod %s has no controller: evicting it would delete it for good", klog.KObj(p))
@@ -571,16 +571,16 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 			if !OwnedByDaemonSet(p) && !IsMirror(p) && !decided[p.UID] {
 				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil, nil
 			}
-			if p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-				return fmt.Sprintf("pod %s was annotated %s=true", klog.KObj(p), v1alpha1.AnnotationDoNotDisrupt), nil, nil
+			if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
+				return fmt.Sprintf("pod %s was annotated %s=true", klog.KObj(p), k), nil, nil
 			}
 		}
 		node := s.nodes[c.node.Name]
 		if node == nil {
 			return "node " + c.node.Name + " is gone", nil, nil
 		}
-		if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			return "node " + c.node.Name + " was annotated " + v1alpha1.AnnotationDoNotDisrupt + "=true", nil, nil
+		if k := v1alpha1.DoNotDisrupt(node.Annotations); k != "" {
+			return "node " + c.node.Name + " was annotated " + k + "=true", nil, nil
 		}
 		cp := *c
 		cp.node = node

@@ -185,6 +185,12 @@ func TestConsolidation(t *testing.T) {
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) { p.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"} }), pod("b", "n2"), pod("c", "n2")},
 		want: []string{"n2"}, wantEvent: "pod default/a has nodeforge.dev/do-not-disrupt=true",
 	}, {
+		name:  "a pod with Karpenter's do-not-disrupt keeps its node the same way",
+		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) {
+			p.Annotations = map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}
+		}), pod("b", "n2"), pod("c", "n2")},
+		want: []string{"n2"}, wantEvent: "pod default/a has karpenter.sh/do-not-disrupt=true",
+	}, {
 		name:  "a pod without a controller keeps its node: evicting it would lose it (the other node's pods move to it)",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil }), pod("b", "n2"), pod("c", "n2")},
 		want: []string{"n2"}, wantEvent: "pod default/a has no controller",

@@ -102,7 +102,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
+	if v1alpha1.DoNotDisrupt(nc.Annotations) != "" {
 		return reconcile.Result{}, nil
 	}
 	if replacing, err := c.exec.replacing(ctx, nc); err != nil || replacing {

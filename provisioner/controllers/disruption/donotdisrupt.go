@@ -37,7 +37,8 @@ type holders interface {
 }
 
 // heldBy says what keeps node from voluntary disruption: "pod ns/name has
-// nodeforge.dev/do-not-disrupt=true", the same of the node, or "" when
+// nodeforge.dev/do-not-disrupt=true" (or Karpenter's karpenter.sh/
+// do-not-disrupt), the same of the node, or "" when
 // nothing does. A pod counts while it is bound to the node and not
 // finished; daemonset pods count too, as their owner asked.
 func heldBy(ctx context.Context, node string, from holders) (string, error) {
@@ -45,16 +46,20 @@ func heldBy(ctx context.Context, node string, from holders) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading node %s: %w", node, err)
 	}
-	if n != nil && n.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		return fmt.Sprintf("node %s has %s=true", node, v1alpha1.AnnotationDoNotDisrupt), nil
+	if n != nil {
+		if k := v1alpha1.DoNotDisrupt(n.Annotations); k != "" {
+			return fmt.Sprintf("node %s has %s=true", node, k), nil
+		}
 	}
 	pods, err := from.pods(ctx, node)
 	if err != nil {
 		return "", fmt.Errorf("listing pods of node %s: %w", node, err)
 	}
 	for i := range pods {
-		if p := &pods[i]; !podutil.IsPodTerminal(p) && p.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			return fmt.Sprintf("pod %s/%s has %s=true", p.Namespace, p.Name, v1alpha1.AnnotationDoNotDisrupt), nil
+		if p := &pods[i]; !podutil.IsPodTerminal(p) {
+			if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
+				return fmt.Sprintf("pod %s/%s has %s=true", p.Namespace, p.Name, k), nil
+			}
 		}
 	}
 	return "", nil

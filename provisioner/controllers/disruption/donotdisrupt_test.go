@@ -113,6 +113,8 @@ var doNotDisrupt = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
 // holds it, and the node is not even tainted (the cache's view decides
 // before the taint; the live look after it is the backstop). Finished pods, pods on other nodes and other values of the
 // annotation do not hold it.
+//
+// Karpenter's karpenter.sh/do-not-disrupt holds it the same way.
 func TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode(t *testing.T) {
 	succeeded := annotatedPod("done", "n1", doNotDisrupt)
 	succeeded.Status.Phase = corev1.PodSucceeded
@@ -127,6 +129,10 @@ func TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode(t *testing.T) {
 			[]*corev1.Pod{annotatedPod("plain", "n1", nil), annotatedPod("web-1", "n1", doNotDisrupt)}, "pod", "Expired: not disrupting node n1: pod default/web-1 has nodeforge.dev/do-not-disrupt=true"},
 		{"the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: doNotDisrupt}},
 			nil, "node", "Expired: not disrupting node n1: node n1 has nodeforge.dev/do-not-disrupt=true"},
+		{"a pod says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+			[]*corev1.Pod{annotatedPod("moved", "n1", map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"})}, "pod", "Expired: not disrupting node n1: pod default/moved has karpenter.sh/do-not-disrupt=true"},
+		{"the node says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}}},
+			nil, "node", "Expired: not disrupting node n1: node n1 has karpenter.sh/do-not-disrupt=true"},
 		{"only a finished pod says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{succeeded}, "", ""},
 		{"only a pod on another node says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{annotatedPod("elsewhere", "n2", doNotDisrupt)}, "", ""},
 		{"a pod says do-not-disrupt=false", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},

@@ -434,8 +434,8 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if held == "" && nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			held = "the NodeClaim has " + v1alpha1.AnnotationDoNotDisrupt + "=true"
+		if k := v1alpha1.DoNotDisrupt(nc.Annotations); held == "" && k != "" {
+			held = "the NodeClaim has " + k + "=true"
 		}
 		if held != "" {
 			return e.giveUpReplacement(ctx, nc, &rep, v1alpha1.DisruptionReason(reason), held)
