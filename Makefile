@@ -63,8 +63,9 @@ images: ## Build the OCI images of nodeforge-scheduler and nodeforge-provisioner
 	  nodeforge-scheduler nodeforge-provisioner
 
 .PHONY: components
-components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok.
+components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok, and the oldest minor's kube-apiserver and kube-controller-manager (hack/tools/kube-oldest) that the tests run too.
 	$(BIN)/nodeforge-sandbox build
+	$(BIN)/nodeforge-sandbox build --kubernetes oldest
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	$(GO) build -C $(TOOLS_MOD) -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -97,7 +98,7 @@ bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/... ./nodeshape/... ./simulator/...
 
 .PHONY: demo
-demo: components ## Start the sandbox and run the walk-through.
+demo: build ## Start the sandbox and run the walk-through (it builds the components it needs on first use).
 	$(BIN)/nodeforge-sandbox demo
 
 .PHONY: clean

@@ -299,6 +299,25 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 }
 
+// TestChartKubeVersion: the chart installs on the oldest minor its
+// kubeVersion names and on the minor nodeforge-scheduler is built from,
+// and refuses the minor before the oldest, whose API server lacks
+// resource.k8s.io/v1 (internal/skew). The sandbox installs the chart for
+// the server's own version, so the e2e tests run it on both minors
+// (test/e2e, TestKubernetesMinors).
+func TestChartKubeVersion(t *testing.T) {
+	args := []string{"template", "nodeforge", "."}
+	for _, s := range required {
+		args = append(args, "--set", s)
+	}
+	for version, want := range map[string]string{"v1.34.0": "", "v1.37.2": "", "v1.33.9": "chart requires kubeVersion: >=1.34.0-0 which is incompatible with Kubernetes v1.33.9"} {
+		_, err := runHelm(t, append(args, "--kube-version", version)...)
+		if (err == nil) != (want == "") || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("helm template --kube-version %s: %v, want %q", version, err, want)
+		}
+	}
+}
+
 func subjects(o *unstructured.Unstructured) []map[string]any {
 	list, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 	var out []map[string]any

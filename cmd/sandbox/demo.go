@@ -50,7 +50,7 @@ func demo(ctx context.Context, args []string) error {
 	if *consolidateAfter < time.Second || *consolidateAfter%time.Second != 0 {
 		return fmt.Errorf("demo: --consolidate-after=%s: must be whole seconds, at least 1s", *consolidateAfter)
 	}
-	b, err := binaries(ctx)
+	b, err := binaries(ctx, "current")
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,13 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
+// kubernetesUsage documents the --kubernetes flag of up and build.
+const kubernetesUsage = "the control plane's Kubernetes minor: current (the one nodeforge-scheduler is built from) or oldest (the oldest the chart's kubeVersion accepts; its kube-apiserver and kube-controller-manager are built from " + sandbox.OldestModule + ")"
+
 const usage = `usage:
-  nodeforge-sandbox up --dir DIR [--cloud-provider aws]   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
-  nodeforge-sandbox build                                 build or reuse every component and print their paths
-  nodeforge-sandbox demo [--cloud-provider aws]           run the walk-through in a temporary sandbox
+  nodeforge-sandbox up --dir DIR [--cloud-provider aws] [--kubernetes oldest]   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
+  nodeforge-sandbox build [--kubernetes oldest]                                build or reuse every component and print their paths
+  nodeforge-sandbox demo [--cloud-provider aws]                                run the walk-through in a temporary sandbox
 `
 
 func main() {
@@ -61,7 +64,10 @@ func main() {
 // binaries finds or builds the components. Nodeforge's own programs are
 // taken from the directory of this executable when they are there (make
 // build puts all three in bin/), else from $NODEFORGE_BIN_DIR, else built.
-func binaries(ctx context.Context) (*sandbox.Binaries, error) {
+func binaries(ctx context.Context, kubernetes string) (*sandbox.Binaries, error) {
+	if kubernetes != "current" && kubernetes != "oldest" {
+		return nil, fmt.Errorf("--kubernetes=%s: must be current (the minor nodeforge-scheduler is built from) or oldest (the oldest the chart accepts, from %s)", kubernetes, sandbox.OldestModule)
+	}
 	src, err := sandbox.FindSource()
 	if err != nil {
 		return nil, err
@@ -75,15 +81,16 @@ func binaries(ctx context.Context) (*sandbox.Binaries, error) {
 			}
 		}
 	}
-	return sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, BinDir: binDir, Progress: os.Stderr})
+	return sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: src, BinDir: binDir, Progress: os.Stderr, Oldest: kubernetes == "oldest"})
 }
 
 func build(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	kubernetes := fs.String("kubernetes", "current", kubernetesUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b, err := binaries(ctx)
+	b, err := binaries(ctx, *kubernetes)
 	if err != nil {
 		return err
 	}
@@ -104,6 +111,7 @@ func up(ctx context.Context, args []string) error {
 	delay := fs.Duration("aws-registration-delay", 2*time.Second, "with aws: how long an instance takes to join as a node")
 	replicas := fs.Int("replicas", 1, "replicas of nodeforge-scheduler and of nodeforge-provisioner (the chart's scheduler.replicas and provisioner.replicas); each elects a leader, the others stand by (logs: kubectl logs of each pod, or logs/nodeforge-scheduler-2.log...)")
 	processes := fs.Bool("processes", false, "run the scheduler and provisioner as plain processes instead of installing the chart")
+	kubernetes := fs.String("kubernetes", "current", kubernetesUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,7 +121,7 @@ func up(ctx context.Context, args []string) error {
 	if *replicas < 1 || *replicas > 5 {
 		return fmt.Errorf("up: --replicas=%d: must be from 1 to 5", *replicas)
 	}
-	b, err := binaries(ctx)
+	b, err := binaries(ctx, *kubernetes)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,16 @@ type BuildOptions struct {
 	KubernetesOnly bool
 	// Progress gets a line for each build that runs.
 	Progress io.Writer
+	// Oldest takes kube-apiserver and kube-controller-manager from the
+	// oldest Kubernetes minor the chart accepts (the module
+	// hack/tools/kube-oldest) instead of the one nodeforge-scheduler is
+	// built from; etcd, kwok and Nodeforge's programs are the same.
+	Oldest bool
 }
+
+// OldestModule is the module, under the checkout, that pins the oldest
+// Kubernetes minor the chart's kubeVersion accepts.
+const OldestModule = "hack/tools/kube-oldest"
 
 // EnsureBinaries builds whatever is missing and returns the paths. The
 // Kubernetes components are built once per (Kubernetes version, Go
@@ -174,6 +183,11 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		}
 	}
 
+	if o.Oldest {
+		if err := oldestComponents(ctx, o, b); err != nil {
+			return nil, err
+		}
+	}
 	if o.KubernetesOnly {
 		return b, nil
 	}
@@ -199,6 +213,53 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// oldestComponents builds (once per version, Go and go.sum)
+// kube-apiserver and kube-controller-manager from OldestModule and points
+// b at them.
+func oldestComponents(ctx context.Context, o BuildOptions, b *Binaries) error {
+	mod := filepath.Join(o.Source, OldestModule)
+	version, err := goOutput(ctx, mod, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	if err != nil {
+		return fmt.Errorf("reading the oldest Kubernetes version from %s: %w", OldestModule, err)
+	}
+	sum, err := os.ReadFile(filepath.Join(mod, "go.sum"))
+	if err != nil {
+		return err
+	}
+	h := sha256.Sum256(sum)
+	dir := filepath.Join(o.CacheDir, "components", fmt.Sprintf("%s-%s-%s", version, runtime.Version(), hex.EncodeToString(h[:])[:12]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	b.KubeAPIServer = filepath.Join(dir, "kube-apiserver")
+	b.KubeControllerManager = filepath.Join(dir, "kube-controller-manager")
+	b.KubernetesVersion = version
+	if exists(b.KubeAPIServer, b.KubeControllerManager) {
+		return nil
+	}
+	fmt.Fprintf(o.Progress, "building kube-apiserver and kube-controller-manager %s from %s (first run only; several minutes)\n", version, OldestModule)
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if _, err := goOutput(ctx, mod, "build", "-o", tmp+"/", "-ldflags", versionLDFlags(version),
+		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
+		return err
+	}
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {
+		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // versionLDFlags stamps the Kubernetes components with the version of the

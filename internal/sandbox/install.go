@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,7 +52,8 @@ const tokenLifetime = 48 * time.Hour
 var kwokLogs = schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: "logs"}
 
 // renderChart writes the embedded chart to <dir>/chart, the values to
-// <dir>/chart-values.yaml, and returns `helm template` of the two (also
+// <dir>/chart-values.yaml, and returns `helm template` of the two for the
+// sandbox's API server version (also
 // kept in <dir>/chart-rendered.yaml), CRDs included.
 func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[string]any) ([]byte, error) {
 	chart := filepath.Join(s.Dir, "chart")
@@ -83,9 +85,19 @@ func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[strin
 	if err := os.WriteFile(valuesPath, raw, 0o644); err != nil {
 		return nil, err
 	}
+	// The chart's kubeVersion is checked against the server it goes to,
+	// as helm install does, not against helm's own default.
+	disco, err := discovery.NewDiscoveryClientForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	server, err := disco.ServerVersionWithContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's version for the chart's kubeVersion: %w", err)
+	}
 	// Relative paths: helm splits --values at commas, which test
 	// directories' names can hold.
-	cmd := exec.CommandContext(ctx, helm, "template", Release, "./chart", "--namespace", namespace, "--include-crds", "--values", "chart-values.yaml")
+	cmd := exec.CommandContext(ctx, helm, "template", Release, "./chart", "--namespace", namespace, "--include-crds", "--values", "chart-values.yaml", "--kube-version", server.GitVersion)
 	cmd.Dir = s.Dir
 	// helm keeps caches and settings under these; the sandbox's own.
 	home := filepath.Join(s.Dir, "helm")

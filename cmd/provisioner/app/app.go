@@ -14,12 +14,17 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	k8sversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -30,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/skew"
 	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
@@ -174,6 +180,9 @@ func Run(args []string, opts ...registry.Option) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
+	if err := fitToServer(ctx, cfg); err != nil {
+		return err
+	}
 	var cloud cloudprovider.CloudProvider
 	switch o.cloudProvider {
 	case "aws":
@@ -397,4 +406,22 @@ func flagsFromEnv(fs *flag.FlagSet, prefix string) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// fitToServer turns off the scheduler features whose APIs the API server
+// does not serve, before the provisioner's scheduler simulation makes
+// informers for them, and fails with a message naming the oldest
+// Kubernetes that serves an API it cannot do without (package skew).
+func fitToServer(ctx context.Context, cfg *rest.Config) error {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("skew"))
+	apis := slices.Concat(skew.SchedulerAPIs, skew.ProvisionerAPIs)
+	off, err := skew.Check(ctx, disco, utilfeature.DefaultMutableFeatureGate, apis, "nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")", 2*time.Minute)
+	if err != nil || len(off) == 0 {
+		return err
+	}
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(skew.Off(off))
 }

@@ -8,9 +8,13 @@ package app
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
@@ -22,6 +26,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 
+	"github.com/nodeforge/nodeforge/internal/skew"
 	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
 	"github.com/nodeforge/nodeforge/version"
@@ -69,7 +74,48 @@ func NewSchedulerCommand(args []string, opts ...registry.Option) (*cobra.Command
 	for name, factory := range outOfTree {
 		options = append(options, kubescheduler.WithPlugin(name, factory))
 	}
-	return kubescheduler.NewSchedulerCommand(options...), nil
+	command := kubescheduler.NewSchedulerCommand(options...)
+	// kube-scheduler applies --feature-gates before it runs; the features
+	// the server cannot serve are turned off after that, before anything
+	// reads them.
+	setGates := command.PersistentPreRunE
+	command.PersistentPreRunE = func(c *cobra.Command, a []string) error {
+		if err := setGates(c, a); err != nil {
+			return err
+		}
+		return fitToServer(c, cfg)
+	}
+	return command, nil
+}
+
+// fitToServer turns off, before kube-scheduler starts, the features whose
+// APIs the API server does not serve (skew.SchedulerAPIs), whatever
+// --feature-gates said, and fails with a message naming the oldest
+// Kubernetes that serves an API it cannot do without. It reaches the
+// server as kube-scheduler will: the configuration's kubeconfig, else
+// --kubeconfig and --master, else the in-cluster config.
+func fitToServer(c *cobra.Command, cfg *config.KubeSchedulerConfiguration) error {
+	kubeconfig, master := cfg.ClientConnection.Kubeconfig, ""
+	if f := c.Flags().Lookup("kubeconfig"); f != nil && kubeconfig == "" {
+		kubeconfig = f.Value.String()
+	}
+	if f := c.Flags().Lookup("master"); f != nil {
+		master = f.Value.String()
+	}
+	rc, err := clientcmd.BuildConfigFromFlags(master, kubeconfig)
+	if err != nil {
+		return fmt.Errorf("reaching the API server to see which APIs it serves: %w", err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ctx := klog.NewContext(c.Context(), klog.Background().WithName("skew"))
+	off, err := skew.Check(ctx, disco, utilfeature.DefaultMutableFeatureGate, skew.SchedulerAPIs, "nodeforge-scheduler (kube-scheduler "+k8sversion.Get().GitVersion+")", 2*time.Minute)
+	if err != nil || len(off) == 0 {
+		return err
+	}
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(skew.Off(off))
 }
 
 // schedulerConfig loads the --config file the scheduler is started with
