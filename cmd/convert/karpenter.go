@@ -6,53 +6,74 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
-	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
-
-	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
-// The Karpenter API groups and kinds converted, with the field names of
-// Karpenter's v1 API (its NodePool and EC2NodeClass reference).
+// The Karpenter API groups converted, and Nodeforge's.
+//
+// The Karpenter fields the converter knows are those of Karpenter v1's
+// published CRDs: karpenter.sh_nodepools.yaml of kubernetes-sigs/karpenter
+// v1.14.0 and karpenter.k8s.aws_ec2nodeclasses.yaml of
+// aws/karpenter-provider-aws v1.14.1 (whose kubelet settings are the twelve
+// fields listed in ec2nodeclass.go). Fields of earlier v1 releases are a
+// subset of those; a field of a later one is reported as unknown.
 const (
 	karpenterGroup    = "karpenter.sh"
 	karpenterAWSGroup = "karpenter.k8s.aws"
+	nodeforgeGroup    = "nodeforge.dev"
 	nodeforgeVersion  = "nodeforge.dev/v1alpha1"
+	karpenterRelease  = "Karpenter v1.14"
 )
 
 // Dropped is a field of a Karpenter object that the converted object does
-// not carry, and why.
+// not carry, and why. A Dropped with no Path is the whole object, which is
+// not written at all.
 type Dropped struct {
 	Kind, Name string
-	// Path of the field, e.g. spec.template.spec.requirements[2].
+	// Path of the field, e.g. spec.template.spec.requirements[2].minValues;
+	// map keys in brackets, e.g. spec.tags[Name].
 	Path string
 	Why  string
 }
 
 func (d Dropped) String() string {
+	if d.Path == "" {
+		return fmt.Sprintf("%s %s not written: %s", d.Kind, d.Name, d.Why)
+	}
 	return fmt.Sprintf("%s %s: %s not carried over: %s", d.Kind, d.Name, d.Path, d.Why)
 }
 
+// Result is what Convert made of its input.
+type Result struct {
+	// Out holds the converted objects, as YAML documents.
+	Out []byte
+	// Dropped lists every field left behind, and why, in input order.
+	Dropped []Dropped
+	// Objects is how many objects Out holds, and Converted how many
+	// fields of the input they carry (each string, number and boolean
+	// counts once, as does each item of a list or map of them).
+	Objects, Converted int
+}
+
 // Convert reads Karpenter v1 NodePools and EC2NodeClasses (YAML, several
-// documents, or a List of them as kubectl get -o yaml writes) and returns Nodeforge's, as YAML documents, with every field
-// left behind. Documents of other kinds are an error: a file of mixed
-// objects should be split first.
-func Convert(in io.Reader) ([]byte, []Dropped, error) {
+// documents, or a List of them as kubectl get -o yaml writes) and returns
+// Nodeforge's with every field left behind. Documents of other kinds are
+// an error: a file of mixed objects should be split first.
+func Convert(in io.Reader) (Result, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(in, 4096)
+	var res Result
 	var out bytes.Buffer
-	var dropped []Dropped
 	for i := 0; ; i++ {
 		var obj map[string]any
 		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, nil, fmt.Errorf("document %d: %w", i+1, err)
+			return Result{}, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		if obj == nil {
 			continue
@@ -68,74 +89,110 @@ func Convert(in io.Reader) ([]byte, []Dropped, error) {
 			}
 		}
 		for _, obj := range objs {
-			raw, d, err := convertOne(obj, i)
+			conv, c, err := convertOne(obj, i)
 			if err != nil {
-				return nil, nil, err
+				return Result{}, err
+			}
+			res.Dropped = append(res.Dropped, c.dropped...)
+			if conv == nil {
+				continue
+			}
+			raw, err := yaml.Marshal(conv)
+			if err != nil {
+				return Result{}, err
 			}
 			if out.Len() > 0 {
 				out.WriteString("---\n")
 			}
 			out.Write(raw)
-			dropped = append(dropped, d...)
+			res.Objects++
+			res.Converted += c.converted
 		}
 	}
-	return out.Bytes(), dropped, nil
+	res.Out = out.Bytes()
+	return res, nil
 }
 
-// convertOne converts the object of document i.
-func convertOne(obj map[string]any, i int) ([]byte, []Dropped, error) {
-	c := &converter{src: obj}
+// convertOne converts the object of document i; nil when it is not
+// written (the converter says why).
+func convertOne(obj map[string]any, i int) (map[string]any, *converter, error) {
+	c := &converter{}
 	c.kind, _ = obj["kind"].(string)
 	c.name, _ = get(obj, "metadata", "name").(string)
-	group, version, _ := strings.Cut(fmt.Sprint(obj["apiVersion"]), "/")
+	apiVersion, _ := obj["apiVersion"].(string)
+	group, version, _ := strings.Cut(apiVersion, "/")
+	src := fields{c: c, m: obj}
 	var conv map[string]any
 	switch {
 	case group == karpenterGroup && c.kind == "NodePool":
-		conv = c.nodePool()
+		conv = c.nodePool(src)
 	case group == karpenterAWSGroup && c.kind == "EC2NodeClass":
-		conv = c.ec2NodeClass()
+		conv = c.ec2NodeClass(src)
 	default:
-		return nil, nil, fmt.Errorf("document %d: %s %s is not a Karpenter NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)", i+1, obj["apiVersion"], c.kind)
+		return nil, nil, fmt.Errorf("document %d: %v %s is not a Karpenter NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)", i+1, obj["apiVersion"], c.kind)
 	}
 	if version != "v1" {
-		c.drop("apiVersion", fmt.Sprintf("converted as v1; this is %s/%s, whose fields may differ (v1beta1 kept kubelet settings in the NodePool): check the result", group, version))
+		c.drop(field.NewPath("apiVersion"), fmt.Sprintf("converted as v1; this is %s/%s, whose fields may differ (v1beta1 kept kubelet settings in the NodePool): check the result", group, version))
 	}
-	c.leftovers("", c.src)
-	raw, err := yaml.Marshal(conv)
-	if err != nil {
-		return nil, nil, err
+	if c.notWritten != "" {
+		c.dropped = append(c.dropped, Dropped{Kind: c.kind, Name: c.name, Why: c.notWritten})
+		return nil, c, nil
 	}
-	return raw, c.dropped, nil
+	return conv, c, nil
 }
 
-// converter converts one object: each field read is taken out of src, so
-// that what is left at the end is what was not carried over.
+// converter converts one object. Fields are taken out of the source as
+// they are read (fields.take), so that what is left is reported; every
+// field carried over is counted (carry).
 type converter struct {
-	src        map[string]any
 	kind, name string
 	dropped    []Dropped
+	converted  int
+	// notWritten, when set, is why the object is not written at all.
+	notWritten string
 }
 
-func (c *converter) drop(path, why string) {
-	c.dropped = append(c.dropped, Dropped{Kind: c.kind, Name: c.name, Path: path, Why: why})
+// drop reports the field at path as not carried over.
+func (c *converter) drop(path *field.Path, why string) {
+	c.dropped = append(c.dropped, Dropped{Kind: c.kind, Name: c.name, Path: path.String(), Why: why})
 }
 
-// take removes and returns the field at path of src.
-func (c *converter) take(path ...string) any {
-	m := c.src
-	for _, p := range path[:len(path)-1] {
-		next, ok := m[p].(map[string]any)
-		if !ok {
-			return nil
-		}
-		m = next
+// skip leaves the whole object out of the output, for why; the first
+// reason stands.
+func (c *converter) skip(why string) {
+	if c.notWritten == "" {
+		c.notWritten = why
 	}
-	v, ok := m[path[len(path)-1]]
-	if !ok {
-		return nil
-	}
-	delete(m, path[len(path)-1])
+}
+
+// carry counts the fields of v, which the output carries.
+func (c *converter) carry(v any) any {
+	c.converted += leaves(v)
 	return v
+}
+
+func leaves(v any) int {
+	switch t := v.(type) {
+	case map[string]any:
+		n := 0
+		for _, x := range t {
+			n += leaves(x)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, x := range t {
+			n += leaves(x)
+		}
+		return n
+	case []string:
+		return len(t)
+	case map[string]string:
+		return len(t)
+	case nil:
+		return 0
+	}
+	return 1
 }
 
 func get(m map[string]any, path ...string) any {
@@ -150,275 +207,246 @@ func get(m map[string]any, path ...string) any {
 	return v
 }
 
-// leftovers reports every field still in v, under prefix, as not known
-// to the converter; empty maps (whose fields were all taken) are not.
-func (c *converter) leftovers(prefix string, v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		keys := slices.Sorted(maps.Keys(t))
-		for _, k := range keys {
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
-			switch sub := t[k].(type) {
-			case map[string]any:
-				if len(sub) > 0 {
-					c.leftovers(p, sub)
-				}
-			default:
-				c.drop(p, "Nodeforge has no such field")
-			}
-		}
-	}
+// fields is one JSON object of a Karpenter object, at path. Each field is
+// taken out as it is read, so that rest can report the fields nothing
+// read: the unknown ones, at any depth.
+type fields struct {
+	c    *converter
+	path *field.Path
+	m    map[string]any
 }
 
-// metadata keeps the name, labels and annotations; kubectl's and the
-// server's bookkeeping (uid, resourceVersion, ...) is not copied and not
-// reported.
-func (c *converter) metadata() map[string]any {
-	md := map[string]any{"name": c.name}
-	c.take("metadata", "name")
-	if l, ok := c.take("metadata", "labels").(map[string]any); ok && len(l) > 0 {
-		md["labels"] = l
+func (f fields) at(name string) *field.Path {
+	if f.path == nil {
+		return field.NewPath(name)
 	}
-	if a, ok := c.take("metadata", "annotations").(map[string]any); ok {
-		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
-		for k := range a {
-			if strings.HasPrefix(k, "karpenter.") {
-				delete(a, k)
-			}
-		}
-		if len(a) > 0 {
-			md["annotations"] = a
-		}
-	}
-	for _, k := range []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "namespace", "finalizers"} {
-		c.take("metadata", k)
-	}
-	c.take("status")
-	c.take("apiVersion")
-	c.take("kind")
-	return md
+	return f.path.Child(name)
 }
 
-// labelKeys maps Karpenter's well-known label keys to Nodeforge's; a key
-// mapped to "" has no Nodeforge counterpart.
-var labelKeys = map[string]string{
-	"karpenter.sh/capacity-type": "nodeforge.dev/capacity-type",
-	"karpenter.sh/nodepool":      "",
+// take removes the field and returns it; a null field is absent.
+func (f fields) take(name string) (any, bool) {
+	v, ok := f.m[name]
+	delete(f.m, name)
+	return v, ok && v != nil
 }
 
-// instanceLabelNames lists the instance attribute labels Nodeforge
-// publishes, for a message.
-func instanceLabelNames() string {
-	names := make([]string, len(v1alpha1.InstanceLabels))
-	for i, k := range v1alpha1.InstanceLabels {
-		names[i] = strings.TrimPrefix(k, v1alpha1.Group+"/")
+// object takes a field that is an object. An absent field, or one of
+// another type (reported), reads as an empty object.
+func (f fields) object(name string) (fields, bool) {
+	sub := fields{c: f.c, path: f.at(name), m: map[string]any{}}
+	v, ok := f.take(name)
+	if !ok {
+		return sub, false
 	}
-	return "nodeforge.dev/{" + strings.Join(names, ",") + "}"
+	m, isObj := v.(map[string]any)
+	if !isObj {
+		f.c.drop(sub.path, fmt.Sprintf("is %s, not an object", describe(v)))
+		return sub, false
+	}
+	sub.m = m
+	return sub, true
 }
 
-// requirement converts one NodeSelectorRequirementWithMinValues.
-func (c *converter) requirement(path string, r map[string]any) (map[string]any, bool) {
-	key, _ := r["key"].(string)
-	out := map[string]any{}
-	for k, v := range r {
-		out[k] = v
+// item is the i-th item of list v (taken from field path) as an object;
+// another type is reported.
+func (f fields) item(path *field.Path, v any) (fields, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		f.c.drop(path, fmt.Sprintf("is %s, not an object", describe(v)))
+		return fields{}, false
 	}
-	if to, ok := labelKeys[key]; ok {
-		if to == "" {
-			c.drop(path, fmt.Sprintf("requirement on %s: Nodeforge sets %s itself", key, "nodeforge.dev/nodepool"))
-			return nil, false
-		}
-		out["key"] = to
-	}
-	// The instance attribute labels have Karpenter's names and value
-	// formats under Nodeforge's domain.
-	if name, ok := strings.CutPrefix(key, karpenterAWSGroup+"/"); ok && v1alpha1.IsInstanceLabel(v1alpha1.Group+"/"+name) {
-		out["key"] = v1alpha1.Group + "/" + name
-		return out, true
-	}
-	if strings.HasPrefix(key, karpenterAWSGroup+"/") || (strings.HasPrefix(key, karpenterGroup+"/") && labelKeys[key] == "") {
-		c.drop(path, fmt.Sprintf("requirement on %s: Nodeforge publishes no such label (its instance labels are %s); name the instance types (node.kubernetes.io/instance-type) instead", key, instanceLabelNames()))
+	return fields{c: f.c, path: path, m: m}, true
+}
+
+// list takes a field that is a list.
+func (f fields) list(name string) ([]any, bool) {
+	v, ok := f.take(name)
+	if !ok {
 		return nil, false
 	}
-	if key == "karpenter.sh/capacity-type" {
-		if vals, ok := r["values"].([]any); ok {
-			var kept []any
-			for _, v := range vals {
-				if v == "reserved" {
-					c.drop(path+".values", "capacity type reserved: Nodeforge launches spot and on-demand only")
-					continue
-				}
-				kept = append(kept, v)
-			}
-			out["values"] = kept
+	l, isList := v.([]any)
+	if !isList {
+		f.c.drop(f.at(name), fmt.Sprintf("is %s, not a list", describe(v)))
+	}
+	return l, isList
+}
+
+// str takes a field that is a string.
+func (f fields) str(name string) (string, bool) {
+	v, ok := f.take(name)
+	if !ok {
+		return "", false
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		f.c.drop(f.at(name), fmt.Sprintf("is %s, not a string", describe(v)))
+	}
+	return s, isStr
+}
+
+// boolean takes a field that is true or false.
+func (f fields) boolean(name string) (bool, bool) {
+	v, ok := f.take(name)
+	if !ok {
+		return false, false
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		f.c.drop(f.at(name), fmt.Sprintf("is %s, not true or false", describe(v)))
+	}
+	return b, isBool
+}
+
+// integer takes a field that is a whole number.
+func (f fields) integer(name string) (int64, bool) {
+	v, ok := f.take(name)
+	if !ok {
+		return 0, false
+	}
+	n, isInt := wholeNumber(v)
+	if !isInt {
+		f.c.drop(f.at(name), fmt.Sprintf("is %s, not a whole number", describe(v)))
+	}
+	return n, isInt
+}
+
+// strings takes a field that is a list of strings; items of other types
+// are reported and left out.
+func (f fields) strings(name string) ([]string, bool) {
+	l, ok := f.list(name)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(l))
+	for i, v := range l {
+		s, isStr := v.(string)
+		if !isStr {
+			f.c.drop(f.at(name).Index(i), fmt.Sprintf("is %s, not a string", describe(v)))
+			continue
 		}
+		out = append(out, s)
 	}
 	return out, true
 }
 
-func (c *converter) nodePool() map[string]any {
-	out := map[string]any{"apiVersion": nodeforgeVersion, "kind": "NodePool", "metadata": c.metadata()}
-	spec := map[string]any{}
-	tmplMeta := map[string]any{}
-	for _, f := range []string{"labels", "annotations"} {
-		if v := c.take("spec", "template", "metadata", f); v != nil {
-			tmplMeta[f] = v
+// stringMap takes a field that is a map of strings, keys sorted; entries
+// of other types are reported and left out.
+func (f fields) stringMap(name string) ([]string, map[string]string, bool) {
+	sub, ok := f.object(name)
+	if !ok {
+		return nil, nil, false
+	}
+	out := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(sub.m)) {
+		s, isStr := sub.m[k].(string)
+		if !isStr {
+			f.c.drop(sub.path.Key(k), fmt.Sprintf("is %s, not a string", describe(sub.m[k])))
+			continue
+		}
+		out[k] = s
+	}
+	return slices.Sorted(maps.Keys(out)), out, true
+}
+
+// rest reports every field no one took: not a field of Karpenter v1's
+// object there, and none of Nodeforge's.
+func (f fields) rest() {
+	for _, k := range slices.Sorted(maps.Keys(f.m)) {
+		f.c.drop(f.at(k), fmt.Sprintf("unknown field: not in %s's %s, and Nodeforge has no such field", karpenterRelease, f.c.kind))
+	}
+}
+
+// leftBehind takes the fields Karpenter has and Nodeforge does not, and
+// reports each with its reason.
+func (f fields) leftBehind(why map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(why)) {
+		if _, ok := f.take(name); ok {
+			f.c.drop(f.at(name), why[name])
 		}
 	}
-	tmplSpec := map[string]any{}
-	if ref, ok := c.take("spec", "template", "spec", "nodeClassRef").(map[string]any); ok {
-		if ref["group"] != karpenterAWSGroup || ref["kind"] != "EC2NodeClass" {
-			c.drop("spec.template.spec.nodeClassRef", fmt.Sprintf("%v %v is not an EC2NodeClass of %s; set Nodeforge's node class by hand", ref["group"], ref["kind"], karpenterAWSGroup))
+}
+
+// wholeNumber reads a JSON or YAML number that has no fraction.
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case float64:
+		if n == float64(int64(n)) {
+			return int64(n), true
 		}
-		tmplSpec["nodeClassRef"] = map[string]any{"group": "nodeforge.dev", "kind": "EC2NodeClass", "name": ref["name"]}
 	}
-	if reqs, ok := c.take("spec", "template", "spec", "requirements").([]any); ok {
-		var kept []any
-		for i, r := range reqs {
-			rm, ok := r.(map[string]any)
-			if !ok {
-				continue
+	return 0, false
+}
+
+// describe names the type of a decoded value for a message.
+func describe(v any) string {
+	switch t := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", t)
+	case bool:
+		return fmt.Sprintf("%t", t)
+	case float64, int64, int:
+		return fmt.Sprintf("the number %v", t)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// metadata keeps the name, labels and annotations. kubectl's and the
+// server's bookkeeping (uid, resourceVersion, the last applied
+// configuration, Karpenter's hash annotations, ...) is neither copied nor
+// reported, and neither is the status.
+func (c *converter) metadata(src fields) map[string]any {
+	src.take("apiVersion")
+	src.take("kind")
+	src.take("status")
+	meta, _ := src.object("metadata")
+	md := map[string]any{}
+	if name, ok := meta.str("name"); ok {
+		md["name"] = c.carry(name)
+	}
+	if _, labels, ok := meta.stringMap("labels"); ok && len(labels) > 0 {
+		md["labels"] = c.carry(anyMap(labels))
+	}
+	if _, a, ok := meta.stringMap("annotations"); ok {
+		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+		for k := range a {
+			if strings.HasPrefix(k, karpenterGroup+"/") || strings.HasPrefix(k, karpenterAWSGroup+"/") {
+				delete(a, k) // karpenter.sh/nodepool-hash, karpenter.k8s.aws/ec2nodeclass-hash, ...
 			}
-			if conv, ok := c.requirement(fmt.Sprintf("spec.template.spec.requirements[%d]", i), rm); ok {
-				kept = append(kept, conv)
-			}
 		}
-		if len(kept) > 0 {
-			tmplSpec["requirements"] = kept
+		if len(a) > 0 {
+			md["annotations"] = c.carry(anyMap(a))
 		}
 	}
-	for _, f := range []string{"taints", "startupTaints", "expireAfter", "terminationGracePeriod"} {
-		if v := c.take("spec", "template", "spec", f); v != nil {
-			tmplSpec[f] = v
-		}
+	for _, k := range []string{"uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink", "namespace", "finalizers"} {
+		meta.take(k)
 	}
-	if len(tmplMeta) > 0 {
-		spec["template"] = map[string]any{"metadata": tmplMeta, "spec": tmplSpec}
-	} else {
-		spec["template"] = map[string]any{"spec": tmplSpec}
+	if _, ok := meta.take("ownerReferences"); ok {
+		c.drop(meta.at("ownerReferences"), "they name their owners by uid, which a new object's owners do not share; set them again once the owners exist")
 	}
-	disruption := map[string]any{}
-	for _, f := range []string{"consolidationPolicy", "consolidateAfter", "budgets"} {
-		if v := c.take("spec", "disruption", f); v != nil {
-			disruption[f] = v
-		}
+	meta.rest()
+	return md
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
 	}
-	if len(disruption) > 0 {
-		if _, ok := disruption["consolidateAfter"]; !ok {
-			disruption["consolidateAfter"] = "0s" // Karpenter's default
-		}
-		spec["disruption"] = disruption
-	}
-	for _, f := range []string{"limits", "weight"} {
-		if v := c.take("spec", f); v != nil {
-			spec[f] = v
-		}
-	}
-	out["spec"] = spec
 	return out
 }
 
-func (c *converter) ec2NodeClass() map[string]any {
-	out := map[string]any{"apiVersion": nodeforgeVersion, "kind": "EC2NodeClass", "metadata": c.metadata()}
-	spec := map[string]any{}
-	for _, f := range []string{"subnetSelectorTerms", "securityGroupSelectorTerms", "role", "instanceProfile", "userData", "tags", "metadataOptions"} {
-		if v := c.take("spec", f); v != nil {
-			spec[f] = v
-		}
+func anyList(l []string) []any {
+	out := make([]any, len(l))
+	for i, v := range l {
+		out[i] = v
 	}
-	family, _ := c.take("spec", "amiFamily").(string)
-	if terms, ok := c.take("spec", "amiSelectorTerms").([]any); ok {
-		var kept []any
-		for i, t := range terms {
-			tm, ok := t.(map[string]any)
-			if !ok {
-				continue
-			}
-			path := fmt.Sprintf("spec.amiSelectorTerms[%d]", i)
-			if alias, ok := tm["alias"].(string); ok && !strings.HasPrefix(alias, "al2023@") {
-				c.drop(path, fmt.Sprintf("alias %s: Nodeforge's aliases are of Amazon Linux 2023 (al2023@latest, al2023@vYYYYMMDD); select that family's images by id, name or tags", alias))
-				continue
-			}
-			if _, ok := tm["ssmParameter"]; ok {
-				c.drop(path+".ssmParameter", "Nodeforge does not resolve images from SSM parameters")
-				delete(tm, "ssmParameter")
-				if len(tm) == 0 {
-					continue
-				}
-			}
-			kept = append(kept, tm)
-		}
-		if len(kept) > 0 {
-			spec["amiSelectorTerms"] = kept
-		}
-	}
-	if family != "" && !strings.EqualFold(family, "AL2023") {
-		c.drop("spec.amiFamily", fmt.Sprintf("amiFamily %s: Nodeforge writes Amazon Linux 2023's NodeConfig user data only", family))
-	}
-	if bdms, ok := c.take("spec", "blockDeviceMappings").([]any); ok {
-		var kept []any
-		for i, b := range bdms {
-			bm, ok := b.(map[string]any)
-			if !ok {
-				continue
-			}
-			path := fmt.Sprintf("spec.blockDeviceMappings[%d].ebs", i)
-			if ebs, ok := bm["ebs"].(map[string]any); ok {
-				if size, ok := ebs["volumeSize"]; ok {
-					gib, err := toGiB(size)
-					if err != nil {
-						c.drop(path+".volumeSize", err.Error())
-						delete(ebs, "volumeSize")
-					} else {
-						ebs["volumeSize"] = gib
-					}
-				}
-				if _, ok := ebs["snapshotID"]; ok {
-					c.drop(path+".snapshotID", "Nodeforge does not create volumes from snapshots")
-					delete(ebs, "snapshotID")
-				}
-			}
-			kept = append(kept, bm)
-		}
-		spec["blockDeviceMappings"] = kept
-	}
-	if kubelet, ok := c.take("spec", "kubelet").(map[string]any); ok {
-		kept := map[string]any{}
-		for _, f := range []string{"maxPods", "kubeReserved", "systemReserved", "evictionHard"} {
-			if v, ok := kubelet[f]; ok {
-				kept[f] = v
-				delete(kubelet, f)
-			}
-		}
-		for _, f := range sortedKeys(kubelet) {
-			c.drop("spec.kubelet."+f, "Nodeforge sets maxPods, kubeReserved, systemReserved and evictionHard only")
-		}
-		if len(kept) > 0 {
-			spec["kubelet"] = kept
-		}
-	}
-	out["spec"] = spec
 	return out
-}
-
-// toGiB is a Karpenter volume size (a quantity, "20Gi") in whole GiB,
-// rounded up.
-func toGiB(v any) (int64, error) {
-	q, err := resource.ParseQuantity(fmt.Sprint(v))
-	if err != nil {
-		return 0, fmt.Errorf("volume size %v is not a quantity: %w", v, err)
-	}
-	return int64(math.Ceil(float64(q.Value()) / (1 << 30))), nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,32 +110,35 @@ spec:
 
 // TestConvertKarpenter converts the objects, checks what was carried over
 // and that every field left behind is reported, and creates each converted
-// object in a real API server (Nodeforge's CRDs and their validation).
+// object in a real API server (Nodeforge's CRDs and their validation),
+// with a dry run so that other tests may use the same names.
 func TestConvertKarpenter(t *testing.T) {
-	out, dropped, err := Convert(strings.NewReader(karpenterYAML))
+	res, err := Convert(strings.NewReader(karpenterYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
+	out, dropped := res.Out, res.Dropped
 	var got []string
 	for _, d := range dropped {
 		got = append(got, d.String())
 	}
 	report := strings.Join(got, "\n")
 	for _, want := range []string{
-		"NodePool general: spec.template.spec.requirements[0].values not carried over: capacity type reserved",
-		"NodePool general: spec.template.spec.requirements[6] not carried over: requirement on karpenter.k8s.aws/instance-ebs-bandwidth: Nodeforge publishes no such label (its instance labels are nodeforge.dev/{instance-category,",
+		"NodePool general: spec.template.spec.requirements[0].values[2] not carried over: capacity type reserved",
+		"NodePool general: spec.template.spec.requirements[6] not carried over: requirement on karpenter.k8s.aws/instance-ebs-bandwidth: Nodeforge publishes no such label (its instance labels are nodeforge.dev/instance-{category,",
 		"EC2NodeClass default: spec.blockDeviceMappings[0].ebs.snapshotID not carried over",
 		"EC2NodeClass default: spec.kubelet.podsPerCore not carried over",
-		"EC2NodeClass default: spec.detailedMonitoring not carried over: Nodeforge has no such field",
-		"EC2NodeClass bottles: spec.amiSelectorTerms[0] not carried over: alias bottlerocket@latest",
+		"EC2NodeClass default: spec.detailedMonitoring not carried over: Nodeforge launches instances with basic",
+		"EC2NodeClass bottles: spec.amiSelectorTerms[0].alias not carried over: alias bottlerocket@latest",
 		"EC2NodeClass bottles: spec.amiFamily not carried over: amiFamily Bottlerocket",
+		"EC2NodeClass bottles not written: its images are Bottlerocket's",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q; it is:\n%s", want, report)
 		}
 	}
-	if len(dropped) != 7 {
-		t.Errorf("%d fields reported, want the 7 above:\n%s", len(dropped), report)
+	if len(dropped) != 8 {
+		t.Errorf("%d fields reported, want the 8 above:\n%s", len(dropped), report)
 	}
 	for _, unwanted := range []string{"status", "last-applied", "nodepool-hash", "metadata"} {
 		if strings.Contains(report, unwanted) {
@@ -173,8 +177,8 @@ func TestConvertKarpenter(t *testing.T) {
 			t.Fatalf("converted a %q", probe.Kind)
 		}
 	}
-	if len(pools) != 2 || len(classes) != 2 {
-		t.Fatalf("converted %d pools and %d classes, want 2 and 2:\n%s", len(pools), len(classes), out)
+	if len(pools) != 2 || len(classes) != 1 {
+		t.Fatalf("converted %d pools and %d classes, want 2 and 1 (not the Bottlerocket class):\n%s", len(pools), len(classes), out)
 	}
 	general := pools[0]
 	reqs := map[string]v1alpha1.NodeSelectorRequirementWithMinValues{}
@@ -206,6 +210,11 @@ func TestConvertKarpenter(t *testing.T) {
 		d.Budgets[1].Schedule == nil || len(d.Budgets[1].Reasons) != 2 {
 		t.Errorf("disruption %+v", d)
 	}
+	// Karpenter's budgets hold consolidation and drift, never expiration
+	// or repair; Nodeforge's hold what they name, or every method.
+	if r := general.Spec.Disruption.Budgets[0].Reasons; len(r) != 3 || slices.Contains(r, v1alpha1.DisruptionReasonExpired) {
+		t.Errorf("budget without reasons converted with reasons %v, want Karpenter's three", r)
+	}
 	if general.Spec.Weight == nil || *general.Spec.Weight != 10 || limitCPU(general) != 1000 {
 		t.Errorf("weight %v, limits %v", general.Spec.Weight, general.Spec.Limits)
 	}
@@ -219,14 +228,10 @@ func TestConvertKarpenter(t *testing.T) {
 	if len(def.Spec.SubnetSelectorTerms) != 2 || len(def.Spec.SecurityGroupSelectorTerms) != 2 || def.Spec.AMISelectorTerms[0].Alias != "al2023@latest" {
 		t.Errorf("class default selectors %+v", def.Spec)
 	}
-	if terms := classes[1].Spec.AMISelectorTerms; len(terms) != 1 || terms[0].ID != "ami-0123456789abcdef0" {
-		t.Errorf("class bottles AMI terms %+v, want the id term alone", terms)
-	}
-
 	// The API server accepts every converted object as it is.
 	ctx := context.Background()
 	for _, o := range append(objects(classes), objects(pools)...) {
-		if err := kube.Create(ctx, o); err != nil {
+		if err := kube.Create(ctx, o, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
 			t.Errorf("the API server refused converted %T %s: %v", o, o.GetName(), err)
 		}
 	}
@@ -236,9 +241,10 @@ func TestConvertKarpenter(t *testing.T) {
 // are converted.
 func TestConvertReadsAList(t *testing.T) {
 	list := "apiVersion: v1\nkind: List\nitems:\n- apiVersion: karpenter.sh/v1\n  kind: NodePool\n  metadata: {name: a, uid: x, resourceVersion: \"1\"}\n  spec:\n    template:\n      spec:\n        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n- apiVersion: karpenter.k8s.aws/v1\n  kind: EC2NodeClass\n  metadata: {name: default}\n  spec:\n    role: R\n    amiSelectorTerms: [{alias: al2023@latest}]\n    subnetSelectorTerms: [{id: subnet-1}]\n    securityGroupSelectorTerms: [{id: sg-1}]\n"
-	out, dropped, err := Convert(strings.NewReader(list))
-	if err != nil || len(dropped) != 0 {
-		t.Fatalf("Convert = %v, dropped %v", err, dropped)
+	res, err := Convert(strings.NewReader(list))
+	out := res.Out
+	if err != nil || len(res.Dropped) != 0 {
+		t.Fatalf("Convert = %v, dropped %v", err, res.Dropped)
 	}
 	if !strings.Contains(string(out), "kind: NodePool") || !strings.Contains(string(out), "kind: EC2NodeClass") || strings.Contains(string(out), "uid") {
 		t.Errorf("converted:\n%s", out)
@@ -248,7 +254,7 @@ func TestConvertReadsAList(t *testing.T) {
 // TestConvertRefusesOtherObjects: a document that is not a Karpenter
 // NodePool or EC2NodeClass is an error naming it, not silently skipped.
 func TestConvertRefusesOtherObjects(t *testing.T) {
-	_, _, err := Convert(strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
+	_, err := Convert(strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
 	if err == nil || !strings.Contains(err.Error(), "v1 ConfigMap is not a Karpenter NodePool") {
 		t.Errorf("Convert of a ConfigMap: %v", err)
 	}
@@ -261,7 +267,7 @@ func TestRunExitsThreeWhenFieldsAreLeft(t *testing.T) {
 	if code := run(nil, strings.NewReader(karpenterYAML), &stdout, &stderr); code != 3 {
 		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "7 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
+	if !strings.Contains(stderr.String(), "8 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 	stdout.Reset()
@@ -269,6 +275,29 @@ func TestRunExitsThreeWhenFieldsAreLeft(t *testing.T) {
 	clean := "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n"
 	if code := run(nil, strings.NewReader(clean), &stdout, &stderr); code != 0 {
 		t.Errorf("exit %d for a pool with nothing to leave behind; stderr:\n%s", code, stderr.String())
+	}
+}
+
+// TestRunExitsOneOnErrors: input that cannot be converted at all is an
+// error (exit 1), not a report.
+func TestRunExitsOneOnErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		want  string
+	}{
+		{name: "a file that does not exist", args: []string{"testdata/karpenter/no-such-file.yaml"}, want: "no such file"},
+		{name: "an object of another kind", stdin: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", want: "is not a Karpenter NodePool"},
+		{name: "input that is not YAML", stdin: "kind: [\n", want: "document 1"},
+		{name: "a flag it does not have", args: []string{"-o", "json"}, want: "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tc.want)
+			}
+		})
 	}
 }
 

@@ -3,9 +3,12 @@
 // (nodeforge.dev/v1alpha1), for a cluster moving from Karpenter. It reads
 // YAML from the files named (or standard input), writes the converted
 // objects to standard output, and every field it could not carry over, and
-// why, to standard error. It exits 0 when everything was carried over, 3
-// when something was left behind (the output is still written), and 1 on
-// an error.
+// why, to standard error. It is exact or loud: each field, at any depth,
+// is converted into one Nodeforge acts on in the same way, or reported by
+// its path; an object Nodeforge could not use at all (an EC2NodeClass of
+// Bottlerocket images, say) is reported and not written. It exits 0 when
+// everything was carried over, 3 when something was left behind (the
+// output is still written), and 1 on an error.
 //
 // It is a binary of its own, not a subcommand of nodeforge-sandbox, so
 // that a cluster operator needs neither the sandbox nor its Kubernetes
@@ -45,22 +48,22 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	left := 0
 	for i, in := range inputs {
-		out, dropped, err := Convert(in)
+		res, err := Convert(in)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		if i > 0 && len(out) > 0 {
+		if i > 0 && len(res.Out) > 0 {
 			fmt.Fprintln(stdout, "---")
 		}
-		if _, err := stdout.Write(out); err != nil {
+		if _, err := stdout.Write(res.Out); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		for _, d := range dropped {
+		for _, d := range res.Dropped {
 			fmt.Fprintln(stderr, d)
 		}
-		left += len(dropped)
+		left += len(res.Dropped)
 	}
 	if left > 0 {
 		fmt.Fprintf(stderr, "%d field(s) not carried over\n", left)
