@@ -421,6 +421,7 @@ func (c *converter) blockDeviceMapping(m fields) map[string]any {
 			outEBS["volumeSize"] = gib
 		}
 	}
+	_, typed := ebs.m["volumeType"]
 	if t, ok := ebs.str("volumeType"); ok {
 		if slices.Contains([]string{"gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"}, t) {
 			outEBS["volumeType"] = t
@@ -449,6 +450,7 @@ func (c *converter) blockDeviceMapping(m fields) map[string]any {
 			outEBS["throughput"] = n
 		}
 	}
+	_, encryption := ebs.m["encrypted"]
 	for _, f := range []string{"encrypted", "deleteOnTermination"} {
 		if b, ok := ebs.boolean(f); ok {
 			outEBS[f] = b
@@ -473,6 +475,14 @@ func (c *converter) blockDeviceMapping(m fields) map[string]any {
 	if why != "" {
 		c.drop(m.path, why+"; the mapping is dropped")
 		return nil
+	}
+	// Absent differs: Karpenter sends none, and EC2's defaults apply;
+	// Nodeforge's API defaults them.
+	if !typed {
+		c.drop(ebs.at("volumeType"), "not set: Karpenter leaves the volume type to EC2's default, Nodeforge's default is gp3; set volumeType to choose")
+	}
+	if !encryption {
+		c.drop(ebs.at("encrypted"), "not set: Karpenter leaves encryption to the account's EBS default, Nodeforge encrypts unless encrypted is false; set encrypted to choose")
 	}
 	out["deviceName"] = name
 	if hasRoot && root {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -416,9 +417,13 @@ func (c *converter) metadata(src fields) map[string]any {
 	}
 	if _, a, ok := meta.stringMap("annotations"); ok {
 		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
-		for k := range a {
-			if strings.HasPrefix(k, karpenterGroup+"/") || strings.HasPrefix(k, karpenterAWSGroup+"/") {
-				delete(a, k) // karpenter.sh/nodepool-hash, karpenter.k8s.aws/ec2nodeclass-hash, ...
+		for _, k := range slices.Sorted(maps.Keys(a)) {
+			switch {
+			case karpenterBookkeeping.MatchString(k):
+				delete(a, k) // Karpenter's hashes of the object, its own bookkeeping
+			case strings.HasPrefix(k, karpenterGroup+"/") || strings.HasPrefix(k, karpenterAWSGroup+"/"):
+				delete(a, k)
+				c.drop(meta.at("annotations").Key(k), "an annotation of Karpenter's on the object itself, which Nodeforge does not read")
 			}
 		}
 		if len(a) > 0 {
@@ -434,6 +439,11 @@ func (c *converter) metadata(src fields) map[string]any {
 	meta.rest()
 	return md
 }
+
+// karpenterBookkeeping are the annotations Karpenter writes on its pools
+// and classes to detect drift (nodepool-hash, ec2nodeclass-hash and their
+// -version): dropped without a report, like the server's bookkeeping.
+var karpenterBookkeeping = regexp.MustCompile(`^karpenter\.(sh/nodepool|k8s\.aws/ec2nodeclass)-hash(-version)?$`)
 
 func anyMap(m map[string]string) map[string]any {
 	out := make(map[string]any, len(m))

@@ -16,6 +16,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,7 +31,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: nodeforge-convert [FILE...] > nodeforge.yaml\n\nConverts Karpenter v1 NodePools and EC2NodeClasses to Nodeforge's; reports every field left behind on standard error (exit 3).")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 1
 	}
 	inputs := []io.Reader{stdin}

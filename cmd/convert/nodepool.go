@@ -275,11 +275,21 @@ func (c *converter) disruption(spec fields) map[string]any {
 			out["consolidationPolicy"] = "WhenEmpty"
 			c.drop(d.at("consolidationPolicy"), "Nodeforge has no Balanced consolidation (replacing a node only when the saving is worth the disruption); the converted pool consolidates WhenEmpty, which disrupts less: set WhenEmptyOrUnderutilized to consolidate underused nodes too")
 		default:
-			c.drop(d.at("consolidationPolicy"), fmt.Sprintf("%q: Nodeforge's policies are WhenEmpty and WhenEmptyOrUnderutilized", policy))
+			out["consolidationPolicy"] = "WhenEmpty"
+			c.drop(d.at("consolidationPolicy"), fmt.Sprintf("%q: Nodeforge's policies are WhenEmpty and WhenEmptyOrUnderutilized; the converted pool consolidates WhenEmpty, which disrupts less", policy))
 		}
 	}
-	if after, ok := c.duration(d, "consolidateAfter", true); ok {
-		out["consolidateAfter"] = after
+	_, given := d.m["consolidateAfter"]
+	if after, ok := d.str("consolidateAfter"); ok {
+		if v, err := nodeforgeDurationOf(after, true); err == nil {
+			out["consolidateAfter"] = c.carry(v)
+		} else {
+			// The stand-in disrupts less.
+			out["consolidateAfter"] = string(v1alpha1.Never)
+			c.drop(d.at("consolidateAfter"), err.Error()+"; the converted pool has consolidateAfter Never (no consolidation) in its place: set the wait you meant")
+		}
+	} else if given {
+		out["consolidateAfter"] = string(v1alpha1.Never) // str reported it
 	} else {
 		out["consolidateAfter"] = "0s" // Karpenter's default; Nodeforge's field is required
 	}
@@ -305,7 +315,10 @@ var (
 	budgetSchedule = regexp.MustCompile(`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|(\S+\s+\S+\s+\S+\s+\S+\s+\S+))$`)
 )
 
-// budget converts one disruption budget, or reports why not.
+// budget converts one disruption budget, or reports why not. A budget
+// that cannot be carried over exactly is written so that it disrupts less,
+// never more, and the report says what was written: without its schedule
+// (it then holds at all times), with nodes 0, or with every reason.
 func (c *converter) budget(b fields) map[string]any {
 	out := map[string]any{}
 	nodes, ok := b.str("nodes")
@@ -313,33 +326,31 @@ func (c *converter) budget(b fields) map[string]any {
 		nodes = "10%" // Karpenter's default
 	}
 	if !budgetNodes.MatchString(nodes) || len(nodes) > 8 {
-		c.drop(b.at("nodes"), fmt.Sprintf("%q is not a whole number of at most 8 digits or a percentage; the budget is dropped", nodes))
-		b.take("schedule")
-		b.take("duration")
-		b.take("reasons")
-		b.rest()
-		return nil
+		c.drop(b.at("nodes"), fmt.Sprintf("%q is not a whole number of at most 8 digits or a percentage; the budget is written with nodes 0 (no disruption while it holds): set the number you meant", nodes))
+		nodes = "0"
+	} else {
+		c.carry(nodes)
 	}
-	out["nodes"] = c.carry(nodes)
+	out["nodes"] = nodes
 	schedule, hasSchedule := b.str("schedule")
 	duration, hasDuration := b.str("duration")
 	reasons, hasReasons := b.strings("reasons")
 	b.rest()
-	if hasSchedule != hasDuration {
-		c.drop(b.path, "a budget with a schedule needs a duration, and a duration needs a schedule; the budget is dropped")
-		return nil
-	}
-	if hasSchedule {
-		if !budgetSchedule.MatchString(schedule) {
-			c.drop(b.at("schedule"), fmt.Sprintf("%q is not a cron schedule of five fields or a @macro; the budget is dropped", schedule))
-			return nil
-		}
+	const unscheduled = "; the budget is written without its schedule, so it holds at all times"
+	switch {
+	case hasSchedule != hasDuration:
+		c.drop(b.path, "a budget with a schedule needs a duration, and a duration needs a schedule"+unscheduled)
+	case !hasSchedule:
+	case !budgetSchedule.MatchString(schedule):
+		c.drop(b.at("schedule"), fmt.Sprintf("%q is not a cron schedule of five fields or a @macro%s", schedule, unscheduled))
+	default:
 		d, err := nodeforgeDurationOf(duration, false)
 		if err != nil {
-			c.drop(b.at("duration"), err.Error()+"; the budget is dropped")
-			return nil
+			c.drop(b.at("duration"), err.Error()+unscheduled)
+			break
 		}
 		if !strings.ContainsAny(d, "123456789") {
+			// Exact: a window of no time never holds, in Karpenter too.
 			c.drop(b.at("duration"), "a window of no time never applies; the budget is dropped")
 			return nil
 		}
@@ -352,8 +363,9 @@ func (c *converter) budget(b fields) map[string]any {
 	}
 	for i, r := range reasons {
 		if !slices.Contains(karpenterBudgetReasons, r) {
-			c.drop(b.at("reasons").Index(i), fmt.Sprintf("%q is not a reason Karpenter's budgets take (%s); the budget is dropped", r, strings.Join(karpenterBudgetReasons, ", ")))
-			return nil
+			c.drop(b.at("reasons").Index(i), fmt.Sprintf("%q is not a reason Karpenter's budgets take (%s); the budget is written for all three", r, strings.Join(karpenterBudgetReasons, ", ")))
+			out["reasons"] = anyList(karpenterBudgetReasons)
+			return out
 		}
 	}
 	out["reasons"] = c.carry(anyList(reasons))

@@ -194,18 +194,23 @@ func (c *converter) requirement(path *field.Path, valuePath func(int) *field.Pat
 			c.drop(path, fmt.Sprintf("operator %s takes one value", r.Operator))
 			return nil
 		}
+		strict := map[string]string{"Gte": "Gt", "Lte": "Lt"}[r.Operator]
 		n, err := strconv.ParseInt(r.Values[0], 10, 64)
+		if err != nil {
+			c.drop(path, fmt.Sprintf("%s %s %q: the value is not a whole number", r.Key, r.Operator, r.Values[0]))
+			return nil
+		}
 		if r.Operator == "Gte" {
 			n--
 		} else {
 			n++
 		}
 		v := strconv.FormatInt(n, 10)
-		if err != nil || !wholeNumberValue.MatchString(v) {
-			c.drop(path, fmt.Sprintf("%s %s %s would be %s %s, and Nodeforge's Gt and Lt take a whole number of at most 18 digits (Exists means the same if every value is one)", r.Key, r.Operator, r.Values[0], map[string]string{"Gte": "Gt", "Lte": "Lt"}[r.Operator], v))
+		if !wholeNumberValue.MatchString(v) {
+			c.drop(path, fmt.Sprintf("%s %s %s would be %s %s, and Nodeforge's Gt and Lt take a whole number of at most 18 digits (Exists means the same if every value is one)", r.Key, r.Operator, r.Values[0], strict, v))
 			return nil
 		}
-		r.Operator = map[string]string{"Gte": "Gt", "Lte": "Lt"}[r.Operator]
+		r.Operator = strict
 		r.Values = []string{v}
 	}
 	switch corev1.NodeSelectorOperator(r.Operator) {

@@ -11,7 +11,6 @@
 package skew
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 )
@@ -37,16 +38,22 @@ type API struct {
 }
 
 // SchedulerAPIs are the APIs kube-scheduler v1.37 lists beyond those every
-// supported API server serves (core, apps, policy, storage): read from
-// its scheduler.New and plugins in k8s.io/kubernetes v1.37.2, and seen
-// failing to list against kube-apiserver v1.33 (the four resource.k8s.io/v1
-// resources). DynamicResourceAllocation is locked on in 1.37;
-// DRADeviceTaintRules may still be turned off.
+// supported API server serves (core, apps, policy, storage), each while a
+// feature is on: read from its scheduler.New and eventhandlers.go in
+// k8s.io/kubernetes v1.37.2, and seen failing to list against
+// kube-apiserver v1.33 (the four resource.k8s.io/v1 resources).
+// DynamicResourceAllocation is locked on in 1.37; the others may be turned
+// off.
 var SchedulerAPIs = []API{
 	{Feature: "DynamicResourceAllocation", GroupVersion: "resource.k8s.io/v1", Resource: "resourceclaims", Since: "1.34"},
 	{Feature: "DynamicResourceAllocation", GroupVersion: "resource.k8s.io/v1", Resource: "resourceslices", Since: "1.34"},
 	{Feature: "DynamicResourceAllocation", GroupVersion: "resource.k8s.io/v1", Resource: "deviceclasses", Since: "1.34"},
 	{Feature: "DRADeviceTaintRules", GroupVersion: "resource.k8s.io/v1", Resource: "devicetaintrules", Since: "1.37"},
+	// Off by default in 1.37, and their APIs are served only where the
+	// server enables them; a user who turns them on against a server that
+	// does not serve them gets them turned off again, with a log line.
+	{Feature: "GenericWorkload", GroupVersion: "scheduling.k8s.io/v1beta1", Resource: "podgroups", Since: "1.37"},
+	{Feature: "CompositePodGroup", GroupVersion: "scheduling.k8s.io/v1alpha3", Resource: "compositepodgroups", Since: "1.37"},
 }
 
 // ProvisionerAPIs are the APIs the provisioner's scheduler simulation
@@ -68,14 +75,6 @@ type Discovery interface {
 type Gates interface {
 	Enabled(featuregate.Feature) bool
 	GetAll() map[featuregate.Feature]featuregate.FeatureSpec
-}
-
-// Decision is what Check concluded about one API.
-type Decision struct {
-	API API
-	// Off is true when the feature must be turned off: the API is not
-	// served and the feature may be turned off.
-	Off bool
 }
 
 // UnservedError is an API a program cannot run without that the server
@@ -102,10 +101,12 @@ func (e *UnservedError) Error() string {
 func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, program string, timeout time.Duration) ([]featuregate.Feature, error) {
 	logger := klog.FromContext(ctx)
 	var serverVersion string
+	var last error
 	served := map[string]map[string]bool{} // group version -> resources
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		v, err := disco.ServerVersionWithContext(ctx)
 		if err != nil {
+			last = err
 			logger.Info("Waiting for the API server to answer discovery", "err", err)
 			return false, nil
 		}
@@ -120,6 +121,7 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 				continue
 			}
 			if err != nil {
+				last = fmt.Errorf("%s: %w", api.GroupVersion, err)
 				logger.Info("Waiting for the API server to answer discovery", "groupVersion", api.GroupVersion, "err", err)
 				return false, nil
 			}
@@ -131,7 +133,7 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("asking the API server which APIs it serves: %w", err)
+		return nil, fmt.Errorf("asking the API server which APIs it serves: %w (last answer: %w)", err, last)
 	}
 	specs := gates.GetAll()
 	var off []API
@@ -144,10 +146,11 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 			errs = append(errs, &UnservedError{API: api, ServerVersion: serverVersion, Program: program})
 			continue
 		}
-		if !gates.Enabled(api.Feature) {
+		spec, known := specs[api.Feature]
+		if !known || !gates.Enabled(api.Feature) {
 			continue
 		}
-		if specs[api.Feature].LockToDefault {
+		if spec.LockToDefault {
 			errs = append(errs, &UnservedError{API: api, ServerVersion: serverVersion, Program: program})
 			continue
 		}
@@ -175,8 +178,8 @@ func Off(features []featuregate.Feature) map[string]bool {
 	return m
 }
 
-// dedupe keeps the first error of each feature (or of each group version,
-// for APIs listed whatever the features), so that one cause is one message.
+// dedupe keeps the first error of each group version, so that one cause
+// (the server serves none of it) is one message.
 func dedupe(errs []error) []error {
 	seen := map[string]bool{}
 	var out []error
@@ -184,7 +187,7 @@ func dedupe(errs []error) []error {
 		var u *UnservedError
 		key := err.Error()
 		if errors.As(err, &u) {
-			key = cmp.Or(string(u.API.Feature), u.API.GroupVersion)
+			key = u.API.GroupVersion
 		}
 		if !seen[key] {
 			seen[key] = true
@@ -193,3 +196,22 @@ func dedupe(errs []error) []error {
 	}
 	return out
 }
+
+// Fit runs Check against the server cfg reaches and turns off, in gates,
+// the features whose APIs it does not serve. Both programs call it before
+// they build anything that reads the features.
+func Fit(ctx context.Context, cfg *rest.Config, gates featuregate.MutableFeatureGate, apis []API, program string) error {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("a discovery client to see which APIs the server serves: %w", err)
+	}
+	off, err := Check(klog.NewContext(ctx, klog.FromContext(ctx).WithName("skew")), disco, gates, apis, program, FitTimeout)
+	if err != nil || len(off) == 0 {
+		return err
+	}
+	return gates.SetFromMap(Off(off))
+}
+
+// FitTimeout bounds how long Fit waits for a server that does not answer:
+// the program then exits, and its restart tries again.
+const FitTimeout = 2 * time.Minute

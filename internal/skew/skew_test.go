@@ -29,13 +29,15 @@ func server(gitVersion string, resources ...string) *fakediscovery.FakeDiscovery
 	return d
 }
 
-// gates are DynamicResourceAllocation locked on and DRADeviceTaintRules
-// on but not locked, as in kube-scheduler v1.37.
+// gates are DynamicResourceAllocation locked on, DRADeviceTaintRules on
+// but not locked and GenericWorkload off, as in kube-scheduler v1.37;
+// CompositePodGroup is not registered, and counts as off.
 func gates(t *testing.T) featuregate.MutableFeatureGate {
 	g := featuregate.NewFeatureGate()
 	if err := g.Add(map[featuregate.Feature]featuregate.FeatureSpec{
 		"DynamicResourceAllocation": {Default: true, PreRelease: featuregate.GA, LockToDefault: true},
 		"DRADeviceTaintRules":       {Default: true, PreRelease: featuregate.GA},
+		"GenericWorkload":           {Default: false, PreRelease: featuregate.Beta},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +62,10 @@ func TestCheck(t *testing.T) {
 		{"1.34 lacks devicetaintrules: its feature is turned off", server("v1.34.4", all[:3]...), SchedulerAPIs, []featuregate.Feature{"DRADeviceTaintRules"}, ""},
 		{"1.33 serves no resource.k8s.io/v1, which a locked feature needs", server("v1.33.13"), SchedulerAPIs, nil,
 			"the API server (v1.33.13) does not serve resource.k8s.io/v1 resourceclaims, which it lists while its feature DynamicResourceAllocation is on, and that feature cannot be turned off in this version; prog needs Kubernetes 1.34 or newer"},
-		{"the provisioner on 1.33", server("v1.33.13"), ProvisionerAPIs, nil,
+		{"the provisioner's own APIs on 1.33", server("v1.33.13"), ProvisionerAPIs, nil,
 			"the API server (v1.33.13) does not serve resource.k8s.io/v1 resourceclaims, which it lists whatever its settings; prog needs Kubernetes 1.34 or newer"},
+		{"the provisioner on 1.33: one message for one cause", server("v1.33.13"), slices.Concat(SchedulerAPIs, ProvisionerAPIs), nil,
+			"the API server (v1.33.13) does not serve resource.k8s.io/v1 resourceclaims, which it lists while its feature DynamicResourceAllocation is on, and that feature cannot be turned off in this version; prog needs Kubernetes 1.34 or newer"},
 		{"the provisioner on 1.34", server("v1.34.4", all[:3]...), slices.Concat(SchedulerAPIs, ProvisionerAPIs), []featuregate.Feature{"DRADeviceTaintRules"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +101,8 @@ func TestCheckAsksNothingOfFeaturesThatAreOff(t *testing.T) {
 }
 
 // TestCheckWaitsForTheServer: a server that fails discovery is asked
-// again until it answers, and not past the timeout.
+// again until it answers, and not past the timeout, whose error names the
+// server's last answer.
 func TestCheckWaitsForTheServer(t *testing.T) {
 	d := server("v1.37.2", "resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
 	failures := 2
@@ -115,7 +120,8 @@ func TestCheckWaitsForTheServer(t *testing.T) {
 	d2.PrependReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	if _, err := Check(context.Background(), d2, gates(t), SchedulerAPIs, "prog", 1500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "asking the API server which APIs it serves") {
-		t.Fatalf("err %v, want a timeout", err)
+	if _, err := Check(context.Background(), d2, gates(t), SchedulerAPIs, "prog", 1500*time.Millisecond); err == nil ||
+		!strings.Contains(err.Error(), "asking the API server which APIs it serves") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err %v, want a timeout that names the last answer", err)
 	}
 }

@@ -20,10 +20,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	k8sversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -180,7 +178,10 @@ func Run(args []string, opts ...registry.Option) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := fitToServer(ctx, cfg); err != nil {
+	// The scheduler's features whose APIs the server does not serve are
+	// turned off before the scheduler simulation reads them (package skew).
+	if err := skew.Fit(ctx, cfg, utilfeature.DefaultMutableFeatureGate, slices.Concat(skew.SchedulerAPIs, skew.ProvisionerAPIs),
+		"nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")"); err != nil {
 		return err
 	}
 	var cloud cloudprovider.CloudProvider
@@ -406,22 +407,4 @@ func flagsFromEnv(fs *flag.FlagSet, prefix string) error {
 		}
 	})
 	return errors.Join(errs...)
-}
-
-// fitToServer turns off the scheduler features whose APIs the API server
-// does not serve, before the provisioner's scheduler simulation makes
-// informers for them, and fails with a message naming the oldest
-// Kubernetes that serves an API it cannot do without (package skew).
-func fitToServer(ctx context.Context, cfg *rest.Config) error {
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithName("skew"))
-	apis := slices.Concat(skew.SchedulerAPIs, skew.ProvisionerAPIs)
-	off, err := skew.Check(ctx, disco, utilfeature.DefaultMutableFeatureGate, apis, "nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")", 2*time.Minute)
-	if err != nil || len(off) == 0 {
-		return err
-	}
-	return utilfeature.DefaultMutableFeatureGate.SetFromMap(skew.Off(off))
 }

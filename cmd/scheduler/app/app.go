@@ -8,12 +8,10 @@ package app
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
@@ -92,12 +90,14 @@ func NewSchedulerCommand(args []string, opts ...registry.Option) (*cobra.Command
 // APIs the API server does not serve (skew.SchedulerAPIs), whatever
 // --feature-gates said, and fails with a message naming the oldest
 // Kubernetes that serves an API it cannot do without. It reaches the
-// server as kube-scheduler will: the configuration's kubeconfig, else
-// --kubeconfig and --master, else the in-cluster config.
+// server as kube-scheduler will: with --config, that file's kubeconfig
+// (or the in-cluster config), else --kubeconfig; and --master.
 func fitToServer(c *cobra.Command, cfg *config.KubeSchedulerConfiguration) error {
 	kubeconfig, master := cfg.ClientConnection.Kubeconfig, ""
-	if f := c.Flags().Lookup("kubeconfig"); f != nil && kubeconfig == "" {
-		kubeconfig = f.Value.String()
+	if f := c.Flags().Lookup("config"); f != nil && f.Value.String() == "" {
+		if f := c.Flags().Lookup("kubeconfig"); f != nil {
+			kubeconfig = f.Value.String()
+		}
 	}
 	if f := c.Flags().Lookup("master"); f != nil {
 		master = f.Value.String()
@@ -106,16 +106,7 @@ func fitToServer(c *cobra.Command, cfg *config.KubeSchedulerConfiguration) error
 	if err != nil {
 		return fmt.Errorf("reaching the API server to see which APIs it serves: %w", err)
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(rc)
-	if err != nil {
-		return err
-	}
-	ctx := klog.NewContext(c.Context(), klog.Background().WithName("skew"))
-	off, err := skew.Check(ctx, disco, utilfeature.DefaultMutableFeatureGate, skew.SchedulerAPIs, "nodeforge-scheduler (kube-scheduler "+k8sversion.Get().GitVersion+")", 2*time.Minute)
-	if err != nil || len(off) == 0 {
-		return err
-	}
-	return utilfeature.DefaultMutableFeatureGate.SetFromMap(skew.Off(off))
+	return skew.Fit(c.Context(), rc, utilfeature.DefaultMutableFeatureGate, skew.SchedulerAPIs, "nodeforge-scheduler (kube-scheduler "+k8sversion.Get().GitVersion+")")
 }
 
 // schedulerConfig loads the --config file the scheduler is started with
