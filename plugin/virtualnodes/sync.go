@@ -468,6 +468,20 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 		case errors.Is(err, errNotOurs):
 			logger.Info("Nodeclaim name taken by another claim; its pods will be nominated again", "nodeClaim", w.cl.name, "reason", err.Error())
 			p.forget(w.cl, "nodeclaim name "+w.cl.name+" taken")
+		case apierrors.IsNotFound(err) && !w.create:
+			// The provisioner deleted the claim (it had no nominated pod
+			// when it looked) and no delete event came: the informer never
+			// saw the claim, as when the API server restarted between its
+			// create and its delete. Retrying would fail for ever; it is
+			// forgotten as claimDeleted forgets it. Seen under load:
+			// TestCrashes, kube-apiserver SIGKILLed as a drain starts.
+			why := "nodeclaim " + w.cl.name + " deleted"
+			logger.Info("Nodeclaim deleted under the scheduler; its pods will be nominated again", "nodeClaim", w.cl.name)
+			if c := p.book.deleted(w.cl.name, false, p.now()); c != nil {
+				p.forget(c, why)
+			} else {
+				p.retryRefused(why)
+			}
 		default:
 			logger.Error(err, "Writing nodeclaim; will retry", "nodeClaim", w.cl.name)
 			w.cl.dirty = true

@@ -78,3 +78,50 @@ func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
 		t.Errorf("requeues after success = %d, want 0 (backoff reset)", n)
 	}
 }
+
+// TestClaimDeletedWithoutAnEventIsForgotten: a claim written once and then
+// deleted by the provisioner without the plugin ever hearing of it (its
+// informer never saw the claim, as when the API server restarts between
+// the two) is forgotten at its next write, which finds it gone, and its
+// pods are decided again; before, the write was retried for ever and the
+// pods stayed nominated to a claim that did not exist.
+func TestClaimDeletedWithoutAnEventIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	api := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	h.plugin.flush(ctx, api)
+	var written v1alpha1.NodeClaim
+	if err := api.Get(ctx, client.ObjectKey{Name: c.name}, &written); err != nil {
+		t.Fatalf("the claim was not written: %v", err)
+	}
+	if err := api.Delete(ctx, &written); err != nil {
+		t.Fatal(err)
+	}
+	// A second pod joins the claim, which makes it dirty again.
+	if again, s := h.schedule(ctx, testPod("b", "1", "1Gi")); !s.IsSuccess() || again != c {
+		t.Fatalf("pod b went to %v (%s), want the open claim %s", again, s.Message(), c.name)
+	}
+	h.plugin.flush(ctx, api)
+	h.plugin.mu.Lock()
+	defer h.plugin.mu.Unlock()
+	if h.plugin.book.claim(c.name) != nil {
+		t.Errorf("claim %s, deleted in the API server, is still in the plugin's book", c.name)
+	}
+	for _, name := range []string{"a", "b"} {
+		found := false
+		for _, p := range h.plugin.refused {
+			found = found || p.Name == name
+		}
+		if !found {
+			t.Errorf("pod %s of the deleted claim is not queued to be decided again", name)
+		}
+	}
+}
