@@ -71,6 +71,7 @@ type EC2NodeClassSpec struct {
 	// script or a nodeadm NodeConfig document. Nodeforge adds the NodeConfig
 	// that joins the node to the cluster as a separate MIME part after it.
 	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:message="userData that is already a MIME multi-part document is not supported yet: give the shell script or NodeConfig alone, and Nodeforge puts it in a MIME part before its own",rule="!self.matches('^(?i)[[:space:]]*mime-version:')"
 	// +optional
 	UserData *string `json:"userData,omitempty"`
 	// BlockDeviceMappings are the instances' volumes. Unset: one 20 GiB
@@ -86,10 +87,12 @@ type EC2NodeClassSpec struct {
 	// +kubebuilder:default={httpEndpoint: enabled, httpProtocolIPv6: disabled, httpPutResponseHopLimit: 1, httpTokens: required}
 	// +optional
 	MetadataOptions *MetadataOptions `json:"metadataOptions,omitempty"`
-	// Tags put on the instances, their volumes and launch templates.
+	// Tags put on the instances, their volumes and launch templates. Name
+	// is Nodeforge's (the NodeClaim's name).
 	// +kubebuilder:validation:MaxProperties=40
 	// +kubebuilder:validation:XValidation:message="tag keys in the nodeforge.dev domain, kubernetes.io/cluster/* and aws:* are reserved",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') && !k.startsWith('kubernetes.io/cluster/') && !k.startsWith('aws:') && k != 'eks:eks-cluster-name')"
 	// +kubebuilder:validation:XValidation:message="tag keys are 1 to 128 characters and values at most 256",rule="self.all(k, k.size() >= 1 && k.size() <= 128 && self[k].size() <= 256)"
+	// +kubebuilder:validation:XValidation:message="tag Name is not supported yet: Nodeforge names each instance after its NodeClaim",rule="!('Name' in self)"
 	// +optional
 	Tags map[string]string `json:"tags,omitempty"`
 	// Kubelet settings of the nodes, which also decide the allocatable
