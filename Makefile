@@ -42,10 +42,10 @@ TESTREPORT   := $(BIN)/testreport
 
 .PHONY: build
 build: ## Build nodeforge-scheduler, nodeforge-provisioner, nodeforge-sandbox and nodeforge-convert into bin/ (static).
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-scheduler ./cmd/scheduler
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-provisioner ./cmd/provisioner
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-sandbox ./cmd/sandbox
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeforge-convert ./cmd/convert
+	@# One go build of the four links them in parallel; go names each after
+	@# its directory, so they are built aside and renamed.
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/.build/ ./cmd/scheduler ./cmd/provisioner ./cmd/sandbox ./cmd/convert
+	for p in scheduler provisioner sandbox convert; do mv -f $(BIN)/.build/$$p $(BIN)/nodeforge-$$p; done
 
 # The images' architectures; each is cross-compiled (the host's shares
 # make build's compiled packages).
@@ -54,18 +54,16 @@ IMAGE_ARCHS ?= amd64 arm64
 .PHONY: images
 images: ## Build the OCI images of nodeforge-scheduler and nodeforge-provisioner (linux/amd64, linux/arm64) into bin/images, without a container daemon.
 	for arch in $(IMAGE_ARCHS); do \
-	  for p in scheduler provisioner; do \
-	    GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/linux_$$arch/nodeforge-$$p ./cmd/$$p || exit 1; \
-	  done; \
+	  GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/linux_$$arch/.build/ ./cmd/scheduler ./cmd/provisioner || exit 1; \
+	  for p in scheduler provisioner; do mv -f $(BIN)/linux_$$arch/.build/$$p $(BIN)/linux_$$arch/nodeforge-$$p || exit 1; done; \
 	done
 	$(GO) run -C $(TOOLS_MOD)/images . --bins $(BIN) --out $(BIN)/images --version $(VERSION) \
 	  --revision "$$(git rev-parse HEAD 2>/dev/null)" --archs "$(subst $(space),$(comma),$(IMAGE_ARCHS))" \
 	  nodeforge-scheduler nodeforge-provisioner
 
 .PHONY: components
-components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok, and the oldest minor's kube-apiserver and kube-controller-manager (hack/tools/kube-oldest) that the tests run too.
+components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok. (The end-to-end tests build the oldest supported minor's too, while they run.)
 	$(BIN)/nodeforge-sandbox build
-	$(BIN)/nodeforge-sandbox build --kubernetes oldest
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	$(GO) build -C $(TOOLS_MOD) -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -98,7 +96,7 @@ bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/... ./nodeshape/... ./simulator/...
 
 .PHONY: demo
-demo: build ## Start the sandbox and run the walk-through (it builds the components it needs on first use).
+demo: components ## Start the sandbox and run the walk-through.
 	$(BIN)/nodeforge-sandbox demo
 
 .PHONY: clean

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -27,37 +28,24 @@ import (
 // NodeClaim and EC2NodeClass (facts from Karpenter's published CRDs),
 // written for this test: their schemas keep any field, since only the
 // names matter for what the test checks.
-const karpenterCRDs = `
-apiVersion: apiextensions.k8s.io/v1
+var karpenterCRDs = strings.Join([]string{
+	karpenterCRD("karpenter.sh", "NodePool", "nodepools", ""),
+	karpenterCRD("karpenter.sh", "NodeClaim", "nodeclaims", ""),
+	karpenterCRD("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses", "shortNames: [ec2nc, ec2ncs], "),
+}, "---\n")
+
+func karpenterCRD(group, kind, plural, shortNames string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata: {name: nodepools.karpenter.sh}
+metadata: {name: %[3]s.%[1]s}
 spec:
-  group: karpenter.sh
-  names: {kind: NodePool, listKind: NodePoolList, plural: nodepools, singular: nodepool, categories: [karpenter]}
+  group: %[1]s
+  names: {kind: %[2]s, listKind: %[2]sList, plural: %[3]s, singular: %[4]s, %[5]scategories: [karpenter]}
   scope: Cluster
   versions:
   - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: nodeclaims.karpenter.sh}
-spec:
-  group: karpenter.sh
-  names: {kind: NodeClaim, listKind: NodeClaimList, plural: nodeclaims, singular: nodeclaim, categories: [karpenter]}
-  scope: Cluster
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: ec2nodeclasses.karpenter.k8s.aws}
-spec:
-  group: karpenter.k8s.aws
-  names: {kind: EC2NodeClass, listKind: EC2NodeClassList, plural: ec2nodeclasses, singular: ec2nodeclass, shortNames: [ec2nc, ec2ncs], categories: [karpenter]}
-  scope: Cluster
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-`
+`, group, kind, plural, strings.ToLower(kind), shortNames)
+}
 
 // karpenterObjects are a Karpenter pool, class and claim, and the claim's
 // node is made by the test (karpenterNode). Their names are the ones
@@ -127,15 +115,19 @@ func karpenterNode() *corev1.Node {
 //   - Nodeforge's pool counts only its own node;
 //   - once its own node is consolidated away (the evidence that its
 //     disruption, which looks at every node, has run over the empty
-//     Karpenter node too), the Karpenter node, its claim and its pool are
-//     as they were: not adopted, disrupted, collected or tainted;
+//     Karpenter node too) and an orphan node of its pool is collected
+//     (the same for garbage collection), the Karpenter node and its claim
+//     are as they were: not adopted, disrupted, collected or tainted;
 //   - every resource the docs' kubectl commands name, and the chart's
 //     NOTES commands, resolve to Nodeforge's objects, while the bare
-//     plural reaches Karpenter's.
+//     plural reaches Karpenter's (asserted: the docs say so).
 func TestBesideKarpenter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	sb, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated", Install: true})
+	sb, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated", Install: true,
+		// Garbage collection looks at every node each second, so that the
+		// test sees it pass over the Karpenter node (see orphan below).
+		ProvisionerArgs: []string{"--garbage-collection-interval=1s", "--garbage-collection-grace=1s"}})
 	kubectl := func(stdin string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", sb.Kubeconfig}, args...)...)
@@ -258,6 +250,19 @@ func TestBesideKarpenter(t *testing.T) {
 		return err != nil, client.IgnoreNotFound(err)
 	})
 
+	// A node of Nodeforge's pool whose instance never existed: garbage
+	// collection deletes it, which shows that it ran over every node,
+	// the Karpenter node included, after it was old enough to collect.
+	orphan := sandbox.KwokNode("sim-orphan", map[string]string{v1alpha1.LabelNodePool: pool}, "2", "4Gi")
+	orphan.Spec.ProviderID = "simulated:///zone-a/i-neverlaunched"
+	if _, err := cs.CoreV1().Nodes().Create(ctx, orphan, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "garbage collection deleting a node of Nodeforge's pool whose instance is gone", func() (bool, error) {
+		_, err := cs.CoreV1().Nodes().Get(ctx, orphan.Name, metav1.GetOptions{})
+		return err != nil, client.IgnoreNotFound(err)
+	})
+
 	after, err := cs.CoreV1().Nodes().Get(ctx, knode.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the Karpenter node is gone: %v", err)
@@ -346,8 +351,13 @@ func checkDocsResolveToNodeforge(t *testing.T, kubectl func(string, ...string) s
 			}
 		}
 	}
-	t.Logf("%d group-qualified resources from the docs resolve to %s; the bare plural `kubectl get nodepools` answers %q",
-		len(resources), v1alpha1.Group, strings.TrimSpace(kubectl("", "get", "nodepools", "-o", "name")))
+	// What qualification prevents (docs/install.md says so): the bare
+	// plural reaches Karpenter's.
+	bare := strings.TrimSpace(kubectl("", "get", "nodepools", "-o", "name"))
+	if bare != "nodepool.karpenter.sh/default" {
+		t.Errorf("kubectl get nodepools answered %q beside Karpenter, not Karpenter's pool as docs/install.md says", bare)
+	}
+	t.Logf("%d group-qualified resources from the docs resolve to %s; the bare plural reaches %s", len(resources), v1alpha1.Group, bare)
 
 	raw, err := os.ReadFile(notes)
 	if err != nil {
