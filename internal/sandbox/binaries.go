@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ModulePath is the Go module the sandbox builds its components from.
@@ -124,65 +125,9 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		KwokLogsCRD:           filepath.Join(dir, "kwok-logs-crd.yaml"),
 		KubernetesVersion:     version,
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := currentComponents(ctx, o, dir, b); err != nil {
 		return nil, err
 	}
-	unlock, err := lockFile(filepath.Join(dir, ".lock"))
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	if !exists(b.Etcd, b.KubeAPIServer, b.KubeControllerManager) {
-		fmt.Fprintf(o.Progress, "building etcd, kube-apiserver and kube-controller-manager %s (first run only; several minutes)\n", version)
-		tmp, err := os.MkdirTemp(dir, "build-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(tmp)
-		if _, err := goOutput(ctx, o.Source, "build", "-o", tmp+"/", "-ldflags", versionLDFlags(version),
-			"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
-			return nil, err
-		}
-		if _, err := goOutput(ctx, o.Source, "build", "-o", filepath.Join(tmp, "etcd"), "go.etcd.io/etcd/server/v3"); err != nil {
-			return nil, err
-		}
-		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "etcd"} {
-			if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if !exists(b.Kwok, b.KwokStages) {
-		fmt.Fprintln(o.Progress, "building kwok from hack/tools (first run only)")
-		tools := filepath.Join(o.Source, "hack", "tools")
-		if _, err := goOutput(ctx, tools, "build", "-o", b.Kwok+".tmp", "sigs.k8s.io/kwok/cmd/kwok"); err != nil {
-			return nil, err
-		}
-		stages, err := goOutput(ctx, tools, "run", "./kwokstages")
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(b.KwokStages, []byte(stages+"\n"), 0o644); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(b.Kwok+".tmp", b.Kwok); err != nil {
-			return nil, err
-		}
-	}
-
-	if !exists(b.KwokLogsCRD) {
-		crd, err := goOutput(ctx, filepath.Join(o.Source, "hack", "tools"), "run", "./kwokcrds")
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(b.KwokLogsCRD+".tmp", []byte(crd+"\n"), 0o644); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(b.KwokLogsCRD+".tmp", b.KwokLogsCRD); err != nil {
-			return nil, err
-		}
-	}
-
 	if o.Oldest {
 		if err := oldestComponents(ctx, o, b); err != nil {
 			return nil, err
@@ -213,6 +158,72 @@ func EnsureBinaries(ctx context.Context, o BuildOptions) (*Binaries, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// currentComponents builds (once per key) etcd, kube-apiserver and
+// kube-controller-manager of go.mod's Kubernetes, kwok and its files into
+// dir, under dir's lock, which it holds only while it builds them.
+func currentComponents(ctx context.Context, o BuildOptions, dir string, b *Binaries) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	version := b.KubernetesVersion
+	if !exists(b.Etcd, b.KubeAPIServer, b.KubeControllerManager) {
+		fmt.Fprintf(o.Progress, "building etcd, kube-apiserver and kube-controller-manager %s (first run only; several minutes)\n", version)
+		tmp, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if _, err := goOutput(ctx, o.Source, "build", "-o", tmp+"/", "-ldflags", versionLDFlags(version),
+			"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
+			return err
+		}
+		if _, err := goOutput(ctx, o.Source, "build", "-o", filepath.Join(tmp, "etcd"), "go.etcd.io/etcd/server/v3"); err != nil {
+			return err
+		}
+		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "etcd"} {
+			if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	if !exists(b.Kwok, b.KwokStages) {
+		fmt.Fprintln(o.Progress, "building kwok from hack/tools (first run only)")
+		tools := filepath.Join(o.Source, "hack", "tools")
+		if _, err := goOutput(ctx, tools, "build", "-o", b.Kwok+".tmp", "sigs.k8s.io/kwok/cmd/kwok"); err != nil {
+			return err
+		}
+		stages, err := goOutput(ctx, tools, "run", "./kwokstages")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(b.KwokStages, []byte(stages+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(b.Kwok+".tmp", b.Kwok); err != nil {
+			return err
+		}
+	}
+
+	if !exists(b.KwokLogsCRD) {
+		crd, err := goOutput(ctx, filepath.Join(o.Source, "hack", "tools"), "run", "./kwokcrds")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(b.KwokLogsCRD+".tmp", []byte(crd+"\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(b.KwokLogsCRD+".tmp", b.KwokLogsCRD); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // oldestComponents builds (once per version, Go and go.sum)
@@ -300,6 +311,10 @@ func componentsKey(source, version string) (string, error) {
 // the Kubernetes tree again with other settings.
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
+	// Cancelled, the go command is interrupted rather than killed, so that
+	// it stops its compilers and removes its work directory.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Dir = dir
 	goflags := strings.TrimSpace(strings.ReplaceAll(os.Getenv("GOFLAGS"), "-trimpath", "") + " -trimpath")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS="+goflags)

@@ -28,6 +28,7 @@ var (
 func TestMain(m *testing.M) { sandboxtest.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
+	flag.Parse() // for runs, before m.Run would parse them
 	var err error
 	if source, err = sandbox.FindSource(); err != nil {
 		return 0, err
@@ -55,10 +56,14 @@ func run(m *testing.M) (int, error) {
 	}
 	oldest.ready = make(chan struct{})
 	if runs("TestKubernetesMinors") {
+		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			defer close(oldest.ready)
-			oldest.bins, oldest.err = sandbox.EnsureBinaries(context.Background(), sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr, Oldest: true})
+			oldest.bins, oldest.err = sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr, Oldest: true})
 		}()
+		// A build still running when the tests end (the test failed
+		// early) is stopped, not left to run on without its process.
+		defer func() { cancel(); <-oldest.ready }()
 	} else {
 		close(oldest.ready)
 	}
@@ -75,13 +80,23 @@ var oldest struct {
 	err   error
 }
 
-// runs reports whether -test.run selects the top-level test name.
+// runs reports whether the test flags select the top-level test name:
+// -test.run (its top-level part) matches it, -test.skip does not, and
+// -test.list is not set. When a pattern does not compile, it says yes.
 func runs(name string) bool {
-	f := flag.Lookup("test.run")
-	if f == nil || f.Value.String() == "" {
-		return true
+	value := func(f string) string {
+		if fl := flag.Lookup(f); fl != nil {
+			return fl.Value.String()
+		}
+		return ""
 	}
-	top, _, _ := strings.Cut(f.Value.String(), "/")
-	re, err := regexp.Compile(top)
-	return err != nil || re.MatchString(name)
+	matches := func(pattern string) bool {
+		top, _, _ := strings.Cut(pattern, "/")
+		re, err := regexp.Compile(top)
+		return err != nil || re.MatchString(name)
+	}
+	if value("test.list") != "" || value("test.skip") != "" && matches(value("test.skip")) {
+		return false
+	}
+	return value("test.run") == "" || matches(value("test.run"))
 }
