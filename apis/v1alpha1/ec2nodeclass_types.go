@@ -71,7 +71,7 @@ type EC2NodeClassSpec struct {
 	// script or a nodeadm NodeConfig document. Nodeforge adds the NodeConfig
 	// that joins the node to the cluster as a separate MIME part after it.
 	// +kubebuilder:validation:MaxLength=16384
-	// +kubebuilder:validation:XValidation:message="userData that is already a MIME multi-part document is not supported yet: give the shell script or NodeConfig alone, and Nodeforge puts it in a MIME part before its own",rule="!self.matches('^(?i)[[:space:]]*mime-version:')"
+	// +kubebuilder:validation:XValidation:message="userData that is already a MIME multi-part document is not supported yet: give the shell script or NodeConfig alone, and Nodeforge puts it in a MIME part before its own",rule="!self.matches('^(?i)[[:space:]]*(mime-version|content-type):')"
 	// +optional
 	UserData *string `json:"userData,omitempty"`
 	// BlockDeviceMappings are the instances' volumes. Unset: one 20 GiB

@@ -89,7 +89,8 @@ func (c *converter) userData(path *field.Path, s, family string) (string, bool) 
 // AL2023: MIME if it starts with a MIME header, else one part.
 func userDataParts(s string) ([]part, error) {
 	trimmed := strings.TrimSpace(s)
-	if !strings.HasPrefix(trimmed, "MIME-Version:") && !strings.HasPrefix(trimmed, "Content-Type:") {
+	lower := strings.ToLower(trimmed) // header names are not case-sensitive
+	if !strings.HasPrefix(lower, "mime-version:") && !strings.HasPrefix(lower, "content-type:") {
 		if strings.TrimSpace(s) == "" {
 			return nil, nil
 		}

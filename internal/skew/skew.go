@@ -100,6 +100,11 @@ func (e *UnservedError) Error() string {
 // APIs of features that are off are not asked about.
 func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, program string, timeout time.Duration) ([]featuregate.Feature, error) {
 	logger := klog.FromContext(ctx)
+	specs := gates.GetAll()
+	apis = slices.DeleteFunc(slices.Clone(apis), func(api API) bool {
+		_, known := specs[api.Feature]
+		return api.Feature != "" && (!known || !gates.Enabled(api.Feature))
+	})
 	var serverVersion string
 	var last error
 	served := map[string]map[string]bool{} // group version -> resources
@@ -132,10 +137,11 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 		}
 		return true, nil
 	})
-	if err != nil {
+	if err != nil && last != nil {
 		return nil, fmt.Errorf("asking the API server which APIs it serves: %w (last answer: %w)", err, last)
+	} else if err != nil {
+		return nil, fmt.Errorf("asking the API server which APIs it serves: %w", err)
 	}
-	specs := gates.GetAll()
 	var off []API
 	var errs []error
 	for _, api := range apis {
@@ -146,11 +152,7 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 			errs = append(errs, &UnservedError{API: api, ServerVersion: serverVersion, Program: program})
 			continue
 		}
-		spec, known := specs[api.Feature]
-		if !known || !gates.Enabled(api.Feature) {
-			continue
-		}
-		if spec.LockToDefault {
+		if specs[api.Feature].LockToDefault {
 			errs = append(errs, &UnservedError{API: api, ServerVersion: serverVersion, Program: program})
 			continue
 		}

@@ -55,6 +55,8 @@ func TestEC2NodeClassValidation(t *testing.T) {
 			wantErr: "tag Name is not supported yet: Nodeforge names each instance after its NodeClaim"},
 		{name: "user data that is already MIME is refused", edit: []string{"spec.userData='MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"b\"\n\n--b\n\n#!/bin/bash\n--b--'"},
 			wantErr: "userData that is already a MIME multi-part document is not supported yet"},
+		{name: "user data that starts with its MIME Content-Type is refused", edit: []string{"spec.userData='Content-Type: multipart/mixed; boundary=\"b\"\n\n--b--'"},
+			wantErr: "userData that is already a MIME multi-part document is not supported yet"},
 		{name: "user data that is MIME in lower case, after blank lines, is refused", edit: []string{"spec.userData='\n\nmime-version: 1.0\n'"},
 			wantErr: "userData that is already a MIME multi-part document is not supported yet"},
 		{name: "a kubernetes.io/cluster tag is refused", edit: []string{"spec.tags={kubernetes.io/cluster/other: owned}"},
