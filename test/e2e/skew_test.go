@@ -20,7 +20,10 @@ import (
 // launched and bound, then the node is consolidated away once they go.
 // On the oldest minor the programs turn off, with a log line, the
 // scheduler feature whose API it does not serve (DRADeviceTaintRules);
-// on the current one they turn nothing off. The time from the
+// on the current one they turn nothing off. (The file is named to sort
+// late: go test releases parallel tests roughly in source order, so by
+// the time this one starts, the background build it waits for is mostly
+// done and a test slot is not held waiting for long.) The time from the
 // Deployment's creation to its pods Running is logged for both, not
 // asserted (docs/benchmarks.md).
 func TestKubernetesMinors(t *testing.T) {
