@@ -62,8 +62,9 @@ images: ## Build the OCI images of nodeforge-scheduler and nodeforge-provisioner
 	  nodeforge-scheduler nodeforge-provisioner
 
 .PHONY: components
-components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok. (The end-to-end tests build the oldest supported minor's too, while they run.)
+components: build ## Build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kwok, and the oldest supported minor's kube-apiserver and kube-controller-manager (hack/tools/kube-oldest) that the tests also run.
 	$(BIN)/nodeforge-sandbox build
+	$(BIN)/nodeforge-sandbox build --kubernetes oldest
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	$(GO) build -C $(TOOLS_MOD) -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen

@@ -5,13 +5,10 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/nodeforge/nodeforge/internal/sandbox"
@@ -28,7 +25,6 @@ var (
 func TestMain(m *testing.M) { sandboxtest.TestMain(m, run) }
 
 func run(m *testing.M) (int, error) {
-	flag.Parse() // for runs, before m.Run would parse them
 	var err error
 	if source, err = sandbox.FindSource(); err != nil {
 		return 0, err
@@ -50,53 +46,14 @@ func run(m *testing.M) (int, error) {
 		}
 		binDir = tmp
 	}
-	// Build or reuse the Kubernetes components before any test times itself.
-	if _, err := sandbox.EnsureBinaries(context.Background(), sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr}); err != nil {
-		return 0, err
-	}
-	oldest.ready = make(chan struct{})
-	if runs("TestKubernetesMinors") {
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			defer close(oldest.ready)
-			oldest.bins, oldest.err = sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr, Oldest: true})
-		}()
-		// A build still running when the tests end (the test failed
-		// early) is stopped, not left to run on without its process.
-		defer func() { cancel(); <-oldest.ready }()
-	} else {
-		close(oldest.ready)
+	// Build or reuse the Kubernetes components of both minors before any
+	// test times itself (make components builds them first). Built in the
+	// background while the tests ran, the oldest minor's slowed the package
+	// by more than its own build time on two cores (docs/benchmarks.md, CI).
+	for _, oldest := range []bool{false, true} {
+		if _, err := sandbox.EnsureBinaries(context.Background(), sandbox.BuildOptions{Source: source, BinDir: binDir, Progress: os.Stderr, Oldest: oldest}); err != nil {
+			return 0, err
+		}
 	}
 	return m.Run(), nil
-}
-
-// oldest are the components of the oldest Kubernetes minor the chart
-// accepts (hack/tools/kube-oldest), built while the other tests run: from
-// cold the build takes minutes, and the sandboxes leave part of the CPU
-// idle. TestKubernetesMinors waits for ready.
-var oldest struct {
-	ready chan struct{}
-	bins  *sandbox.Binaries
-	err   error
-}
-
-// runs reports whether the test flags select the top-level test name:
-// -test.run (its top-level part) matches it, -test.skip does not, and
-// -test.list is not set. When a pattern does not compile, it says yes.
-func runs(name string) bool {
-	value := func(f string) string {
-		if fl := flag.Lookup(f); fl != nil {
-			return fl.Value.String()
-		}
-		return ""
-	}
-	matches := func(pattern string) bool {
-		top, _, _ := strings.Cut(pattern, "/")
-		re, err := regexp.Compile(top)
-		return err != nil || re.MatchString(name)
-	}
-	if value("test.list") != "" || value("test.skip") != "" && matches(value("test.skip")) {
-		return false
-	}
-	return value("test.run") == "" || matches(value("test.run"))
 }

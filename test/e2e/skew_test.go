@@ -14,16 +14,12 @@ import (
 
 // TestKubernetesMinors installs the chart on the oldest Kubernetes minor
 // its kubeVersion accepts (kube-apiserver and kube-controller-manager
-// built from hack/tools/kube-oldest, in the background while the other
-// tests run) and on the current one, and runs one
+// built from hack/tools/kube-oldest) and on the current one, and runs one
 // scale-up and scale-down on each: three pods get a node nominated,
 // launched and bound, then the node is consolidated away once they go.
 // On the oldest minor the programs turn off, with a log line, the
 // scheduler feature whose API it does not serve (DRADeviceTaintRules);
-// on the current one they turn nothing off. (The file is named to sort
-// late: go test releases parallel tests roughly in source order, so by
-// the time this one starts, the background build it waits for is mostly
-// done and a test slot is not held waiting for long.) The time from the
+// on the current one they turn nothing off. The time from the
 // Deployment's creation to its pods Running is logged for both, not
 // asserted (docs/benchmarks.md).
 func TestKubernetesMinors(t *testing.T) {
@@ -35,11 +31,7 @@ func TestKubernetesMinors(t *testing.T) {
 		t.Run(minor.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
-			if minor.oldest {
-				<-oldest.ready // built in the background (main_test.go)
-				bins, err = oldest.bins, oldest.err
-			}
+			bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir, Oldest: minor.oldest})
 			if err != nil {
 				t.Fatal(err)
 			}
