@@ -175,22 +175,8 @@ func currentComponents(ctx context.Context, o BuildOptions, dir string, b *Binar
 	version := b.KubernetesVersion
 	if !exists(b.Etcd, b.KubeAPIServer, b.KubeControllerManager) {
 		fmt.Fprintf(o.Progress, "building etcd, kube-apiserver and kube-controller-manager %s (first run only; several minutes)\n", version)
-		tmp, err := os.MkdirTemp(dir, "build-")
-		if err != nil {
+		if err := buildControlPlane(ctx, o.Source, dir, version, true); err != nil {
 			return err
-		}
-		defer os.RemoveAll(tmp)
-		if _, err := goOutput(ctx, o.Source, "build", "-o", tmp+"/", "-ldflags", versionLDFlags(version),
-			"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
-			return err
-		}
-		if _, err := goOutput(ctx, o.Source, "build", "-o", filepath.Join(tmp, "etcd"), "go.etcd.io/etcd/server/v3"); err != nil {
-			return err
-		}
-		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "etcd"} {
-			if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
-				return err
-			}
 		}
 	}
 	if !exists(b.Kwok, b.KwokStages) {
@@ -256,16 +242,31 @@ func oldestComponents(ctx context.Context, o BuildOptions, b *Binaries) error {
 		return nil
 	}
 	fmt.Fprintf(o.Progress, "building kube-apiserver and kube-controller-manager %s from %s (first run only; several minutes)\n", version, OldestModule)
+	return buildControlPlane(ctx, mod, dir, version, false)
+}
+
+// buildControlPlane builds kube-apiserver and kube-controller-manager of
+// the module in mod, stamped with version, and etcd too when withEtcd,
+// into dir: through a temporary directory there, so that a build cut
+// short leaves no half-written binary for the next run to take.
+func buildControlPlane(ctx context.Context, mod, dir, version string, withEtcd bool) error {
 	tmp, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	names := []string{"kube-apiserver", "kube-controller-manager"}
 	if _, err := goOutput(ctx, mod, "build", "-o", tmp+"/", "-ldflags", versionLDFlags(version),
 		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"); err != nil {
 		return err
 	}
-	for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {
+	if withEtcd {
+		if _, err := goOutput(ctx, mod, "build", "-o", filepath.Join(tmp, "etcd"), "go.etcd.io/etcd/server/v3"); err != nil {
+			return err
+		}
+		names = append(names, "etcd")
+	}
+	for _, name := range names {
 		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
 			return err
 		}
