@@ -394,8 +394,10 @@ func (b *book) nominations() int {
 
 // committedChanged records a claim the provisioner has closed: it counts
 // against its pool's limits from now on, and a claim held here is closed
-// to nominations, its pods waiting for its node once it has one.
-func (b *book) committedChanged(nc *v1alpha1.NodeClaim) {
+// to nominations, its pods waiting for its node once it has one. It
+// returns the pods nominated to the claim when this change named its node
+// for the first time, and nil otherwise.
+func (b *book) committedChanged(nc *v1alpha1.NodeClaim) []*v1.Pod {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.committed[nc.Name] = nc
@@ -404,9 +406,17 @@ func (b *book) committedChanged(nc *v1alpha1.NodeClaim) {
 	if c != nil && c.open {
 		b.closeLocked(c)
 	}
-	if c != nil && nc.Status.NodeName != "" {
-		c.nodeName = nc.Status.NodeName
+	if c == nil || nc.Status.NodeName == "" || c.nodeName == nc.Status.NodeName {
+		return nil
 	}
+	c.nodeName = nc.Status.NodeName
+	var pods []*v1.Pod
+	for uid, pod := range c.pods {
+		if b.nominated[uid] == c {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
 }
 
 // deleted records that a claim is gone from the API server; repacked

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -63,6 +64,10 @@ type VirtualNodes struct {
 	// plugins, and would otherwise wait minutes to retry them.
 	activate func(map[string]*v1.Pod)
 
+	// nodes reads the scheduler's node informer: whether a claim's node
+	// is open (see queue.go). Nil in unit tests without an API server.
+	nodes corelisters.NodeLister
+
 	// book holds the claims and nominations, under its own lock.
 	book *book
 
@@ -73,6 +78,9 @@ type VirtualNodes struct {
 	refused map[types.UID]*v1.Pod
 	pools   map[string]*pool
 	ordered []*pool // by weight, highest first, then name
+	// poolInputs are what the pools were last built from (resyncPools);
+	// nil before the first build.
+	poolInputs map[string]poolInput
 	// rebuildFrom restores the claims from the API server; it runs once,
 	// before the first decision (see rebuild). Nil in unit tests that
 	// start from an empty cluster.
@@ -258,12 +266,13 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		// The provisioner moved it to another claim of its batch (a
 		// repack), and the scheduler saw that before this plugin did.
 		if node != "" && node != c.name && p.book.follow(pod, node) {
-			return nominateTo(p.book.claim(node)), fwk.NewStatus(fwk.Success)
+			to := p.book.claim(node)
+			return nominateTo(to), nominatedStatus(to)
 		}
 		switch {
 		case (c.open || node == "" || node == c.name) && !p.openAndRefusing(c):
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
-			return nominateTo(c), fwk.NewStatus(fwk.Success)
+			return nominateTo(c), nominatedStatus(c)
 		case c.open || node == "" || node == c.name:
 			// The claim's node is up and open, its binding done, and the
 			// scheduler's filters refused the pod on it (PostFilter runs
@@ -275,7 +284,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			p.book.unview(c, pod)
 		case p.book.wasRepacked(node):
 			// The pod's object still names the claim it was moved from.
-			return nominateTo(c), fwk.NewStatus(fwk.Success)
+			return nominateTo(c), nominatedStatus(c)
 		case p.heldForBinding(node):
 			// The provisioner handed the pod to the scheduler, nominated
 			// to its claim's node, for a binding cycle (volumes to
@@ -283,7 +292,8 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			// for binding it keeps that nomination; once the node is
 			// open and still refuses the pod, the pod is decided afresh.
 			logger.V(4).Info("Pod keeps its nomination to its claim's node until the node is open", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
-			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
+			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}},
+				fwk.NewStatus(fwk.Success, "nominated to node "+node+" of nodeclaim "+c.name+", which the scheduler binds it to once the node is open")
 		default:
 			logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
 			p.book.unview(c, pod)
@@ -302,13 +312,27 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
-	p.event(pod, v1.EventTypeNormal, "Nominated", "Provisioning", fmt.Sprintf("nominated to nodeclaim %s of pool %s in %s (%s): %d instance type options, cheapest %s",
-		c.name, c.group.pool.np.Name, c.group.zone, c.group.capacityType, len(c.options), c.describe()))
-	return nominateTo(c), fwk.NewStatus(fwk.Success)
+	return nominateTo(c), nominatedStatus(c)
 }
 
 func nominateTo(c *claim) *fwk.PostFilterResult {
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: c.name, NominatingMode: fwk.ModeOverride}}
+}
+
+// nominatedStatus is PostFilter's answer for a pod nominated to c. Its
+// message ends kube-scheduler's FailedScheduling Event and the pod's
+// PodScheduled condition, which are the pod's record of the nomination:
+// VirtualNodes writes no Event of its own on the pod (one request a pod
+// fewer). The message names only what stays true while the claim fills
+// (not its pod count or options), so that a pod tried again with the same
+// nomination makes the same Event, which the scheduler's recorder counts
+// as a series instead of writing anew.
+func nominatedStatus(c *claim) *fwk.Status {
+	msg := "nominated to nodeclaim " + c.name
+	if c.group != nil {
+		msg += fmt.Sprintf(" of pool %s in %s (%s)", c.group.pool.np.Name, c.group.zone, c.group.capacityType)
+	}
+	return fwk.NewStatus(fwk.Success, msg+"; its node is launched for the pod, which is bound there once it is ready")
 }
 
 func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -119,6 +120,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	}); err != nil {
 		return err
 	}
+	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
 	dsLister := h.SharedInformerFactory().Apps().V1().DaemonSets().Lister()
 	p.daemonSets = func(node *v1.Node) []*v1.Pod {
 		dss, err := dsLister.List(labels.Everything())
@@ -193,18 +195,52 @@ func (p *VirtualNodes) resyncPools(ctx context.Context, c client.Reader) error {
 	if err := c.List(ctx, &cats); err != nil {
 		return fmt.Errorf("listing instancetypecatalogs: %w", err)
 	}
-	pools, errs := poolsFrom(nps.Items, v1alpha1.ByPool(cats.Items))
+	byPool := v1alpha1.ByPool(cats.Items)
+	pools, errs := poolsFrom(nps.Items, byPool)
 	for _, err := range errs {
 		klog.FromContext(ctx).Error(err, "Ignoring nodepool")
 	}
+	inputs := poolInputsOf(pools, byPool)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// A pool's status written, a catalog part of a pool not yet whole:
+	// nothing a decision reads changed, so nothing is rebuilt and no
+	// refused pod is tried again. A new pool's catalog is written one
+	// family object at a time; its pods are tried once it is whole, not
+	// once per object.
+	if p.poolInputs != nil && equality.Semantic.DeepEqual(p.poolInputs, inputs) {
+		klog.FromContext(ctx).V(4).Info("Pools unchanged", "pools", len(pools))
+		return nil
+	}
+	p.poolInputs = inputs
 	// Open claims keep pointing at their old pool objects; their options
 	// stay as they were nominated.
 	p.setPools(pools)
 	p.retryRefused("pools or catalogs changed")
 	klog.FromContext(ctx).V(2).Info("Pools updated", "pools", len(pools))
 	return nil
+}
+
+// poolInput is what a pool is built from: its NodePool (its UID, which
+// its claims' owner references carry, and its spec) and its merged
+// catalog's instance types. Not the NodePool's status, which the
+// provisioner writes as its nodes change.
+//
+// Its fields are exported for equality.Semantic, which compares
+// quantities by value and refuses unexported fields.
+type poolInput struct {
+	UID   types.UID
+	Spec  v1alpha1.NodePoolSpec
+	Types []v1alpha1.InstanceType
+}
+
+// poolInputsOf is what pools were built from, by pool name.
+func poolInputsOf(pools []*pool, cats map[string]*v1alpha1.InstanceTypeCatalog) map[string]poolInput {
+	out := make(map[string]poolInput, len(pools))
+	for _, pl := range pools {
+		out[pl.np.Name] = poolInput{UID: pl.np.UID, Spec: pl.np.Spec, Types: cats[pl.np.Name].Spec.InstanceTypes}
+	}
+	return out
 }
 
 // rebuild replaces the claims held in memory with the ones in the API
@@ -308,7 +344,18 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.book.committedChanged(nc)
+	pods := p.book.committedChanged(nc)
+	// The claim's node was named after it opened (the two informers
+	// do not keep each other's order): the queueing hint could not tie
+	// the node to the claim, so its gated pods are sent back here.
+	if len(pods) > 0 && p.nodeOpen(nc.Status.NodeName) && p.activate != nil {
+		batch := make(map[string]*v1.Pod, len(pods))
+		for _, pod := range pods {
+			batch[pod.Namespace+"/"+pod.Name] = pod
+		}
+		klog.Background().V(2).Info("Sending pods back to the scheduler: their claim's node is open", "nodeClaim", nc.Name, "node", nc.Status.NodeName, "pods", len(batch))
+		p.activate(batch)
+	}
 }
 
 // claimDeleted forgets a claim; pods nominated to it get a new one on

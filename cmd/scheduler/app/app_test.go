@@ -34,7 +34,8 @@ func (postFilterStub) Filter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeI
 func (postFilterStub) PreFilter(context.Context, fwk.CycleState, *v1.Pod, []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	return nil, nil
 }
-func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions    { return nil }
+func (postFilterStub) PreEnqueue(context.Context, *v1.Pod) *fwk.Status { return nil }
 
 // TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
 // manifests/scheduler/config.yaml as the scheduler does and checks the
@@ -74,6 +75,11 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	// And its Filter, which keeps nominated pods for their claim's node.
 	if !slices.ContainsFunc(fw.ListPlugins().Filter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
 		t.Errorf("Filter plugins %v: want %s among them", fw.ListPlugins().Filter.Enabled, virtualnodes.Name)
+	}
+	// And its PreEnqueue, which keeps nominated pods out of the queue
+	// until their claim's node is open.
+	if !slices.ContainsFunc(fw.ListPlugins().PreEnqueue.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
+		t.Errorf("PreEnqueue plugins %v: want %s among them", fw.ListPlugins().PreEnqueue.Enabled, virtualnodes.Name)
 	}
 	// And its PreFilter, which lets pods it has not nominated skip that Filter.
 	if !slices.ContainsFunc(fw.ListPlugins().PreFilter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
