@@ -70,13 +70,35 @@ func TestCloudFaults(t *testing.T) {
 		if slices.Contains(cheapest, got) {
 			t.Fatalf("launched %s, which has no capacity", got)
 		}
-		// The pod's own events tell its story: nominated by the scheduler,
-		// launched and bound by the provisioner.
-		for _, want := range []string{"Nominated", "Launched", "Scheduled"} {
-			poll(t, "event "+want+" on pod ice", func() (bool, error) {
-				reasons, err := podEventReasons(ctx, cs, "default", "ice")
-				return slices.Contains(reasons, want), err
+		// The story as kubectl describe tells it, one Event on the pod: the
+		// scheduler's FailedScheduling names the claim it was nominated
+		// to; the claim's own Events say it launched and bound its pods.
+		var claims v1alpha1.NodeClaimList
+		if err := kube.List(ctx, &claims); err != nil {
+			t.Fatal(err)
+		}
+		claim := ""
+		for _, nc := range claims.Items {
+			if nc.Status.NodeName == node.Name {
+				claim = nc.Name
+			}
+		}
+		if claim == "" {
+			t.Fatalf("no nodeclaim has node %s", node.Name)
+		}
+		poll(t, "pod ice's FailedScheduling Event naming nodeclaim "+claim, func() (bool, error) {
+			notes, err := podEventNotes(ctx, cs, "default", "ice", "FailedScheduling")
+			return slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "nominated to nodeclaim "+claim) }), err
+		})
+		for _, want := range []string{"Launched", "Initialized"} {
+			poll(t, "event "+want+" on nodeclaim "+claim, func() (bool, error) {
+				evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=NodeClaim,regarding.name=" + claim + ",reason=" + want})
+				return err == nil && len(evs.Items) > 0, err
 			})
+		}
+		// Not an Event a pod for each step the claim takes.
+		if reasons, err := podEventReasons(ctx, cs, "default", "ice"); err != nil || slices.ContainsFunc(reasons, func(r string) bool { return slices.Contains([]string{"Nominated", "Launched", "Scheduled"}, r) }) {
+			t.Errorf("pod ice's Events: %v (err %v), want none of Nominated, Launched, Scheduled: the claim's Events tell them once", reasons, err)
 		}
 		zone := node.Labels[corev1.LabelTopologyZone]
 		poll(t, "c7g.large published unavailable in "+zone, func() (bool, error) {
@@ -212,6 +234,21 @@ func TestPoolLimits(t *testing.T) {
 }
 
 // podEventReasons lists the reasons of the events regarding a pod.
+// podEventNotes are the notes of the Events of reason on the pod.
+func podEventNotes(ctx context.Context, cs kubernetes.Interface, namespace, name, reason string) ([]string, error) {
+	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "regarding.kind=Pod,regarding.name=" + name + ",reason=" + reason,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	for _, e := range evs.Items {
+		notes = append(notes, e.Note)
+	}
+	return notes, nil
+}
+
 func podEventReasons(ctx context.Context, cs kubernetes.Interface, namespace, name string) ([]string, error) {
 	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: "regarding.kind=Pod,regarding.name=" + name,

@@ -212,9 +212,12 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			crashpoint.Hit(crashpoint.MidBind)
 			placed(p)
 			bound++
-			// Bound directly, not by the scheduler: say so where kubectl
-			// describe pod shows the scheduler's own "Scheduled" event.
-			c.recordPod(p, corev1.EventTypeNormal, "Scheduled", "Binding", fmt.Sprintf("Successfully assigned %s/%s to %s (nodeclaim %s)", p.Namespace, p.Name, node.Name, nc.Name))
+			// No Event on the pod: the binding itself sets its node and its
+			// PodScheduled condition (True, with the time), and the claim's
+			// Initialized Event below counts the pods bound to its node. A
+			// "Scheduled" Event on each pod, as kube-scheduler writes, was
+			// a second request a pod on the path the API server is
+			// busiest on.
 			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
 		}
 	}

@@ -173,8 +173,13 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	crashpoint.Hit(crashpoint.AfterLaunchStatus)
 	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
 	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
+	// On the claim only: each pod's FailedScheduling Event and PodScheduled
+	// condition name the claim it waits for (VirtualNodes' message), and
+	// an Event on each of a claim's pods, up to 110 of them, would say
+	// what this one says, at a request a pod, when the API server is
+	// busiest. Failures still go on every pod (podEvents), as they change
+	// what happens to it.
 	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
-	c.podEvents(ctx, nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("nodeclaim %s launched %s (%s, %s, %s) for this pod", nc.Name, in.ProviderID, in.InstanceType, in.Zone, in.CapacityType))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
