@@ -43,6 +43,26 @@ type Cloud struct {
 	// mu serialises Create, so that one process never launches twice for a
 	// claim; across replicas only the leader launches.
 	mu sync.Mutex
+
+	// dueMu guards due: when Run next reads the inventory for instances
+	// to register, the earliest a launch or the last read asked for.
+	// Zero: not before the idle reread (inventoryReread).
+	dueMu sync.Mutex
+	due   time.Time
+}
+
+// inventoryReread is how often Run reads the inventory when nothing it
+// knows of is due: for instances recorded by another process (a test, a
+// replica that led before).
+const inventoryReread = 5 * time.Second
+
+// wake asks Run to read the inventory at t, or sooner if already asked.
+func (c *Cloud) wake(t time.Time) {
+	c.dueMu.Lock()
+	defer c.dueMu.Unlock()
+	if c.due.IsZero() || t.Before(c.due) {
+		c.due = t
+	}
 }
 
 var _ cloudprovider.CloudProvider = &Cloud{}
@@ -200,6 +220,9 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 		if err := c.kube.Create(ctx, cm); err != nil {
 			return nil, fmt.Errorf("recording instance: %w", err)
 		}
+		if !never {
+			c.wake(r.RegisterAt)
+		}
 		out := r.Instance
 		out.Refused = refused
 		return &out, nil
@@ -263,16 +286,37 @@ func (c *Cloud) List(ctx context.Context) ([]*cloudprovider.Instance, error) {
 // Run registers the nodes of booted instances until ctx ends, the way
 // their kubelets would, and fails those a NodeFailure fault names. It
 // runs in the leader only.
+//
+// It reads the inventory when an instance is due to register (a launch
+// says when), and otherwise every inventoryReread: a kubelet makes no
+// request of the provisioner's, and a read every tick was a tenth of
+// the provisioner's API requests in a 1,000-pod scale-up.
 func (c *Cloud) Run(ctx context.Context) error {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	var read time.Time
 	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := c.register(ctx); err != nil && ctx.Err() == nil {
-				klog.FromContext(ctx).Error(err, "Registering simulated nodes")
+			now := c.now()
+			c.dueMu.Lock()
+			due := (!c.due.IsZero() && !now.Before(c.due)) || now.Sub(read) >= inventoryReread
+			if due {
+				c.due = time.Time{}
+			}
+			c.dueMu.Unlock()
+			if due {
+				read = now
+				next, err := c.register(ctx)
+				if err != nil && ctx.Err() == nil {
+					klog.FromContext(ctx).Error(err, "Registering simulated nodes")
+					next = now // read again on the next tick
+				}
+				if !next.IsZero() {
+					c.wake(next)
+				}
 			}
 			if tick%5 == 0 {
 				if err := c.fail(ctx); err != nil && ctx.Err() == nil {
@@ -283,14 +327,26 @@ func (c *Cloud) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Cloud) register(ctx context.Context) error {
-	pending, err := c.labelled(ctx, labelRegistered, "false")
+// register registers the nodes of the instances due, and returns when
+// the next instance not yet registered is due (zero: none known).
+// One read of the inventory serves both: a read was a request.
+func (c *Cloud) register(ctx context.Context) (time.Time, error) {
+	all, err := c.labelled(ctx, labelInstance, "true")
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	for _, e := range pending {
+	var next time.Time
+	var devices []entry
+	for _, e := range all {
 		cm, in := e.cm, e.in
-		if in.NeverRegister || c.now().Before(in.RegisterAt) {
+		if cm.Labels[labelDevices] == "pending" {
+			devices = append(devices, e)
+		}
+		if cm.Labels[labelRegistered] != "false" || in.NeverRegister {
+			continue
+		}
+		if c.now().Before(in.RegisterAt) {
+			next = earliest(next, in.RegisterAt)
 			continue
 		}
 		// The template's annotations are on the node from the start, as
@@ -321,30 +377,40 @@ func (c *Cloud) register(ctx context.Context) error {
 		// A conflict or NotFound means the instance changed or was
 		// terminated meanwhile; the next round sees it as it is now.
 		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return err
+			return time.Time{}, err
+		}
+		if late {
+			next = earliest(next, in.DevicesAt)
 		}
 		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim, "devicesPending", late)
 	}
-	return c.registerDevices(ctx)
+	due, err := c.registerDevices(ctx, devices)
+	return earliest(next, due), err
+}
+
+// earliest of a and b, where zero is never.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // registerDevices adds the extended resources of nodes registered without
 // them once their device plugin's delay has passed, as the kubelet does
 // when a device plugin registers.
-func (c *Cloud) registerDevices(ctx context.Context) error {
-	pending, err := c.labelled(ctx, labelDevices, "pending")
-	if err != nil {
-		return err
-	}
+func (c *Cloud) registerDevices(ctx context.Context, pending []entry) (time.Time, error) {
+	var next time.Time
 	for _, e := range pending {
 		cm, in := e.cm, e.in
 		if c.now().Before(in.DevicesAt) {
+			next = earliest(next, in.DevicesAt)
 			continue
 		}
 		var node corev1.Node
 		if err := c.kube.Get(ctx, client.ObjectKey{Name: in.NodeName}, &node); err != nil {
 			if !apierrors.IsNotFound(err) {
-				return err
+				return time.Time{}, err
 			}
 		} else {
 			for name, q := range in.Capacity {
@@ -359,18 +425,19 @@ func (c *Cloud) registerDevices(ctx context.Context) error {
 			}
 			if err := c.kube.Status().Update(ctx, &node); err != nil {
 				if apierrors.IsConflict(err) {
-					continue // the next round reads it again
+					next = earliest(next, c.now()) // the next round reads it again
+					continue
 				}
-				return err
+				return time.Time{}, err
 			}
 		}
 		cm.Labels[labelDevices] = "registered"
 		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return err
+			return time.Time{}, err
 		}
 		klog.FromContext(ctx).V(2).Info("Simulated device plugin registered", "node", in.NodeName, "providerID", in.ProviderID)
 	}
-	return nil
+	return next, nil
 }
 
 // entry is an instance's ConfigMap and the record it holds.

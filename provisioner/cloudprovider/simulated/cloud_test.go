@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,7 +109,7 @@ func TestRegistersEachBootedInstanceOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := c.register(ctx); err != nil {
+		if _, err := c.register(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,5 +136,51 @@ func TestRegistersEachBootedInstanceOnce(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, "aws:///zone-a/i-1"); !errors.Is(err, cloudprovider.ErrNotFound) {
 		t.Fatalf("Get of a foreign provider ID: %v, want ErrNotFound", err)
+	}
+}
+
+// TestInventoryReadWhenAnInstanceIsDue: a launch asks Run to read the
+// inventory when its instance boots, a read before then registers
+// nothing and names that time as the next, and once it has registered
+// nothing more is due (Run then reads only every inventoryReread).
+func TestInventoryReadWhenAnInstanceIsDue(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	class := &v1alpha1.SimulatedNodeClass{}
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: "default"}, class); err != nil {
+		t.Fatal(err)
+	}
+	class.Spec.RegistrationDelay = &metav1.Duration{Duration: time.Minute}
+	if err := c.kube.Update(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	if _, err := c.Create(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(time.Minute); !c.due.Equal(want) {
+		t.Fatalf("after the launch Run is due at %v, want %v (its boot)", c.due, want)
+	}
+	next, err := c.register(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes corev1.NodeList
+	if err := c.kube.List(ctx, &nodes); err != nil || len(nodes.Items) != 0 {
+		t.Fatalf("registered %d nodes before the boot (err %v)", len(nodes.Items), err)
+	}
+	if want := now.Add(time.Minute); !next.Equal(want) {
+		t.Fatalf("read before the boot names %v as next, want %v", next, want)
+	}
+	now = now.Add(time.Minute)
+	if next, err = c.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.kube.List(ctx, &nodes); err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("registered %d nodes at the boot, want 1 (err %v)", len(nodes.Items), err)
+	}
+	if !next.IsZero() {
+		t.Fatalf("after the only instance registered, next read is due at %v, want none", next)
 	}
 }

@@ -22,7 +22,7 @@ func launchedNode(t *testing.T, c *Cloud, l cloudprovider.Launch) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.register(context.Background()); err != nil {
+	if _, err := c.register(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return "sim-" + in.ProviderID[len("simulated:///zone-a/"):]
