@@ -55,6 +55,15 @@ func BenchmarkScaleUp5000(b *testing.B) { scaleUp(b, 5000, 0) }
 // control plane creating 100 pods a second.
 func BenchmarkScaleUp1000Paced(b *testing.B) { scaleUp(b, 1000, 20) }
 
+// BenchmarkScaleUp5000Paced is BenchmarkScaleUp5000 paced as
+// BenchmarkScaleUp1000Paced is.
+func BenchmarkScaleUp5000Paced(b *testing.B) { scaleUp(b, 5000, 20) }
+
+// requestSettle is how long after the last pod is Running the API
+// requests are still counted: Events are written in the background, and a
+// count that ended at the last pod would miss the last ones written.
+const requestSettle = 5 * time.Second
+
 // scaleUp scales a Deployment from 0 to replicas pods and reports: the
 // seconds from the scale call until all are Running; each pod's time from
 // its creation to Running (p50, p99), and the seconds from the last pod's
@@ -168,18 +177,26 @@ func scaleUp(b *testing.B, replicas, perSecond int) {
 		}
 		busy1, total1 := machineCPU(b)
 		b.ReportMetric((busy1-busy0)/(total1-total0), "machine-busy-share")
-		reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning)
+		time.Sleep(time.Until(lastRunning.Add(requestSettle)))
+		reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning.Add(requestSettle))
+		perPod := 0
 		for _, program := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
 			b.ReportMetric(float64(reqs.total[program]), program+"-api-requests")
 			b.ReportMetric(float64(reqs.writes[program]), program+"-api-writes")
+			perPod += reqs.total[program]
 		}
+		b.ReportMetric(float64(perPod)/float64(replicas), "api-requests/pod")
 		if attempts, queued := schedulerAttempts(b, dir, kubeconfig); attempts > 0 {
 			b.ReportMetric(attempts/float64(replicas), "scheduling-attempts/pod")
 			b.Logf("scheduler queue: pods moved by event:\n%s", queued)
 		}
-		b.Logf("API requests from the scale call to the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
+		b.Logf("API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
 		profiled()
-		floor(ctx, b, cs, kube, replicas, perSecond, len(claims.Items))
+		floorP99 := floor(ctx, b, cs, kube, dir, replicas, perSecond, len(claims.Items))
+		if floorP99 > 0 {
+			b.ReportMetric(percentile(lat, 0.99)/floorP99, "p99-to-floor-p99")
+		}
+		keepBenchLogs(b, dir)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
@@ -191,10 +208,13 @@ func scaleUp(b *testing.B, replicas, perSecond int) {
 // provisioned and the scheduler binds every pod itself. Reported with the
 // prefix floor-: seconds from the scale call to all Running, each pod's
 // created→Running p50 and p99, seconds from the last pod's creation to
-// all Running, the machine's busy share, and the nodes launched meanwhile.
-// It fails when the nodes changed: then it is no floor. The first
-// scale-up's figures less these are what provisioning added.
-func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, replicas, perSecond, nodes int) {
+// all Running, the machine's busy share, the nodes launched meanwhile, and
+// the API requests per pod of Nodeforge's programs (the scheduler's own
+// binding and Event, and whatever else either program did meanwhile). It
+// fails when the nodes changed: then it is no floor. The first scale-up's
+// figures less these are what provisioning added. It returns the floor's
+// p99 created→Running, in seconds.
+func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube client.Client, dir string, replicas, perSecond, nodes int) float64 {
 	b.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var np v1alpha1.NodePool
@@ -241,6 +261,40 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	if len(claims.Items) != nodes {
 		b.Errorf("floor: %d nodeclaims after, %d before: nodes came or went, so it is no floor", len(claims.Items), nodes)
 	}
+	time.Sleep(time.Until(lastRunning.Add(requestSettle)))
+	reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning.Add(requestSettle))
+	b.ReportMetric(float64(reqs.total["nodeforge-scheduler"]+reqs.total["nodeforge-provisioner"])/float64(replicas), "floor-api-requests/pod")
+	b.Logf("floor: API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.top(8))
+	return percentile(lat, 0.99)
+}
+
+// keepBenchLogs copies the sandbox's component logs (not the audit log)
+// to $NODEFORGE_BENCH_LOGS/<benchmark>-<time>, when it is set: the
+// sandbox's directory goes with the benchmark.
+func keepBenchLogs(b *testing.B, dir string) {
+	root := os.Getenv("NODEFORGE_BENCH_LOGS")
+	if root == "" {
+		return
+	}
+	dst := filepath.Join(root, b.Name()+"-"+time.Now().Format("150405"))
+	names, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, name := range names {
+		if strings.HasPrefix(filepath.Base(name), "audit") {
+			continue
+		}
+		raw, err := os.ReadFile(name)
+		if err == nil {
+			err = os.MkdirAll(dst, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, filepath.Base(name)), raw, 0o644)
+		}
+		if err != nil {
+			b.Logf("keeping the logs: %v", err)
+			return
+		}
+	}
+	b.Logf("component logs kept in %s", dst)
 }
 
 // scaleInSteps scales the Deployment "scale" to replicas: at once when
