@@ -1,6 +1,7 @@
 package virtualnodes
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -56,6 +57,10 @@ type book struct {
 	// the scheduler retries with an object still naming one of them was
 	// moved (follow), and keeps the claim it was moved to.
 	repacked map[string]time.Time
+	// left is, for a pod this plugin took off a claim to decide it again
+	// (closeAt), that claim's name: an update of the pod still naming
+	// it, written before, is not a move to follow.
+	left map[types.UID]string
 }
 
 func newBook(v *view) *book {
@@ -68,6 +73,7 @@ func newBook(v *view) *book {
 		committed:      map[string]*v1alpha1.NodeClaim{},
 		committedUsage: map[string]v1.ResourceList{},
 		repacked:       map[string]time.Time{},
+		left:           map[types.UID]string{},
 	}
 }
 
@@ -208,6 +214,32 @@ func (b *book) dropLocked(c *claim) {
 	c.info, c.dsPods = nil, nil
 }
 
+// closeAt closes c as the API server has it, with only the pods of
+// written: the others leave it and their nominations, and are returned
+// for the caller to send back to be decided again. A claim whose spec was
+// never written keeps its pods: its create is what failed, and the
+// caller handles that.
+func (b *book) closeAt(c *claim, written map[types.UID]*v1.Pod) []*v1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var late []*v1.Pod
+	if written != nil {
+		for uid, pod := range c.pods {
+			if _, ok := written[uid]; !ok && b.nominated[uid] == c {
+				late = append(late, pod)
+			}
+		}
+	}
+	// Closed first: an open claim's pods are not on a node of the view
+	// that unview would take them off.
+	b.closeLocked(c)
+	for _, pod := range late {
+		b.unviewLocked(c, pod)
+		b.left[pod.UID] = c.name
+	}
+	return late
+}
+
 // unview takes a pod off a closed claim's node; the node leaves the view
 // with its last pod.
 func (b *book) unview(c *claim, pod *v1.Pod) {
@@ -291,7 +323,12 @@ func (b *book) follow(pod *v1.Pod, to string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from, dst := b.nominated[pod.UID], b.claims[to]
-	if from == nil || dst == nil || from == dst || from.nodeName == to {
+	if from != nil && from.name == to {
+		delete(b.left, pod.UID) // the informer has caught up
+	}
+	if from == nil || dst == nil || from == dst || from.nodeName == to || b.left[pod.UID] == to {
+		// The last: an update of the pod written before this plugin
+		// took it off that claim (closeAt), not a move.
 		return false
 	}
 	b.closeLocked(from)
@@ -325,6 +362,7 @@ func (b *book) follow(pod *v1.Pod, to string) bool {
 func (b *book) podGone(pod *v1.Pod, deleted bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.left, pod.UID)
 	c := b.nominated[pod.UID]
 	if c == nil {
 		return false
@@ -357,6 +395,7 @@ func (b *book) reset() {
 	clear(b.claims)
 	clear(b.nominated)
 	clear(b.hints)
+	clear(b.left)
 }
 
 // restore records a claim rebuilt from the API server with its pods:
@@ -456,7 +495,7 @@ func (b *book) dirty() []write {
 	var writes []write
 	for _, cl := range b.open {
 		if cl.dirty {
-			writes = append(writes, write{cl: cl, obj: cl.object(), create: cl.written == nil})
+			writes = append(writes, write{cl: cl, obj: cl.object(), create: cl.written == nil, pods: maps.Clone(cl.pods)})
 			cl.dirty = false
 		}
 	}
@@ -469,4 +508,6 @@ type write struct {
 	cl     *claim
 	obj    *v1alpha1.NodeClaim
 	create bool
+	// pods are the claim's pods obj counts.
+	pods map[types.UID]*v1.Pod
 }

@@ -58,7 +58,11 @@ type claim struct {
 	// written is the object as last read from or written to the API
 	// server, nil until it exists there; dirty says it lags behind.
 	written *v1alpha1.NodeClaim
-	dirty   bool
+	// specPods are the pods the spec last written counts (its requests
+	// and the instance types that hold them): what the provisioner
+	// launches for.
+	specPods map[types.UID]*v1.Pod
+	dirty    bool
 }
 
 func metaName(name string, labels map[string]string) metav1.ObjectMeta {

@@ -484,6 +484,7 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 		} else {
 			err = c.Update(ctx, w.obj)
 		}
+		specWritten := err == nil
 		if err == nil {
 			if w.create {
 				crashpoint.Hit(crashpoint.SchedulerAfterClaimCreate)
@@ -492,6 +493,9 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 			err = c.Status().Update(ctx, w.obj)
 		}
 		p.mu.Lock()
+		if specWritten {
+			w.cl.specPods = w.pods
+		}
 		nominated := func() {
 			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
 				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
@@ -510,8 +514,21 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 				// load: TestSandboxRunsTheChart at -parallel 6.
 				nominated()
 			}
-			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name)
-			p.book.close(w.cl)
+			// The provisioner closed the claim with the spec it last read,
+			// which counts only the pods of the last spec written: the
+			// instance it launches holds those. The pods nominated since
+			// are decided again now, rather than found not to fit once
+			// the node is up (in a paced scale-up, a claim closed between
+			// two bursts of pods left 12 pods waiting 2 s each for their
+			// refusal to be confirmed, then for a new node).
+			late := p.book.closeAt(w.cl, w.cl.specPods)
+			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name, "podsDecidedAgain", len(late))
+			if len(late) > 0 {
+				for _, pod := range late {
+					p.refused[pod.UID] = pod
+				}
+				p.retryRefused("nodeclaim " + w.cl.name + " closed before its last nominations were written")
+			}
 		case errors.Is(err, errNotOurs):
 			logger.Info("Nodeclaim name taken by another claim; its pods will be nominated again", "nodeClaim", w.cl.name, "reason", err.Error())
 			p.forget(w.cl, "nodeclaim name "+w.cl.name+" taken")

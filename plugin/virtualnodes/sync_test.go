@@ -3,10 +3,12 @@ package virtualnodes
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,5 +125,71 @@ func TestClaimDeletedWithoutAnEventIsForgotten(t *testing.T) {
 		if !found {
 			t.Errorf("pod %s of the deleted claim is not queued to be decided again", name)
 		}
+	}
+}
+
+// TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem: the
+// provisioner closes a claim (a status write of its own) after the
+// plugin wrote it with pod a and before it wrote pod b. The instance it
+// launches holds what the spec it read counts: a. The plugin's next write
+// conflicts; a keeps its nomination, and b is decided again at once
+// rather than waiting for a node that has no room for it.
+func TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	h.plugin.flush(ctx, api)
+	if again, s := h.schedule(ctx, testPod("b", "1", "1Gi")); !s.IsSuccess() || again != c {
+		t.Fatalf("pod b went to %v (%s), want the open claim %s", again, s.Message(), c.name)
+	}
+	var nc v1alpha1.NodeClaim
+	if err := api.Get(ctx, client.ObjectKey{Name: c.name}, &nc); err != nil {
+		t.Fatal(err)
+	}
+	if nc.Status.NominatedPods != 1 {
+		t.Fatalf("the claim was written with %d pods, want 1 (a)", nc.Status.NominatedPods)
+	}
+	nc.Status.Phase = v1alpha1.NodeClaimLaunching
+	if err := api.Status().Update(ctx, &nc); err != nil {
+		t.Fatal(err)
+	}
+	var retried []string
+	h.plugin.activate = func(pods map[string]*v1.Pod) {
+		for _, p := range pods {
+			retried = append(retried, p.Name)
+		}
+	}
+	h.plugin.flush(ctx, api)
+	if n := h.plugin.nominationOf(testPod("a", "1", "1Gi")); n == nil || n.claim != c.name {
+		t.Errorf("pod a, which the closed claim counts, lost its nomination: %v", n)
+	}
+	if n := h.plugin.nominationOf(testPod("b", "1", "1Gi")); n != nil {
+		t.Errorf("pod b, nominated after the claim's last write, is still nominated to %s", n.claim)
+	}
+	if !slices.Equal(retried, []string{"b"}) {
+		t.Errorf("pods sent back to be decided again: %v, want [b]", retried)
+	}
+	if c.open {
+		t.Error("the claim the provisioner closed is still open to nominations")
+	}
+	// b is decided again onto another claim; then the informer brings
+	// b's update from before, naming the closed claim: not a move.
+	b := testPod("b", "1", "1Gi")
+	c2, s := h.schedule(ctx, b)
+	if !s.IsSuccess() || c2 == c {
+		t.Fatalf("pod b decided again went to %v (%s), want a claim other than %s", c2, s.Message(), c.name)
+	}
+	stale := b.DeepCopy()
+	stale.Status.NominatedNodeName = c.name
+	h.plugin.nominationMoved(stale)
+	if n := h.plugin.nominationOf(b); n == nil || n.claim != c2.name {
+		t.Errorf("after a stale update naming %s, pod b is nominated to %v, want %s", c.name, n, c2.name)
+	}
+	if !c2.open {
+		t.Errorf("a stale update closed claim %s", c2.name)
 	}
 }
