@@ -49,6 +49,13 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if ahead := schedulerAhead(nc, len(pods)); ahead && open < c.opts.BatchMax && !replacement {
+		// More pods name the claim than the scheduler's last write
+		// counts: it has nominated since, and its next write (every
+		// 200 ms) brings the spec that holds them. Closing now would
+		// launch for the spec without them.
+		return reconcile.Result{RequeueAfter: c.opts.BatchIdle / 4}, nil
+	}
 	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
@@ -89,8 +96,8 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 		}
 		last := lastNomination(k)
 		pods, err := c.nominatedPods(ctx, k.Name)
-		if err != nil || len(pods) == 0 {
-			continue // its own window deletes it when its pods are gone
+		if err != nil || len(pods) == 0 || schedulerAhead(k, len(pods)) {
+			continue // its own window deletes it when its pods are gone, or closes it once written
 		}
 		if err := c.closeClaim(ctx, k); err != nil {
 			continue
@@ -106,6 +113,17 @@ func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) boo
 	return k.UID != nc.UID && (k.Status.Phase == "" || k.Status.Phase == v1alpha1.NodeClaimNominating) && k.DeletionTimestamp.IsZero() &&
 		k.Annotations[v1alpha1.AnnotationReplaces] == "" && k.Spec.NodePool == nc.Spec.NodePool && batchOf(k) == batchOf(nc) &&
 		now.Sub(lastNomination(k)) >= c.opts.BatchIdle/2
+}
+
+// schedulerAhead says whether more pods are seen nominated to an open
+// claim than its status counts: the scheduler has nominated pods its
+// last write of the claim does not include. Its pods' nominations are
+// written in its scheduling cycle, its claims every writeInterval. A
+// claim whose status counts no pod was not written by the scheduler's
+// plugin (or not yet): nothing to compare with.
+func schedulerAhead(nc *v1alpha1.NodeClaim, seen int) bool {
+	return (nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating) &&
+		nc.Status.NominatedPods > 0 && int32(seen) > nc.Status.NominatedPods
 }
 
 // lastNomination is when a pod was last nominated to the claim, or when it

@@ -566,3 +566,50 @@ func TestDeletedNodeDeletesItsClaim(t *testing.T) {
 		t.Errorf("claim of a deleted node not deleted (err %v)", err)
 	}
 }
+
+// TestBatchWaitsForTheSchedulersLastWrite: past its idle window, a claim
+// that more pods name than its status counts stays open (the scheduler
+// nominated them after its last write, and the spec the launch reads
+// does not hold them yet) until the status counts them, and no longer
+// than the batch's longest window.
+func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimNominating)
+	s := newSteps(t, nc, nominated("a", nc.Name), nominated("b", nc.Name))
+	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	nc.Status.NominatedPods = 1
+	if err := s.kube.Status().Update(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	s.now = s.now.Add(1100 * time.Millisecond)
+	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
+		t.Fatalf("closed with 2 pods seen and 1 written: %v %v, phase %s", res, err, s.get(t, nc).Status.Phase)
+	}
+	got := s.get(t, nc)
+	got.Status.NominatedPods = 2
+	if err := s.kube.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if phase := s.get(t, nc).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
+		t.Fatalf("once the status counts both pods: phase %s, want Launching", phase)
+	}
+
+	late := claim(v1alpha1.NodeClaimNominating)
+	late.Name, late.UID = "pool-late", "uid-3"
+	s = newSteps(t, late, nominated("c", late.Name), nominated("d", late.Name))
+	late.Status.NominatedPods = 1
+	if err := s.kube.Status().Update(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	s.now = s.now.Add(time.Minute) // past the batch's longest window
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, late)); err != nil {
+		t.Fatal(err)
+	}
+	if phase := s.get(t, late).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
+		t.Fatalf("past the longest window with the scheduler still behind: phase %s, want Launching", phase)
+	}
+}
