@@ -137,7 +137,7 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			gate = nil
 		}
 	}
-	bound, handedOff := 0, 0
+	bound, handedOff, unconfirmed := 0, 0, 0
 	var stuck []stuckPod
 	for i := range pods {
 		p := &pods[i]
@@ -162,8 +162,14 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 		}
 		if !s.IsSuccess() {
 			if !c.refusals.confirmed(p.UID, c.now()) {
+				// The pods after it are bound meanwhile: one pod the
+				// node has no room for must not hold the others back,
+				// and every refusal of a pass is confirmed together,
+				// not one after another (a claim closed between two
+				// bursts of a paced scale-up had 12 such pods: 24 s).
 				logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
-				return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
+				unconfirmed++
+				continue
 			}
 			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
 			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", node.Name, s.Plugin(), s.Message()))
@@ -220,6 +226,12 @@ func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 			// busiest on.
 			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
 		}
+	}
+	if unconfirmed > 0 {
+		// The node stays held for binding until each refusal is
+		// confirmed or withdrawn.
+		logger.Info("Bound pods to node; looking again at the pods it refuses", "pods", bound, "handedOff", handedOff, "refused", unconfirmed, "node", node.Name)
+		return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
 	}
 	if len(stuck) > 0 {
 		// The pods bound stay bound; the rest are tried again until the
