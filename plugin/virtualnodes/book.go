@@ -355,6 +355,13 @@ func (b *book) follow(pod *v1.Pod, to string) bool {
 	return true
 }
 
+// forgetLeft forgets the claim a pod was taken off (closeAt).
+func (b *book) forgetLeft(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.left, uid)
+}
+
 // podGone takes a pod that was bound or deleted off its claim: whether
 // the pod was nominated to one. A pod bound from a closed claim keeps
 // counting on the claim's node until the scheduler's snapshot shows it on

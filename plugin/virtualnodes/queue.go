@@ -28,8 +28,8 @@ import (
 // say, to the scheduler) or until it is nominated nowhere: its claim
 // deleted, its nomination cleared. Every way out of a claim already sends
 // the pod back through activate (forget, nominationCleared); the node
-// opening is seen through the queueing hint below, and through claimNode
-// when the claim's node is learned after it opened.
+// opening is seen through the queueing hint below, and through
+// claimChanged when the claim's node is learned after it opened.
 //
 // Locking: the scheduling queue calls PreEnqueue and the queueing hints
 // under its own lock, and VirtualNodes calls activate, which takes that

@@ -286,6 +286,12 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
+		if cl != nil && int32(len(cl.pods)) != nc.Status.NominatedPods {
+			// Nominations made after the claim's last write, before the
+			// restart: written again, or the provisioner waits for a
+			// write that would not come (schedulerAhead).
+			cl.dirty = true
+		}
 		if cl == nil {
 			logger.Info("Cannot restore nodeclaim: its pool or instance types are gone", "nodeClaim", klog.KObj(nc), "nodePool", nc.Spec.NodePool)
 			continue
@@ -375,6 +381,9 @@ func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
 	if c := p.book.deleted(name, into != nil, p.now()); c != nil {
 		for uid, pod := range c.pods {
 			if to, ok := into[uid]; ok {
+				// The repack's own record: a move, even back to a claim
+				// the pod was taken off before.
+				p.book.forgetLeft(uid)
 				p.book.follow(pod, to)
 			}
 		}

@@ -368,6 +368,7 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 		}
 		if err := c.kube.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			klog.FromContext(ctx).Error(err, "Registering simulated node", "node", in.NodeName, "providerID", in.ProviderID)
+			next = earliest(next, c.now()) // the next tick tries again
 			continue
 		}
 		cm.Labels[labelRegistered] = "true"
@@ -375,8 +376,12 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 			cm.Labels[labelDevices] = "pending"
 		}
 		// A conflict or NotFound means the instance changed or was
-		// terminated meanwhile; the next round sees it as it is now.
-		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		// terminated meanwhile; the next tick sees it as it is now
+		// (soon: before its devices are due, so that they are added).
+		if err := c.kube.Update(ctx, cm); apierrors.IsConflict(err) {
+			next = earliest(next, c.now())
+			continue
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return time.Time{}, err
 		}
 		if late {

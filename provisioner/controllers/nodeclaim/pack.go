@@ -426,7 +426,9 @@ func (c *Controller) closingWith(ctx context.Context, nc *v1alpha1.NodeClaim, cl
 		if !c.idleInBatchOf(k, nc, now) {
 			continue
 		}
-		if pods, err := c.nominatedPods(ctx, k.Name); err == nil && len(pods) > 0 {
+		// One the scheduler is ahead of closes in its own window, once
+		// written, not with this batch (closeWithBatch): no wait for it.
+		if pods, err := c.nominatedPods(ctx, k.Name); err == nil && len(pods) > 0 && !schedulerAhead(k, len(pods)) {
 			return k.Name
 		}
 	}
