@@ -233,32 +233,26 @@ func TestPoolLimits(t *testing.T) {
 	t.Logf("%d pods Running, %d refused at the limit, %s cpu launched", running, refused, total.String())
 }
 
-// podEventReasons lists the reasons of the events regarding a pod.
 // podEventNotes are the notes of the Events of reason on the pod.
 func podEventNotes(ctx context.Context, cs kubernetes.Interface, namespace, name, reason string) ([]string, error) {
-	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "regarding.kind=Pod,regarding.name=" + name + ",reason=" + reason,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var notes []string
-	for _, e := range evs.Items {
-		notes = append(notes, e.Note)
-	}
-	return notes, nil
+	return podEventField(ctx, cs, namespace, name, ",reason="+reason, func(e eventsv1.Event) string { return e.Note })
 }
 
+// podEventReasons lists the reasons of the events regarding a pod.
 func podEventReasons(ctx context.Context, cs kubernetes.Interface, namespace, name string) ([]string, error) {
-	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "regarding.kind=Pod,regarding.name=" + name,
-	})
+	return podEventField(ctx, cs, namespace, name, "", func(e eventsv1.Event) string { return e.Reason })
+}
+
+// podEventField is field of each Event regarding the pod that the field
+// selector more (",reason=…", or "") also selects.
+func podEventField(ctx context.Context, cs kubernetes.Interface, namespace, name, more string, field func(eventsv1.Event) string) ([]string, error) {
+	evs, err := cs.EventsV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=Pod,regarding.name=" + name + more})
 	if err != nil {
 		return nil, err
 	}
-	var reasons []string
+	out := make([]string, 0, len(evs.Items))
 	for _, e := range evs.Items {
-		reasons = append(reasons, e.Reason)
+		out = append(out, field(e))
 	}
-	return reasons, nil
+	return out, nil
 }
