@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -38,10 +37,7 @@ func (f *flakyReader) List(ctx context.Context, list client.ObjectList, opts ...
 func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := apiScheme(t)
 	boom := errors.New("apiserver unavailable")
 	// The API server holds no NodePool: a resync that succeeds drops "bench".
 	api := &flakyReader{Reader: crfake.NewClientBuilder().WithScheme(scheme).Build(), failures: 2, err: boom}
@@ -90,10 +86,7 @@ func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
 func TestClaimDeletedWithoutAnEventIsForgotten(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := apiScheme(t)
 	api := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
 	if !s.IsSuccess() {
