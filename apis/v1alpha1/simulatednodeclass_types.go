@@ -41,6 +41,17 @@ type SimulatedNodeClassSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	// +optional
 	DevicePluginDelay *metav1.Duration `json:"devicePluginDelay,omitempty"`
+	// CloudControllerDelay is how long after its node registers the
+	// simulated cloud controller manager initialises it: the node
+	// registers with node.cloudprovider.kubernetes.io/uninitialized:NoSchedule,
+	// as a kubelet run with an external cloud provider (EKS) does, and the
+	// taint is lifted after this delay. Unset: 1s. Zero: the node
+	// registers without the taint, as in a cluster whose kubelets run
+	// without an external cloud provider.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +optional
+	CloudControllerDelay *metav1.Duration `json:"cloudControllerDelay,omitempty"`
 	// Faults to inject into launches whose offering matches.
 	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic

@@ -1165,6 +1165,11 @@ func (in *SimulatedNodeClassSpec) DeepCopyInto(out *SimulatedNodeClassSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.CloudControllerDelay != nil {
+		in, out := &in.CloudControllerDelay, &out.CloudControllerDelay
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Faults != nil {
 		in, out := &in.Faults, &out.Faults
 		*out = make([]SimulatedFault, len(*in))

@@ -187,6 +187,9 @@ func TestBindWaitsUntilTheNodeIsReadyForPods(t *testing.T) {
 	startLifecycle(t, ctx, fake.New())
 	nc := launchingClaim("ready-gate-1", "ready-gate", types)
 	nc.Spec.StartupTaints = []corev1.Taint{{Key: agentNotReady, Effect: corev1.TaintEffectNoExecute}}
+	// What VirtualNodes writes for the pod nominated below: the GPU is
+	// waited for because the pod requests it.
+	nc.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}
 	if err := kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +33,8 @@ import (
 // answers from its own state. Instances "boot" for the node class's
 // registrationDelay and then register as Nodes that kwok runs (annotation
 // kwok.x-k8s.io/node=fake), with the labels and taints of the launch, like
-// a kubelet would.
+// a kubelet would; it plays the cloud controller manager too, lifting the
+// uninitialised taint the node registers with (cloudControllerDelay).
 type Cloud struct {
 	*Catalog
 	kube      client.Client
@@ -75,6 +77,9 @@ const (
 	// labelDevices is "pending" on an instance whose node has registered
 	// without its extended resources yet (devicePluginDelay).
 	labelDevices = "simulated.nodeforge.dev/devices"
+	// labelCloudController is "pending" on an instance whose node has
+	// registered with the uninitialised taint, until it is lifted.
+	labelCloudController = "simulated.nodeforge.dev/cloud-controller"
 	// labelFailed is "true" on an instance whose node a NodeFailure fault
 	// has failed.
 	labelFailed = "simulated.nodeforge.dev/failed"
@@ -97,7 +102,23 @@ type Record struct {
 	// DevicesAt, when after RegisterAt, is when the node's extended
 	// resources appear (the node class's devicePluginDelay).
 	DevicesAt time.Time `json:"devicesAt,omitzero"`
+	// CloudControllerDelay is how long after the node registers the cloud
+	// controller manager lifts the uninitialised taint it registers with
+	// (the node class's cloudControllerDelay); zero: no taint.
+	CloudControllerDelay time.Duration `json:"cloudControllerDelay,omitempty"`
+	// InitializedAt is when the taint is lifted, set when the node
+	// registers.
+	InitializedAt time.Time `json:"initializedAt,omitzero"`
 }
+
+// defaultCloudControllerDelay is a node class's cloudControllerDelay
+// when unset: long enough that the provisioner meets the taint on every
+// node, short enough to cost the sandbox's tests little.
+const defaultCloudControllerDelay = time.Second
+
+// uninitializedTaint is the taint a kubelet run with an external cloud
+// provider registers its node with.
+var uninitializedTaint = corev1.Taint{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}
 
 // NewCloud returns the simulated cloud serving catalog, keeping its
 // inventory in namespace: written through kube, read through api (the
@@ -172,6 +193,10 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 	if class.Spec.DevicePluginDelay != nil {
 		devices = class.Spec.DevicePluginDelay.Duration
 	}
+	initialized := defaultCloudControllerDelay
+	if class.Spec.CloudControllerDelay != nil {
+		initialized = class.Spec.CloudControllerDelay.Duration
+	}
 	var refused []cloudprovider.Offer
 	for _, o := range l.Offers {
 		never := false
@@ -206,6 +231,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 		if devices > 0 {
 			r.DevicesAt = r.RegisterAt.Add(devices)
 		}
+		r.CloudControllerDelay = initialized
 		r.Labels[corev1.LabelHostname] = r.NodeName
 		raw, err := json.Marshal(r)
 		if err != nil {
@@ -336,11 +362,14 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	var next time.Time
-	var devices []entry
+	var devices, uninitialized []entry
 	for _, e := range all {
 		cm, in := e.cm, e.in
 		if cm.Labels[labelDevices] == "pending" {
 			devices = append(devices, e)
+		}
+		if cm.Labels[labelCloudController] == "pending" {
+			uninitialized = append(uninitialized, e)
 		}
 		if cm.Labels[labelRegistered] != "false" || in.NeverRegister {
 			continue
@@ -366,6 +395,18 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 		if late {
 			node.Status.Capacity, node.Status.Allocatable = withoutExtended(in.Capacity), withoutExtended(in.Allocatable)
 		}
+		// The cloud controller manager initialises the node a while after
+		// it registers, however late that is.
+		tainted := in.CloudControllerDelay > 0
+		if tainted {
+			node.Spec.Taints = append(slices.Clone(in.Taints), uninitializedTaint)
+			in.InitializedAt = c.now().Add(in.CloudControllerDelay)
+			raw, err := json.Marshal(in)
+			if err != nil {
+				return time.Time{}, err
+			}
+			cm.Data[dataKey] = string(raw)
+		}
 		if err := c.kube.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 			klog.FromContext(ctx).Error(err, "Registering simulated node", "node", in.NodeName, "providerID", in.ProviderID)
 			next = earliest(next, c.now()) // the next tick tries again
@@ -374,6 +415,9 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 		cm.Labels[labelRegistered] = "true"
 		if late {
 			cm.Labels[labelDevices] = "pending"
+		}
+		if tainted {
+			cm.Labels[labelCloudController] = "pending"
 		}
 		// A conflict or NotFound means the instance changed or was
 		// terminated meanwhile; the next tick sees it as it is now
@@ -387,10 +431,63 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 		if late {
 			next = earliest(next, in.DevicesAt)
 		}
-		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim, "devicesPending", late)
+		if tainted {
+			next = earliest(next, in.InitializedAt)
+		}
+		klog.FromContext(ctx).V(2).Info("Simulated node registered", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim, "devicesPending", late, "uninitialized", tainted)
 	}
 	due, err := c.registerDevices(ctx, devices)
-	return earliest(next, due), err
+	if err != nil {
+		return earliest(next, due), err
+	}
+	initialized, err := c.initializeNodes(ctx, uninitialized)
+	return earliest(next, earliest(due, initialized)), err
+}
+
+// initializeNodes lifts the uninitialised taint from the nodes registered
+// with it once their cloudControllerDelay has passed, as the cloud
+// controller manager does once it has initialised a node, and returns
+// when the next one is due (zero: none).
+func (c *Cloud) initializeNodes(ctx context.Context, pending []entry) (time.Time, error) {
+	var next time.Time
+	for _, e := range pending {
+		cm, in := e.cm, e.in
+		if c.now().Before(in.InitializedAt) {
+			next = earliest(next, in.InitializedAt)
+			continue
+		}
+		var node corev1.Node
+		if err := c.kube.Get(ctx, client.ObjectKey{Name: in.NodeName}, &node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return time.Time{}, err
+			}
+		} else if taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), isUninitialized); len(taints) != len(node.Spec.Taints) {
+			// An update, not a patch of the list: the provisioner changes
+			// the node's taints too (the binding taint), and a conflict
+			// is read again on the next round rather than overwritten.
+			node.Spec.Taints = taints
+			if err := c.kube.Update(ctx, &node); err != nil {
+				if apierrors.IsConflict(err) {
+					next = earliest(next, c.now())
+					continue
+				}
+				if !apierrors.IsNotFound(err) {
+					return time.Time{}, err
+				}
+			}
+		}
+		cm.Labels[labelCloudController] = "initialized"
+		if err := c.kube.Update(ctx, cm); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return time.Time{}, err
+		}
+		klog.FromContext(ctx).V(2).Info("Simulated cloud controller manager initialised the node", "node", in.NodeName, "providerID", in.ProviderID, "nodeClaim", in.NodeClaim)
+	}
+	return next, nil
+}
+
+// isUninitialized says whether t is the uninitialised taint.
+func isUninitialized(t corev1.Taint) bool {
+	return t.Key == cloudproviderapi.TaintExternalCloudProvider
 }
 
 // earliest of a and b, where zero is never.

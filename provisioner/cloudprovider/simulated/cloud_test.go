@@ -3,6 +3,7 @@ package simulated
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,7 +181,89 @@ func TestInventoryReadWhenAnInstanceIsDue(t *testing.T) {
 	if err := c.kube.List(ctx, &nodes); err != nil || len(nodes.Items) != 1 {
 		t.Fatalf("registered %d nodes at the boot, want 1 (err %v)", len(nodes.Items), err)
 	}
+	if want := now.Add(defaultCloudControllerDelay); !next.Equal(want) {
+		t.Fatalf("after the only instance registered, next read is due at %v, want %v (the cloud controller manager's)", next, want)
+	}
+	now = now.Add(defaultCloudControllerDelay)
+	if next, err = c.register(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if !next.IsZero() {
-		t.Fatalf("after the only instance registered, next read is due at %v, want none", next)
+		t.Fatalf("after the only node was initialised, next read is due at %v, want none", next)
+	}
+}
+
+// TestNodeRegistersUninitialisedUntilTheCloudControllerDelay: a node
+// registers with the cloud provider's uninitialised taint beside the
+// launch's own, which is lifted once the node class's
+// cloudControllerDelay has passed since it registered (1s unset; counted
+// from the registration, here 10s late, as after a provisioner restart),
+// leaving the others; with a delay of zero the node registers without it.
+func TestNodeRegistersUninitialisedUntilTheCloudControllerDelay(t *testing.T) {
+	binding := corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}
+	for _, tc := range []struct {
+		name  string
+		delay *metav1.Duration
+		lift  time.Duration // 0: never tainted
+	}{
+		{"unset", nil, defaultCloudControllerDelay},
+		{"three seconds", &metav1.Duration{Duration: 3 * time.Second}, 3 * time.Second},
+		{"zero", &metav1.Duration{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c, l := testCloud(t, nil)
+			l.Template.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+			class := &v1alpha1.SimulatedNodeClass{}
+			if err := c.kube.Get(ctx, client.ObjectKey{Name: "default"}, class); err != nil {
+				t.Fatal(err)
+			}
+			class.Spec.CloudControllerDelay = tc.delay
+			if err := c.kube.Update(ctx, class); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+			c.now = func() time.Time { return now }
+			in, err := c.Create(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(10 * time.Second)
+			taints := func() []string {
+				t.Helper()
+				if _, err := c.register(ctx); err != nil {
+					t.Fatal(err)
+				}
+				var node corev1.Node
+				name, _ := objectName(in.ProviderID)
+				if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+					t.Fatal(err)
+				}
+				var keys []string
+				for _, t := range node.Spec.Taints {
+					keys = append(keys, t.Key+":"+string(t.Effect))
+				}
+				return keys
+			}
+			kept := []string{"dedicated:NoSchedule", binding.Key + ":NoSchedule"}
+			uninitialized := append(slices.Clone(kept), "node.cloudprovider.kubernetes.io/uninitialized:NoSchedule")
+			if tc.lift == 0 {
+				if got := taints(); !slices.Equal(got, kept) {
+					t.Fatalf("node registered with taints %v, want %v", got, kept)
+				}
+				return
+			}
+			if got := taints(); !slices.Equal(got, uninitialized) {
+				t.Fatalf("node registered with taints %v, want %v", got, uninitialized)
+			}
+			now = now.Add(tc.lift - time.Millisecond)
+			if got := taints(); !slices.Equal(got, uninitialized) {
+				t.Fatalf("just before the delay the node has taints %v, want %v", got, uninitialized)
+			}
+			now = now.Add(time.Millisecond)
+			if got := taints(); !slices.Equal(got, kept) {
+				t.Fatalf("after the delay the node has taints %v, want %v", got, kept)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
@@ -275,22 +276,32 @@ type stuckPod struct {
 }
 
 // notReadyForPods says what the node still lacks before pods may be bound
-// to it, or "" when nothing: Ready; none of the claim's startup taints
-// (a CNI or device agent lifts them when it is up; a pod bound before
-// would be evicted by a NoExecute one or refused by the kubelet); and
-// every extended resource its instance type promises in allocatable (a
-// device plugin registers them after the node is Ready; binding before
-// would find a GPU pod no room and launch a second node).
+// to it, or "" when nothing: Ready; none of the taints others lift once
+// the node is up (the not-ready taint, the cloud provider's uninitialised
+// taint, the claim's startup taints: the scheduler refuses every pod
+// while one is there, and a pod bound before would be evicted by a
+// NoExecute one or refused by the kubelet); and every extended resource
+// the claim's pods request in allocatable (a device plugin registers them
+// after the node is Ready; binding before would find a GPU pod no room
+// and launch a second node).
 func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 	if !ready(node) {
 		return "condition Ready"
 	}
-	// The API server taints every new node not-ready; the node lifecycle
-	// controller lifts it once the node is Ready. Until then the scheduler
-	// would refuse every pod there.
 	for _, t := range node.Spec.Taints {
-		if (t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable) && t.Effect != corev1.TaintEffectPreferNoSchedule {
+		if t.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		switch t.Key {
+		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable:
+			// The API server taints every new node not-ready; the node
+			// lifecycle controller lifts it once the node is Ready.
 			return fmt.Sprintf("taint %s:%s to be lifted by the node lifecycle controller", t.Key, t.Effect)
+		case cloudproviderapi.TaintExternalCloudProvider:
+			// A kubelet run with an external cloud provider (EKS)
+			// registers with it; the cloud controller manager lifts it
+			// once it has set the node's addresses and provider ID.
+			return fmt.Sprintf("taint %s:%s to be lifted by the cloud controller manager", t.Key, t.Effect)
 		}
 	}
 	for _, st := range nc.Spec.StartupTaints {
@@ -298,13 +309,19 @@ func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 			return fmt.Sprintf("startup taint %s:%s to be removed", st.Key, st.Effect)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(nc.Status.Allocatable)) {
-		promised := nc.Status.Allocatable[name]
-		if !v1helper.IsExtendedResourceName(name) || promised.IsZero() {
+	// Only what the pods request is waited for, not all the instance type
+	// promises (status.allocatable): some resources appear only where the
+	// cluster runs their agent (vpc.amazonaws.com/pod-eni only with pod
+	// security groups enabled), and waiting for one no pod asked for would
+	// hold the pods until the initialization deadline and then give the
+	// node up. The gate judges the pods on what the node has.
+	for _, name := range slices.Sorted(maps.Keys(nc.Spec.Resources.Requests)) {
+		requested := nc.Spec.Resources.Requests[name]
+		if !v1helper.IsExtendedResourceName(name) || requested.IsZero() {
 			continue
 		}
-		if has, ok := node.Status.Allocatable[name]; !ok || has.Cmp(promised) < 0 {
-			return fmt.Sprintf("%s %s in allocatable", promised.String(), name)
+		if has, ok := node.Status.Allocatable[name]; !ok || has.Cmp(requested) < 0 {
+			return fmt.Sprintf("%s %s in allocatable (the pods request them)", requested.String(), name)
 		}
 	}
 	return ""

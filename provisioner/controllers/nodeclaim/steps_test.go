@@ -293,10 +293,11 @@ func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
 
 // TestNodeIsReadyForPodsOnlyWhenNothingIsPending: pods are bound only to a
 // node that is Ready, free of the not-ready taint and of the claim's
-// startup taints, and that has every extended resource its type promised.
+// startup taints, and that has every extended resource its pods request.
 func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
 	nc := claim(v1alpha1.NodeClaimRegistered)
 	nc.Spec.StartupTaints = []corev1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoSchedule}}
+	nc.Spec.Resources.Requests = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 	nc.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")}
 	readyNode := func(edit func(*corev1.Node)) *corev1.Node {
 		n := &corev1.Node{Status: corev1.NodeStatus{
