@@ -39,17 +39,15 @@ const (
 	maxFileSize = 1536 << 10
 )
 
-// mainRegions are the commercial regions most clusters run in. They are
-// what -source=pricing-api fetches when -regions is not given: the API has
-// no cheap way to list regions, each region is a dozen round trips, and all
-// of them would bloat the shipped file for little gain (Refresh fills in any
-// region at run time).
-var mainRegions = []string{
-	"us-east-1", "us-east-2", "us-west-1", "us-west-2",
-	"ca-central-1", "sa-east-1",
-	"eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1", "eu-north-1",
-	"ap-south-1", "ap-southeast-1", "ap-southeast-2",
-	"ap-northeast-1", "ap-northeast-2", "ap-northeast-3",
+// defaultAPIRegions are what -source=pricing-api fetches when -regions is
+// not given: every commercial region (pricing.CommercialRegions, the AWS
+// region table as the package records it) and the two GovCloud regions,
+// whose prices the aws partition's Price List also holds and which can
+// never refresh at run time (no Pricing API in GovCloud). A cluster in a
+// region the file lacks prices by a stand-in until its refresh answers, so
+// every region belongs in the file. China is left out: its prices are CNY.
+func defaultAPIRegions() []string {
+	return append(pricing.CommercialRegions(), "us-gov-east-1", "us-gov-west-1")
 }
 
 // options are the command line, plus seams for tests.
@@ -74,7 +72,7 @@ func main() {
 	var regions string
 	flag.StringVar(&o.source, "source", sourceKarpenter, `where the figures come from: "karpenter" (the table published in the Karpenter AWS provider's module, through the Go module proxy) or "pricing-api" (the AWS Pricing API, with the default AWS credential chain)`)
 	flag.StringVar(&o.version, "version", defaultKarpenterVersion, `version of github.com/aws/karpenter-provider-aws to read figures from (-source=karpenter); "latest" works too`)
-	flag.StringVar(&regions, "regions", "", "comma-separated regions to keep (default: every region the Karpenter table has; for -source=pricing-api, the main commercial regions: "+strings.Join(mainRegions, ",")+")")
+	flag.StringVar(&regions, "regions", "", "comma-separated regions to keep (default: every region the Karpenter table has; for -source=pricing-api, every commercial region and GovCloud: "+strings.Join(defaultAPIRegions(), ",")+")")
 	flag.StringVar(&o.out, "out", filepath.FromSlash("provisioner/cloudprovider/aws/pricing/ondemand.json"), "file to write")
 	flag.StringVar(&o.apiRegion, "api-region", "us-east-1", "region of the Pricing API endpoint (-source=pricing-api); the API is served from us-east-1, eu-central-1 and ap-south-1")
 	flag.Parse()
@@ -125,6 +123,12 @@ func run(ctx context.Context, o options) error {
 	if err := writeFileAtomic(o.out, data); err != nil {
 		return err
 	}
+	if missing := missingCommercial(f); len(missing) > 0 {
+		// Not fatal (the Karpenter source has us-east-1 only), but a
+		// cluster in one of these regions runs on a stand-in's prices
+		// until its Pricing API refresh answers.
+		klog.InfoS("The table lacks commercial regions; -source=pricing-api fetches them all", "missing", missing)
+	}
 	types := 0
 	for _, prices := range f.Regions {
 		types += len(prices)
@@ -145,8 +149,13 @@ func fromPricingAPI(ctx context.Context, o options) (*pricing.File, error) {
 	}
 	regions := o.regions
 	if len(regions) == 0 {
-		regions = mainRegions
-		klog.InfoS("No -regions given; fetching the main commercial regions", "regions", regions)
+		regions = defaultAPIRegions()
+		klog.InfoS("No -regions given; fetching every commercial region and GovCloud", "regions", regions)
+	}
+	for _, region := range regions {
+		if c := pricing.CurrencyOf(region); c != pricing.Currency {
+			return nil, fmt.Errorf("region %s is priced in %s; the shipped table holds %s only", region, c, pricing.Currency)
+		}
 	}
 	f := &pricing.File{
 		Source:     sourcePricingAPI,
@@ -164,6 +173,17 @@ func fromPricingAPI(ctx context.Context, o options) (*pricing.File, error) {
 		klog.InfoS("Fetched on-demand prices", "region", region, "instanceTypes", len(prices))
 	}
 	return f, nil
+}
+
+// missingCommercial lists the commercial regions f has no prices for.
+func missingCommercial(f *pricing.File) []string {
+	var missing []string
+	for _, r := range pricing.CommercialRegions() {
+		if _, ok := f.Regions[r]; !ok {
+			missing = append(missing, r)
+		}
+	}
+	return missing
 }
 
 // keepRegions narrows f to the wanted regions, all of which must be there:

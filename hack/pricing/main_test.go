@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -453,5 +454,45 @@ func TestGoModDownloadUsesTheModuleCache(t *testing.T) {
 	}
 	if got := table.regions["us-east-1"]["m5.large"]; got != 0.096 {
 		t.Errorf("m5.large in us-east-1 costs %v upstream, want 0.096", got)
+	}
+}
+
+// TestRunFromPricingAPIFetchesEveryCommercialRegion: without -regions the
+// table gets every commercial region and GovCloud, so no cluster's region
+// is left to a stand-in; China, priced in CNY, is refused.
+func TestRunFromPricingAPIFetchesEveryCommercialRegion(t *testing.T) {
+	api := fakePricingAPI{prices: map[string]map[string]string{}}
+	want := append(pricing.CommercialRegions(), "us-gov-east-1", "us-gov-west-1")
+	for _, r := range want {
+		api.prices[r] = map[string]string{"m5.large": "0.1"}
+	}
+	now := func() time.Time { return time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC) }
+	out := filepath.Join(t.TempDir(), "ondemand.json")
+	o := options{source: sourcePricingAPI, out: out, now: now, api: api}
+	if err := run(context.Background(), o); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := pricing.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := table.Regions()
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("regions (-want +got):\n%s", diff)
+	}
+	for _, r := range []string{"us-east-1", "eu-south-2", "ap-southeast-4", "il-central-1", "mx-central-1"} {
+		if !slices.Contains(got, r) {
+			t.Errorf("the table lacks %s", r)
+		}
+	}
+
+	o.regions = []string{"us-east-1", "cn-north-1"}
+	if err := run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "CNY") {
+		t.Errorf("run with a China region: error %v, want a refusal naming CNY", err)
 	}
 }

@@ -18,5 +18,8 @@
 // Shipped figures go stale as AWS adds instance types and changes prices, so
 // a running provisioner that can reach the Pricing API calls Table.Refresh
 // per region; when that fails (no route, no permission, a strange answer)
-// the shipped figures stay in use.
+// the shipped figures stay in use. The API is asked where AWS serves it for
+// the region's partition (QueryAPIRegion). A region the table has no
+// figures for borrows the closest region's (Table.StandIn) to keep the
+// order of its types; a type with no figure at all is priced UnknownPrice.
 package pricing

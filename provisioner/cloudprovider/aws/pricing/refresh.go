@@ -17,9 +17,9 @@ import (
 
 // PricingAPI is the part of the AWS Pricing API client that Refresh uses;
 // *github.com/aws/aws-sdk-go-v2/service/pricing.Client satisfies it. Mind
-// that the Pricing API is served from a few regions only (us-east-1,
-// eu-central-1, ap-south-1 among them), whatever region's prices are asked
-// for, and not at all in GovCloud or China.
+// that the Pricing API is served from a few regions only, whatever
+// region's prices are asked for (QueryAPIRegion), and not at all in
+// GovCloud or the ISO partitions.
 type PricingAPI interface {
 	GetProducts(ctx context.Context, params *awspricing.GetProductsInput, optFns ...func(*awspricing.Options)) (*awspricing.GetProductsOutput, error)
 }
@@ -88,8 +88,9 @@ func (t *Table) Refresh(ctx context.Context, api PricingAPI, region string) (upd
 }
 
 // FetchOnDemand asks the AWS Pricing API for the on-demand Linux,
-// shared-tenancy prices of every instance type in a region, in dollars per
-// hour, walking all pages of GetProducts. It fails rather than return a
+// shared-tenancy prices of every instance type in a region, per hour in
+// the region's currency (CurrencyOf: dollars, yuan in China), walking all
+// pages of GetProducts. It fails rather than return a
 // partial or empty list. The generator under hack/pricing uses it too.
 func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[string]float64, error) {
 	if region == "" {
@@ -99,6 +100,7 @@ func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[stri
 		return nil, errors.New("fetching on-demand prices: no Pricing API client")
 	}
 	filters := productFilters(region)
+	currency := CurrencyOf(region)
 	input := &awspricing.GetProductsInput{
 		ServiceCode:   aws.String(serviceCode),
 		FormatVersion: aws.String(formatVersion),
@@ -121,7 +123,7 @@ func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[stri
 		}
 		for _, doc := range out.PriceList {
 			documents++
-			offer, err := parsePriceListDocument(doc)
+			offer, err := parsePriceListDocument(doc, currency)
 			if err != nil {
 				// One unreadable document means we do not understand the
 				// answer, so none of it is trusted.
@@ -142,7 +144,7 @@ func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[stri
 		logger.V(4).Info("Read a page of the price list", "region", region, "page", page, "documents", len(out.PriceList))
 	}
 	if len(prices) == 0 {
-		return nil, fmt.Errorf("%w: the Pricing API has no on-demand Linux prices for %s (%d documents, %d skipped)", ErrImplausible, region, documents, skipped)
+		return nil, fmt.Errorf("%w: the Pricing API has no on-demand Linux prices in %s for %s (%d documents, %d skipped)", ErrImplausible, currency, region, documents, skipped)
 	}
 	logger.V(2).Info("Read on-demand prices", "region", region, "instanceTypes", len(prices), "documents", documents, "skipped", skipped, "conflicts", conflicts)
 	return prices, nil
@@ -206,10 +208,11 @@ func (o offer) usable(filters []pricingtypes.Filter) bool {
 	return true
 }
 
-// parsePriceListDocument reads one PriceList entry. Prices of zero are
-// ignored (AWS lists some dimensions at $0); a price that does not parse,
-// or that is not plausible for an instance hour, is an error.
-func parsePriceListDocument(doc string) (offer, error) {
+// parsePriceListDocument reads one PriceList entry's hourly price in
+// currency. Prices of zero are ignored (AWS lists some dimensions at $0); a
+// price that does not parse, or that is not plausible for an instance hour,
+// is an error.
+func parsePriceListDocument(doc, currency string) (offer, error) {
 	var d priceListDocument
 	if err := json.Unmarshal([]byte(doc), &d); err != nil {
 		return offer{}, fmt.Errorf("decoding price list document: %w", err)
@@ -223,19 +226,19 @@ func parsePriceListDocument(doc string) (offer, error) {
 			if dim.Unit != hourlyUnit {
 				continue
 			}
-			usd, ok := dim.PricePerUnit[Currency]
+			figure, ok := dim.PricePerUnit[currency]
 			if !ok {
 				continue
 			}
-			price, err := strconv.ParseFloat(usd, 64)
+			price, err := strconv.ParseFloat(figure, 64)
 			if err != nil {
-				return offer{}, fmt.Errorf("term %s, rate %s: price %q: %w", termCode, rateCode, usd, err)
+				return offer{}, fmt.Errorf("term %s, rate %s: price %q: %w", termCode, rateCode, figure, err)
 			}
 			if price == 0 {
 				continue
 			}
 			if !plausiblePrice(price) {
-				return offer{}, fmt.Errorf("%w: term %s, rate %s: %s per hour", ErrImplausible, termCode, rateCode, usd)
+				return offer{}, fmt.Errorf("%w: term %s, rate %s: %s %s per hour", ErrImplausible, termCode, rateCode, figure, currency)
 			}
 			o.price = max(o.price, price)
 		}

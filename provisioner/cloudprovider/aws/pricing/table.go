@@ -12,9 +12,19 @@ import (
 	"time"
 )
 
-// Currency is the only currency the table holds. The Pricing API quotes the
-// China regions in CNY only, so those regions are never in it.
+// Currency is the currency of the shipped file. The Pricing API quotes the
+// China regions in CNY only (CurrencyOf), so those regions are never in the
+// file; a running table refreshed in China holds its region in CNY, which
+// is also what EC2 quotes spot prices there in, so the order of offerings
+// within the region holds.
 const Currency = "USD"
+
+// UnknownPrice is the hourly price an offering is published with when its
+// price is not known: above any plausible price (maxHourlyPrice), so that
+// cheapest-first choices take it after every priced offering. It is a
+// marker, not a cost: docs/aws.md says so, and the provider names the
+// types it stands for.
+const UnknownPrice = 99999
 
 // maxHourlyPrice bounds what we believe an instance can cost per hour. The
 // dearest on-demand EC2 instances cost a few hundred dollars an hour; a
@@ -175,6 +185,25 @@ func (t *Table) OnDemand(region, instanceType string) (float64, bool) {
 	defer t.mu.RUnlock()
 	price, ok := t.prices[region][instanceType]
 	return price, ok
+}
+
+// StandIn returns the region whose on-demand prices stand in for region's
+// while the table has none for it: the closest region the table has, in
+// the same partition (Closest). Prices differ between regions by a
+// similar factor for most types, so a stand-in keeps the cheapest-first
+// order of a region's types; it is not what they cost there. ok is false
+// when the table has region itself, or no region of its partition.
+func (t *Table) StandIn(region string) (string, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if len(t.prices[region]) > 0 {
+		return "", false
+	}
+	have := make([]string, 0, len(t.prices))
+	for r := range t.prices {
+		have = append(have, r)
+	}
+	return Closest(region, have)
 }
 
 // Regions returns the regions the table has figures for, sorted.

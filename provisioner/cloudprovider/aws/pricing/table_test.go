@@ -333,7 +333,7 @@ func TestParsePriceListDocument(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parsePriceListDocument(tt.doc)
+			got, err := parsePriceListDocument(tt.doc, Currency)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("parsePriceListDocument = %+v, want an error", got)
