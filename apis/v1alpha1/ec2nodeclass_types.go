@@ -246,13 +246,35 @@ type MetadataOptions struct {
 
 // KubeletConfiguration is the part of the kubelet's configuration that
 // decides how much of a node pods may use.
+// +kubebuilder:validation:XValidation:message="reservedENIs lowers the max pods computed from the network interfaces; it cannot be set together with maxPods",rule="!(has(self.maxPods) && has(self.reservedENIs))"
 type KubeletConfiguration struct {
-	// MaxPods per node. Unset: what the instance type's network interfaces
-	// can address (ENIs × (IPv4 addresses per ENI − 1) + 2).
+	// MaxPods per node, on every instance type. Unset: what the VPC CNI can
+	// address without prefix delegation on the type's default network
+	// card: (ENIs − reservedENIs) × (IPv4 addresses per ENI − 1) + 2, as
+	// nodeadm computes it. Above that figure, pods need prefix delegation
+	// or they stay in ContainerCreating; the class's MaxPodsAddressable
+	// condition names such types. Written to nodeadm as its
+	// maxPodsExpression, so that its kube-reserved memory (255 MiB + 11 MiB
+	// a pod) is computed from the same figure.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=737
 	// +optional
 	MaxPods *int32 `json:"maxPods,omitempty"`
+	// PodsPerCore caps a node's pods at this many per vCPU, as the kubelet's
+	// podsPerCore does: the lower of it and max pods applies. nodeadm still
+	// reserves memory for max pods.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	PodsPerCore *int32 `json:"podsPerCore,omitempty"`
+	// ReservedENIs of the default network card give pods no addresses
+	// (custom networking, or interfaces another agent attaches): unset max
+	// pods is computed from the others. A type with no ENI left holds
+	// only the two host-network pods.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=15
+	// +optional
+	ReservedENIs *int32 `json:"reservedENIs,omitempty"`
 	// KubeReserved overrides the reservation for Kubernetes daemons.
 	// Unset resources follow the EKS formulas (CPU by cores, memory by max
 	// pods).

@@ -425,6 +425,16 @@ func (in *KubeletConfiguration) DeepCopyInto(out *KubeletConfiguration) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.PodsPerCore != nil {
+		in, out := &in.PodsPerCore, &out.PodsPerCore
+		*out = new(int32)
+		**out = **in
+	}
+	if in.ReservedENIs != nil {
+		in, out := &in.ReservedENIs, &out.ReservedENIs
+		*out = new(int32)
+		**out = **in
+	}
 	if in.KubeReserved != nil {
 		in, out := &in.KubeReserved, &out.KubeReserved
 		*out = make(map[string]KubeletValue, len(*in))
