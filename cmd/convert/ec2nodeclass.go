@@ -30,7 +30,7 @@ var classFieldsLeftBehind = map[string]string{
 
 // kubeletViaNodeConfig is why a kubelet setting Nodeforge lacks is left
 // behind, and where it can go instead.
-const kubeletViaNodeConfig = "Nodeforge sets the kubelet's maxPods, kubeReserved, systemReserved and evictionHard only; put this setting in a NodeConfig in userData (spec.kubelet.config, which nodeadm merges into the kubelet's configuration)"
+const kubeletViaNodeConfig = "Nodeforge sets the kubelet's maxPods, podsPerCore, kubeReserved, systemReserved and evictionHard only; put this setting in a NodeConfig in userData (spec.kubelet.config, which nodeadm merges into the kubelet's configuration)"
 
 // kubeletLeftBehind are the settings of Karpenter's kubelet block
 // (KubeletConfiguration of karpenter.k8s.aws/v1: clusterDNS, maxPods,
@@ -47,7 +47,6 @@ var kubeletLeftBehind = map[string]string{
 	"evictionSoftGracePeriod":     kubeletViaNodeConfig,
 	"imageGCHighThresholdPercent": kubeletViaNodeConfig,
 	"imageGCLowThresholdPercent":  kubeletViaNodeConfig,
-	"podsPerCore":                 "Nodeforge plans a node's pods from maxPods alone, and would place more pods on a node than a per-core cap lets its kubelet admit; set maxPods instead",
 }
 
 // The value rules of Nodeforge's EC2NodeClass (apis/v1alpha1).
@@ -523,6 +522,13 @@ func (c *converter) kubelet(spec fields) map[string]any {
 			out["maxPods"] = c.carry(n)
 		} else {
 			c.drop(k.at("maxPods"), fmt.Sprintf("maxPods %d: Nodeforge's is from 1 to 737", n))
+		}
+	}
+	if n, ok := k.integer("podsPerCore"); ok {
+		if n >= 1 && n <= 1000 {
+			out["podsPerCore"] = c.carry(n)
+		} else {
+			c.drop(k.at("podsPerCore"), fmt.Sprintf("podsPerCore %d: Nodeforge's is from 1 to 1000", n))
 		}
 	}
 	reservable := []string{"cpu", "memory", "ephemeral-storage", "pid"}

@@ -127,7 +127,6 @@ func TestConvertKarpenter(t *testing.T) {
 		"NodePool general: spec.template.spec.requirements[0].values[2] not carried over: capacity type reserved",
 		"NodePool general: spec.template.spec.requirements[6] not carried over: requirement on karpenter.k8s.aws/instance-ebs-bandwidth: Nodeforge publishes no such label (its instance labels are nodeforge.dev/instance-{category,",
 		"EC2NodeClass default: spec.blockDeviceMappings[0].ebs.snapshotID not carried over",
-		"EC2NodeClass default: spec.kubelet.podsPerCore not carried over",
 		"EC2NodeClass default: spec.detailedMonitoring not carried over: Nodeforge launches instances with basic",
 		"EC2NodeClass bottles: spec.amiSelectorTerms[0].alias not carried over: alias bottlerocket@latest",
 		"EC2NodeClass bottles: spec.amiFamily not carried over: amiFamily Bottlerocket",
@@ -137,8 +136,8 @@ func TestConvertKarpenter(t *testing.T) {
 			t.Errorf("report lacks %q; it is:\n%s", want, report)
 		}
 	}
-	if len(dropped) != 8 {
-		t.Errorf("%d fields reported, want the 8 above:\n%s", len(dropped), report)
+	if len(dropped) != 7 {
+		t.Errorf("%d fields reported, want the 7 above:\n%s", len(dropped), report)
 	}
 	for _, unwanted := range []string{"status", "last-applied", "nodepool-hash", "metadata"} {
 		if strings.Contains(report, unwanted) {
@@ -267,7 +266,7 @@ func TestRunExitsThreeWhenFieldsAreLeft(t *testing.T) {
 	if code := run(nil, strings.NewReader(karpenterYAML), &stdout, &stderr); code != 3 {
 		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "8 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
+	if !strings.Contains(stderr.String(), "7 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 	stdout.Reset()
