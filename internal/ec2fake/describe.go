@@ -113,7 +113,15 @@ type instanceTypeXML struct {
 		IPv6Supported             bool             `xml:"ipv6Supported"`
 		EnaSupport                string           `xml:"enaSupport"`
 		EncryptionInTransit       bool             `xml:"encryptionInTransitSupported"`
+		EFASupported              bool             `xml:"efaSupported"`
+		EFAInfo                   *struct {
+			MaximumEFAInterfaces int32 `xml:"maximumEfaInterfaces"`
+		} `xml:"efaInfo,omitempty"`
 	} `xml:"networkInfo"`
+	NeuronInfo *struct {
+		Devices []neuronDeviceXML `xml:"neuronDevices>item"`
+		Total   int32             `xml:"totalNeuronDeviceMemoryInMiB"`
+	} `xml:"neuronInfo,omitempty"`
 	GPUInfo *struct {
 		GPUs                []gpuXML `xml:"gpus>item"`
 		TotalGPUMemoryInMiB int32    `xml:"totalGpuMemoryInMiB"`
@@ -127,6 +135,18 @@ type networkCardXML struct {
 	MaximumNetworkInterfaces int32   `xml:"maximumNetworkInterfaces"`
 	BaselineBandwidthInGbps  float64 `xml:"baselineBandwidthInGbps,omitempty"`
 	PeakBandwidthInGbps      float64 `xml:"peakBandwidthInGbps,omitempty"`
+}
+
+type neuronDeviceXML struct {
+	Count    int32  `xml:"count"`
+	Name     string `xml:"name"`
+	CoreInfo struct {
+		Count   int32 `xml:"count"`
+		Version int32 `xml:"version"`
+	} `xml:"coreInfo"`
+	MemoryInfo struct {
+		SizeInMiB int32 `xml:"sizeInMiB"`
+	} `xml:"memoryInfo"`
 }
 
 type gpuXML struct {
@@ -183,9 +203,30 @@ func (it *InstanceType) xml() instanceTypeXML {
 	n := &x.NetworkInfo
 	n.NetworkPerformance = it.NetworkPerformance
 	n.MaximumNetworkInterfaces = it.MaxENIs
-	n.MaximumNetworkCards = 1
-	n.NetworkCards = []networkCardXML{{NetworkCardIndex: 0, NetworkPerformance: it.NetworkPerformance, MaximumNetworkInterfaces: it.MaxENIs,
-		BaselineBandwidthInGbps: it.BaselineBandwidthGbps, PeakBandwidthInGbps: max(it.BaselineBandwidthGbps, it.PeakBandwidthGbps)}}
+	for i, enis := range it.cards() {
+		n.NetworkCards = append(n.NetworkCards, networkCardXML{NetworkCardIndex: int32(i), NetworkPerformance: it.NetworkPerformance, MaximumNetworkInterfaces: enis,
+			BaselineBandwidthInGbps: it.BaselineBandwidthGbps, PeakBandwidthInGbps: max(it.BaselineBandwidthGbps, it.PeakBandwidthGbps)})
+	}
+	n.MaximumNetworkCards = int32(len(n.NetworkCards))
+	if it.EFAs > 0 {
+		n.EFASupported = true
+		n.EFAInfo = &struct {
+			MaximumEFAInterfaces int32 `xml:"maximumEfaInterfaces"`
+		}{it.EFAs}
+	}
+	if len(it.NeuronDevices) > 0 {
+		x.NeuronInfo = &struct {
+			Devices []neuronDeviceXML `xml:"neuronDevices>item"`
+			Total   int32             `xml:"totalNeuronDeviceMemoryInMiB"`
+		}{}
+		for _, d := range it.NeuronDevices {
+			dx := neuronDeviceXML{Count: d.Count, Name: d.Name}
+			dx.CoreInfo.Count, dx.CoreInfo.Version = d.Cores, d.Version
+			dx.MemoryInfo.SizeInMiB = d.MemoryMiB
+			x.NeuronInfo.Devices = append(x.NeuronInfo.Devices, dx)
+			x.NeuronInfo.Total += d.Count * d.MemoryMiB
+		}
+	}
 	n.EncryptionInTransit = it.EncryptionInTransit
 	n.IPv4AddressesPerInterface = it.IPv4PerENI
 	n.IPv6AddressesPerInterface = it.IPv4PerENI
@@ -463,6 +504,7 @@ func (s *Server) describeSubnets(q query) (response, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settle(s.now())
 	ids := q.list("SubnetId")
 	for _, id := range ids {
 		if !validID("subnet", id) {

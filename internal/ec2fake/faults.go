@@ -1,6 +1,7 @@
 package ec2fake
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -88,6 +89,77 @@ func (s *Server) Deny(action string, deny bool) {
 	}
 }
 
+// MissingSpotRole models an account without the spot service-linked role
+// (AWSServiceRoleForEC2Spot) whose caller may not create it
+// (iam:CreateServiceLinkedRole): while missing is true, every spot pool of
+// a CreateFleet request fails with AuthFailure.ServiceLinkedRoleCreationNotPermitted
+// in the fleet's errors and launches nothing, and a DryRun of a spot fleet
+// fails with that error. On-demand is unaffected.
+func (s *Server) MissingSpotRole(missing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noSpotRole = missing
+}
+
+// SpotRoleCode and spotRoleMessage are what EC2 answers a spot request
+// with when the account has no spot service-linked role and the caller
+// may not create it.
+const (
+	SpotRoleCode    = "AuthFailure.ServiceLinkedRoleCreationNotPermitted"
+	spotRoleMessage = "The provided credentials do not have permission to create the service-linked role for EC2 Spot Instances."
+)
+
+// wantsSpot: a CreateFleet request asks for spot capacity.
+func wantsSpot(q query) bool {
+	sp, _, _ := q.int("TargetCapacitySpecification.SpotTargetCapacity")
+	return q.get("TargetCapacitySpecification.DefaultTargetCapacityType") == spot || sp > 0
+}
+
+// dryRunSpotRole is the answer to a DryRun of a spot fleet without the
+// spot service-linked role.
+func (s *Server) dryRunSpotRole(action string, q query) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if action == "CreateFleet" && s.noSpotRole && wantsSpot(q) {
+		return &apiError{Status: http.StatusForbidden, Code: SpotRoleCode, Message: spotRoleMessage}
+	}
+	return nil
+}
+
+// impliedPermissions checks what a call needs beside its own action, with
+// the Deny switches: a request that tags what it creates
+// (TagSpecification) needs ec2:CreateTags, and one that names an instance
+// profile (RunInstances) needs iam:PassRole of its role, Deny("iam:PassRole").
+func (s *Server) impliedPermissions(action string, q query) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	creates := action == "CreateFleet" || action == "CreateLaunchTemplate" || action == "RunInstances"
+	if creates && len(q.members("TagSpecification")) > 0 && (s.denied["CreateTags"] || s.denied[""]) {
+		return s.unauthorized("ec2:CreateTags", "")
+	}
+	profile := cmp.Or(q.get("IamInstanceProfile.Arn"), q.get("IamInstanceProfile.Name"))
+	if action == "RunInstances" && profile != "" && s.denied["iam:PassRole"] {
+		return s.unauthorized("iam:PassRole", fmt.Sprintf("arn:aws:iam::%s:instance-profile/%s", s.world.AccountID, profile))
+	}
+	return nil
+}
+
+// unauthorized is EC2's UnauthorizedOperation for a caller without the
+// IAM action (such as "ec2:CreateFleet") on resource ("" for none named).
+func (s *Server) unauthorized(iamAction, resource string) error {
+	// Real EC2 appends an encrypted blob that sts:DecodeAuthorizationMessage
+	// turns back into JSON; this one is just base64 so a curious reader
+	// can decode it by hand.
+	detail := fmt.Sprintf(`{"allowed":false,"explicitDeny":false,"action":"%s","principal":"%s"}`, iamAction, s.callerARN())
+	on := ""
+	if resource != "" {
+		on = " on resource: " + resource
+	}
+	return &apiError{Status: http.StatusForbidden, Code: "UnauthorizedOperation", Message: fmt.Sprintf(
+		"You are not authorized to perform this operation. User: %s is not authorized to perform: %s%s because no identity-based policy allows the %s action. Encoded authorization failure message: %s",
+		s.callerARN(), iamAction, on, iamAction, base64.StdEncoding.EncodeToString([]byte(detail)))}
+}
+
 // SetSpotPrice changes the Spot price of an instance type in a zone, as the
 // market does; DescribeSpotPriceHistory then reports it from now on.
 func (s *Server) SetSpotPrice(instanceType, zone string, price float64) {
@@ -98,6 +170,24 @@ func (s *Server) SetSpotPrice(instanceType, zone string, price float64) {
 	}
 	s.world.SpotPrices[instanceType][zone] = price
 	s.priceTime = s.now()
+}
+
+// SetFreeAddresses leaves n addresses of the subnet free (at most what its
+// CIDR has), as when other network interfaces take or give back the rest:
+// DescribeSubnets reports n, CreateFleet launches at most n instances
+// there and fails the subnet's overrides with
+// InsufficientFreeAddressesInSubnet beyond that, and addresses the fake's
+// instances give back later are free again on top of n. It panics on a
+// subnet the world does not have, which is a mistake in the test.
+func (s *Server) SetFreeAddresses(subnetID string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sn := s.subnetByID(subnetID)
+	if sn == nil {
+		panic("ec2fake: SetFreeAddresses of unknown subnet " + subnetID)
+	}
+	s.settle(s.now())
+	sn.capacity = min(len(sn.used)+max(n, 0), sn.usable())
 }
 
 // injectedFailure returns the throttling or denial error for a call, if any.
@@ -111,13 +201,7 @@ func (s *Server) injectedFailure(action string) error {
 		}
 	}
 	if s.denied[action] || s.denied[""] {
-		// Real EC2 appends an encrypted blob that sts:DecodeAuthorizationMessage
-		// turns back into JSON; this one is just base64 so a curious reader
-		// can decode it by hand.
-		detail := fmt.Sprintf(`{"allowed":false,"explicitDeny":false,"action":"ec2:%s","principal":"%s"}`, action, s.callerARN())
-		return &apiError{Status: http.StatusForbidden, Code: "UnauthorizedOperation", Message: fmt.Sprintf(
-			"You are not authorized to perform this operation. User: %s is not authorized to perform: ec2:%s because no identity-based policy allows the ec2:%s action. Encoded authorization failure message: %s",
-			s.callerARN(), action, action, base64.StdEncoding.EncodeToString([]byte(detail)))}
+		return s.unauthorized("ec2:"+action, "")
 	}
 	return nil
 }

@@ -157,6 +157,14 @@ func (s *Server) createFleetLocked(q query) (*createFleetResponse, []Instance, e
 	now := s.now()
 	fleetID := "fleet-" + awsfake.RequestID()
 	out := &createFleetResponse{FleetID: fleetID}
+	if s.noSpotRole && req.want[spot] > 0 {
+		// No spot service-linked role (MissingSpotRole): every spot pool
+		// fails, as EC2 reports it for an instant fleet.
+		for _, c := range s.candidates(req, spot) {
+			out.Errors = append(out.Errors, *c.fail(SpotRoleCode, spotRoleMessage))
+		}
+		req.want[spot] = 0
+	}
 	var launched []Instance
 	for _, lifecycle := range []string{onDemand, spot} {
 		need := req.want[lifecycle]
@@ -507,6 +515,13 @@ func (s *Server) check(c *candidate) *fleetErrorXML {
 		c.arch = im.Architecture
 	}
 	c.groups = lt.SecurityGroupIDs
+	if efa := lt.efaInterfaces(); efa > 0 {
+		// EC2 refuses EFA interfaces the type cannot take.
+		if efa > int(c.it.EFAs) {
+			return c.fail("InvalidParameterCombination", "The specified instance type %s supports at most %d EFA interfaces; %d were requested.", name, c.it.EFAs, efa)
+		}
+		c.groups = lt.Data["NetworkInterface.1.SecurityGroupId.1"]
+	}
 	if len(c.groups) == 0 {
 		// Without security groups an instance gets its VPC's default group.
 		for _, g := range s.groups {
@@ -554,6 +569,7 @@ func (s *Server) tryPool(c *candidate, n int) (int, *fleetErrorXML) {
 	if limit, ok := s.limitFor(c.it.Name, zone, c.lifecycle); ok && limit < avail {
 		avail, code = limit, "InsufficientInstanceCapacity"
 	}
+	s.settle(s.now()) // addresses of instances that finished terminating are free again
 	if free := c.override.subnet.free(); free < avail {
 		avail, code = free, "InsufficientFreeAddressesInSubnet"
 	}

@@ -61,6 +61,20 @@ func (s *Server) advance(inst *Instance, now time.Time) {
 	}
 	if inst.State == "shutting-down" && !now.Before(inst.TerminateTime.Add(s.world.ShuttingDownFor)) {
 		inst.State = "terminated"
+		// The address goes with the instance's network interface, which EC2
+		// deletes once the instance is terminated, not when it starts
+		// shutting down.
+		if sn := s.subnetByID(inst.SubnetID); sn != nil {
+			sn.release(inst.PrivateIP)
+		}
+	}
+}
+
+// settle advances every instance, so that the subnets' free addresses count
+// those that have finished terminating.
+func (s *Server) settle(now time.Time) {
+	for _, inst := range s.instances {
+		s.advance(inst, now)
 	}
 }
 
@@ -147,7 +161,10 @@ func newSubnetState(sn Subnet) *subnetState {
 	return &subnetState{Subnet: sn, prefix: p, capacity: capacity, used: map[uint32]bool{}}
 }
 
-func (sn *subnetState) free() int { return sn.capacity - len(sn.used) }
+func (sn *subnetState) free() int { return max(sn.capacity-len(sn.used), 0) }
+
+// usable is how many addresses the subnet's CIDR has for instances.
+func (sn *subnetState) usable() int { return 1<<(32-sn.prefix.Bits()) - 5 }
 
 // allocate takes the lowest free address.
 func (sn *subnetState) allocate() (string, bool) {
@@ -367,9 +384,6 @@ func (s *Server) terminateInstances(q query) (response, error) {
 		if previous != "shutting-down" && previous != "terminated" {
 			inst.State = "shutting-down"
 			inst.TerminateTime = now
-			if sn := s.subnetByID(inst.SubnetID); sn != nil {
-				sn.release(inst.PrivateIP)
-			}
 			terminated = append(terminated, inst.clone())
 		}
 		// Terminating again is not an error: EC2 reports the state the

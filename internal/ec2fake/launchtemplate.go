@@ -59,6 +59,20 @@ type MetadataOptions struct {
 	InstanceMetadataTags    string
 }
 
+// efaInterfaces counts the template's network interfaces of type efa.
+func (lt *LaunchTemplate) efaInterfaces() int {
+	n := 0
+	for key, values := range lt.Data {
+		if strings.HasPrefix(key, "NetworkInterface.") && strings.HasSuffix(key, ".InterfaceType") && slices.Contains(values, "efa") {
+			n++
+		}
+	}
+	return n
+}
+
+// EFAInterfaces is how many EFA interfaces the template attaches.
+func (lt *LaunchTemplate) EFAInterfaces() int { return lt.efaInterfaces() }
+
 func (lt *LaunchTemplate) clone() LaunchTemplate {
 	c := *lt
 	c.Tags = maps.Clone(lt.Tags)

@@ -69,6 +69,9 @@ type Server struct {
 	limits    []*capacityLimit
 	throttles map[string]int
 	denied    map[string]bool
+	// noSpotRole: the account has no spot service-linked role and the
+	// caller may not make it (MissingSpotRole).
+	noSpotRole bool
 
 	log         awsfake.Log[Request]
 	onLaunch    []func(Instance)
@@ -146,6 +149,7 @@ var handlers = map[string]handler{
 	"DescribeLaunchTemplateVersions": (*Server).describeLaunchTemplateVersions,
 	"DeleteLaunchTemplate":           (*Server).deleteLaunchTemplate,
 	"CreateFleet":                    (*Server).createFleet,
+	"RunInstances":                   (*Server).runInstances,
 	"DescribeInstances":              (*Server).describeInstances,
 	"TerminateInstances":             (*Server).terminateInstances,
 	"CreateTags":                     (*Server).createTags,
@@ -179,9 +183,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, requestID, badRequest("InvalidAction", "The action %s is not valid for this web service.", action))
 		return
 	}
+	// What the call would need beside its own action (ec2:CreateTags to
+	// tag on create, iam:PassRole for an instance profile), checked with
+	// and without DryRun, as IAM evaluates them.
+	if err := s.impliedPermissions(action, query(r.Form)); err != nil {
+		writeError(w, requestID, err)
+		return
+	}
 	// Clients probe their permissions with DryRun: EC2 answers 412
-	// DryRunOperation when the call is allowed, and does nothing.
+	// DryRunOperation when the call is allowed (the denials above and in
+	// injectedFailure come first, as EC2's authorization does), and does
+	// nothing. A spot fleet without the spot service-linked role fails
+	// here too.
 	if r.Form.Get("DryRun") == "true" {
+		if err := s.dryRunSpotRole(action, query(r.Form)); err != nil {
+			writeError(w, requestID, err)
+			return
+		}
 		writeError(w, requestID, &apiError{Status: http.StatusPreconditionFailed, Code: "DryRunOperation",
 			Message: "Request would have succeeded, but DryRun flag is set."})
 		return
@@ -300,4 +318,11 @@ func newID(prefix string) string {
 	var b [9]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])[:17]
+}
+
+// runInstances is modelled only for DryRun, which clients use to check
+// that they may launch with an instance profile (iam:PassRole) and tags;
+// the fake launches with CreateFleet alone.
+func (s *Server) runInstances(query) (response, error) {
+	return nil, badRequest("Unsupported", "ec2fake models RunInstances only with DryRun; launch with CreateFleet.")
 }

@@ -70,9 +70,24 @@ type InstanceType struct {
 	// Architectures is "x86_64" and/or "arm64"; nil means x86_64.
 	Architectures         []string
 	ProcessorManufacturer string // "Intel", "AMD" or "AWS"
-	MaxENIs               int32
-	IPv4PerENI            int32
-	NetworkPerformance    string
+	// MaxENIs is the interfaces of every network card together
+	// (networkInfo maximumNetworkInterfaces).
+	MaxENIs    int32
+	IPv4PerENI int32
+	// NetworkCards is each card's maximum interfaces, by card index; nil
+	// means one card with MaxENIs. The first card is the default one.
+	NetworkCards []int32
+	// EFAs is the most EFA interfaces the type takes (efaInfo
+	// maximumEfaInterfaces); 0: EFA unsupported.
+	EFAs int32
+	// NeuronDevices are its Inferentia or Trainium devices (neuronInfo).
+	NeuronDevices []NeuronDevice
+	// BranchENIs is how many branch interfaces (pods with security groups
+	// of their own) the VPC resource controller gives a node of the type;
+	// 0 for a type that cannot trunk. EC2 does not describe it: only the
+	// fake's kubelet (package kubeletfake) reads it.
+	BranchENIs         int32
+	NetworkPerformance string
 	// BaselineBandwidthGbps and PeakBandwidthGbps are the default network
 	// card's bandwidth (networkCards baselineBandwidthInGbps, ...).
 	BaselineBandwidthGbps float64
@@ -95,6 +110,23 @@ type GPU struct {
 	Manufacturer string // e.g. "NVIDIA"
 	Count        int32
 	MemoryMiB    int32 // per GPU
+}
+
+// NeuronDevice is one kind of Neuron device fitted to an instance type.
+type NeuronDevice struct {
+	Name      string // "Inferentia2", "Trainium"
+	Count     int32
+	Cores     int32 // NeuronCores per device
+	Version   int32 // the NeuronCore's version
+	MemoryMiB int32 // per device
+}
+
+// cards is the type's network cards' maximum interfaces, by index.
+func (it *InstanceType) cards() []int32 {
+	if len(it.NetworkCards) == 0 {
+		return []int32{it.MaxENIs}
+	}
+	return it.NetworkCards
 }
 
 // Subnet is a VPC subnet instances can be launched into.
@@ -142,6 +174,8 @@ func (w World) clone() World {
 		it.Architectures = slices.Clone(it.Architectures)
 		it.GPUs = slices.Clone(it.GPUs)
 		it.SupportedUsageClasses = slices.Clone(it.SupportedUsageClasses)
+		it.NetworkCards = slices.Clone(it.NetworkCards)
+		it.NeuronDevices = slices.Clone(it.NeuronDevices)
 		c.InstanceTypes[i] = it
 	}
 	c.Offerings = map[string][]string{}
@@ -174,7 +208,8 @@ func (w World) clone() World {
 // DefaultWorld is a small, realistic us-west-2: three zones, one tagged
 // private subnet per zone plus an untagged one, two security groups, current
 // and previous EKS AL2023 AMIs for both architectures plus a custom one, and
-// sixteen real instance types with their published figures and prices.
+// nineteen real instance types with their published figures and prices,
+// two of them with Neuron devices and one with EFA.
 func DefaultWorld() World {
 	const vpc = "vpc-0a1b2c3d4e5f60718"
 	discovered := func(name string) map[string]string {
@@ -188,7 +223,7 @@ func DefaultWorld() World {
 			{Name: "us-west-2b", ID: "usw2-az2"},
 			{Name: "us-west-2c", ID: "usw2-az3"},
 		},
-		InstanceTypes:  defaultInstanceTypes(),
+		InstanceTypes:  withBranches(append(defaultInstanceTypes(), acceleratedInstanceTypes()...)),
 		OnDemandPrices: defaultOnDemandPrices(),
 		// Invented, so that "not offered in this zone" can be exercised with
 		// the default catalogue: GPU types are commonly missing from some
@@ -249,15 +284,7 @@ func eksImage(id, arch, variant, release string, created time.Time) Image {
 // instance type specifications (docs.aws.amazon.com/ec2/latest/instancetypes),
 // which DescribeInstanceTypes also reports.
 func defaultInstanceTypes() []InstanceType {
-	intel := func(name string, vcpus int32, mib int64, enis, ips int32, net string) InstanceType {
-		return InstanceType{
-			Name: name, VCPUs: vcpus, ThreadsPerCore: 2, MemoryMiB: mib,
-			Architectures: []string{"x86_64"}, ProcessorManufacturer: "Intel",
-			MaxENIs: enis, IPv4PerENI: ips, NetworkPerformance: net,
-			Hypervisor: "nitro", SupportedUsageClasses: []string{"on-demand", "spot"},
-			CurrentGeneration: true,
-		}
-	}
+	intel := intelType
 	graviton := func(name string, vcpus int32, mib int64, enis, ips int32, net string) InstanceType {
 		it := intel(name, vcpus, mib, enis, ips, net)
 		it.ThreadsPerCore = 1
@@ -305,7 +332,7 @@ func defaultInstanceTypes() []InstanceType {
 		n := network[types[i].Name]
 		types[i].BaselineBandwidthGbps, types[i].EncryptionInTransit = n.gbps, n.encrypted
 	}
-	return types
+	return withBranches(types)
 }
 
 // defaultOnDemandPrices are the published us-west-2 Linux on-demand prices in
@@ -328,6 +355,10 @@ func defaultOnDemandPrices() map[string]float64 {
 		"c7i.large":   0.08925,
 		"c7g.xlarge":  0.145,
 		"g4dn.xlarge": 0.526,
+		// us-east-1's shipped figures, which us-west-2 shares for these.
+		"inf2.xlarge":  0.7582,
+		"trn1.2xlarge": 1.34375,
+		"c5n.9xlarge":  1.944,
 	}
 }
 

@@ -49,9 +49,9 @@ const LabelPrefix = "nodeforge.dev/instance-"
 
 // Extended resources of accelerated types, as their device plugins name them.
 const (
-	ResourceAMDGPU corev1.ResourceName = "amd.com/gpu"
-	ResourceNeuron corev1.ResourceName = "aws.amazon.com/neuron"
-	ResourceGaudi  corev1.ResourceName = "habana.ai/gaudi"
+	ResourceAMDGPU = v1alpha1.ResourceAMDGPU
+	ResourceNeuron = v1alpha1.ResourceNeuron
+	ResourceGaudi  = v1alpha1.ResourceHabanaGaudi
 )
 
 // InstanceTypes returns the region's catalog, sorted by type name, each
@@ -162,7 +162,7 @@ func instanceType(name string, onDemand float64, largest map[string]int32) v1alp
 	if extra != "" {
 		capacity[extra] = *resource.NewQuantity(int64(count), resource.DecimalSI)
 	}
-	it := v1alpha1.InstanceType{Name: name, Labels: labels, Capacity: capacity, Allocatable: aws.Allocatable(capacity, nil)}
+	it := v1alpha1.InstanceType{Name: name, Labels: labels, Capacity: capacity, Allocatable: aws.Allocatable(capacity, aws.MaxPods(info), nil)}
 	for _, zone := range Zones {
 		it.Offerings = append(it.Offerings,
 			v1alpha1.Offering{Zone: zone, CapacityType: v1alpha1.CapacityTypeOnDemand, Price: strconv.FormatFloat(onDemand, 'f', -1, 64), Available: true},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,21 +14,21 @@ import (
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	cloudproviderapi "k8s.io/cloud-provider/api"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/eksfake"
+	"github.com/nodeforge/nodeforge/internal/eksnode"
 	"github.com/nodeforge/nodeforge/internal/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sqsfake"
 	"github.com/nodeforge/nodeforge/internal/ssmfake"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
 // awsRegion is the sandbox's fake EC2 region, in the sandbox's own process
@@ -228,25 +229,25 @@ func (s *Sandbox) SpotInterruption(ctx context.Context, instanceID string, sent 
 	return err
 }
 
-// boot registers the instance's node as its kubelet would.
+// boot registers the instance's node as its kubelet would, with what
+// nodeadm, the kubelet, the device plugins and the VPC resource controller
+// would give it (package eksnode), security groups for pods on, and the
+// cloud provider's uninitialised taint, which it lifts after a moment as
+// the cloud controller manager does once it has initialised the node.
 func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
-	nc, labels, taints, err := aws.ParseNodeConfig(in.UserData)
-	if err != nil {
-		return err
-	}
 	it, ok := r.types[in.Type]
 	if !ok {
 		return fmt.Errorf("unknown instance type %s", in.Type)
 	}
-	var kubelet v1alpha1.KubeletConfiguration
-	if raw, err := json.Marshal(nc.Spec.Kubelet.Config); err == nil {
-		_ = json.Unmarshal(raw, &kubelet)
+	joined, err := eksnode.Join(it, eksnode.BootOf(in, r.EC2.LaunchTemplates(), true))
+	if err != nil {
+		return err
 	}
-	capacity := aws.Capacity(infoOf(it), &kubelet, 20, 0.075)
 	arch := "amd64"
 	if len(it.Architectures) > 0 && it.Architectures[0] == "arm64" {
 		arch = "arm64"
 	}
+	labels := joined.Labels
 	labels[corev1.LabelInstanceTypeStable] = in.Type
 	labels[corev1.LabelTopologyZone] = in.Zone
 	labels[corev1.LabelTopologyRegion] = strings.TrimRight(in.Zone, "abcdefghijklmnopqrstuvwxyz")
@@ -255,28 +256,42 @@ func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
 	labels[corev1.LabelHostname] = in.PrivateDNSName
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: in.PrivateDNSName, Labels: labels, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
-		Spec:       corev1.NodeSpec{ProviderID: "aws:///" + in.Zone + "/" + in.ID, Taints: taints},
-		Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: aws.Allocatable(capacity, &kubelet)},
+		Spec:       corev1.NodeSpec{ProviderID: "aws:///" + in.Zone + "/" + in.ID, Taints: joined.Taints},
+		Status:     corev1.NodeStatus{Capacity: joined.Capacity, Allocatable: joined.Allocatable},
 	}
-	if _, err := r.cs.Load().CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	cs := r.cs.Load()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	return nil
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(cloudInitDelay):
+	}
+	return initialize(ctx, cs, node.Name)
 }
 
-// infoOf is the fake's instance type as DescribeInstanceTypes reports it.
-func infoOf(it ec2fake.InstanceType) ec2types.InstanceTypeInfo {
-	info := ec2types.InstanceTypeInfo{
-		InstanceType: ec2types.InstanceType(it.Name),
-		VCpuInfo:     &ec2types.VCpuInfo{DefaultVCpus: sdkaws.Int32(it.VCPUs)},
-		MemoryInfo:   &ec2types.MemoryInfo{SizeInMiB: sdkaws.Int64(it.MemoryMiB)},
-		NetworkInfo:  &ec2types.NetworkInfo{MaximumNetworkInterfaces: sdkaws.Int32(it.MaxENIs), Ipv4AddressesPerInterface: sdkaws.Int32(it.IPv4PerENI)},
-	}
-	if len(it.GPUs) > 0 {
-		info.GpuInfo = &ec2types.GpuInfo{}
-		for _, g := range it.GPUs {
-			info.GpuInfo.Gpus = append(info.GpuInfo.Gpus, ec2types.GpuDeviceInfo{Name: sdkaws.String(g.Name), Manufacturer: sdkaws.String(g.Manufacturer), Count: sdkaws.Int32(g.Count)})
+// cloudInitDelay is how long the sandbox's cloud controller manager takes
+// to initialise a node after it registers.
+const cloudInitDelay = 500 * time.Millisecond
+
+// initialize lifts the cloud provider's uninitialised taint from the
+// node, as the cloud controller manager does.
+func initialize(ctx context.Context, cs kubernetes.Interface, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
-	}
-	return info
+		if err != nil {
+			return err
+		}
+		kept := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == cloudproviderapi.TaintExternalCloudProvider })
+		if len(kept) == len(node.Spec.Taints) {
+			return nil
+		}
+		node.Spec.Taints = kept
+		_, err = cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -67,6 +67,9 @@ type Launch struct {
 	Template nodeshape.Template
 	// NodeClass is the provider's node class object, by reference.
 	NodeClass v1alpha1.NodeClassReference
+	// Requests are the claim's pods' requests: a provider attaches what
+	// they need and an instance has only on request (EFA interfaces).
+	Requests corev1.ResourceList
 	// Offers, cheapest first.
 	Offers []Offer
 }
@@ -103,6 +106,12 @@ type CloudProvider interface {
 	// not declared here is not Ready. The answer is fixed for the
 	// provider's life and makes no cloud call.
 	NodeClasses() []NodeClass
+	// RegisteredNode tells the provider what the node of an instance it
+	// launched reports once it has registered. A provider that estimates
+	// part of an instance type's figures (the memory the hypervisor keeps)
+	// corrects later offerings of the type with it; one that knows its
+	// figures ignores it. It makes no cloud call and does not block.
+	RegisteredNode(ctx context.Context, in *Instance, node *corev1.Node)
 }
 
 // NodeClass declares one kind of node class a provider launches from: how

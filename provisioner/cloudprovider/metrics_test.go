@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
@@ -13,12 +14,13 @@ import (
 // scripted is a provider whose calls return what the test says.
 type scripted struct{ err error }
 
-func (s scripted) Name() string                                      { return "scripted" }
-func (s scripted) Create(context.Context, Launch) (*Instance, error) { return &Instance{}, s.err }
-func (s scripted) Delete(context.Context, string) error              { return s.err }
-func (s scripted) Get(context.Context, string) (*Instance, error)    { return nil, s.err }
-func (s scripted) List(context.Context) ([]*Instance, error)         { return nil, s.err }
-func (s scripted) NodeClasses() []NodeClass                          { return nil }
+func (s scripted) Name() string                                            { return "scripted" }
+func (s scripted) Create(context.Context, Launch) (*Instance, error)       { return &Instance{}, s.err }
+func (s scripted) Delete(context.Context, string) error                    { return s.err }
+func (s scripted) Get(context.Context, string) (*Instance, error)          { return nil, s.err }
+func (s scripted) List(context.Context) ([]*Instance, error)               { return nil, s.err }
+func (s scripted) NodeClasses() []NodeClass                                { return nil }
+func (s scripted) RegisteredNode(context.Context, *Instance, *corev1.Node) {}
 func (s scripted) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	return nil, s.err
 }

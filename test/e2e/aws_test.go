@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"os/exec"
 	"path/filepath"
@@ -269,6 +270,57 @@ func TestAWSProvider(t *testing.T) {
 			if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+
+	t.Run("pods asking for NeuronCores, a pod ENI or EFA each get a node that has it, bound once the cloud provider initialised it", func(t *testing.T) {
+		asks := map[string]corev1.ResourceList{
+			"neuron": {v1alpha1.ResourceNeuronCore: resource.MustParse("2")},
+			"podeni": {v1alpha1.ResourcePodENI: resource.MustParse("1")},
+			"efa":    {v1alpha1.ResourceEFA: resource.MustParse("1")},
+		}
+		for name, extra := range asks {
+			requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			maps.Copy(requests, extra)
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "device-" + name, Namespace: "default", Labels: map[string]string{"app": "devices"}}, Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelCapacityType: "on-demand"},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: requests, Limits: extra}}},
+			}}
+			if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		poll(t, "3 device pods Running", func() (bool, error) {
+			n, err := runningPods(ctx, cs, "app=devices")
+			return n == 3, err
+		})
+		for name, extra := range asks {
+			pod, err := cs.CoreV1().Pods("default").Get(ctx, "device-"+name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			node, err := cs.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for resourceName, q := range extra {
+				if has := node.Status.Allocatable[resourceName]; has.Cmp(q) < 0 {
+					t.Errorf("pod %s runs on %s (%s), whose allocatable %s is %s", pod.Name, node.Name, node.Labels[corev1.LabelInstanceTypeStable], resourceName, has.String())
+				}
+			}
+			// Bound only once initialised, and on the first node: no
+			// refusal, no second instance.
+			reasons, err := podEventReasons(ctx, cs, "default", pod.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if contains(reasons, "NominationCleared") || contains(reasons, "LaunchFailed") {
+				t.Errorf("pod %s was refused on its node: events %v", pod.Name, reasons)
+			}
+			t.Logf("pod %s runs on %s", pod.Name, node.Labels[corev1.LabelInstanceTypeStable])
+		}
+		if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app=devices"}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -187,6 +187,7 @@ func Run(args []string, opts ...registry.Option) error {
 	var cloud cloudprovider.CloudProvider
 	switch o.cloudProvider {
 	case "aws":
+		o.aws.recorder = mgr.GetEventRecorder("nodeforge-provisioner")
 		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
 		if err != nil {
 			return err

@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,12 +45,18 @@ type awsOptions struct {
 	serviceCIDR     string
 	pricingRefresh  time.Duration
 	pricingEndpoint string
+	pricingRegion   string
 	maxAttempts     int
+	vmOverhead      float64
 	queue           string
 	sqsEndpoint     string
 	iamEndpoint     string
 	eksEndpoint     string
 	ssmEndpoint     string
+
+	// recorder, set before provider, receives the provider's Warning
+	// events (instance types offered without their region's price).
+	recorder events.EventRecorder
 
 	// set by provider
 	sdk    sdkaws.Config
@@ -67,13 +74,15 @@ func (a *awsOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.clusterCAFile, "cluster-ca-file", "", "PEM file of the cluster CA the nodes trust; empty: the EKS cluster's CA, else the service account's, or the kubeconfig's.")
 	fs.StringVar(&a.serviceCIDR, "cluster-service-cidr", "", "Service CIDR of the cluster, written into the nodes' NodeConfig (nodeadm derives the cluster DNS address from it); empty: the EKS cluster's.")
 	fs.DurationVar(&a.pricingRefresh, "aws-pricing-refresh-interval", 12*time.Hour, "How often to refresh on-demand prices from the AWS Pricing API; 0 keeps the shipped table.")
-	fs.StringVar(&a.pricingEndpoint, "aws-pricing-endpoint", "", "Pricing API endpoint URL; empty: the public one in us-east-1.")
+	fs.StringVar(&a.pricingEndpoint, "aws-pricing-endpoint", "", "Pricing API endpoint URL, such as a private (VPC) endpoint's; empty: the public one of --aws-pricing-region.")
+	fs.StringVar(&a.pricingRegion, "aws-pricing-region", "", "Region whose Pricing API endpoint is asked (it signs the calls too); empty: the closest that serves it in the cluster's partition (us-east-1, eu-central-1 or ap-south-1; cn-northwest-1 in China), none in GovCloud and the ISO partitions, where the shipped table is all there is.")
 	fs.StringVar(&a.queue, "interruption-queue", "", "Name or URL of the SQS queue that EventBridge rules feed with EC2's spot interruption warnings, rebalance recommendations, instance state changes and AWS Health scheduled changes (docs/aws.md); empty: interruptions are not watched.")
 	fs.StringVar(&a.sqsEndpoint, "aws-sqs-endpoint", "", "SQS endpoint URL; empty: the region's. For tests and private endpoints.")
 	fs.StringVar(&a.eksEndpoint, "aws-eks-endpoint", "", "EKS endpoint URL; empty: the region's. EKS is asked once, at start, for the cluster's facts. For tests and private endpoints.")
 	fs.StringVar(&a.ssmEndpoint, "aws-ssm-endpoint", "", "SSM endpoint URL; empty: the region's. An al2023 alias reads the EKS-optimised images' public parameters there. For tests and private endpoints.")
 	fs.StringVar(&a.iamEndpoint, "aws-iam-endpoint", "", "IAM endpoint URL; empty: the partition's global one. IAM keeps the instance profiles of EC2NodeClasses with spec.role. For tests and private endpoints.")
 	fs.IntVar(&a.maxAttempts, "aws-max-attempts", 8, "Attempts per AWS call; throttling and transient errors are retried with exponential backoff.")
+	fs.Float64Var(&a.vmOverhead, "vm-memory-overhead-percent", 0.075, "Share of an instance type's memory (0.075 is 7.5%) its node is assumed not to see, until a node of the type and image has registered: from then on its offerings have the memory that node reported.")
 }
 
 // provider builds the EC2 provider: credentials from the SDK's default
@@ -102,8 +111,12 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 	if a.prices, err = pricing.Shipped(); err != nil {
 		return nil, err
 	}
-	if !slices.Contains(a.prices.Regions(), sdk.Region) {
-		klog.InfoS("The shipped price table has no prices for this region; us-east-1's stand in until the Pricing API answers", "region", sdk.Region, "pricingRefreshInterval", a.pricingRefresh)
+	if standIn, ok := a.prices.StandIn(sdk.Region); ok {
+		klog.InfoS("The shipped price table has no prices for this region; the closest region's stand in, to keep the order of types, until the Pricing API answers",
+			"region", sdk.Region, "standInRegion", standIn, "pricingRefreshInterval", a.pricingRefresh)
+	} else if !slices.Contains(a.prices.Regions(), sdk.Region) {
+		klog.InfoS("The shipped price table has no prices for this region's partition; on-demand offerings are priced last until the Pricing API answers",
+			"region", sdk.Region, "partition", pricing.Partition(sdk.Region), "unknownPrice", pricing.UnknownPrice, "pricingRefreshInterval", a.pricingRefresh)
 	}
 	client := ec2.NewFromConfig(sdk, func(o *ec2.Options) {
 		if a.endpoint != "" {
@@ -130,7 +143,7 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 	return aws.New(client, kube, a.prices, aws.Options{
 		Region: sdk.Region, ClusterName: a.clusterName, ClusterEndpoint: cluster.Endpoint, ClusterCA: cluster.CA,
 		ClusterServiceCIDR: cluster.ServiceCIDR, KubernetesVersion: cluster.Version,
-		IAM: iamClient, SSM: ssmClient,
+		IAM: iamClient, SSM: ssmClient, Recorder: a.recorder, VMMemoryOverheadPercent: &a.vmOverhead,
 	})
 }
 
@@ -392,18 +405,52 @@ func localCA(cfg *rest.Config) (ca []byte, source string, err error) {
 	return cfg.CAData, source, nil
 }
 
+// pricingAPIRegion is the region whose Pricing API endpoint refreshPrices
+// asks: --aws-pricing-region, else the closest that serves the Price List
+// Query API in the cluster's partition (pricing.QueryAPIRegion). ok is false
+// where the partition has none and no flag names one.
+func (a *awsOptions) pricingAPIRegion(clusterRegion string) (string, bool) {
+	if a.pricingRegion != "" {
+		return a.pricingRegion, true
+	}
+	if r, ok := pricing.QueryAPIRegion(clusterRegion); ok {
+		return r, true
+	}
+	if a.pricingEndpoint != "" {
+		// An endpoint given without a region is signed for the cluster's.
+		return clusterRegion, true
+	}
+	return "", false
+}
+
+// pricingClient is the Pricing API client refreshPrices uses, or nil with
+// the reason where there is none to ask.
+func (a *awsOptions) pricingClient() (*awspricing.Client, string) {
+	region, ok := a.pricingAPIRegion(a.sdk.Region)
+	if !ok {
+		return nil, "the Price List Query API is not served in partition " + pricing.Partition(a.sdk.Region) + "; set --aws-pricing-endpoint (and --aws-pricing-region) to reach one"
+	}
+	return awspricing.NewFromConfig(a.sdk, func(o *awspricing.Options) {
+		o.Region = region
+		if a.pricingEndpoint != "" {
+			o.BaseEndpoint = sdkaws.String(a.pricingEndpoint)
+		}
+	}), ""
+}
+
 // refreshPrices updates on-demand prices from the Pricing API now and then;
 // where it cannot be reached the shipped table stays in use.
 func (a *awsOptions) refreshPrices(ctx context.Context) error {
 	if a.pricingRefresh <= 0 || a.prices == nil {
 		return nil
 	}
-	api := awspricing.NewFromConfig(a.sdk, func(o *awspricing.Options) {
-		o.Region = "us-east-1" // the Price List API's home region
-		if a.pricingEndpoint != "" {
-			o.BaseEndpoint = sdkaws.String(a.pricingEndpoint)
-		}
-	})
+	api, why := a.pricingClient()
+	if api == nil {
+		klog.FromContext(ctx).Info("Not refreshing on-demand prices; the shipped table is all there is", "region", a.sdk.Region, "reason", why, "prices", a.prices.Source())
+		return nil
+	}
+	klog.FromContext(ctx).Info("Refreshing on-demand prices from the AWS Pricing API", "region", a.sdk.Region, "pricingRegion", api.Options().Region,
+		"pricingEndpoint", a.pricingEndpoint, "interval", a.pricingRefresh)
 	for {
 		n, err := a.prices.Refresh(ctx, api, a.sdk.Region)
 		if err != nil {

@@ -12,6 +12,7 @@
 package aws
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/smithy-go"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -43,6 +46,9 @@ type EC2API interface {
 	DeleteLaunchTemplate(context.Context, *ec2.DeleteLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.DeleteLaunchTemplateOutput, error)
 	CreateFleet(context.Context, *ec2.CreateFleetInput, ...func(*ec2.Options)) (*ec2.CreateFleetOutput, error)
 	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	// RunInstances is only called with DryRun, to check a class's launch
+	// permissions (dryrun.go).
+	RunInstances(context.Context, *ec2.RunInstancesInput, ...func(*ec2.Options)) (*ec2.RunInstancesOutput, error)
 	TerminateInstances(context.Context, *ec2.TerminateInstancesInput, ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
 }
 
@@ -68,6 +74,8 @@ const (
 	TagNodeClaim    = v1alpha1.Group + "/nodeclaim"
 	TagNodeClaimUID = v1alpha1.Group + "/nodeclaim-uid"
 	TagNodeClass    = v1alpha1.Group + "/ec2nodeclass"
+	// TagEKSClusterName is the tag EKS puts on its nodes' instances.
+	TagEKSClusterName = "eks:eks-cluster-name"
 )
 
 // Options configure the provider for one cluster in one region.
@@ -85,9 +93,11 @@ type Options struct {
 	ClusterServiceCIDR string
 	// KubernetesVersion, "1.37", picks the EKS-optimised image of an alias.
 	KubernetesVersion string
-	// VMMemoryOverheadPercent of an instance type's memory is taken by the
-	// hypervisor and never shows in the node's capacity. Default 0.075.
-	VMMemoryOverheadPercent float64
+	// VMMemoryOverheadPercent of an instance type's memory is assumed
+	// taken by the hypervisor and the kernel, never showing in the node's
+	// capacity, until a node of the type has registered (measured.go).
+	// Nil: 0.075.
+	VMMemoryOverheadPercent *float64
 	// InstanceTypesTTL is how long the region's instance types and
 	// offerings are cached (default 1h); SpotPricesTTL the spot prices
 	// (default 15m).
@@ -102,6 +112,16 @@ type Options struct {
 	// variant (images.go). Nil: an alias finds the standard image by
 	// name with DescribeImages.
 	SSM SSMAPI
+	// LaunchCheckInterval is how long a class's launch check (dryrun.go)
+	// that found nothing wrong stands before it is made again (default
+	// 1h); one that found a denial or no spot service-linked role is made
+	// again at every resolution after LaunchCheckRetry (default 5m).
+	LaunchCheckInterval time.Duration
+	LaunchCheckRetry    time.Duration
+	// Recorder, if set, receives the Warning events that name the
+	// instance types offered without their region's on-demand price
+	// (prices.go). Nil: those go to the log only.
+	Recorder events.EventRecorder
 }
 
 // Provider is the EC2 cloud provider.
@@ -121,6 +141,15 @@ type Provider struct {
 	// fleetErrors counts, per claim UID, fleets that launched nothing for
 	// other reasons than capacity (clientToken).
 	fleetErrors map[string]int
+	// subnetRooms is what is known of the free addresses of the subnets
+	// launched into (subnets.go).
+	subnetRooms subnetRooms
+	// measured is the memory registered nodes reported (measured.go).
+	measured measuredMemory
+	// checks are the classes' launch checks, by class name (dryrun.go).
+	checks map[string]launchCheck
+	// gaps remembers the on-demand price gaps last logged (prices.go).
+	gaps priceGapReporter
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}
@@ -131,8 +160,11 @@ func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*
 	if opts.Region == "" || opts.ClusterName == "" {
 		return nil, errors.New("aws provider: region and cluster name are required")
 	}
-	if opts.VMMemoryOverheadPercent == 0 {
-		opts.VMMemoryOverheadPercent = 0.075
+	if opts.VMMemoryOverheadPercent == nil {
+		opts.VMMemoryOverheadPercent = ptr.To(0.075)
+	}
+	if o := *opts.VMMemoryOverheadPercent; o < 0 || o >= 1 {
+		return nil, fmt.Errorf("aws provider: the VM memory overhead is a share of the memory, from 0 up to 1 (0.075 is 7.5%%); %v is not", o)
 	}
 	if opts.InstanceTypesTTL == 0 {
 		opts.InstanceTypesTTL = time.Hour
@@ -140,7 +172,9 @@ func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*
 	if opts.SpotPricesTTL == 0 {
 		opts.SpotPricesTTL = 15 * time.Minute
 	}
-	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}, fleetErrors: map[string]int{}}, nil
+	opts.LaunchCheckInterval = cmp.Or(opts.LaunchCheckInterval, time.Hour)
+	opts.LaunchCheckRetry = cmp.Or(opts.LaunchCheckRetry, 5*time.Minute)
+	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}, fleetErrors: map[string]int{}, checks: map[string]launchCheck{}}, nil
 }
 
 // Name is "aws".
@@ -169,16 +203,17 @@ func (p *Provider) nodeClass(ctx context.Context, ref v1alpha1.NodeClassReferenc
 // the provider acts on.
 var (
 	// capacityCodes refuse one offering for now; another may launch.
+	// InsufficientFreeAddressesInSubnet is not one: it says a subnet is
+	// full, and another subnet of the zone may have room (subnets.go).
 	capacityCodes = map[string]bool{
-		"InsufficientInstanceCapacity":      true,
-		"InsufficientHostCapacity":          true,
-		"InsufficientCapacity":              true,
-		"InsufficientFreeAddressesInSubnet": true,
-		"MaxSpotInstanceCountExceeded":      true,
-		"VcpuLimitExceeded":                 true,
-		"UnfulfillableCapacity":             true,
-		"Unsupported":                       true,
-		"SpotMaxPriceTooLow":                true,
+		"InsufficientInstanceCapacity": true,
+		"InsufficientHostCapacity":     true,
+		"InsufficientCapacity":         true,
+		"MaxSpotInstanceCountExceeded": true,
+		"VcpuLimitExceeded":            true,
+		"UnfulfillableCapacity":        true,
+		"Unsupported":                  true,
+		"SpotMaxPriceTooLow":           true,
 	}
 	// deniedCodes need an operator: credentials or policy are wrong. IAM
 	// says AccessDenied.

@@ -1,8 +1,10 @@
 package aws
 
 import (
+	"maps"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
@@ -29,22 +31,71 @@ func rootVolumeGiB(bdm []v1alpha1.BlockDeviceMapping) int64 {
 const defaultRootVolumeGiB = 20
 
 // ResourceGPU is the resource NVIDIA's device plugin advertises.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+const ResourceGPU = v1alpha1.ResourceNVIDIAGPU
 
-// MaxPods is how many pods the VPC CNI can address on the type without
-// prefix delegation: each ENI's addresses but its primary one, plus two
-// host-network pods (the published EKS eni-max-pods formula).
-func MaxPods(info ec2types.InstanceTypeInfo) int64 {
-	if info.NetworkInfo == nil {
-		return 110
+// defaultCardENIs is how many network interfaces the type's default
+// network card takes. The VPC CNI attaches its interfaces to that card
+// only, so a type with several cards (p5.48xlarge: 32 cards of 2) gives
+// pods the addresses of one: nodeadm reads the same figure
+// (nodeadm/internal/util/ec2.go, awslabs/amazon-eks-ami).
+func defaultCardENIs(info ec2types.InstanceTypeInfo) int64 {
+	n := info.NetworkInfo
+	for _, card := range n.NetworkCards {
+		if aws.ToInt32(card.NetworkCardIndex) == aws.ToInt32(n.DefaultNetworkCardIndex) {
+			return int64(aws.ToInt32(card.MaximumNetworkInterfaces))
+		}
 	}
-	enis := int64(aws.ToInt32(info.NetworkInfo.MaximumNetworkInterfaces))
+	// DescribeInstanceTypes lists a card for every current type; an
+	// answer without one has a single card, the type's.
+	return int64(aws.ToInt32(n.MaximumNetworkInterfaces))
+}
+
+// ENILimitedPods is how many pods the VPC CNI can address on the type
+// without prefix delegation: every address of the default card's
+// interfaces but each interface's primary one, the reserved interfaces
+// left out, plus the two host-network pods (aws-node and kube-proxy).
+// With no reserved interface this is nodeadm's standard max pods
+// (calculateStandardMaxPods, nodeadm/internal/kubelet/eni_max_pods.go).
+func ENILimitedPods(info ec2types.InstanceTypeInfo, reservedENIs int64) int64 {
+	if info.NetworkInfo == nil {
+		return 110 // the kubelet's default
+	}
 	ips := int64(aws.ToInt32(info.NetworkInfo.Ipv4AddressesPerInterface))
-	return enis*(ips-1) + 2
+	return max(defaultCardENIs(info)-reservedENIs, 0)*(ips-1) + 2
+}
+
+// MaxPods is the type's max pods with no class settings: ENILimitedPods
+// with no interface reserved.
+func MaxPods(info ec2types.InstanceTypeInfo) int64 { return ENILimitedPods(info, 0) }
+
+// Pods is a node's max pods under the class's kubelet settings, in two
+// figures that differ only with podsPerCore:
+//   - nodeadm is what nodeadm computes (kubelet.maxPods, else the
+//     ENI-limited figure) and writes as the kubelet's maxPods; it reserves
+//     kube-reserved memory for that many pods (UserData writes the class's
+//     settings as nodeadm's maxPodsExpression so that this holds).
+//   - capacity is what the node reports: the kubelet lowers maxPods to
+//     podsPerCore × its logical CPUs (k8s.io/kubernetes
+//     pkg/kubelet/nodestatus/setters.go, MachineInfo).
+func Pods(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration) (nodeadm, capacity int64) {
+	var reserved int64
+	if kubelet != nil && kubelet.ReservedENIs != nil {
+		reserved = int64(*kubelet.ReservedENIs)
+	}
+	nodeadm = ENILimitedPods(info, reserved)
+	if kubelet != nil && kubelet.MaxPods != nil {
+		nodeadm = int64(*kubelet.MaxPods)
+	}
+	capacity = nodeadm
+	if kubelet != nil && kubelet.PodsPerCore != nil && info.VCpuInfo != nil {
+		capacity = min(capacity, int64(*kubelet.PodsPerCore)*int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus)))
+	}
+	return nodeadm, capacity
 }
 
 // Capacity is what a node of the type reports: its vCPUs, its memory less
-// the hypervisor's overhead, max pods, the root volume and NVIDIA GPUs.
+// the hypervisor's overhead (vmOverhead, a fraction), max pods, the root
+// volume, and the devices and interfaces Devices lists.
 func Capacity(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration, rootGiB int64, vmOverhead float64) corev1.ResourceList {
 	var vcpus int64
 	if info.VCpuInfo != nil {
@@ -55,41 +106,77 @@ func Capacity(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfigura
 		mib = aws.ToInt64(info.MemoryInfo.SizeInMiB)
 	}
 	mib -= int64(math.Ceil(float64(mib) * vmOverhead))
-	pods := MaxPods(info)
-	if kubelet != nil && kubelet.MaxPods != nil {
-		pods = int64(*kubelet.MaxPods)
-	}
+	_, pods := Pods(info, kubelet)
 	rl := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewQuantity(vcpus, resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(mib<<20, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(rootGiB<<30, resource.BinarySI),
 	}
-	if info.GpuInfo != nil {
-		var gpus int64
-		for _, g := range info.GpuInfo.Gpus {
-			if aws.ToString(g.Manufacturer) == "NVIDIA" {
-				gpus += int64(aws.ToInt32(g.Count))
-			}
-		}
-		if gpus > 0 {
-			rl[ResourceGPU] = *resource.NewQuantity(gpus, resource.DecimalSI)
-		}
+	for name, n := range Devices(info) {
+		rl[name] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
 	return rl
 }
 
+// Devices are the extended resources a node of the type advertises, as
+// their device plugins count them:
+//   - nvidia.com/gpu, amd.com/gpu and habana.ai/gaudi: the type's GPUs of
+//     each manufacturer (GpuInfo);
+//   - aws.amazon.com/neuron: its Neuron devices, and
+//     aws.amazon.com/neuroncore: their cores (NeuronInfo; the Neuron device
+//     plugin registers both, "k8s neuron device plugin", AWS Neuron docs);
+//   - vpc.amazonaws.com/efa: its EFA interfaces (EfaInfo); Create attaches
+//     them to the instances of claims that ask for EFA;
+//   - vpc.amazonaws.com/pod-eni: the branch interfaces of a trunk-capable
+//     type (podeni.txt), which the VPC resource controller advertises where
+//     security groups for pods are enabled.
+func Devices(info ec2types.InstanceTypeInfo) map[corev1.ResourceName]int64 {
+	out := map[corev1.ResourceName]int64{}
+	if info.GpuInfo != nil {
+		for _, g := range info.GpuInfo.Gpus {
+			switch strings.ToLower(aws.ToString(g.Manufacturer)) {
+			case "nvidia":
+				out[v1alpha1.ResourceNVIDIAGPU] += int64(aws.ToInt32(g.Count))
+			case "amd":
+				out[v1alpha1.ResourceAMDGPU] += int64(aws.ToInt32(g.Count))
+			case "habana":
+				out[v1alpha1.ResourceHabanaGaudi] += int64(aws.ToInt32(g.Count))
+			}
+		}
+	}
+	if info.NeuronInfo != nil {
+		for _, d := range info.NeuronInfo.NeuronDevices {
+			n := int64(aws.ToInt32(d.Count))
+			out[v1alpha1.ResourceNeuron] += n
+			if d.CoreInfo != nil {
+				out[v1alpha1.ResourceNeuronCore] += n * int64(aws.ToInt32(d.CoreInfo.Count))
+			}
+		}
+	}
+	if n := info.NetworkInfo; n != nil && n.EfaInfo != nil && aws.ToBool(n.EfaSupported) {
+		out[v1alpha1.ResourceEFA] = int64(aws.ToInt32(n.EfaInfo.MaximumEfaInterfaces))
+	}
+	if branches := branchENIs(string(info.InstanceType)); branches > 0 {
+		out[v1alpha1.ResourcePodENI] = branches
+	}
+	maps.DeleteFunc(out, func(_ corev1.ResourceName, n int64) bool { return n <= 0 })
+	return out
+}
+
 // Allocatable is capacity less kube-reserved, system-reserved and the hard
-// eviction thresholds. Unset kube-reserved CPU and memory follow the EKS
-// AMI's formulas (as nodeadm applies them): CPU 6% of the first core, 1% of
-// the second, 0.5% of the third and fourth and 0.25% of every further one;
-// memory 255 MiB plus 11 MiB per pod; ephemeral storage 1 GiB. Unset
-// eviction thresholds are kubelet's: memory.available 100Mi and
+// eviction thresholds. Unset kube-reserved CPU and memory follow nodeadm's
+// formulas (withDefaultReservedResources, nodeadm/internal/kubelet/config.go):
+// CPU 6% of the first core, 1% of the second, 0.5% of the third and fourth
+// and 0.25% of every further one; memory 255 MiB plus 11 MiB for each of
+// reservedPods, nodeadm's max pods (Pods), which the kubelet may lower with
+// podsPerCore without nodeadm reserving less; ephemeral storage 1 GiB.
+// Unset eviction thresholds are kubelet's: memory.available 100Mi and
 // nodefs.available 10%.
-func Allocatable(capacity corev1.ResourceList, kubelet *v1alpha1.KubeletConfiguration) corev1.ResourceList {
+func Allocatable(capacity corev1.ResourceList, reservedPods int64, kubelet *v1alpha1.KubeletConfiguration) corev1.ResourceList {
 	kubeReserved := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(kubeReservedMilliCPU(capacity.Cpu().Value()), resource.DecimalSI),
-		corev1.ResourceMemory:           *resource.NewQuantity((255+11*capacity.Pods().Value())<<20, resource.BinarySI),
+		corev1.ResourceMemory:           *resource.NewQuantity((255+11*reservedPods)<<20, resource.BinarySI),
 		corev1.ResourceEphemeralStorage: resource.MustParse("1Gi"),
 	}
 	var systemReserved corev1.ResourceList
@@ -136,17 +223,22 @@ func Allocatable(capacity corev1.ResourceList, kubelet *v1alpha1.KubeletConfigur
 }
 
 // threshold reads an eviction threshold: a quantity, or a percentage of
-// the capacity.
+// the capacity, rounded down as the kubelet does (GetThresholdQuantity,
+// pkg/kubelet/eviction/api).
 func threshold(value string, capacity resource.Quantity) resource.Quantity {
 	if value == "" {
 		return resource.Quantity{}
 	}
 	if value[len(value)-1] == '%' {
-		pct, err := strconv.ParseFloat(value[:len(value)-1], 64)
+		// The kubelet parses the percentage as a float32 (parsePercentage,
+		// pkg/kubelet/eviction/helpers.go): 10% is 0.100000001…, which on
+		// a 20 GiB disk is 32 bytes more than a tenth.
+		pct, err := strconv.ParseFloat(value[:len(value)-1], 32)
 		if err != nil {
 			return resource.Quantity{}
 		}
-		return *resource.NewQuantity(int64(math.Ceil(float64(capacity.Value())*pct/100)), capacity.Format)
+		share := float32(pct) / 100
+		return *resource.NewQuantity(int64(float64(capacity.Value())*float64(share)), capacity.Format)
 	}
 	q, err := resource.ParseQuantity(value)
 	if err != nil {

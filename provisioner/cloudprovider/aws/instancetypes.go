@@ -15,20 +15,29 @@ import (
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
 
 // regionCatalog is what the region offers, as described by EC2.
 type regionCatalog struct {
-	types     map[string]ec2types.InstanceTypeInfo
-	offered   map[string][]string           // type -> zones
-	spot      map[string]map[string]float64 // type -> zone -> $/h
-	typesAt   time.Time
-	spotAt    time.Time
-	typeNames []string // sorted
+	types   map[string]ec2types.InstanceTypeInfo
+	offered map[string][]string           // type -> zones
+	spot    map[string]map[string]float64 // type -> zone -> $/h
+	typesAt time.Time
+	spotAt  time.Time
+	// spotRetryAt is when spot prices are asked for again after a failed
+	// DescribeSpotPriceHistory, so a throttled or denied call is not
+	// repeated for every pool reconciled meanwhile.
+	spotRetryAt time.Time
+	typeNames   []string // sorted
 }
 
 // refresh describes the region again where the cache is older than its TTL.
-// A failed refresh keeps the previous figures if there are any.
+// A failed refresh keeps the previous figures if there are any. Without
+// instance types there is nothing to offer, so their first failure is
+// returned; without spot prices there are still the on-demand offerings, so
+// a failed spot refresh is logged, never returned, and asked again after
+// spotRetryInterval.
 func (p *Provider) refresh(ctx context.Context) (regionCatalog, error) {
 	p.mu.Lock()
 	cat := p.catalog
@@ -52,15 +61,20 @@ func (p *Provider) refresh(ctx context.Context) (regionCatalog, error) {
 			logger.Info("Described instance types", "region", p.opts.Region, "instanceTypes", len(types))
 		}
 	}
-	if cat.spot == nil || now.Sub(cat.spotAt) > p.opts.SpotPricesTTL {
+	if (cat.spot == nil || now.Sub(cat.spotAt) > p.opts.SpotPricesTTL) && !now.Before(cat.spotRetryAt) {
 		spot, err := p.describeSpotPrices(ctx)
+		retryAt := now.Add(p.spotRetryInterval())
 		switch {
 		case err != nil && cat.spot == nil:
-			return cat, err
+			cat.spotRetryAt = retryAt
+			logger.Error(err, "Describing spot prices failed; publishing on-demand offerings only until it succeeds",
+				"call", "DescribeSpotPriceHistory", "region", p.opts.Region, "retryAt", retryAt.UTC().Format(time.RFC3339))
 		case err != nil:
-			logger.Error(err, "Refreshing spot prices failed; keeping the previous ones", "age", now.Sub(cat.spotAt).Round(time.Second))
+			cat.spotRetryAt = retryAt
+			logger.Error(err, "Refreshing spot prices failed; keeping the previous ones",
+				"call", "DescribeSpotPriceHistory", "region", p.opts.Region, "age", now.Sub(cat.spotAt).Round(time.Second), "retryAt", retryAt.UTC().Format(time.RFC3339))
 		default:
-			cat.spot, cat.spotAt = spot, now
+			cat.spot, cat.spotAt, cat.spotRetryAt = spot, now, time.Time{}
 			logger.V(2).Info("Described spot prices", "region", p.opts.Region, "instanceTypes", len(spot))
 		}
 	}
@@ -68,6 +82,12 @@ func (p *Provider) refresh(ctx context.Context) (regionCatalog, error) {
 	p.catalog = cat
 	p.mu.Unlock()
 	return cat, nil
+}
+
+// spotRetryInterval is how long a failed spot price refresh waits before
+// the next: a minute, or the spot prices' TTL where that is shorter.
+func (p *Provider) spotRetryInterval() time.Duration {
+	return min(time.Minute, p.opts.SpotPricesTTL)
 }
 
 func (p *Provider) describeTypes(ctx context.Context) (map[string]ec2types.InstanceTypeInfo, map[string][]string, error) {
@@ -138,8 +158,11 @@ func (p *Provider) describeSpotPrices(ctx context.Context) (map[string]map[strin
 // InstanceTypes lists what the pool's EC2NodeClass can launch: the
 // region's types of an architecture the class has an image for, offered in
 // the zones of its subnets, spot where EC2 quotes a spot price and
-// on-demand where the price table has a price, with allocatable resources
-// under the class's kubelet settings.
+// on-demand always, with allocatable resources under the class's kubelet
+// settings. An on-demand price the table does not have for the region is
+// the closest region's (a stand-in that keeps the order) or, failing that,
+// pricing.UnknownPrice (chosen last); either way the types are named in a
+// Warning event on the pool and in the log (reportPriceGaps).
 func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	cat, err := p.refresh(ctx)
 	if err != nil {
@@ -152,13 +175,17 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 		}
 	}
 	zones := map[string]bool{}
+	// No spot service-linked role, or spot denied (dryrun.go): the
+	// class's spot offerings are not offered until a check passes.
+	noSpot := class != nil && p.spotWithheld(class)
 	if class != nil {
 		for _, s := range class.Status.Subnets {
 			zones[s.Zone] = true
 		}
 	}
 	var out []v1alpha1.InstanceType
-	unpriced := 0
+	unpriced := 0 // spot offerings EC2 quotes no price for
+	gaps := p.newPriceGaps()
 	for _, name := range cat.typeNames {
 		info := cat.types[name]
 		arch := architecture(info)
@@ -180,9 +207,15 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 				var ok bool
 				switch uc {
 				case ec2types.UsageClassTypeSpot:
+					if noSpot {
+						continue
+					}
 					price, ok = cat.spot[name][zone]
 				case ec2types.UsageClassTypeOnDemand:
-					price, ok = p.onDemandPrice(name)
+					var source priceSource
+					price, source = p.onDemand(name, gaps.standInRegion)
+					gaps.add(name, source)
+					ok = true
 				default:
 					continue
 				}
@@ -208,8 +241,9 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 		out = append(out, it)
 	}
 	if unpriced > 0 {
-		klog.FromContext(ctx).V(2).Info("Skipped offerings without a price", "offerings", unpriced, "region", p.opts.Region)
+		klog.FromContext(ctx).V(2).Info("Skipped spot offerings without a spot price", "offerings", unpriced, "region", p.opts.Region)
 	}
+	p.reportPriceGaps(ctx, pool, class, gaps)
 	return out, nil
 }
 
@@ -220,18 +254,44 @@ func classAMIs(class *v1alpha1.EC2NodeClass) []v1alpha1.ResolvedAMI {
 	return class.Status.AMIs
 }
 
-// fallbackPriceRegion's on-demand prices stand in for a region the table
-// has no prices for, until the Pricing API answers for it: the shipped
-// figures cover us-east-1 (and GovCloud), and prices in other regions differ
-// from it by a similar factor for every type, so the cheapest-first order of
-// a region's types is kept.
-const fallbackPriceRegion = "us-east-1"
+// priceSource says where an on-demand price came from.
+type priceSource int
 
-func (p *Provider) onDemandPrice(instanceType string) (float64, bool) {
+const (
+	// priceOwn: the table's price for the provider's region, shipped or
+	// refreshed from the Pricing API.
+	priceOwn priceSource = iota
+	// priceStandIn: the table has no prices for the region at all, and the
+	// closest region's (pricing.Table.StandIn) stand in: prices differ
+	// between regions by a similar factor for most types, so the
+	// cheapest-first order is kept, but the figure is not the cost.
+	priceStandIn
+	// priceUnknown: neither has the type; pricing.UnknownPrice.
+	priceUnknown
+)
+
+// onDemand is the type's on-demand price in the provider's region, and
+// where it came from; standIn is pricing.Table.StandIn's answer for the
+// region, "" for none. A type is never left without a price: one the table
+// does not know is priced pricing.UnknownPrice, after every known price.
+func (p *Provider) onDemand(instanceType, standIn string) (float64, priceSource) {
 	if price, ok := p.prices.OnDemand(p.opts.Region, instanceType); ok {
-		return price, true
+		return price, priceOwn
 	}
-	return p.prices.OnDemand(fallbackPriceRegion, instanceType)
+	if standIn != "" {
+		if price, ok := p.prices.OnDemand(standIn, instanceType); ok {
+			return price, priceStandIn
+		}
+	}
+	return pricing.UnknownPrice, priceUnknown
+}
+
+// onDemandPrice is the type's on-demand price, its own region's or a
+// stand-in's, and whether there is one.
+func (p *Provider) onDemandPrice(instanceType string) (float64, bool) {
+	standIn, _ := p.prices.StandIn(p.opts.Region)
+	price, source := p.onDemand(instanceType, standIn)
+	return price, source != priceUnknown
 }
 
 func compareStrings(a, b string) int {
@@ -268,7 +328,11 @@ func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.
 	if class != nil {
 		kubelet, bdm = class.Spec.Kubelet, class.Spec.BlockDeviceMappings
 	}
-	capacity := Capacity(info, kubelet, rootVolumeGiB(bdm), p.opts.VMMemoryOverheadPercent)
+	capacity := Capacity(info, kubelet, rootVolumeGiB(bdm), *p.opts.VMMemoryOverheadPercent)
+	if measured, ok := p.measured.memory(string(info.InstanceType), classAMIs(class)); ok {
+		capacity[corev1.ResourceMemory] = measured
+	}
+	reservedPods, _ := Pods(info, kubelet)
 	return v1alpha1.InstanceType{
 		Name: string(info.InstanceType),
 		// What the kubelet and the cloud's node controller label every
@@ -276,7 +340,7 @@ func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.
 		// selects on them must be judged on the node that will register.
 		Labels:      p.labels(info),
 		Capacity:    capacity,
-		Allocatable: Allocatable(capacity, kubelet),
+		Allocatable: Allocatable(capacity, reservedPods, kubelet),
 	}
 }
 

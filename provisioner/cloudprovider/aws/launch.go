@@ -59,9 +59,13 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	if !ok {
 		return nil, &cloudprovider.NodeClassNotReadyError{NodeClass: class.Name, Reason: fmt.Sprintf("no image for %s (%s)", l.Offers[0].InstanceType.Name, arch)}
 	}
+	// A claim whose pods ask for EFA gets the EFA interfaces of its
+	// type attached (the node advertises as many as are attached), so its
+	// fleet holds only offers with as many as the cheapest.
+	efa := efaInterfaces(l.Requests, l.Offers[0].InstanceType)
 	var offers []cloudprovider.Offer
 	for _, o := range l.Offers {
-		if o.CapacityType != capacityType || o.InstanceType.Labels[corev1.LabelArchStable] != arch {
+		if o.CapacityType != capacityType || o.InstanceType.Labels[corev1.LabelArchStable] != arch || efaInterfaces(l.Requests, o.InstanceType) != efa {
 			continue
 		}
 		if img, ok := imageFor(class.Status.AMIs, arch, p.variantOfType(o.InstanceType.Name)); ok && img.ID == image.ID {
@@ -76,11 +80,14 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	labels := maps.Clone(l.Template.Labels)
 	labels[v1alpha1.LabelCapacityType] = capacityType
 	labels[v1alpha1.LabelKarpenterCapacityType] = capacityType
-	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Template.RegistrationTaints())
+	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Template.RegistrationTaints(), efa)
 	if err != nil {
 		return nil, err
 	}
-	overrides, byOverride := p.overrides(class, offers)
+	overrides, byOverride, short := p.overrides(ctx, class, offers)
+	if len(overrides) == 0 && len(short.offers) > 0 {
+		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: short.offers})
+	}
 	tags := p.tags(class, l)
 	in := &ec2.CreateFleetInput{
 		Type: ec2types.FleetTypeInstant,
@@ -114,7 +121,11 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 			// Collected meanwhile (launchtemplates.go): the retry makes it.
 			p.forgetTemplate(template)
 		}
-		return nil, classify("CreateFleet", err)
+		err = classify("CreateFleet", err)
+		if cloudprovider.IsAccessDenied(err) {
+			p.recheckLaunch(class.Name)
+		}
+		return nil, err
 	}
 	var refused []cloudprovider.Offer
 	var other []error
@@ -122,10 +133,18 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		code := aws.ToString(e.ErrorCode)
 		o, ok := overrideOffer(byOverride, e.LaunchTemplateAndOverrides)
 		switch {
+		case code == codeNoFreeAddresses && ok:
+			p.noFreeAddresses(ctx, class, overrideSubnet(e.LaunchTemplateAndOverrides), o, short)
 		case capacityCodes[code] && ok:
 			refused = append(refused, o)
 			logger.V(2).Info("Fleet option refused", "instanceType", o.InstanceType.Name, "zone", o.Zone, "capacityType", o.CapacityType, "code", code)
+		case code == spotRoleCode && ok:
+			// No spot service-linked role: the class's spot offerings are
+			// withheld (dryrun.go) and this claim's refused like capacity.
+			p.noSpotRole(class.Name, aws.ToString(e.ErrorMessage))
+			refused = append(refused, o)
 		case deniedCodes[code]:
+			p.recheckLaunch(class.Name)
 			return nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
 		default:
 			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
@@ -139,6 +158,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 			continue
 		}
 		o, _ := overrideOffer(byOverride, fi.LaunchTemplateAndOverrides)
+		p.subnetRooms.launched(overrideSubnet(fi.LaunchTemplateAndOverrides), len(fi.InstanceIds))
 		zone := o.Zone
 		if fi.LaunchTemplateAndOverrides != nil && fi.LaunchTemplateAndOverrides.Overrides != nil && fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone != nil {
 			zone = *fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone
@@ -159,11 +179,14 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		return &cloudprovider.Instance{
 			ProviderID: providerID(zone, fi.InstanceIds[0]), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
 			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels, ImageID: ami,
-			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: refused,
+			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: append(refused, short.offers...),
 		}, nil
 	}
-	if len(refused) > 0 && len(other) == 0 {
-		return nil, &cloudprovider.InsufficientCapacityError{Offers: refused}
+	if len(other) == 0 && (len(refused) > 0 || len(short.notes) > 0) {
+		// Offers refused for capacity or in zones out of addresses are
+		// unavailable for now; a subnet out of addresses in a zone with
+		// another adds none, and the retry uses that other subnet.
+		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: append(refused, short.offers...)})
 	}
 	if len(other) == 0 {
 		return nil, errors.New("CreateFleet launched no instance and reported no error")
@@ -200,25 +223,30 @@ func clientToken(claimUID, template, capacityType string, overrides []ec2types.F
 
 type overrideKey struct{ instanceType, subnet string }
 
-// overrides pairs each offer with one subnet of its zone (the first by id,
-// so that retries send the same request), cheapest first, at most
-// MaxOverrides.
-func (p *Provider) overrides(class *v1alpha1.EC2NodeClass, offers []cloudprovider.Offer) ([]ec2types.FleetLaunchTemplateOverridesRequest, map[overrideKey]cloudprovider.Offer) {
-	subnetOf := map[string]string{}
-	for _, s := range class.Status.Subnets {
-		if _, ok := subnetOf[s.Zone]; !ok {
-			subnetOf[s.Zone] = s.ID // status lists subnets by zone, then id
-		}
-	}
+// overrides pairs each offer with the subnet of its zone that has the most
+// free addresses (subnets.go), cheapest first, at most MaxOverrides. One
+// subnet per zone keeps the overrides for instance types, where EC2's
+// choice matters; the other subnets of the zone are there for the next
+// launch should this one run out. Offers in a zone where no subnet of the
+// class has a free address are left out and come back in the shortage,
+// which says why.
+func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, offers []cloudprovider.Offer) ([]ec2types.FleetLaunchTemplateOverridesRequest, map[overrideKey]cloudprovider.Offer, *addressShortage) {
+	chosen, full := p.subnetsByRoom(ctx, class)
+	short := &addressShortage{class: class.Name}
 	sorted := slices.Clone(offers)
 	slices.SortStableFunc(sorted, func(a, b cloudprovider.Offer) int { return cmp.Compare(a.Price, b.Price) })
 	var out []ec2types.FleetLaunchTemplateOverridesRequest
 	by := map[overrideKey]cloudprovider.Offer{}
 	for _, o := range sorted {
-		subnet, ok := subnetOf[o.Zone]
+		if subnets, ok := full[o.Zone]; ok {
+			short.closeZone(ctx, o, subnets)
+			continue
+		}
+		c, ok := chosen[o.Zone]
 		if !ok || len(out) == MaxOverrides {
 			continue
 		}
+		subnet := c.id
 		key := overrideKey{o.InstanceType.Name, subnet}
 		if _, dup := by[key]; dup {
 			continue
@@ -228,7 +256,7 @@ func (p *Provider) overrides(class *v1alpha1.EC2NodeClass, offers []cloudprovide
 			InstanceType: ec2types.InstanceType(o.InstanceType.Name), SubnetId: aws.String(subnet), AvailabilityZone: aws.String(o.Zone),
 		})
 	}
-	return out, by
+	return out, by, short
 }
 
 func overrideOffer(by map[overrideKey]cloudprovider.Offer, lto *ec2types.LaunchTemplateAndOverridesResponse) (cloudprovider.Offer, bool) {
@@ -262,6 +290,9 @@ func (p *Provider) tags(class *v1alpha1.EC2NodeClass, l cloudprovider.Launch) []
 		TagNodeClaim:    l.NodeClaim,
 		TagNodeClaimUID: l.ClaimUID,
 		TagNodeClass:    class.Name,
+		// What EKS tags its own nodes' instances with, and the EKS
+		// console and cost reports group instances by.
+		TagEKSClusterName: p.opts.ClusterName,
 	})
 	return toTags(m)
 }
@@ -279,12 +310,12 @@ func toTags(m map[string]string) []ec2types.Tag {
 // class, image and user data, creating it if needed. The name carries a
 // hash of the content, so a changed class gets a new template and a
 // template once created never needs updating.
-func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint) (string, error) {
+func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint, efa int32) (string, error) {
 	userData, err := UserData(p.opts, class, labels, taints)
 	if err != nil {
 		return "", err
 	}
-	data := p.templateData(class, ami, userData)
+	data := withEFA(p.templateData(class, ami, userData), efa)
 	sum, err := nodeshape.Hash(data)
 	if err != nil {
 		return "", err
@@ -360,5 +391,38 @@ func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData stri
 		}
 		data.BlockDeviceMappings = append(data.BlockDeviceMappings, ec2types.LaunchTemplateBlockDeviceMappingRequest{DeviceName: aws.String(m.DeviceName), Ebs: ebs})
 	}
+	return data
+}
+
+// efaInterfaces is how many EFA interfaces a launch of the type attaches:
+// all the type takes (DescribeInstanceTypes' maximumEfaInterfaces, as
+// Capacity advertises them) when the claim's pods ask for EFA, else none.
+func efaInterfaces(requests corev1.ResourceList, it v1alpha1.InstanceType) int32 {
+	if q, ok := requests[v1alpha1.ResourceEFA]; !ok || q.IsZero() {
+		return 0
+	}
+	n := it.Capacity[v1alpha1.ResourceEFA]
+	return int32(n.Value())
+}
+
+// withEFA attaches n EFA interfaces to the template's instances, one per
+// network card from the default one (device index 0 there: the primary
+// interface; 1 on the others), as EC2's EFA guide lays them out. The
+// security groups move onto the interfaces: EC2 refuses a template that
+// sets both.
+func withEFA(data *ec2types.RequestLaunchTemplateData, n int32) *ec2types.RequestLaunchTemplateData {
+	if n <= 0 {
+		return data
+	}
+	for card := range n {
+		data.NetworkInterfaces = append(data.NetworkInterfaces, ec2types.LaunchTemplateInstanceNetworkInterfaceSpecificationRequest{
+			NetworkCardIndex:    aws.Int32(card),
+			DeviceIndex:         aws.Int32(min(card, 1)),
+			InterfaceType:       aws.String("efa"),
+			Groups:              data.SecurityGroupIds,
+			DeleteOnTermination: aws.Bool(true),
+		})
+	}
+	data.SecurityGroupIds = nil
 	return data
 }

@@ -204,8 +204,9 @@ func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
 }
 
 // Resolve finds the class's subnets, security groups and images, and its
-// instance profile (making it for spec.role: instanceprofile.go), and
-// returns the status that says so. It returns an error only when a call
+// instance profile (making it for spec.role: instanceprofile.go), checks
+// with EC2's DryRun that a launch of what resolved is allowed (dryrun.go),
+// and returns the status that says so. It returns an error only when a call
 // failed; selectors that match nothing, a missing role or a profile that
 // is not Nodeforge's give a status that is not Ready and says which.
 func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v1alpha1.EC2NodeClassStatus, error) {
@@ -267,8 +268,37 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 			status.InstanceProfile = ip.name
 		}
 	}
+	// What resolved is checked with EC2's DryRun (dryrun.go): a policy
+	// that refuses the launch makes the class not Ready now, rather than
+	// its first claim wait out its registration TTL.
+	reason := "NotResolved"
+	if len(problems) == 0 {
+		check, err := p.checkLaunch(ctx, class, status)
+		if err != nil {
+			return status, err
+		}
+		if check.denied != "" {
+			problems, reason = append(problems, check.denied), "LaunchDenied"
+			set(ConditionLaunchAllowed, false, check.deniedReason, check.denied)
+			meta.RemoveStatusCondition(&status.Conditions, ConditionSpotLaunchAllowed)
+		} else {
+			set(ConditionLaunchAllowed, true, "DryRunSucceeded", "EC2 allows dry runs of CreateLaunchTemplate, RunInstances and CreateFleet with the class's settings")
+			if check.spot != "" {
+				set(ConditionSpotLaunchAllowed, false, check.spotReason, check.spot)
+			} else {
+				set(ConditionSpotLaunchAllowed, true, "DryRunSucceeded", "")
+			}
+		}
+	} else {
+		// Nothing to check until the class resolves.
+		meta.RemoveStatusCondition(&status.Conditions, ConditionLaunchAllowed)
+		meta.RemoveStatusCondition(&status.Conditions, ConditionSpotLaunchAllowed)
+	}
+	if ok, why, msg, known := p.maxPodsAddressable(ctx, class); known {
+		set(ConditionMaxPodsAddressable, ok, why, msg)
+	}
 	if len(problems) > 0 {
-		set(ConditionReady, false, "NotResolved", strings.Join(problems, "; "))
+		set(ConditionReady, false, reason, strings.Join(problems, "; "))
 	} else {
 		set(ConditionReady, true, "Ready", "")
 	}
@@ -315,10 +345,14 @@ func (p *Provider) subnets(ctx context.Context, terms []v1alpha1.SelectorTerm) (
 		}
 		pages := ec2.NewDescribeSubnetsPaginator(p.ec2, in)
 		for pages.HasMorePages() {
+			seq := p.subnetRooms.begin()
 			page, err := pages.NextPage(ctx)
 			if err != nil {
 				return nil, classify("DescribeSubnets", err)
 			}
+			// Launches choose subnets by these free addresses too
+			// (subnets.go), without a call of their own for a while.
+			p.subnetRooms.observe(p.now(), seq, nil, page.Subnets)
 			for _, s := range page.Subnets {
 				found[aws.ToString(s.SubnetId)] = v1alpha1.ResolvedSubnet{ID: aws.ToString(s.SubnetId), Zone: aws.ToString(s.AvailabilityZone), ZoneID: aws.ToString(s.AvailabilityZoneId)}
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,31 @@ type NodeConfigCluster struct {
 type NodeConfigKubelet struct {
 	Config map[string]any `json:"config,omitempty"`
 	Flags  []string       `json:"flags,omitempty"`
+	// MaxPodsExpression is a CEL expression over default_enis (the default
+	// network card's interfaces), ips_per_eni and max_pods (nodeadm's
+	// standard figure) that nodeadm evaluates to the kubelet's maxPods and
+	// computes kube-reserved memory from (nodeadm releases from October
+	// 2025 on, NodeConfig spec.kubelet.maxPodsExpression).
+	MaxPodsExpression string `json:"maxPodsExpression,omitempty"`
+}
+
+// maxPodsExpression writes the class's max pods settings as nodeadm's
+// maxPodsExpression, so that one launch template serves every instance
+// type and nodeadm reserves memory for the same max pods as Pods
+// computes: a maxPods in the kubelet's config would set the kubelet's
+// figure but leave nodeadm's kube-reserved computed from its own. "" when
+// nodeadm's standard figure is the class's.
+func maxPodsExpression(k *v1alpha1.KubeletConfiguration) string {
+	switch {
+	case k == nil:
+		return ""
+	case k.MaxPods != nil:
+		return strconv.Itoa(int(*k.MaxPods))
+	case k.ReservedENIs != nil && *k.ReservedENIs > 0:
+		r := *k.ReservedENIs
+		return fmt.Sprintf("default_enis > %d ? (default_enis - %d) * (ips_per_eni - 1) + 2 : 2", r, r)
+	}
+	return ""
 }
 
 // mimeBoundary separates the parts of the user data.
@@ -68,8 +94,9 @@ func UserData(opts Options, class *v1alpha1.EC2NodeClass, labels map[string]stri
 	}}
 	config := map[string]any{}
 	if k := class.Spec.Kubelet; k != nil {
-		if k.MaxPods != nil {
-			config["maxPods"] = *k.MaxPods
+		nc.Spec.Kubelet.MaxPodsExpression = maxPodsExpression(k)
+		if k.PodsPerCore != nil {
+			config["podsPerCore"] = *k.PodsPerCore
 		}
 		if len(k.KubeReserved) > 0 {
 			config["kubeReserved"] = k.KubeReserved

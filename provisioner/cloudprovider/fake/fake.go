@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -182,6 +183,10 @@ func (c *Cloud) SetNodeClassReady(name string, ready bool, why string) {
 		c.notReady[name] = why
 	}
 }
+
+// RegisteredNode is nothing to the fake: its types say exactly what its
+// nodes report.
+func (c *Cloud) RegisteredNode(context.Context, *cloudprovider.Instance, *corev1.Node) {}
 
 // NodeClasses declares SimulatedNodeClass, the class tests' pools refer
 // to: ready once it exists unless SetNodeClassReady says otherwise, and

@@ -1,11 +1,18 @@
 package simulated
 
 import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
+
+// RegisteredNode is nothing to the simulated cloud: its catalog says
+// exactly what its nodes report.
+func (c *Cloud) RegisteredNode(context.Context, *cloudprovider.Instance, *corev1.Node) {}
 
 // NodeClasses declares SimulatedNodeClass. It is ready as soon as it
 // exists: nothing in it needs resolving against the cloud (no controller

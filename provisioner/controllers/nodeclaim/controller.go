@@ -111,6 +111,9 @@ type Controller struct {
 	// refusedEvictions: when each pod's refused eviction was last said.
 	refusedEvictions refusedEvictions
 	packer           packer
+	// classRegistrations counts each node class's registration timeouts
+	// in a row (registration.go).
+	classRegistrations classRegistrations
 }
 
 // NewController returns the NodeClaim lifecycle controller.

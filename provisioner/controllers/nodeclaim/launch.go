@@ -119,7 +119,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	}
 	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
 		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Template: nodeshape.ForClaim(nc),
-		NodeClass: nc.Spec.NodeClassRef, Offers: offers,
+		NodeClass: nc.Spec.NodeClassRef, Offers: offers, Requests: nc.Spec.Resources.Requests,
 	})
 	if err != nil {
 		// A capacity error, a denial or a class not ready launched nothing:

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -27,7 +33,13 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	if node == nil {
 		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
 		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
-			return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", fmt.Sprintf("no node registered within %s", c.opts.RegistrationTTL), launchedOffer(nc))
+			// A node that does not join is nearly always the node class's
+			// doing (user data, role, security groups), not the offering's:
+			// marking the offering unavailable would only have every type
+			// launched and billed in turn. It counts against the class.
+			why := fmt.Sprintf("no node registered within %s", c.opts.RegistrationTTL)
+			c.registrationTimedOut(ctx, nc, why)
+			return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", why)
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
@@ -59,6 +71,8 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{}, err
 	}
 	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
+	c.cloud.RegisteredNode(ctx, in, node)
+	c.classRegistered(ctx, nc)
 	c.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
 	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, nil
@@ -118,4 +132,153 @@ func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim, typeLabels map[string]stri
 		changed = true
 	}
 	return changed
+}
+
+// ConditionNodesRegistering is the node class condition that is False
+// once RegistrationTimeoutsInARow claims of the class in a row had no
+// node register within the registration TTL, naming them, and True again
+// when a node of the class registers. It does not make the class not
+// Ready: it says where to look (the class's user data, role, security
+// groups, the nodes' console output).
+const ConditionNodesRegistering = "NodesRegistering"
+
+// RegistrationTimeoutsInARow is how many registration timeouts of a
+// class's claims in a row make its NodesRegistering condition False.
+const RegistrationTimeoutsInARow = 3
+
+// classRegistrations counts, per node class, the registration timeouts
+// since a node of the class last registered, and the claims that timed
+// out. It is in memory: after a restart the count starts again, and the
+// condition stays as it was until the next timeout or registration.
+type classRegistrations struct {
+	mu     sync.Mutex
+	failed map[v1alpha1.NodeClassReference][]string // claim names, oldest first
+}
+
+// registrationTimedOut records a claim's registration timeout against its
+// node class: a Warning Event on the class, and its NodesRegistering
+// condition False from the RegistrationTimeoutsInARow-th in a row on.
+func (c *Controller) registrationTimedOut(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
+	ref := nc.Spec.NodeClassRef
+	r := &c.classRegistrations
+	r.mu.Lock()
+	if r.failed == nil {
+		r.failed = map[v1alpha1.NodeClassReference][]string{}
+	}
+	claims := r.failed[ref]
+	if !slices.Contains(claims, nc.Name) { // a retried give-up counts once
+		claims = append(claims, nc.Name)
+		r.failed[ref] = claims
+	}
+	r.mu.Unlock()
+	class, err := c.nodeClassObject(ctx, ref)
+	if class == nil {
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Reading the node class to record a registration timeout", "nodeClass", ref.Kind+"/"+ref.Name)
+		}
+		return
+	}
+	if c.recorder != nil {
+		c.recorder.Eventf(class, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register",
+			"nodeclaim %s (%s in %s, instance %s): %s; %d in a row for this class", nc.Name, nc.Status.InstanceType, nc.Status.Zone, nc.Status.ProviderID, why, len(claims))
+	}
+	if len(claims) < RegistrationTimeoutsInARow {
+		return
+	}
+	last := claims[max(0, len(claims)-RegistrationTimeoutsInARow):]
+	msg := fmt.Sprintf("%d nodeclaims in a row had no node register within %s (the last: %s); check the class's user data, role and security groups, and the instances' console output",
+		len(claims), c.opts.RegistrationTTL, strings.Join(last, ", "))
+	if err := c.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording registration timeouts on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
+	}
+}
+
+// classRegistered ends the class's run of registration timeouts, and sets
+// its NodesRegistering condition True again where it was False.
+func (c *Controller) classRegistered(ctx context.Context, nc *v1alpha1.NodeClaim) {
+	ref := nc.Spec.NodeClassRef
+	r := &c.classRegistrations
+	r.mu.Lock()
+	delete(r.failed, ref)
+	r.mu.Unlock()
+	class, err := c.nodeClassObject(ctx, ref)
+	if class == nil || err != nil {
+		return
+	}
+	if conds, err := classConditions(class); err != nil || !meta.IsStatusConditionFalse(conds, ConditionNodesRegistering) {
+		return
+	}
+	if err := c.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionTrue, Reason: "Registered", Message: "node " + nc.Status.NodeName + " registered"}); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording a registration on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
+	}
+}
+
+// nodeClassObject reads the node class ref names, as the provider
+// declares its kind; nil when the provider serves no such kind or it is
+// gone.
+func (c *Controller) nodeClassObject(ctx context.Context, ref v1alpha1.NodeClassReference) (client.Object, error) {
+	decl, ok := cloudprovider.ClassOf(c.cloud.NodeClasses(), ref)
+	if !ok {
+		return nil, nil
+	}
+	obj := decl.New()
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return obj, nil
+}
+
+// classStatus is the part of every node class's status this file reads
+// and writes: EC2NodeClass and SimulatedNodeClass both have conditions.
+type classStatus struct {
+	Status struct {
+		Conditions []metav1.Condition `json:"conditions,omitempty"`
+	} `json:"status"`
+}
+
+func classConditions(obj client.Object) ([]metav1.Condition, error) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	var st classStatus
+	err = runtime.DefaultUnstructuredConverter.FromUnstructured(u, &st)
+	return st.Status.Conditions, err
+}
+
+// setClassCondition sets one condition of the node class's status, read
+// afresh, retrying on conflicts with the class's own controller.
+func (c *Controller) setClassCondition(ctx context.Context, ref v1alpha1.NodeClassReference, cond metav1.Condition) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := c.nodeClassObject(ctx, ref)
+		if obj == nil {
+			return err
+		}
+		cond.ObservedGeneration = obj.GetGeneration()
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		var st classStatus
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, &st); err != nil {
+			return err
+		}
+		if !meta.SetStatusCondition(&st.Status.Conditions, cond) {
+			return nil
+		}
+		conds, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+		if err != nil {
+			return err
+		}
+		status, _ := u["status"].(map[string]any)
+		if status == nil {
+			status = map[string]any{}
+		}
+		status["conditions"] = conds["status"].(map[string]any)["conditions"]
+		u["status"] = status
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, obj); err != nil {
+			return err
+		}
+		return c.kube.Status().Update(ctx, obj)
+	})
 }
