@@ -37,8 +37,19 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 			// doing (user data, role, security groups), not the offering's:
 			// marking the offering unavailable would only have every type
 			// launched and billed in turn. It counts against the class.
+			// Where nodes of the class do join, the class is not at fault:
+			// the trouble is the offering's (a zone's network, a type's
+			// image), and it is marked unavailable so the next claim goes
+			// elsewhere.
 			why := fmt.Sprintf("no node registered within %s", c.opts.RegistrationTTL)
 			c.registrationTimedOut(ctx, nc, why)
+			joins, err := c.classJoins(ctx, nc.Spec.NodeClassRef)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if joins {
+				return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", why+", where other nodes of its class do", launchedOffer(nc))
+			}
 			return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", why)
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -191,6 +202,18 @@ func (c *Controller) registrationTimedOut(ctx context.Context, nc *v1alpha1.Node
 	if err := c.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording registration timeouts on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
 	}
+}
+
+// classJoins says whether a node of the class is registered now: then its
+// configuration joins nodes, and a timeout is the offering's.
+func (c *Controller) classJoins(ctx context.Context, ref v1alpha1.NodeClassReference) (bool, error) {
+	var claims v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &claims); err != nil {
+		return false, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	return slices.ContainsFunc(claims.Items, func(nc v1alpha1.NodeClaim) bool {
+		return nc.Spec.NodeClassRef == ref && nc.Status.NodeName != "" && nc.DeletionTimestamp == nil
+	}), nil
 }
 
 // classRegistered ends the class's run of registration timeouts, and sets

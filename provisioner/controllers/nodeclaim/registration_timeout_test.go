@@ -80,3 +80,36 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		t.Errorf("%d RegistrationTimeout Events on the class, want %d", classEvents, RegistrationTimeoutsInARow)
 	}
 }
+
+// TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering: where a node
+// of the same class is registered, the class's configuration joins nodes,
+// so a timeout is the offering's (a zone's network, say): it is marked
+// unavailable and the pods' next claim goes elsewhere.
+func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
+	ctx := context.Background()
+	ref := v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
+	s := newSteps(t)
+	joined := claim(v1alpha1.NodeClaimInitialized)
+	joined.Name, joined.UID, joined.Spec.NodeClassRef = "pool-joined", "uid-joined", ref
+	if err := s.kube.Create(ctx, joined); err != nil {
+		t.Fatal(err)
+	}
+	joined.Status.NodeName = "node-joined"
+	if err := s.kube.Status().Update(ctx, joined); err != nil {
+		t.Fatal(err)
+	}
+	nc := claim(v1alpha1.NodeClaimLaunched)
+	nc.Spec.NodeClassRef = ref
+	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///i-late", "small", "zone-b", "spot"
+	nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
+	if err := s.kube.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	s.now = s.now.Add(2 * time.Minute)
+	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if gone, _ := s.c.unavailable.Unavailable("small", "zone-b", "spot"); !gone {
+		t.Errorf("a registration timeout where the class's nodes join left the offering small/zone-b/spot available")
+	}
+}
