@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -218,4 +220,18 @@ func TestTypesWithoutAnOnDemandPriceAreOfferedLast(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestTheClassSaysWhichTypesLackTheirRegionsPrice: in us-west-2, which the
+// shipped table lacks, the class stays Ready and its OnDemandPricesKnown
+// condition says the types are priced at the closest region's figures.
+func TestTheClassSaysWhichTypesLackTheirRegionsPrice(t *testing.T) {
+	r := newRegion(t, nil, nil)
+	c := meta.FindStatusCondition(r.class.Status.Conditions, aws.ConditionOnDemandPricesKnown)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "StandInPrices" || !strings.Contains(c.Message, "us-east-1's prices") || !strings.Contains(c.Message, "m5.large") {
+		t.Errorf("%s = %+v, want False, StandInPrices, naming us-east-1 and m5.large", aws.ConditionOnDemandPricesKnown, c)
+	}
+	if rc := ready(r.class); rc == nil || rc.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v; prices standing in are no reason not to launch", rc)
+	}
 }

@@ -297,6 +297,9 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 	if ok, why, msg, known := p.maxPodsAddressable(ctx, class); known {
 		set(ConditionMaxPodsAddressable, ok, why, msg)
 	}
+	if ok, why, msg, known := p.pricesKnown(ctx); known {
+		set(ConditionOnDemandPricesKnown, ok, why, msg)
+	}
 	if len(problems) > 0 {
 		set(ConditionReady, false, reason, strings.Join(problems, "; "))
 	} else {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -135,4 +136,36 @@ func (p *Provider) reportPriceGaps(ctx context.Context, pool *v1alpha1.NodePool,
 		related = class
 	}
 	p.opts.Recorder.Eventf(pool, related, corev1.EventTypeWarning, ReasonOnDemandPricesUnknown, "PriceInstanceTypes", "%s", msg)
+}
+
+// ConditionOnDemandPricesKnown is False, while the class stays Ready, when
+// some of the region's instance types are offered on demand without the
+// region's own price: at a stand-in region's, or last of all at
+// pricing.UnknownPrice. The message names them and why.
+const ConditionOnDemandPricesKnown = "OnDemandPricesKnown"
+
+// pricesKnown judges the region's on-demand prices for the class's
+// condition; known is false when the region could not be described (the
+// condition is then left as it was).
+func (p *Provider) pricesKnown(ctx context.Context) (ok bool, reason, message string, known bool) {
+	cat, err := p.refresh(ctx)
+	if err != nil {
+		return false, "", "", false
+	}
+	gaps := p.newPriceGaps()
+	for _, name := range cat.typeNames {
+		info := cat.types[name]
+		if architecture(info) == "" || !slices.Contains(info.SupportedUsageClasses, ec2types.UsageClassTypeOnDemand) {
+			continue
+		}
+		_, source := p.onDemand(name, gaps.standInRegion)
+		gaps.add(name, source)
+	}
+	switch {
+	case len(gaps.unknown) > 0:
+		return false, "PricesUnknown", gaps.message(), true
+	case len(gaps.standIn) > 0:
+		return false, "StandInPrices", gaps.message(), true
+	}
+	return true, "RegionPriced", fmt.Sprintf("every instance type of %s has its on-demand price (%s)", p.opts.Region, p.prices.Source()), true
 }
