@@ -9,7 +9,8 @@
 // serializers and deserializers use (service/ec2 serializers.go and
 // deserializers.go), so a test that passes here exercises the same wire shapes
 // as production. Faults (capacity errors, capacity limits, throttling, access
-// denial) can be injected, and every request is recorded for inspection.
+// denial) can be injected, EC2's request rate limits can be switched on
+// (ratelimit.go), and every request is recorded for inspection.
 //
 // What is deliberately not modelled: fleets other than Type=instant, launch
 // template versions other than 1, networking beyond one private IPv4 address
@@ -69,6 +70,8 @@ type Server struct {
 	limits    []*capacityLimit
 	throttles map[string]int
 	denied    map[string]bool
+	// rates are EC2's request rate limits (ratelimit.go), when on.
+	rates rateLimiter
 	// noSpotRole: the account has no spot service-linked role and the
 	// caller may not make it (MissingSpotRole).
 	noSpotRole bool
@@ -97,6 +100,7 @@ func New(w World) *Server {
 		fleetTokens:    map[string]*fleetRecord{},
 		throttles:      map[string]int{},
 		denied:         map[string]bool{},
+		rates:          rateLimiter{on: w.RequestRateLimits, buckets: map[string]*tokenBucket{}, throttled: map[string]int{}},
 	}
 	s.priceTime = s.now().Truncate(time.Hour)
 	for _, z := range w.Zones {
@@ -172,6 +176,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if action == "" {
 		writeError(w, requestID, badRequest("MissingAction", "The request must contain the parameter Action."))
+		return
+	}
+	if err := s.rateLimited(action, query(r.Form)); err != nil {
+		writeError(w, requestID, err)
 		return
 	}
 	if err := s.injectedFailure(action); err != nil {

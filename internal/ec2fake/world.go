@@ -51,6 +51,10 @@ type World struct {
 	// TerminatedVisibleFor is how long DescribeInstances still shows a
 	// terminated instance (about an hour on real EC2); zero means forever.
 	TerminatedVisibleFor time.Duration
+	// RequestRateLimits throttles requests as EC2 does, with a token
+	// bucket per API (ratelimit.go); Server.LimitRequestRates turns them
+	// on and off later.
+	RequestRateLimits bool
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,13 +41,24 @@ type Instance struct {
 	// NodeClaim and NodePool the instance was launched for, from its tags.
 	NodeClaim string
 	NodePool  string
-	Launched  time.Time
+	// NodeClaims, for an instance launched by one request for several
+	// claims whose tags cannot name the one it serves (EC2's fleets of
+	// several), are those claims; NodeClaim is then empty, and the
+	// claim's status names the instance it took.
+	NodeClaims []string
+	Launched   time.Time
 	// Stopping: the instance is stopping, stopped or shutting down; it
 	// runs no pod any more.
 	Stopping bool
 	// Refused are the cheaper offers the cloud had no capacity for before
 	// it launched this one; callers avoid them for a while.
 	Refused []Offer `json:"-"`
+}
+
+// LaunchedFor says whether the instance was launched for the claim, alone
+// or as one of NodeClaims.
+func (in *Instance) LaunchedFor(claim string) bool {
+	return in.NodeClaim == claim || slices.Contains(in.NodeClaims, claim)
 }
 
 // Offer is one launch option: an instance type in a zone with a capacity

@@ -245,6 +245,13 @@ func (l *Ledger) seed(ctx context.Context, claims []v1alpha1.NodeClaim) error {
 	}
 	for _, in := range instances {
 		nc := byName[in.NodeClaim]
+		// An instance of a fleet launched for several claims counts for
+		// one of them not counted yet.
+		for _, name := range in.NodeClaims {
+			if c := byName[name]; nc == nil && c != nil && c.Status.ProviderID == "" && l.reserved[c.UID] == nil {
+				nc = c
+			}
+		}
 		if nc == nil || nc.Status.ProviderID != "" {
 			continue
 		}

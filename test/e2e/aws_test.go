@@ -84,11 +84,21 @@ func TestAWSProvider(t *testing.T) {
 		if err := kube.List(ctx, &claims); err != nil {
 			t.Fatal(err)
 		}
+		// An instance is a claim's by its claim tag; one of a fleet
+		// launched for several claims, by the claim whose status names it
+		// and which the instance names among the fleet's claims.
 		perClaim := map[string]int{}
 		for _, in := range sb.EC2.Instances() {
-			if in.State != "terminated" && in.State != "shutting-down" {
-				perClaim[in.Tags[aws.TagNodeClaim]]++
+			if in.State == "terminated" || in.State == "shutting-down" {
+				continue
 			}
+			owner := in.Tags[aws.TagNodeClaim]
+			for _, nc := range claims.Items {
+				if owner == "" && strings.HasSuffix(nc.Status.ProviderID, "/"+in.ID) && in.Tags[aws.TagFleetClaimPrefix+string(nc.UID)] == nc.Name {
+					owner = nc.Name
+				}
+			}
+			perClaim[owner]++
 		}
 		for _, nc := range claims.Items {
 			if perClaim[nc.Name] != 1 {

@@ -59,6 +59,7 @@ type options struct {
 	initializationTTL       time.Duration
 	unavailableTTL          time.Duration
 	nodeClaimWorkers        int
+	nodeClaimLaunchWorkers  int
 	cloudCallTimeout        time.Duration
 	gcInterval              time.Duration
 	schedulerConfig         string
@@ -109,7 +110,8 @@ func Run(args []string, opts ...registry.Option) error {
 	fs.DurationVar(&o.launchTTL, "launch-ttl", 10*time.Minute, "Delete a NodeClaim not launched this long after it was made (every launch failed); its offerings are avoided for a while and its pods get another claim.")
 	fs.DurationVar(&o.initializationTTL, "initialization-ttl", 10*time.Minute, "Delete a NodeClaim, terminating its instance, when its node is not ready for pods (Ready, startup taints gone, promised extended resources in allocatable) this long after registering.")
 	fs.DurationVar(&o.registrationTTL, "registration-ttl", 15*time.Minute, "Delete a launched NodeClaim, and terminate its instance, when its node has not registered by then.")
-	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (launch, register, bind, drain), so one slow cloud call does not hold up the others.")
+	fs.IntVar(&o.nodeClaimWorkers, "nodeclaim-workers", 4, "NodeClaims reconciled at once (register, bind, drain; and launch when --nodeclaim-launch-workers is 0), so one slow cloud call does not hold up the others.")
+	fs.IntVar(&o.nodeClaimLaunchWorkers, "nodeclaim-launch-workers", 64, "NodeClaims launched at once, by workers of their own: a launch waits on the cloud (throttled calls are retried with backoff) and must not hold up registration, binding or draining. Launches that arrive together with the same options are sent as one request, so this also bounds how many one request can carry. 0 launches in the --nodeclaim-workers.")
 	fs.DurationVar(&o.cloudCallTimeout, "cloud-call-timeout", 2*time.Minute, "Longest a cloud provider call may take, its SDK retries included; past it the call fails and is retried with backoff.")
 	fs.DurationVar(&o.gcInterval, "garbage-collection-interval", 30*time.Second, "How often instances no NodeClaim accounts for, claims whose instance is gone and nodes whose instance is gone are looked for.")
 	fs.DurationVar(&o.gcGrace, "garbage-collection-grace", 2*time.Minute, "How old an instance or node must be before garbage collection may remove it (a launch records its claim's providerID a moment after the cloud answers; a cloud's list may lag).")
@@ -236,7 +238,7 @@ func Run(args []string, opts ...registry.Option) error {
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	claimOpts := nodeclaim.Options{
-		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, Gate: gate,
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, LaunchWorkers: o.nodeClaimLaunchWorkers, Gate: gate,
 	}
 	if o.repack {
 		claimOpts.Repack, claimOpts.Claims = sched, mgr.GetAPIReader()
@@ -385,6 +387,9 @@ func (o *options) validate() error {
 	}
 	if o.nodeClaimWorkers < 1 || o.nodeClaimWorkers > 64 {
 		errs = append(errs, fmt.Errorf("--nodeclaim-workers=%d: must be from 1 to 64", o.nodeClaimWorkers))
+	}
+	if o.nodeClaimLaunchWorkers < 0 || o.nodeClaimLaunchWorkers > 512 {
+		errs = append(errs, fmt.Errorf("--nodeclaim-launch-workers=%d: must be from 0 to 512", o.nodeClaimLaunchWorkers))
 	}
 	if o.qps <= 0 || o.burst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps=%v --kube-api-burst=%d: both must be more than 0", o.qps, o.burst))

@@ -1,6 +1,7 @@
 // Package aws is the cloud provider for Amazon EC2. It launches instances
-// with CreateFleet (type instant, one instance, up to 60 instance type ×
-// subnet overrides, a ClientToken derived from the claim), describes the
+// with CreateFleet (type instant, one instance a claim, claims with the
+// same request that arrive together in one fleet, up to 60 instance type ×
+// subnet overrides, a ClientToken derived from the claims), describes the
 // region's instance types, offerings and spot prices, prices on-demand
 // capacity from the shipped table in package pricing, and resolves each
 // EC2NodeClass's subnets, security groups and images by selector terms, and
@@ -23,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/smithy-go"
+	"golang.org/x/sync/singleflight"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,6 +140,9 @@ type Provider struct {
 	// templateUsed when a launch last used each (launchtemplates.go).
 	templates    map[string]string
 	templateUsed map[string]time.Time
+	// templateFlight makes each template once for the launches that
+	// need it at the same time.
+	templateFlight singleflight.Group
 	// fleetErrors counts, per claim UID, fleets that launched nothing for
 	// other reasons than capacity (clientToken).
 	fleetErrors map[string]int
@@ -150,6 +155,14 @@ type Provider struct {
 	checks map[string]launchCheck
 	// gaps remembers the on-demand price gaps last logged (prices.go).
 	gaps priceGapReporter
+	// gets and terminations send the Gets and Deletes that arrive
+	// together as one request each (batch.go, instances.go).
+	gets         *batcher[string, *cloudprovider.Instance]
+	terminations *batcher[string, bool]
+	// launched answers launchedFor (launched.go).
+	launched launchedList
+	// fleets are the fleets open to more claims (fleet.go).
+	fleets fleetMerger
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}
@@ -174,7 +187,10 @@ func New(api EC2API, kube client.Reader, prices *pricing.Table, opts Options) (*
 	}
 	opts.LaunchCheckInterval = cmp.Or(opts.LaunchCheckInterval, time.Hour)
 	opts.LaunchCheckRetry = cmp.Or(opts.LaunchCheckRetry, 5*time.Minute)
-	return &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}, fleetErrors: map[string]int{}, checks: map[string]launchCheck{}}, nil
+	p := &Provider{ec2: api, kube: kube, prices: prices, opts: opts, now: time.Now, templates: map[string]string{}, templateUsed: map[string]time.Time{}, fleetErrors: map[string]int{}, checks: map[string]launchCheck{}}
+	p.gets = &batcher[string, *cloudprovider.Instance]{max: maxInstanceIDs, do: p.describeIDs}
+	p.terminations = &batcher[string, bool]{max: maxInstanceIDs, do: p.terminateIDs}
+	return p, nil
 }
 
 // Name is "aws".

@@ -34,7 +34,9 @@ const MaxOverrides = 60
 // retried request (the SDK retrying a lost response), while a later call
 // with other offers or another launch template (after capacity errors, or
 // a changed node class) is a new request rather than one EC2 answers with
-// the old failure or IdempotentParameterMismatch for ever.
+// the old failure or IdempotentParameterMismatch for ever. Claims whose
+// requests are the same but for the claim, arriving together, share one
+// fleet (fleet.go).
 func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovider.Instance, error) {
 	logger := klog.FromContext(ctx)
 	if existing, err := p.launchedFor(ctx, l.ClaimUID); err != nil {
@@ -99,11 +101,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 			TotalTargetCapacity:       aws.Int32(1),
 			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
 		},
-		TagSpecifications: []ec2types.TagSpecification{
-			{ResourceType: ec2types.ResourceTypeInstance, Tags: tags},
-			{ResourceType: ec2types.ResourceTypeVolume, Tags: tags},
-			{ResourceType: ec2types.ResourceTypeFleet, Tags: tags},
-		},
+		TagSpecifications: tagSpecifications(tags),
 	}
 	if capacityType == v1alpha1.CapacityTypeSpot {
 		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
@@ -114,90 +112,10 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	attempt := p.fleetErrors[l.ClaimUID]
 	p.mu.Unlock()
 	in.ClientToken = aws.String(clientToken(l.ClaimUID, template, capacityType, overrides, attempt))
-	logger.V(2).Info("Creating fleet", "nodeClaim", l.NodeClaim, "launchTemplate", template, "capacityType", capacityType, "overrides", len(overrides))
-	out, err := p.ec2.CreateFleet(ctx, in)
-	if err != nil {
-		if templateNotFound(err) {
-			// Collected meanwhile (launchtemplates.go): the retry makes it.
-			p.forgetTemplate(template)
-		}
-		err = classify("CreateFleet", err)
-		if cloudprovider.IsAccessDenied(err) {
-			p.recheckLaunch(class.Name)
-		}
-		return nil, err
-	}
-	var refused []cloudprovider.Offer
-	var other []error
-	for _, e := range out.Errors {
-		code := aws.ToString(e.ErrorCode)
-		o, ok := overrideOffer(byOverride, e.LaunchTemplateAndOverrides)
-		switch {
-		case code == codeNoFreeAddresses && ok:
-			p.noFreeAddresses(ctx, class, overrideSubnet(e.LaunchTemplateAndOverrides), o, short)
-		case capacityCodes[code] && ok:
-			refused = append(refused, o)
-			logger.V(2).Info("Fleet option refused", "instanceType", o.InstanceType.Name, "zone", o.Zone, "capacityType", o.CapacityType, "code", code)
-		case code == spotRoleCode && ok:
-			// No spot service-linked role: the class's spot offerings are
-			// withheld (dryrun.go) and this claim's refused like capacity.
-			p.noSpotRole(class.Name, aws.ToString(e.ErrorMessage))
-			refused = append(refused, o)
-		case deniedCodes[code]:
-			p.recheckLaunch(class.Name)
-			return nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
-		default:
-			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
-				p.forgetTemplate(template)
-			}
-			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
-		}
-	}
-	for _, fi := range out.Instances {
-		if len(fi.InstanceIds) == 0 {
-			continue
-		}
-		o, _ := overrideOffer(byOverride, fi.LaunchTemplateAndOverrides)
-		p.subnetRooms.launched(overrideSubnet(fi.LaunchTemplateAndOverrides), len(fi.InstanceIds))
-		zone := o.Zone
-		if fi.LaunchTemplateAndOverrides != nil && fi.LaunchTemplateAndOverrides.Overrides != nil && fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone != nil {
-			zone = *fi.LaunchTemplateAndOverrides.Overrides.AvailabilityZone
-		}
-		if o.InstanceType.Name == "" {
-			o = offerOfType(offers, string(fi.InstanceType), zone)
-		}
-		p.mu.Lock()
-		delete(p.fleetErrors, l.ClaimUID)
-		p.mu.Unlock()
-		if len(fi.InstanceIds) > 1 {
-			logger.Error(nil, "Fleet launched more instances than asked; the extra ones will be garbage-collected", "instanceIDs", fi.InstanceIds)
-		}
-		ct := v1alpha1.CapacityTypeOnDemand
-		if fi.Lifecycle == ec2types.InstanceLifecycleSpot {
-			ct = v1alpha1.CapacityTypeSpot
-		}
-		return &cloudprovider.Instance{
-			ProviderID: providerID(zone, fi.InstanceIds[0]), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
-			Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels, ImageID: ami,
-			NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: p.now(), Refused: append(refused, short.offers...),
-		}, nil
-	}
-	if len(other) == 0 && (len(refused) > 0 || len(short.notes) > 0) {
-		// Offers refused for capacity or in zones out of addresses are
-		// unavailable for now; a subnet out of addresses in a zone with
-		// another adds none, and the retry uses that other subnet.
-		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: append(refused, short.offers...)})
-	}
-	if len(other) == 0 {
-		return nil, errors.New("CreateFleet launched no instance and reported no error")
-	}
-	// EC2 answers a token it has seen with the answer it gave: the retry
-	// of a fleet that failed for another reason than capacity (an
-	// instance profile IAM has not propagated yet, say) is a new request.
-	p.mu.Lock()
-	p.fleetErrors[l.ClaimUID]++
-	p.mu.Unlock()
-	return nil, fmt.Errorf("CreateFleet launched no instance: %w", errors.Join(other...))
+	return p.launchFleet(ctx, &fleetRequest{
+		l: l, class: class, in: in, template: template, ami: ami, capacityType: capacityType, attempt: attempt,
+		offers: offers, byOverride: byOverride, short: short, done: make(chan struct{}),
+	})
 }
 
 // clientToken is the CreateFleet idempotency token of one request of a
@@ -330,29 +248,37 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 	if known {
 		return name, nil
 	}
-	_, err = p.ec2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
-	var api smithy.APIError
-	if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.NotFoundException" {
-		tags := toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})
-		_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-			LaunchTemplateName: aws.String(name),
-			LaunchTemplateData: data,
-			TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: tags}},
-		})
-		if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.AlreadyExistsException" {
-			err = nil // another replica or an earlier attempt made it
+	// The claims of a burst that need a new template need the same one:
+	// one of them looks for it and makes it, the others wait for that.
+	_, err, _ = p.templateFlight.Do(name, func() (any, error) {
+		_, err := p.ec2.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
+		var api smithy.APIError
+		if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.NotFoundException" {
+			tags := toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})
+			_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+				LaunchTemplateName: aws.String(name),
+				LaunchTemplateData: data,
+				TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: tags}},
+			})
+			if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.AlreadyExistsException" {
+				err = nil // another replica or an earlier attempt made it
+			}
+			if err == nil {
+				klog.FromContext(ctx).Info("Created launch template", "launchTemplate", name, "ec2NodeClass", class.Name, "ami", ami)
+			}
 		}
-		if err == nil {
-			klog.FromContext(ctx).Info("Created launch template", "launchTemplate", name, "ec2NodeClass", class.Name, "ami", ami)
+		if err != nil {
+			return nil, classify("launch template "+name, err)
 		}
-	}
+		p.mu.Lock()
+		p.templates[name] = ami
+		p.templateUsed[name] = p.now()
+		p.mu.Unlock()
+		return nil, nil
+	})
 	if err != nil {
-		return "", classify("launch template "+name, err)
+		return "", err
 	}
-	p.mu.Lock()
-	p.templates[name] = ami
-	p.templateUsed[name] = p.now()
-	p.mu.Unlock()
 	return name, nil
 }
 

@@ -76,7 +76,7 @@ func (g *Collector) Collect(ctx context.Context) error {
 	for _, in := range instances {
 		live[in.ProviderID] = true
 		nc := byName[in.NodeClaim]
-		owned := nc != nil && (nc.Status.ProviderID == "" || nc.Status.ProviderID == in.ProviderID)
+		owned := nc != nil && (nc.Status.ProviderID == "" || nc.Status.ProviderID == in.ProviderID) || mayServe(in, byName)
 		if owned || g.now().Sub(in.Launched) < g.Grace {
 			continue
 		}
@@ -117,6 +117,18 @@ func (g *Collector) Collect(ctx context.Context) error {
 		errs = append(errs, client.IgnoreNotFound(g.kube.Delete(ctx, &nc)))
 	}
 	return errors.Join(errs...)
+}
+
+// mayServe: the instance was launched for several claims (one of EC2's
+// fleets of several), and one of them took it or may still take it: it
+// names it in its status, or is still being launched.
+func mayServe(in *cloudprovider.Instance, claims map[string]*v1alpha1.NodeClaim) bool {
+	for _, name := range in.NodeClaims {
+		if nc := claims[name]; nc != nil && (nc.Status.ProviderID == "" || nc.Status.ProviderID == in.ProviderID) {
+			return true
+		}
+	}
+	return false
 }
 
 // deleteNodesWithoutInstance deletes the Nodes of our pools whose instance

@@ -33,6 +33,13 @@ func TestCollect(t *testing.T) {
 		{ProviderID: "sim:///a/owned", NodeClaim: "owned", Launched: now.Add(-time.Hour)},
 		{ProviderID: "sim:///a/orphan", NodeClaim: "gone", Launched: now.Add(-time.Hour)},
 		{ProviderID: "sim:///a/young", NodeClaim: "launching", Launched: now.Add(-10 * time.Second)},
+		// Of one fleet launched for claims sa, sb and sc: sa took the
+		// first, sb is still launching and may take the second; sc took
+		// another, so the third, of a fleet for sa and sc, serves no one.
+		{ProviderID: "sim:///a/shared-1", NodeClaims: []string{"sa", "sb", "sc"}, Launched: now.Add(-time.Hour)},
+		{ProviderID: "sim:///a/shared-2", NodeClaims: []string{"sa", "sb", "sc"}, Launched: now.Add(-time.Hour)},
+		{ProviderID: "sim:///a/shared-3", NodeClaims: []string{"sa", "sc"}, Launched: now.Add(-time.Hour)},
+		{ProviderID: "sim:///a/sc", NodeClaim: "sc", Launched: now.Add(-time.Hour)},
 	} {
 		cloud.Add(in)
 	}
@@ -47,6 +54,9 @@ func TestCollect(t *testing.T) {
 	}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		claim("owned", "sim:///a/owned", now.Add(-time.Hour)),
+		claim("sa", "sim:///a/shared-1", now.Add(-time.Hour)),
+		claim("sb", "", now.Add(-time.Hour)),
+		claim("sc", "sim:///a/sc", now.Add(-time.Hour)),
 		claim("vanished", "sim:///a/vanished", now.Add(-time.Hour)),
 		// Launched after the cloud was listed: not in the list, but young.
 		claim("fresh", "sim:///a/fresh", now.Add(-time.Second)),
@@ -63,7 +73,8 @@ func TestCollect(t *testing.T) {
 	if err := g.Collect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]bool{"sim:///a/owned": true, "sim:///a/orphan": false, "sim:///a/young": true} {
+	for id, want := range map[string]bool{"sim:///a/owned": true, "sim:///a/orphan": false, "sim:///a/young": true,
+		"sim:///a/shared-1": true, "sim:///a/shared-2": true, "sim:///a/shared-3": false} {
 		if _, err := cloud.Get(context.Background(), id); (err == nil) != want {
 			t.Errorf("instance %s exists=%v, want %v", id, !want, want)
 		}

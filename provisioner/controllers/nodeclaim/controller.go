@@ -80,6 +80,12 @@ type Options struct {
 	// Workers is how many claims are reconciled at once, so one slow cloud
 	// call does not hold up every other claim's launch, bind or drain.
 	Workers int
+	// LaunchWorkers, when more than 0, is how many claims are launched
+	// at once by a controller of their own (nodeclaim.launch), apart from
+	// the Workers: a launch waits on the cloud, whose throttled calls the
+	// SDK retries for minutes, and must not hold up registration, binding
+	// or draining. 0 launches in the Workers.
+	LaunchWorkers int
 	// Limits is the ledger launches reserve against; nil makes one. The
 	// provisioner shares it with disruption's replacements.
 	Limits *limits.Ledger
@@ -189,7 +195,39 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.claimsOfClass(class.Kind)), builder.WithPredicates(changed))
 	}
-	return b.Complete(c)
+	if err := b.Complete(c); err != nil {
+		return err
+	}
+	if c.opts.LaunchWorkers == 0 {
+		return nil
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodeclaim.launch").
+		WithOptions(controller.Options{MaxConcurrentReconciles: c.opts.LaunchWorkers}).
+		For(&v1alpha1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.(*v1alpha1.NodeClaim).Status.Phase == v1alpha1.NodeClaimLaunching
+		}))).
+		Complete(reconcile.Func(c.reconcileLaunch))
+}
+
+// reconcileLaunch launches a Launching claim, for the launch workers.
+// Every other phase, and a claim being deleted, is the lifecycle
+// controller's; so each claim is in one controller's hands at a time.
+func (c *Controller) reconcileLaunch(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var nc v1alpha1.NodeClaim
+	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if nc.Status.Phase != v1alpha1.NodeClaimLaunching || !nc.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))
+	res, err := c.launch(ctx, &nc)
+	if apierrors.IsConflict(err) {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
+		return reconcile.Result{Requeue: true}, nil
+	}
+	return res, err
 }
 
 // hashChanged lets through creations, deletions, and updates that change
@@ -317,6 +355,9 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	case "", v1alpha1.NodeClaimNominating:
 		return c.closeWhenBatched(ctx, nc)
 	case v1alpha1.NodeClaimLaunching:
+		if c.opts.LaunchWorkers > 0 {
+			return reconcile.Result{}, nil // reconcileLaunch's
+		}
 		return c.launch(ctx, nc)
 	case v1alpha1.NodeClaimLaunched:
 		return c.register(ctx, nc)

@@ -91,7 +91,8 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 
 // launchedFor returns the cloud's instance for the claim's providerID if
 // it was launched for this claim, by the claim name the instance carries
-// (a tag on EC2), and nil otherwise. A mismatch is logged and recorded as
+// (a tag on EC2; or one of the claims of a fleet launched for several, the
+// one whose status names it), and nil otherwise. A mismatch is logged and recorded as
 // an Event.
 func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*cloudprovider.Instance, error) {
 	in, err := c.cloud.Get(ctx, nc.Status.ProviderID)
@@ -101,7 +102,7 @@ func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*
 	if err != nil {
 		return nil, fmt.Errorf("looking up instance %s: %w", nc.Status.ProviderID, err)
 	}
-	if in.NodeClaim != nc.Name {
+	if !in.LaunchedFor(nc.Name) {
 		klog.FromContext(ctx).Error(nil, "Not adopting node: its instance was not launched for this nodeclaim", "providerID", nc.Status.ProviderID, "instanceNodeClaim", in.NodeClaim)
 		c.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
 		return nil, nil

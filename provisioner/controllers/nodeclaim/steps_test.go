@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -173,6 +174,36 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	}
 }
 
+// TestLaunchWorkersTakeTheLaunches: with launch workers of their own, the
+// lifecycle step leaves a Launching claim alone, and reconcileLaunch
+// launches it; reconcileLaunch leaves every other phase alone.
+func TestLaunchWorkersTakeTheLaunches(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimLaunching)
+	s := newSteps(t, nc)
+	s.c.opts.LaunchWorkers = 1
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}
+	if _, err := s.c.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get(t, nc); got.Status.Phase != v1alpha1.NodeClaimLaunching || got.Status.ProviderID != "" {
+		t.Fatalf("the lifecycle step moved a Launching claim to %s (%q)", got.Status.Phase, got.Status.ProviderID)
+	}
+	if _, err := s.c.reconcileLaunch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	launched := s.get(t, nc)
+	if launched.Status.Phase != v1alpha1.NodeClaimLaunched || launched.Status.ProviderID == "" {
+		t.Fatalf("reconcileLaunch left the claim %s (%q), want Launched", launched.Status.Phase, launched.Status.ProviderID)
+	}
+	if _, err := s.c.reconcileLaunch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if again := s.get(t, nc); again.Status.Phase != v1alpha1.NodeClaimLaunched || again.ResourceVersion != launched.ResourceVersion {
+		t.Errorf("reconcileLaunch changed a Launched claim: %s", again.Status.Phase)
+	}
+}
+
 // TestLaunchKeepsMinValues: a claim held to two instance types
 // (minValues 2) one of which is marked unavailable is not launched on the
 // other: it is deleted, with an Event naming minValues, and nothing is
@@ -224,15 +255,21 @@ func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		launchFor string
+		fleetOf   []string
 		adopted   bool
-	}{{"its own instance", "pool-abcde", true}, {"another claim's instance", "pool-other", false}} {
+	}{
+		{"its own instance", "pool-abcde", nil, true},
+		{"another claim's instance", "pool-other", nil, false},
+		{"an instance of a fleet launched for it and another claim", "", []string{"pool-abcde", "pool-other"}, true},
+		{"an instance of a fleet launched for other claims", "", []string{"pool-other", "pool-third"}, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := claim(v1alpha1.NodeClaimLaunched)
 			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
 			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
 			s := newSteps(t, nc, node)
-			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodePool: "pool"})
+			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodeClaims: tc.fleetOf, NodePool: "pool"})
 			if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
 				t.Fatal(err)
 			}
