@@ -174,98 +174,33 @@ func readDryRun(op string, err error) (verdict, error) {
 	return verdict{}, classify(op+" (DryRun)", err)
 }
 
-// dryRun asks EC2 what the class's launches would be answered.
+// dryRun asks EC2 what the class's launches would be answered: its launch
+// template, an instance of it (which checks iam:PassRole), and a fleet of
+// each capacity type.
 func (p *Provider) dryRun(ctx context.Context, class *v1alpha1.EC2NodeClass) (launchCheck, error) {
 	var c launchCheck
-	ami := checkImage(class.Status.AMIs)
-	subnet := class.Status.Subnets[0]
-	instanceType := p.cheapType(ami.Architecture, subnet.Zone)
-	name := fmt.Sprintf("nodeforge/%s/%s/launch-check", p.opts.ClusterName, class.Name)
-	tags := p.tags(class, cloudprovider.Launch{NodeClaim: "launch-check", NodePool: "launch-check", ClaimUID: "launch-check"})
-	deny := func(op string, v verdict) {
-		if c.denied == "" {
-			c.denied = fmt.Sprintf("EC2 refused a dry run of %s: %s: %s", op, v.code, v.message)
-			c.deniedReason = op + "Denied"
+	probe := p.probeOf(class)
+	for _, step := range []struct {
+		op   string
+		call func(context.Context, launchProbe) error
+	}{
+		{"CreateLaunchTemplate", p.dryRunTemplate},
+		{"RunInstances", p.dryRunInstance},
+	} {
+		v, err := readDryRun(step.op, step.call(ctx, probe))
+		if err != nil {
+			return c, err
+		}
+		if !v.allowed {
+			c.deny(step.op, v)
 		}
 	}
-
-	userData, err := UserData(p.opts, class, map[string]string{v1alpha1.LabelCapacityType: v1alpha1.CapacityTypeOnDemand}, nil)
-	if err != nil {
-		return c, err
-	}
-	_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-		DryRun:             aws.Bool(true),
-		LaunchTemplateName: aws.String(name),
-		LaunchTemplateData: p.templateData(class, ami.ID, userData),
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate,
-			Tags: toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})}},
-	})
-	v, err := readDryRun("CreateLaunchTemplate", err)
-	if err != nil {
-		return c, err
-	}
-	if !v.allowed {
-		deny("CreateLaunchTemplate", v)
-	}
-
-	// An instant fleet launches with ec2:RunInstances as the caller, and
-	// passes the profile's role (iam:PassRole): a dry run of the instance
-	// itself is what checks both, since the fleet's dry run cannot name a
-	// template that does not exist yet.
-	in := &ec2.RunInstancesInput{
-		DryRun:             aws.Bool(true),
-		ImageId:            aws.String(ami.ID),
-		InstanceType:       ec2types.InstanceType(instanceType),
-		MinCount:           aws.Int32(1),
-		MaxCount:           aws.Int32(1),
-		SubnetId:           aws.String(subnet.ID),
-		IamInstanceProfile: &ec2types.IamInstanceProfileSpecification{Name: aws.String(class.Status.InstanceProfile)},
-		TagSpecifications: []ec2types.TagSpecification{
-			{ResourceType: ec2types.ResourceTypeInstance, Tags: tags},
-			{ResourceType: ec2types.ResourceTypeVolume, Tags: tags},
-		},
-	}
-	for _, g := range class.Status.SecurityGroups {
-		in.SecurityGroupIds = append(in.SecurityGroupIds, g.ID)
-	}
-	if mo := class.Spec.MetadataOptions; mo != nil {
-		in.MetadataOptions = &ec2types.InstanceMetadataOptionsRequest{HttpTokens: ec2types.HttpTokensState(cmp.Or(mo.HTTPTokens, "required"))}
-	} else {
-		in.MetadataOptions = &ec2types.InstanceMetadataOptionsRequest{HttpTokens: ec2types.HttpTokensStateRequired}
-	}
-	_, err = p.ec2.RunInstances(ctx, in)
-	if v, err = readDryRun("RunInstances", err); err != nil {
-		return c, err
-	}
-	if !v.allowed {
-		deny("RunInstances", v)
-	}
-
 	for _, capacityType := range []string{v1alpha1.CapacityTypeOnDemand, v1alpha1.CapacityTypeSpot} {
-		fleet := &ec2.CreateFleetInput{
-			DryRun: aws.Bool(true),
-			Type:   ec2types.FleetTypeInstant,
-			LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
-				LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")},
-				Overrides: []ec2types.FleetLaunchTemplateOverridesRequest{{
-					InstanceType: ec2types.InstanceType(instanceType), SubnetId: aws.String(subnet.ID), AvailabilityZone: aws.String(subnet.Zone),
-				}},
-			}},
-			TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
-				TotalTargetCapacity:       aws.Int32(1),
-				DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
-			},
-			TagSpecifications: []ec2types.TagSpecification{
-				{ResourceType: ec2types.ResourceTypeInstance, Tags: tags},
-				{ResourceType: ec2types.ResourceTypeVolume, Tags: tags},
-				{ResourceType: ec2types.ResourceTypeFleet, Tags: tags},
-			},
-		}
-		if capacityType == v1alpha1.CapacityTypeSpot {
-			fleet.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
-		} else {
-			fleet.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
-		}
+		overrides := []ec2types.FleetLaunchTemplateOverridesRequest{{
+			InstanceType: ec2types.InstanceType(probe.instanceType), SubnetId: aws.String(probe.subnet.ID), AvailabilityZone: aws.String(probe.subnet.Zone),
+		}}
+		fleet := fleetInput(probe.template, capacityType, overrides, probe.tags)
+		fleet.DryRun = aws.Bool(true)
 		_, err := p.ec2.CreateFleet(ctx, fleet)
 		v, err := readDryRun("CreateFleet", err)
 		switch {
@@ -273,7 +208,7 @@ func (p *Provider) dryRun(ctx context.Context, class *v1alpha1.EC2NodeClass) (la
 			return c, err
 		case v.allowed:
 		case capacityType == v1alpha1.CapacityTypeOnDemand:
-			deny("CreateFleet", v)
+			c.deny("CreateFleet", v)
 		case v.spotRole:
 			c.spot, c.spotReason = spotRoleMessage(v.message), "ServiceLinkedRoleMissing"
 		default:
@@ -283,6 +218,87 @@ func (p *Provider) dryRun(ctx context.Context, class *v1alpha1.EC2NodeClass) (la
 		}
 	}
 	return c, nil
+}
+
+// launchProbe is what the dry runs launch: the class's image (checkImage),
+// first subnet, a cheap type there, and the tags and template name a
+// launch of the class would have.
+type launchProbe struct {
+	class        *v1alpha1.EC2NodeClass
+	ami          v1alpha1.ResolvedAMI
+	subnet       v1alpha1.ResolvedSubnet
+	instanceType string
+	template     string
+	tags         []ec2types.Tag
+}
+
+func (p *Provider) probeOf(class *v1alpha1.EC2NodeClass) launchProbe {
+	ami := checkImage(class.Status.AMIs)
+	subnet := class.Status.Subnets[0]
+	return launchProbe{
+		class: class, ami: ami, subnet: subnet,
+		instanceType: p.cheapType(ami.Architecture, subnet.Zone),
+		template:     fmt.Sprintf("nodeforge/%s/%s/launch-check", p.opts.ClusterName, class.Name),
+		tags:         p.tags(class, cloudprovider.Launch{NodeClaim: "launch-check", NodePool: "launch-check", ClaimUID: "launch-check"}),
+	}
+}
+
+// deny records the first refusal.
+func (c *launchCheck) deny(op string, v verdict) {
+	if c.denied == "" {
+		c.denied = fmt.Sprintf("EC2 refused a dry run of %s: %s: %s", op, v.code, v.message)
+		c.deniedReason = op + "Denied"
+	}
+}
+
+// dryRunTemplate dry-runs the class's launch template, tagged as
+// ensureLaunchTemplate tags it.
+func (p *Provider) dryRunTemplate(ctx context.Context, probe launchProbe) error {
+	class := probe.class
+	userData, err := UserData(p.opts, class, map[string]string{v1alpha1.LabelCapacityType: v1alpha1.CapacityTypeOnDemand}, nil)
+	if err != nil {
+		return err
+	}
+	_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+		DryRun:             aws.Bool(true),
+		LaunchTemplateName: aws.String(probe.template),
+		LaunchTemplateData: p.templateData(class, probe.ami.ID, userData),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate,
+			Tags: toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})}},
+	})
+	return err
+}
+
+// dryRunInstance dry-runs one instance of the class. An instant fleet
+// launches with ec2:RunInstances as the caller, and passes the profile's
+// role (iam:PassRole): a dry run of the instance itself is what checks
+// both, since the fleet's dry run cannot name a template that does not
+// exist yet.
+func (p *Provider) dryRunInstance(ctx context.Context, probe launchProbe) error {
+	class := probe.class
+	in := &ec2.RunInstancesInput{
+		DryRun:             aws.Bool(true),
+		ImageId:            aws.String(probe.ami.ID),
+		InstanceType:       ec2types.InstanceType(probe.instanceType),
+		MinCount:           aws.Int32(1),
+		MaxCount:           aws.Int32(1),
+		SubnetId:           aws.String(probe.subnet.ID),
+		IamInstanceProfile: &ec2types.IamInstanceProfileSpecification{Name: aws.String(class.Status.InstanceProfile)},
+		TagSpecifications: []ec2types.TagSpecification{
+			{ResourceType: ec2types.ResourceTypeInstance, Tags: probe.tags},
+			{ResourceType: ec2types.ResourceTypeVolume, Tags: probe.tags},
+		},
+	}
+	for _, g := range class.Status.SecurityGroups {
+		in.SecurityGroupIds = append(in.SecurityGroupIds, g.ID)
+	}
+	tokens := ec2types.HttpTokensStateRequired
+	if mo := class.Spec.MetadataOptions; mo != nil {
+		tokens = ec2types.HttpTokensState(cmp.Or(mo.HTTPTokens, "required"))
+	}
+	in.MetadataOptions = &ec2types.InstanceMetadataOptionsRequest{HttpTokens: tokens}
+	_, err := p.ec2.RunInstances(ctx, in)
+	return err
 }
 
 // checkImage is the image the check launches: the standard amd64 one if

@@ -91,23 +91,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: short.offers})
 	}
 	tags := p.tags(class, l)
-	in := &ec2.CreateFleetInput{
-		Type: ec2types.FleetTypeInstant,
-		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
-			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
-			Overrides:                   overrides,
-		}},
-		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
-			TotalTargetCapacity:       aws.Int32(1),
-			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
-		},
-		TagSpecifications: tagSpecifications(tags),
-	}
-	if capacityType == v1alpha1.CapacityTypeSpot {
-		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
-	} else {
-		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
-	}
+	in := fleetInput(template, capacityType, overrides, tags)
 	p.mu.Lock()
 	attempt := p.fleetErrors[l.ClaimUID]
 	p.mu.Unlock()
@@ -351,4 +335,30 @@ func withEFA(data *ec2types.RequestLaunchTemplateData, n int32) *ec2types.Reques
 	}
 	data.SecurityGroupIds = nil
 	return data
+}
+
+// fleetInput is an instant fleet of one instance from the template, of the
+// capacity type, with the overrides in order, tagged on its instances,
+// volumes and itself: on-demand by lowest price, spot price-capacity
+// optimised. Launches and the class's dry run (dryrun.go) send the same
+// shape.
+func fleetInput(template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest, tags []ec2types.Tag) *ec2.CreateFleetInput {
+	in := &ec2.CreateFleetInput{
+		Type: ec2types.FleetTypeInstant,
+		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
+			Overrides:                   overrides,
+		}},
+		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
+			TotalTargetCapacity:       aws.Int32(1),
+			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
+		},
+		TagSpecifications: tagSpecifications(tags),
+	}
+	if capacityType == v1alpha1.CapacityTypeSpot {
+		in.SpotOptions = &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized}
+	} else {
+		in.OnDemandOptions = &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice}
+	}
+	return in
 }
