@@ -41,6 +41,10 @@ type Source interface {
 	InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error)
 }
 
+// Republish is how often a pool's catalog is published again though
+// nothing changed that the controller watches.
+const Republish = 5 * time.Minute
+
 // Controller writes each pool's catalog objects.
 type Controller struct {
 	client      client.Client
@@ -71,7 +75,9 @@ func (c *Controller) republishAll() {
 }
 
 // SetupWithManager registers the controller: a pool's catalog is rewritten
-// when the pool changes or one of its objects is changed by someone else.
+// when the pool changes or one of its objects is changed by someone else,
+// when offerings become unavailable or available again, and every
+// Republish.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodepool.catalog").
@@ -117,9 +123,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 		}
 	}
-	result := reconcile.Result{}
+	// Published again every Republish at the latest: what a provider
+	// offers changes without any object changing (spot prices, the memory
+	// registered nodes reported, prices refreshed from the cloud), and an
+	// unchanged catalog costs no write.
+	result := reconcile.Result{RequeueAfter: Republish}
 	if !next.IsZero() {
-		result.RequeueAfter = time.Until(next) + time.Second
+		result.RequeueAfter = min(Republish, time.Until(next)+time.Second)
 	}
 	want := objectsFor(&pool, c.source.Name(), types)
 

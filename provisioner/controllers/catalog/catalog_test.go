@@ -505,3 +505,35 @@ func TestAFamilyTooLargeForOneObjectIsSplitIntoStableParts(t *testing.T) {
 		t.Errorf("marking one offering changed %d parts, want 1", changed)
 	}
 }
+
+// changingSource offers what its types say now.
+type changingSource struct{ types *[]v1alpha1.InstanceType }
+
+func (s changingSource) Name() string { return "changing" }
+func (s changingSource) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
+	return *s.types, nil
+}
+
+// TestTheCatalogIsPublishedAgainWhenTheProviderChangesItsMind: a provider's
+// offerings change with nothing the controller watches changing (a spot
+// price, the memory a registered node reported), so every reconcile comes
+// back after Republish, and the next one writes what changed.
+func TestTheCatalogIsPublishedAgainWhenTheProviderChangesItsMind(t *testing.T) {
+	pool := nodePool("default")
+	kube, w := newKube(t, pool)
+	types := []v1alpha1.InstanceType{simpleType("m5.large", "amd64")}
+	c := NewController(kube, changingSource{&types}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	res, err := c.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != Republish {
+		t.Errorf("RequeueAfter = %s, want Republish (%s)", res.RequeueAfter, Republish)
+	}
+	w.reset()
+	types[0].Capacity[corev1.ResourceMemory] = resource.MustParse("7726Mi") // as a registered node reported
+	reconcileAll(t, c, pool)
+	if got := w.reset(); len(got) != 1 {
+		t.Errorf("the republish wrote %v, want the one object of the type whose memory changed", got)
+	}
+}
