@@ -228,9 +228,23 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 		}
 		return
 	}
-	var refused []cloudprovider.Offer
-	var other []error
-	for _, e := range out.Errors {
+	refused, other, denied := p.readFleetErrors(ctx, first, out.Errors)
+	if denied != nil {
+		for _, r := range rs {
+			r.err = denied
+		}
+		return
+	}
+	p.handOut(ctx, rs, out.Instances, refused, other)
+}
+
+// readFleetErrors sorts a fleet's errors: offers refused for capacity (or
+// for want of the spot role, withheld from then on), subnets out of
+// addresses (recorded on the first request's shortage), a denial, which
+// fails every request, and the other errors.
+func (p *Provider) readFleetErrors(ctx context.Context, first *fleetRequest, errs []ec2types.CreateFleetError) (refused []cloudprovider.Offer, other []error, denied error) {
+	logger := klog.FromContext(ctx)
+	for _, e := range errs {
 		code := aws.ToString(e.ErrorCode)
 		o, ok := overrideOffer(first.byOverride, e.LaunchTemplateAndOverrides)
 		switch {
@@ -246,11 +260,7 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 			refused = append(refused, o)
 		case deniedCodes[code]:
 			p.recheckLaunch(first.class.Name)
-			denied := &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
-			for _, r := range rs {
-				r.err = denied
-			}
-			return
+			return nil, nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
 		default:
 			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
 				p.forgetTemplate(first.template)
@@ -258,14 +268,20 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
 		}
 	}
-	// Claims by UID, instances by ID: the pairing a provider that starts
-	// again makes from the tags (instancesByClaim).
+	return refused, other, nil
+}
+
+// handOut gives each request its instance of the fleet's, or its error.
+// Claims by UID, instances by ID: the pairing a provider that starts again
+// makes from the tags (instancesByClaim).
+func (p *Provider) handOut(ctx context.Context, rs []*fleetRequest, launched []ec2types.CreateFleetInstance, refused []cloudprovider.Offer, other []error) {
+	first := rs[0]
 	type fleetInstance struct {
 		id string
 		fi ec2types.CreateFleetInstance
 	}
 	var instances []fleetInstance
-	for _, fi := range out.Instances {
+	for _, fi := range launched {
 		p.subnetRooms.launched(overrideSubnet(fi.LaunchTemplateAndOverrides), len(fi.InstanceIds))
 		for _, id := range fi.InstanceIds {
 			instances = append(instances, fleetInstance{id: id, fi: fi})
@@ -275,7 +291,7 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 	byUID := slices.Clone(rs)
 	slices.SortFunc(byUID, func(a, b *fleetRequest) int { return cmp.Compare(a.l.ClaimUID, b.l.ClaimUID) })
 	if len(instances) > len(rs) {
-		logger.Error(nil, "Fleet launched more instances than asked; the extra ones will be garbage-collected", "asked", len(rs), "launched", len(instances))
+		klog.FromContext(ctx).Error(nil, "Fleet launched more instances than asked; the extra ones will be garbage-collected", "asked", len(rs), "launched", len(instances))
 	}
 	for i, r := range byUID {
 		if i < len(instances) {
