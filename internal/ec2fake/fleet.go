@@ -515,7 +515,7 @@ func (s *Server) check(c *candidate) *fleetErrorXML {
 		c.arch = im.Architecture
 	}
 	c.groups = lt.SecurityGroupIDs
-	if efa := lt.efaInterfaces(); efa > 0 {
+	if efa := lt.EFAInterfaces(); efa > 0 {
 		// EC2 refuses EFA interfaces the type cannot take.
 		if efa > int(c.it.EFAs) {
 			return c.fail("InvalidParameterCombination", "The specified instance type %s supports at most %d EFA interfaces; %d were requested.", name, c.it.EFAs, efa)

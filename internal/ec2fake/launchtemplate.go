@@ -59,8 +59,8 @@ type MetadataOptions struct {
 	InstanceMetadataTags    string
 }
 
-// efaInterfaces counts the template's network interfaces of type efa.
-func (lt *LaunchTemplate) efaInterfaces() int {
+// EFAInterfaces counts the template's network interfaces of type efa.
+func (lt *LaunchTemplate) EFAInterfaces() int {
 	n := 0
 	for key, values := range lt.Data {
 		if strings.HasPrefix(key, "NetworkInterface.") && strings.HasSuffix(key, ".InterfaceType") && slices.Contains(values, "efa") {
@@ -69,9 +69,6 @@ func (lt *LaunchTemplate) efaInterfaces() int {
 	}
 	return n
 }
-
-// EFAInterfaces is how many EFA interfaces the template attaches.
-func (lt *LaunchTemplate) EFAInterfaces() int { return lt.efaInterfaces() }
 
 func (lt *LaunchTemplate) clone() LaunchTemplate {
 	c := *lt

@@ -111,18 +111,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("applying the requirements of nodepool %s: %w", pool.Name, err))
 	}
-	var next time.Time // when the first unavailable offering comes back
-	for i := range types {
-		for j := range types[i].Offerings {
-			o := &types[i].Offerings[j]
-			if gone, until := c.unavailable.Unavailable(types[i].Name, o.Zone, string(o.CapacityType)); gone && o.Available {
-				o.Available = false
-				if next.IsZero() || until.Before(next) {
-					next = until
-				}
-			}
-		}
-	}
+	next := c.markUnavailable(types)
 	// Published again every Republish at the latest: what a provider
 	// offers changes without any object changing (spot prices, the memory
 	// registered nodes reported, prices refreshed from the cloud), and an
@@ -146,22 +135,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	logger := klog.FromContext(ctx)
 	written, deleted := 0, 0
-	// New objects first, then changed ones, then deletions: readers take a
-	// catalog as published once it has as many objects as every one of
-	// them counts (v1alpha1.ByPool), and in this order it always has,
-	// whether the count grows or shrinks.
-	order := make([]*v1alpha1.InstanceTypeCatalog, 0, len(want))
-	for i := range want {
-		if current[want[i].Name] == nil {
-			order = append(order, &want[i])
-		}
-	}
-	for i := range want {
-		if current[want[i].Name] != nil {
-			order = append(order, &want[i])
-		}
-	}
-	for _, w := range order {
+	for _, w := range writeOrder(want, current) {
 		wrote, err := c.write(ctx, &pool, w, current[w.Name])
 		delete(current, w.Name)
 		switch {
@@ -243,4 +217,41 @@ func (c *Controller) write(ctx context.Context, pool *v1alpha1.NodePool, want, c
 		return false, fmt.Errorf("updating catalog %s of nodepool %s: %w", cur.Name, pool.Name, err)
 	}
 	return true, nil
+}
+
+// markUnavailable marks the offerings of types that are unavailable for
+// now, and returns when the first of them comes back (zero: none).
+func (c *Controller) markUnavailable(types []v1alpha1.InstanceType) time.Time {
+	var next time.Time
+	for i := range types {
+		for j := range types[i].Offerings {
+			o := &types[i].Offerings[j]
+			if gone, until := c.unavailable.Unavailable(types[i].Name, o.Zone, string(o.CapacityType)); gone && o.Available {
+				o.Available = false
+				if next.IsZero() || until.Before(next) {
+					next = until
+				}
+			}
+		}
+	}
+	return next
+}
+
+// writeOrder puts new objects first, then changed ones; deletions come
+// after both. Readers take a catalog as published once it has as many
+// objects as every one of them counts (v1alpha1.ByPool), and in this order
+// it always has, whether the count grows or shrinks.
+func writeOrder(want []v1alpha1.InstanceTypeCatalog, current map[string]*v1alpha1.InstanceTypeCatalog) []*v1alpha1.InstanceTypeCatalog {
+	order := make([]*v1alpha1.InstanceTypeCatalog, 0, len(want))
+	for i := range want {
+		if current[want[i].Name] == nil {
+			order = append(order, &want[i])
+		}
+	}
+	for i := range want {
+		if current[want[i].Name] != nil {
+			order = append(order, &want[i])
+		}
+	}
+	return order
 }
