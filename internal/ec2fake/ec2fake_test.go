@@ -1349,6 +1349,18 @@ func TestDeny(t *testing.T) {
 	if _, err := c.DescribeImages(ctx, &ec2.DescribeImagesInput{}); err != nil {
 		t.Errorf("after lifting the denial: %v", err)
 	}
+	// Launches counts the fleets clients tried, refused ones included,
+	// and not their dry runs.
+	s.Deny("CreateFleet", true)
+	probe := fleet("nodes-default", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a"))
+	probe.DryRun = aws.Bool(true)
+	_, err = c.CreateFleet(ctx, probe)
+	wantCode(t, err, "UnauthorizedOperation")
+	_, err = c.CreateFleet(ctx, fleet("nodes-default", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a")))
+	wantCode(t, err, "UnauthorizedOperation")
+	if n, calls := s.Launches(), s.Calls("CreateFleet"); n != 1 || calls != 2 {
+		t.Errorf("after a dry run and a launch, both denied: Launches() = %d, Calls = %d; want 1 and 2", n, calls)
+	}
 }
 
 func TestRequestsMustBeSignedAndKnown(t *testing.T) {

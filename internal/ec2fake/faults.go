@@ -259,6 +259,19 @@ func (s *Server) Requests() []Request { return s.log.All() }
 // failures included.
 func (s *Server) Calls(action string) int { return s.log.Count(action) }
 
+// Launches returns how many CreateFleet requests were received that were
+// not dry runs: the launches clients tried, refused ones included. A
+// client's permission checks (DryRun) are not launches.
+func (s *Server) Launches() int {
+	n := 0
+	for _, r := range s.log.All() {
+		if r.Action == "CreateFleet" && r.Form.Get("DryRun") != "true" {
+			n++
+		}
+	}
+	return n
+}
+
 // Instances returns a copy of every instance, terminated ones included, in
 // launch order.
 func (s *Server) Instances() []Instance {
