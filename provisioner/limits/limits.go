@@ -21,7 +21,8 @@
 //
 // Usage is capacity (not allocatable), like Karpenter's limits, and like
 // the pool status the plugin forecasts with: per claim, the larger of its
-// launched capacity and its node's reported capacity.
+// launched capacity and its node's reported capacity. A claim not launched
+// yet counts what its pods request, the least it can use.
 package limits
 
 import (
@@ -201,12 +202,21 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 			counted = quota.Max(nc.Status.Capacity, nodeCapacity[id])
 			delete(nodeCapacity, id)
 		}
-		if r := l.reserved[nc.UID]; r != nil {
+		r := l.reserved[nc.UID]
+		if r != nil {
 			if r.providerID != "" && r.providerID == nc.Status.ProviderID {
 				delete(l.reserved, nc.UID) // the cache has caught up
 			} else {
 				counted = quota.Max(counted, r.resources)
 			}
+		}
+		if nc.Status.ProviderID == "" && r == nil && nc.DeletionTimestamp.IsZero() {
+			// Made, not launched yet, and not launching: it will run on
+			// at least what its pods request, the least any instance it
+			// becomes has. Without it, a disruption's replacement passes
+			// the limits beside it, and one of the two is refused at
+			// launch, given up, and planned again.
+			counted = quota.Max(counted, nc.Spec.Resources.Requests)
 		}
 		used = quota.Add(used, counted)
 	}

@@ -203,3 +203,35 @@ func TestConcurrentReservationsStayUnderTheLimit(t *testing.T) {
 		t.Errorf("40 concurrent launches under a 10-cpu limit reserved %s cpu; want at most 10, and at least 8 (no offer of 3 left unused)", used.Cpu())
 	}
 }
+
+// TestClaimsNotYetLaunchedCountTheirRequests: a claim the plugin made
+// whose launch has not begun counts at least what its pods request, so a
+// disruption's replacement planned beside it (Usage) and a launch beside
+// it (Reserve) see the room it will take. Before, it counted nothing: the
+// replacement passed, one of the two was refused at launch, and the
+// disruption was planned again.
+func TestClaimsNotYetLaunchedCountTheirRequests(t *testing.T) {
+	ctx := context.Background()
+	waiting := claim("waiting")
+	waiting.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+	launched := claim("launched")
+	launched.Status.ProviderID = "fake:///z/launched"
+	launched.Status.Capacity = offer(4).InstanceType.Capacity
+	l := NewLedger(newKube(t, waiting, launched), fake.New())
+	used, err := l.Usage(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := used.Cpu().String(); got != "7" {
+		t.Errorf("usage with a launched 4-cpu claim and one waiting on 3 cpu of requests: %s cpu, want 7", got)
+	}
+	pool := cappedPool("8")
+	if got, err := l.Reserve(ctx, pool, claim("replacement"), []cloudprovider.Offer{offer(2), offer(1)}); err != nil || fmt.Sprint(names(got)) != "[c1]" {
+		t.Errorf("a replacement beside them under 8 cpu: %v, %v; want only [c1]", names(got), err)
+	}
+	// The waiting claim's own launch does not count it twice.
+	l.Release("uid-replacement")
+	if got, err := l.Reserve(ctx, pool, waiting, []cloudprovider.Offer{offer(4)}); err != nil || fmt.Sprint(names(got)) != "[c4]" {
+		t.Errorf("the waiting claim's own launch: %v, %v; want [c4]", names(got), err)
+	}
+}

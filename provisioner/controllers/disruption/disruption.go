@@ -98,18 +98,37 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 	if c.exec.Busy(nc.UID) {
 		return reconcile.Result{RequeueAfter: c.exec.timers.BudgetRetry}, nil
 	}
+	if c.exec.StaleDrainDeadline(nc) {
+		// Left by a repair that did not reach its Disrupting write: gone
+		// before any method decides, so no later drain inherits it.
+		if err := c.exec.clearDrainDeadline(ctx, nc); err != nil {
+			return reconcile.Result{}, err
+		}
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
+		return reconcile.Result{Requeue: true}, nil
+	}
 	var pool v1alpha1.NodePool
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if v1alpha1.DoNotDisrupt(nc.Annotations) != "" {
-		return reconcile.Result{}, nil
-	}
+	// do-not-disrupt on the claim holds every method but the forceful.
+	claimHeld := v1alpha1.DoNotDisrupt(nc.Annotations) != ""
 	if replacing, err := c.exec.replacing(ctx, nc); err != nil || replacing {
 		return reconcile.Result{RequeueAfter: c.exec.timers.BudgetRetry}, err
 	}
 	var next time.Duration
 	for _, m := range c.methods {
+		if claimHeld && !forceful(m.Reason()) {
+			continue
+		}
+		if left := c.exec.BackedOff(nc.UID, m.Reason()); left > 0 {
+			// Called off lately for this reason (executor.go backOff):
+			// not chosen again before the retry.
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
 		before := slices.Clone(nc.Status.Conditions)
 		v, err := m.Candidate(ctx, nc, &pool)
 		if err != nil {
@@ -129,18 +148,40 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 		// a method has chosen the claim, rather than in each. Nothing to
 		// requeue for: the claim is reconciled when its node or a pod on
 		// it changes, which is how the annotation goes away.
-		held, err := heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
-		if err != nil {
-			return reconcile.Result{}, err
+		if !forceful(m.Reason()) {
+			held, err := heldBy(ctx, nc.Status.NodeName, cachedHolders{c.kube})
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if held != "" {
+				c.noteBlocked(ctx, nc, m.Reason(), held)
+				return reconcile.Result{}, nil
+			}
+			c.blocked.forget(nc.UID)
 		}
-		if held != "" {
-			c.noteBlocked(ctx, nc, m.Reason(), held)
-			return reconcile.Result{}, nil
-		}
-		c.blocked.forget(nc.UID)
-		return c.exec.Submit(ctx, c.command(nc, &pool, m, v))
+		// Expiry is forceful, as Karpenter's v1 expiry is: the claim's
+		// drain holds do-not-disrupt pods and PDBs only until its
+		// terminationGracePeriod (nodeclaim/termination.go).
+		return c.submit(ctx, c.command(nc, &pool, m, v))
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// submit hands the command to the executor. A command taken may be
+// called off where nothing requeues the claim (the plan before the taint
+// said no, so no node changed): the claim is looked at again when the
+// call-off's backoff is over, or after ReplacementRetry when the command
+// runs in the background.
+func (c *Controller) submit(ctx context.Context, cmd *Command) (reconcile.Result, error) {
+	res, err := c.exec.Submit(ctx, cmd)
+	if err != nil || !res.IsZero() {
+		return res, err
+	}
+	nc := cmd.Targets[0].Claim
+	if left := c.exec.BackedOff(nc.UID, cmd.Reason); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	return reconcile.Result{RequeueAfter: c.exec.timers.ReplacementRetry}, nil
 }
 
 // command is the Command for one claim a per-claim method chose. An empty
@@ -150,7 +191,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m Method, v Verdict) *Command {
 	reason := m.Reason()
 	cmd := &Command{
-		Reason: reason, Why: v.Why, Budgeted: true, Voluntary: true, Pause: c.Pause,
+		Reason: reason, Why: v.Why, Budgeted: true, Pause: c.Pause,
 		Targets: []Target{{Claim: nc, Pool: pool}},
 		Check: func(ctx context.Context) (string, error) {
 			still, err := m.StillCandidate(ctx, nc)
@@ -159,6 +200,7 @@ func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m 
 			}
 			return fmt.Sprintf("it is no longer %s", strings.ToLower(string(reason))), nil
 		},
+		Voluntary:               !forceful(reason),
 		DrainWithoutReplacement: reason == v1alpha1.DisruptionReasonExpired,
 		OnCalledOff: func(ctx context.Context, why string) {
 			c.noteBlocked(ctx, nc, reason, why)
@@ -168,6 +210,7 @@ func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m 
 		cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
 			return c.exec.replacer.forClaim(ctx, nc, pool)
 		}
+		cmd.PlanFirst = true
 	}
 	return cmd
 }
@@ -181,4 +224,12 @@ func OwnedByDaemonSet(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// forceful: the reason's disruption is not held by do-not-disrupt, on
+// the node or its pods: expiry. Its budgets still pace it; the drain
+// holds do-not-disrupt pods and PDBs until the claim's
+// terminationGracePeriod, when it has one.
+func forceful(reason v1alpha1.DisruptionReason) bool {
+	return reason == v1alpha1.DisruptionReasonExpired
 }

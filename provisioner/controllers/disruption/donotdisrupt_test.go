@@ -34,6 +34,19 @@ type expiredSetup struct {
 
 func newExpired(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods ...*corev1.Pod) *expiredSetup {
 	t.Helper()
+	return newHeldSetup(t, nil, pool, node, pods...)
+}
+
+// newDrifted is newExpired's claim, found drifted (a voluntary
+// disruption, which do-not-disrupt holds) rather than expired.
+func newDrifted(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods ...*corev1.Pod) *expiredSetup {
+	t.Helper()
+	return newHeldSetup(t, alwaysDrifted{}, pool, node, pods...)
+}
+
+// newHeldSetup: m decides (nil: expiration).
+func newHeldSetup(t *testing.T, m Method, pool *v1alpha1.NodePool, node *corev1.Node, pods ...*corev1.Pod) *expiredSetup {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
@@ -52,7 +65,10 @@ func newExpired(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods .
 		Build()
 	s.live = kubefake.NewClientset(live...)
 	now := func() time.Time { return s.now }
-	s.c = New(NewExecutor(s.kube, s.kube, s.live, s.events, now), NewExpiration(now))
+	if m == nil {
+		m = NewExpiration(now)
+	}
+	s.c = New(NewExecutor(s.kube, s.kube, s.live, s.events, now), m)
 	return s
 }
 
@@ -107,15 +123,16 @@ func annotatedPod(name, node string, annotations map[string]string) *corev1.Pod 
 
 var doNotDisrupt = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
 
-// TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode: an expired node is
+// TestDoNotDisruptOnAPodOrTheNodeHoldsADriftedNode: a drifted node is
 // not disrupted while a running pod bound to it, or the node itself, says
 // do-not-disrupt; the claim gets one DisruptionBlocked Event naming what
 // holds it, and the node is not even tainted (the cache's view decides
-// before the taint; the live look after it is the backstop). Finished pods, pods on other nodes and other values of the
-// annotation do not hold it.
+// before the taint; the live look after it is the backstop). Finished
+// pods, pods on other nodes and other values of the annotation do not
+// hold it.
 //
 // Karpenter's karpenter.sh/do-not-disrupt holds it the same way.
-func TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode(t *testing.T) {
+func TestDoNotDisruptOnAPodOrTheNodeHoldsADriftedNode(t *testing.T) {
 	succeeded := annotatedPod("done", "n1", doNotDisrupt)
 	succeeded.Status.Phase = corev1.PodSucceeded
 	for _, tc := range []struct {
@@ -126,26 +143,26 @@ func TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode(t *testing.T) {
 		wantNote string
 	}{
 		{"a pod on the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
-			[]*corev1.Pod{annotatedPod("plain", "n1", nil), annotatedPod("web-1", "n1", doNotDisrupt)}, "pod", "Expired: not disrupting node n1: pod default/web-1 has nodeforge.dev/do-not-disrupt=true"},
+			[]*corev1.Pod{annotatedPod("plain", "n1", nil), annotatedPod("web-1", "n1", doNotDisrupt)}, "pod", "Drifted: not disrupting node n1: pod default/web-1 has nodeforge.dev/do-not-disrupt=true"},
 		{"the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: doNotDisrupt}},
-			nil, "node", "Expired: not disrupting node n1: node n1 has nodeforge.dev/do-not-disrupt=true"},
+			nil, "node", "Drifted: not disrupting node n1: node n1 has nodeforge.dev/do-not-disrupt=true"},
 		{"a pod says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
-			[]*corev1.Pod{annotatedPod("moved", "n1", map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"})}, "pod", "Expired: not disrupting node n1: pod default/moved has karpenter.sh/do-not-disrupt=true"},
+			[]*corev1.Pod{annotatedPod("moved", "n1", map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"})}, "pod", "Drifted: not disrupting node n1: pod default/moved has karpenter.sh/do-not-disrupt=true"},
 		{"the node says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}}},
-			nil, "node", "Expired: not disrupting node n1: node n1 has karpenter.sh/do-not-disrupt=true"},
+			nil, "node", "Drifted: not disrupting node n1: node n1 has karpenter.sh/do-not-disrupt=true"},
 		{"only a finished pod says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{succeeded}, "", ""},
 		{"only a pod on another node says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{annotatedPod("elsewhere", "n2", doNotDisrupt)}, "", ""},
 		{"a pod says do-not-disrupt=false", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 			[]*corev1.Pod{annotatedPod("web-1", "n1", map[string]string{v1alpha1.AnnotationDoNotDisrupt: "false"})}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newExpired(t, plainPool(), tc.node, tc.pods...)
+			s := newDrifted(t, plainPool(), tc.node, tc.pods...)
 			s.reconcile(t)
 			s.reconcile(t) // the same verdict again: no second Event
 			blocked := blockedEvents(s.drained())
 			if tc.heldBy == "" {
 				if !s.disrupted(t) {
-					t.Errorf("the expired node was not disrupted")
+					t.Errorf("the drifted node was not disrupted")
 				}
 				if len(blocked) > 0 {
 					t.Errorf("unexpected Events: %q", blocked)
@@ -173,12 +190,51 @@ func TestDoNotDisruptOnAPodOrTheNodeHoldsAnExpiredNode(t *testing.T) {
 	}
 }
 
+// TestDoNotDisruptDoesNotHoldAnExpiredNode: expiry is forceful, as
+// Karpenter's v1 expiry is: do-not-disrupt on a pod, the node or the
+// claim does not hold the decision (the drain holds such pods until the
+// claim's terminationGracePeriod, in the NodeClaim controller). It fails
+// while do-not-disrupt holds expiry.
+func TestDoNotDisruptDoesNotHoldAnExpiredNode(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		node  *corev1.Node
+		pods  []*corev1.Pod
+		claim map[string]string
+	}{
+		{"a pod says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{annotatedPod("web-1", "n1", doNotDisrupt)}, nil},
+		{"the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: doNotDisrupt}}, nil, nil},
+		{"the claim says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nil, doNotDisrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newExpired(t, plainPool(), tc.node, tc.pods...)
+			if tc.claim != nil {
+				var nc v1alpha1.NodeClaim
+				if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(s.nc), &nc); err != nil {
+					t.Fatal(err)
+				}
+				nc.Annotations = tc.claim
+				if err := s.kube.Update(context.Background(), &nc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.reconcile(t)
+			if !s.disrupted(t) {
+				t.Errorf("the expired node was held by do-not-disrupt")
+			}
+			if blocked := blockedEvents(s.drained()); len(blocked) > 0 {
+				t.Errorf("DisruptionBlocked Events for an expired node: %q", blocked)
+			}
+		})
+	}
+}
+
 // TestDisruptionBlockedEventIsNotRepeatedUntilItChangesOrFiveMinutesPass:
 // a claim held for the same reason gets its Event once per five minutes;
 // a change in what holds it is news at once.
 func TestDisruptionBlockedEventIsNotRepeatedUntilItChangesOrFiveMinutesPass(t *testing.T) {
 	ctx := context.Background()
-	s := newExpired(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("a", "n1", doNotDisrupt))
+	s := newDrifted(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("a", "n1", doNotDisrupt))
 	s.reconcile(t)
 	s.now = s.now.Add(4 * time.Minute)
 	s.reconcile(t)
@@ -209,7 +265,7 @@ func TestDisruptionBlockedEventIsNotRepeatedUntilItChangesOrFiveMinutesPass(t *t
 // Once the annotation is gone the node is disrupted.
 func TestPodAnnotatedDoNotDisruptBeforeTheLastLookCallsItOff(t *testing.T) {
 	ctx := context.Background()
-	s := newExpired(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("web-1", "n1", nil))
+	s := newDrifted(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("web-1", "n1", nil))
 	annotated := annotatedPod("web-1", "n1", doNotDisrupt)
 	if _, err := s.live.CoreV1().Pods("default").Update(ctx, annotated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -231,9 +287,16 @@ func TestPodAnnotatedDoNotDisruptBeforeTheLastLookCallsItOff(t *testing.T) {
 	if _, err := s.live.CoreV1().Pods("default").Update(ctx, annotatedPod("web-1", "n1", nil), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Called off: not chosen again before the retry, even with the
+	// annotation gone.
+	s.reconcile(t)
+	if s.disrupted(t) {
+		t.Fatalf("disrupted again before the retry (%s) after a call-off", DefaultTimers.ReplacementRetry)
+	}
+	s.now = s.now.Add(DefaultTimers.ReplacementRetry)
 	s.reconcile(t)
 	if !s.disrupted(t) {
-		t.Error("the node was not disrupted once the annotation was gone")
+		t.Error("the node was not disrupted once the annotation was gone and the retry had passed")
 	}
 }
 

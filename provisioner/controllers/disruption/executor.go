@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -49,6 +50,12 @@ type Command struct {
 	// drained: nil and "" when none is needed; nil and why when one is
 	// needed and none can be had.
 	Replacement func(ctx context.Context) (*replacement, string, error)
+	// PlanFirst: Replacement is asked once before the taint as well, and
+	// a command for which none can be had (the pool's limits, no offer
+	// that holds the pods) is called off untainted. For a method that
+	// decides without simulating (drift): a node at its pool's limit is
+	// then never tainted. The plan after the pause still decides.
+	PlanFirst bool
 	// DrainWithoutReplacement: when a replacement is needed and none can
 	// be had, the nodes are drained anyway (expiry, repair, interruption:
 	// the node is going regardless), rather than the command called off.
@@ -106,6 +113,11 @@ type Executor struct {
 	// command holds.
 	SweepInterval time.Duration
 
+	// calledOff remembers the commands called off, per claim and
+	// reason, so that no method chooses the claim again before a retry
+	// (Timers.ReplacementRetry, doubling with each call-off in a row).
+	calledOff callOffs
+
 	mu       sync.Mutex
 	active   map[types.UID]bool // claims in a command
 	base     context.Context    // Start's: commands end with the lease
@@ -126,10 +138,18 @@ type Timers struct {
 	// ReplacementGrace is how long after naming its replacement a claim
 	// waits for it to appear before giving it up.
 	ReplacementGrace time.Duration
-	// ReplacementRetry is how long a node whose replacement failed keeps
-	// running before its method may choose it again.
+	// ReplacementRetry is how long a node whose disruption was called
+	// off (its replacement failed, its pool's limits left no room, a
+	// write failed, its last look changed its method's mind) keeps
+	// running before the method may choose it again. It doubles with
+	// each call-off of the same claim and reason in a row, up to
+	// MaxCallOffRetry.
 	ReplacementRetry time.Duration
 }
+
+// MaxCallOffRetry bounds the backoff of a claim whose disruptions keep
+// being called off: it is chosen again at least this often.
+const MaxCallOffRetry = 10 * time.Minute
 
 // DefaultTimers are the production waits.
 var DefaultTimers = Timers{BudgetRetry: 10 * time.Second, ReplacementGrace: 30 * time.Second, ReplacementRetry: 30 * time.Second}
@@ -356,6 +376,14 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 		}
 		cmd.Targets[i].Claim = &fresh
 	}
+	if cmd.PlanFirst && cmd.Replacement != nil && !cmd.DrainWithoutReplacement {
+		if _, why, err := cmd.Replacement(ctx); err != nil || why != "" {
+			if why != "" {
+				why = "no replacement can be launched: " + why
+			}
+			return e.callOff(ctx, cmd, nil, why, err)
+		}
+	}
 	var tainted []string
 	for _, name := range cmd.nodeNames() {
 		if err := e.taint(ctx, name); err != nil {
@@ -423,8 +451,10 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			err = errors.Join(err, e.untaint(undo, t.Claim.Status.NodeName))
 			cancel()
+			e.backOff(ctx, t.Claim, cmd.Reason)
 		} else {
 			done++
+			e.calledOff.forget(t.Claim.UID)
 		}
 		errs = append(errs, err)
 	}
@@ -437,10 +467,14 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 // callOff undoes a command that did not reach its claims: the budgets
 // released and the taints lifted, even when ctx is over (a shutdown or a
 // lost lease must not leave a node tainted; what this misses, Sweep
-// finds). why, when set, is why the command changed its mind.
+// finds). why, when set, is why the command changed its mind. Each claim
+// is backed off for the command's reason (backOff).
 func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, why string, err error) error {
 	e.release(cmd)
 	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "aborted").Inc()
+	for _, t := range cmd.Targets {
+		e.backOff(ctx, t.Claim, cmd.Reason)
+	}
 	if why != "" {
 		klog.FromContext(ctx).Info("Not disrupting: the nodes changed while being disrupted", "reason", cmd.Reason, "nodes", tainted, "why", why)
 		if cmd.OnCalledOff != nil {
@@ -503,12 +537,67 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("marking nodeclaim %s Disrupting: %w", nc.Name, err)
+		err = fmt.Errorf("marking nodeclaim %s Disrupting: %w", nc.Name, err)
+		if reason == Unhealthy {
+			// The deadline must not outlive this command: a later
+			// ordinary drain (drift, a user's delete) would take it for
+			// its own and delete every pod past its PDBs.
+			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = errors.Join(err, e.clearDrainDeadline(undo, &fresh))
+			cancel()
+		}
+		return false, err
 	}
 	crashpoint.Hit(crashpoint.AfterDisrupting)
 	e.event(&fresh, corev1.EventTypeNormal, "Disrupting", reason, "node %s: %s", nc.Status.NodeName, why)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(reason)).Inc()
 	return true, e.delete(ctx, &fresh)
+}
+
+// clearDrainDeadline removes the claim's AnnotationDrainDeadline if it is
+// still the one read (a JSON patch that tests the value first), and
+// nothing else: a deadline written since is another command's.
+func (e *Executor) clearDrainDeadline(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	by := nc.Annotations[v1alpha1.AnnotationDrainDeadline]
+	if by == "" {
+		return nil
+	}
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(v1alpha1.AnnotationDrainDeadline)
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": nc.UID},
+		{"op": "test", "path": path, "value": by},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	err = retry.OnError(writeBackoff, transient, func() error {
+		return e.kube.Patch(ctx, nc.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		// A failed test (the API server answers 422 Invalid) means
+		// another claim, or another deadline, now: nothing to remove.
+		var now v1alpha1.NodeClaim
+		if gerr := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &now); apierrors.IsNotFound(gerr) ||
+			(gerr == nil && (now.UID != nc.UID || now.Annotations[v1alpha1.AnnotationDrainDeadline] != by)) {
+			return nil
+		}
+		return fmt.Errorf("removing the stale drain deadline of nodeclaim %s: %w", nc.Name, err)
+	}
+	klog.FromContext(ctx).Info("Removed a drain deadline no disruption holds", "nodeClaim", klog.KObj(nc), "drainDeadline", by)
+	return nil
+}
+
+// StaleDrainDeadline says whether nc carries a drain deadline that no
+// disruption holds: it is neither being removed nor Disrupting, nor in a
+// command. A repair that failed between its two writes, or a process
+// that stopped between them, leaves one.
+func (e *Executor) StaleDrainDeadline(nc *v1alpha1.NodeClaim) bool {
+	return nc.Annotations[v1alpha1.AnnotationDrainDeadline] != "" && nc.DeletionTimestamp.IsZero() &&
+		nc.Status.Phase != v1alpha1.NodeClaimDisrupting && !e.Busy(nc.UID)
 }
 
 // delete deletes the claim, as long as it is the one decided on.
@@ -675,3 +764,93 @@ func transient(err error) bool {
 var disruptedTaint = corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
 
 func isDisruptedTaint(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }
+
+// backOff records that a command of reason was called off for nc: no
+// method of that reason chooses it again for Timers.ReplacementRetry,
+// doubled for each call-off in a row, up to MaxCallOffRetry. Without it,
+// a call-off lifts the taint, the node's update requeues the claim, and
+// the method chooses it again at once: a node at its pool's limit would
+// be tainted and untainted every few seconds. Only budgeted reasons are
+// backed off; repair and interruptions are retried by their own rounds.
+func (e *Executor) backOff(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason) {
+	if reason == "sweep" || reason == Interrupted {
+		return
+	}
+	wait := e.calledOff.record(nc.UID, reason, e.now(), e.timers.ReplacementRetry)
+	klog.FromContext(ctx).V(1).Info("Disruption called off; the claim is not chosen again for this reason until the retry", "nodeClaim", klog.KObj(nc), "reason", reason, "retryIn", wait)
+}
+
+// BackedOff says how long, from now, the claim's disruptions for reason
+// stay called off; zero when it may be chosen.
+func (e *Executor) BackedOff(uid types.UID, reason v1alpha1.DisruptionReason) time.Duration {
+	return e.calledOff.left(uid, reason, e.now())
+}
+
+// callOffs holds the backoffs of claims whose disruptions were called
+// off. It is safe for concurrent use; the zero value is empty.
+type callOffs struct {
+	mu sync.Mutex
+	m  map[callOffKey]callOff
+}
+
+type callOffKey struct {
+	claim  types.UID
+	reason v1alpha1.DisruptionReason
+}
+
+type callOff struct {
+	until time.Time
+	// n is how many call-offs in a row: one more each time the claim is
+	// called off within MaxCallOffRetry of the last backoff's end.
+	n int
+}
+
+// record backs the claim off for reason from now, and returns for how
+// long: base, doubled for each earlier call-off in a row, at most
+// MaxCallOffRetry. A backoff that ended more than MaxCallOffRetry ago
+// starts over; such entries are dropped on the way.
+func (c *callOffs) record(uid types.UID, reason v1alpha1.DisruptionReason, now time.Time, base time.Duration) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[callOffKey]callOff{}
+	}
+	for k, o := range c.m {
+		if now.Sub(o.until) > MaxCallOffRetry {
+			delete(c.m, k)
+		}
+	}
+	k := callOffKey{uid, reason}
+	o := c.m[k]
+	wait := max(base, time.Second)
+	for range o.n {
+		if wait >= MaxCallOffRetry {
+			break
+		}
+		wait *= 2
+	}
+	wait = min(wait, MaxCallOffRetry)
+	c.m[k] = callOff{until: now.Add(wait), n: o.n + 1}
+	return wait
+}
+
+// left is how long the claim's backoff for reason lasts from now.
+func (c *callOffs) left(uid types.UID, reason v1alpha1.DisruptionReason, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o, ok := c.m[callOffKey{uid, reason}]; ok && now.Before(o.until) {
+		return o.until.Sub(now)
+	}
+	return 0
+}
+
+// forget drops the claim's backoffs: it was disrupted.
+func (c *callOffs) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if k.claim == uid {
+			delete(c.m, k)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/util/retry"
@@ -427,9 +428,9 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 	if !rep.DeletionTimestamp.IsZero() {
 		return e.replacementGone(ctx, nc, v1alpha1.DisruptionReason(reason), why, name)
 	}
-	// Repair and interruption are involuntary: do-not-disrupt holds every
-	// other reason.
-	if involuntary := v1alpha1.DisruptionReason(reason) == Unhealthy || v1alpha1.DisruptionReason(reason) == Interrupted; !involuntary {
+	// Repair and interruption are involuntary and expiry forceful:
+	// do-not-disrupt holds every other reason.
+	if involuntary := v1alpha1.DisruptionReason(reason) == Unhealthy || v1alpha1.DisruptionReason(reason) == Interrupted || forceful(v1alpha1.DisruptionReason(reason)); !involuntary {
 		held, err := heldBy(ctx, nc.Status.NodeName, cachedHolders{e.kube})
 		if err != nil {
 			return reconcile.Result{}, err
@@ -491,34 +492,64 @@ func (e *Executor) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, 
 	return e.giveUpReplacement(ctx, nc, nil, reason, fmt.Sprintf("replacement %s is gone: it could not be launched", name))
 }
 
+// replacementAnnotations are what a claim waiting for its replacement
+// carries, and giving the replacement up removes.
+var replacementAnnotations = []string{v1alpha1.AnnotationReplacement, v1alpha1.AnnotationReplacementRequested, v1alpha1.AnnotationDisruption, v1alpha1.AnnotationDrainBy}
+
+// errDisruptionChanged: the claim's disruption annotations are no longer
+// the ones a give-up was decided on.
+var errDisruptionChanged = errors.New("the nodeclaim's disruption changed meanwhile")
+
 // giveUpReplacement calls a disruption waiting for its replacement off:
 // the replacement goes unless it is already a node, the old claim forgets
 // it and its node takes pods again. The method may choose the claim again
-// after Timers.ReplacementRetry.
+// after Timers.ReplacementRetry (backOff).
+//
+// The annotations are removed only if they are still the ones nc was
+// read with: an interruption may have made the wait its own meanwhile
+// (Interruption.annotate), and its queue message is already
+// acknowledged, so erasing it would leave the spot node to be reclaimed
+// undrained. Then nothing is given up, and the claim is looked at again.
 func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
-	klog.FromContext(ctx).Info("Not disrupting node: calling its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
-	e.event(nc, corev1.EventTypeWarning, ReasonDisruptionBlocked, reason, "node %s: %s; it keeps running", nc.Status.NodeName, why)
-	metrics.DisruptionDecisions.WithLabelValues(string(reason), "aborted").Inc()
-	var errs []error
-	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
-		errs = append(errs, client.IgnoreNotFound(e.kube.Delete(ctx, rep)))
-	}
+	logger := klog.FromContext(ctx)
 	err := retry.OnError(writeBackoff, transient, func() error {
 		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
 			return err
 		}
-		for _, k := range []string{v1alpha1.AnnotationReplacement, v1alpha1.AnnotationReplacementRequested, v1alpha1.AnnotationDisruption, v1alpha1.AnnotationDrainBy} {
+		if fresh.UID != nc.UID {
+			return apierrors.NewNotFound(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), nc.Name)
+		}
+		for _, k := range replacementAnnotations {
+			if fresh.Annotations[k] != nc.Annotations[k] {
+				return errDisruptionChanged
+			}
+		}
+		for _, k := range replacementAnnotations {
 			delete(fresh.Annotations, k)
 		}
+		// The update carries fresh's resourceVersion: a write since the
+		// read above is a conflict, and the retry compares again.
 		return e.kube.Update(ctx, &fresh)
 	})
+	if errors.Is(err, errDisruptionChanged) {
+		logger.Info("Not giving up the replacement: the claim's disruption changed meanwhile", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "reason", reason, "why", why)
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	if err != nil {
-		return reconcile.Result{}, errors.Join(append(errs, client.IgnoreNotFound(err))...)
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	logger.Info("Not disrupting node: called its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
+	e.event(nc, corev1.EventTypeWarning, ReasonDisruptionBlocked, reason, "node %s: %s; it keeps running", nc.Status.NodeName, why)
+	metrics.DisruptionDecisions.WithLabelValues(string(reason), "aborted").Inc()
+	e.backOff(ctx, nc, reason)
+	var errs []error
+	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
+		errs = append(errs, client.IgnoreNotFound(e.kube.Delete(ctx, rep)))
 	}
 	e.budgets.release(nc.UID)
 	errs = append(errs, e.untaint(ctx, nc.Status.NodeName))
-	return reconcile.Result{RequeueAfter: e.timers.ReplacementRetry}, errors.Join(errs...)
+	return reconcile.Result{RequeueAfter: e.BackedOff(nc.UID, reason)}, errors.Join(errs...)
 }
 
 // replacing reports whether nc is a replacement its old claim still
