@@ -189,11 +189,14 @@ func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
 	}
 }
 
-// TestDoNotDisruptPodKeepsItsExpiredNode: a pod annotated
-// nodeforge.dev/do-not-disrupt=true keeps its node past expiry, and the
-// claim says so (DisruptionBlocked naming the pod); once the annotation
-// is removed, the node expires and goes.
-func TestDoNotDisruptPodKeepsItsExpiredNode(t *testing.T) {
+// TestDoNotDisruptPodHoldsTheDrainOfItsExpiredNode: expiry is forceful
+// (Karpenter's v1 semantics), so a pod annotated
+// nodeforge.dev/do-not-disrupt=true does not keep its node from being
+// chosen once expired: the claim is deleted. But the drain does not evict
+// the pod: with no terminationGracePeriod it holds the drain, the pod
+// keeps running, and the claim says so (DrainHeld naming the pod); once
+// the annotation is removed, the pod is evicted and the node goes.
+func TestDoNotDisruptPodHoldsTheDrainOfItsExpiredNode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
@@ -201,18 +204,22 @@ func TestDoNotDisruptPodKeepsItsExpiredNode(t *testing.T) {
 	barePod(t, cs, "keeper", "keeper", map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"})
 	nc := claimRunning(t, cs, kube, "keeper", "keeper")
 
-	want := fmt.Sprintf("pod default/keeper has %s=true", v1alpha1.AnnotationDoNotDisrupt)
-	poll(t, "a DisruptionBlocked Event on the expired claim naming the pod", func() (bool, error) {
+	want := "default/keeper"
+	poll(t, "a DrainHeld Event on the expired claim naming the pod", func() (bool, error) {
 		reasons, notes, err := claimEvents(ctx, cs, nc.Name)
 		for i := range reasons {
-			if reasons[i] == "DisruptionBlocked" && strings.HasSuffix(notes[i], want) {
+			if reasons[i] == "DrainHeld" && strings.Contains(notes[i], want) {
 				return true, nil
 			}
 		}
 		return false, err
 	})
-	if gone, err := claimGone(kube, &nc)(); err != nil || gone {
-		t.Fatalf("the node of a do-not-disrupt pod was disrupted (gone %v, err %v)", gone, err)
+	var held v1alpha1.NodeClaim
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(&nc), &held); err != nil || held.DeletionTimestamp.IsZero() {
+		t.Fatalf("the expired claim is not being deleted (err %v): expiry is forceful", err)
+	}
+	if p, err := cs.CoreV1().Pods("default").Get(ctx, "keeper", metav1.GetOptions{}); err != nil || !p.DeletionTimestamp.IsZero() || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("the do-not-disrupt pod was evicted or stopped (err %v)", err)
 	}
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.AnnotationDoNotDisrupt))
 	if _, err := cs.CoreV1().Pods("default").Patch(ctx, "keeper", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {

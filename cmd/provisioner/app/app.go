@@ -71,6 +71,7 @@ type options struct {
 	repack                  bool
 	disruption              disruption.Timers
 	repairInterval          time.Duration
+	nodeMonitorGrace        time.Duration
 	leaderElect             bool
 	leaseDuration           time.Duration
 	renewDeadline           time.Duration
@@ -121,6 +122,7 @@ func Run(args []string, opts ...registry.Option) error {
 	fs.DurationVar(&o.disruption.BudgetRetry, "disruption-budget-retry", disruption.DefaultTimers.BudgetRetry, "How long a node a disruption budget holds back waits before it is asked about again (sooner when a budget's schedule window opens or closes).")
 	fs.DurationVar(&o.disruption.ReplacementGrace, "replacement-grace", disruption.DefaultTimers.ReplacementGrace, "How long a node being replaced waits for its named replacement NodeClaim to appear before calling the replacement off.")
 	fs.DurationVar(&o.disruption.ReplacementRetry, "replacement-retry", disruption.DefaultTimers.ReplacementRetry, "How long a node whose replacement was called off keeps running before it may be chosen for disruption again.")
+	fs.DurationVar(&o.nodeMonitorGrace, "node-monitor-grace-period", nodeclaim.DefaultNodeMonitorGracePeriod, "A node being drained that has not been Ready for longer than this has its pods deleted, each with its own grace period, PodDisruptionBudgets notwithstanding, as the node lifecycle controller treats a node it cannot reach; set it to kube-controller-manager's --node-monitor-grace-period.")
 	fs.DurationVar(&o.repairInterval, "node-repair-interval", 5*time.Second, "How often unhealthy nodes are looked for and repaired (each zone at --node-repair-rate).")
 	fs.Float64Var(&o.repair.Rate, "node-repair-rate", disruption.DefaultZoneRules.Rate, "Unhealthy nodes repaired per second in a zone, as kube-controller-manager's --node-eviction-rate.")
 	fs.Float64Var(&o.repair.SecondaryRate, "secondary-node-repair-rate", disruption.DefaultZoneRules.SecondaryRate, "Unhealthy nodes repaired per second in a zone in PartialDisruption, as kube-controller-manager's --secondary-node-eviction-rate; none when the zone has no more than --large-cluster-size-threshold nodes.")
@@ -239,6 +241,7 @@ func Run(args []string, opts ...registry.Option) error {
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	claimOpts := nodeclaim.Options{
 		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, LaunchWorkers: o.nodeClaimLaunchWorkers, Gate: gate,
+		NodeMonitorGracePeriod: o.nodeMonitorGrace,
 	}
 	if o.repack {
 		claimOpts.Repack, claimOpts.Claims = sched, mgr.GetAPIReader()
@@ -364,7 +367,7 @@ func (o *options) validate() error {
 		{"garbage-collection-interval", o.gcInterval}, {"garbage-collection-grace", o.gcGrace},
 		{"consolidation-interval", o.consolidationInterval}, {"disruption-validation-pause", o.disruptionPause},
 		{"disruption-budget-retry", o.disruption.BudgetRetry}, {"replacement-grace", o.disruption.ReplacementGrace}, {"replacement-retry", o.disruption.ReplacementRetry},
-		{"node-repair-interval", o.repairInterval},
+		{"node-repair-interval", o.repairInterval}, {"node-monitor-grace-period", o.nodeMonitorGrace},
 		{"leader-elect-lease-duration", o.leaseDuration}, {"leader-elect-renew-deadline", o.renewDeadline}, {"leader-elect-retry-period", o.retryPeriod},
 	}
 	for _, f := range positive {

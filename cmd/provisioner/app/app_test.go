@@ -44,7 +44,7 @@ func TestFlagsFromEnv(t *testing.T) {
 func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 	good := options{cloudProvider: "simulated", batchIdle: time.Second, batchMax: 10 * time.Second, registrationTTL: 15 * time.Minute, launchTTL: 10 * time.Minute, initializationTTL: 10 * time.Minute,
 		unavailableTTL: 3 * time.Minute, nodeClaimWorkers: 4, cloudCallTimeout: 2 * time.Minute, gcInterval: 30 * time.Second, gcGrace: 2 * time.Minute, consolidationInterval: 10 * time.Second, disruptionPause: 5 * time.Second, qps: 200, burst: 300,
-		disruption: disruption.DefaultTimers, repairInterval: 5 * time.Second,
+		disruption: disruption.DefaultTimers, repairInterval: 5 * time.Second, nodeMonitorGrace: 50 * time.Second,
 		leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second,
 		repair: disruption.DefaultZoneRules}
 	if err := good.validate(); err != nil {
@@ -55,6 +55,7 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 		"--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws":                func(o *options) { o.cloudProvider = "" },
 		"--disruption-validation-pause=0s: must be more than 0":                                              func(o *options) { o.disruptionPause = 0 },
 		"--registration-ttl=0s: must be more than 0":                                                         func(o *options) { o.registrationTTL = 0 },
+		"--node-monitor-grace-period=0s: must be more than 0":                                                func(o *options) { o.nodeMonitorGrace = 0 },
 		"--batch-idle-duration=-1s: must be more than 0":                                                     func(o *options) { o.batchIdle = -time.Second },
 		"--batch-max-duration=500ms: must not be less than --batch-idle-duration=1s":                         func(o *options) { o.batchMax = 500 * time.Millisecond },
 		"--unavailable-offering-ttl=0s: must be more than 0":                                                 func(o *options) { o.unavailableTTL = 0 },

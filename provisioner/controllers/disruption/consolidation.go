@@ -159,7 +159,7 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 	prices := map[string][]v1alpha1.InstanceType{}
 	for _, nc := range s.claims {
 		node := s.nodes[nc.Status.NodeName]
-		if node == nil || nc.Status.Phase != v1alpha1.NodeClaimInitialized || isDisrupting(nc) || k.exec.Busy(nc.UID) {
+		if node == nil || nc.Status.Phase != v1alpha1.NodeClaimInitialized || isDisrupting(nc) || k.exec.Busy(nc.UID) || k.exec.BackedOff(nc.UID, Underutilized) > 0 {
 			continue // in a command, or not a node yet
 		}
 		seen[node.Name] = true

@@ -498,9 +498,10 @@ func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, 
 // deleted by Continue.
 func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (marked bool, _ error) {
 	if reason == Unhealthy {
-		// An unhealthy node's drain ends now: its pods are deleted, not
-		// evicted, as a PodDisruptionBudget that counts them healthy
-		// would refuse their evictions for as long as the node is sick.
+		// From now on the unhealthy node's pods are deleted, each with
+		// its own grace period, not evicted: a PodDisruptionBudget that
+		// counts them healthy would refuse their evictions for as long
+		// as the node is sick (nodeclaim/termination.go).
 		err := retry.OnError(writeBackoff, transient, func() error {
 			var fresh v1alpha1.NodeClaim
 			if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {

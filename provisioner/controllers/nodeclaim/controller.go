@@ -89,6 +89,13 @@ type Options struct {
 	// Limits is the ledger launches reserve against; nil makes one. The
 	// provisioner shares it with disruption's replacements.
 	Limits *limits.Ledger
+	// NodeMonitorGracePeriod: a node not Ready for longer than this,
+	// from its Ready condition's lastTransitionTime, is drained as the
+	// node lifecycle controller treats a node it cannot reach: its pods
+	// are deleted, PodDisruptionBudgets notwithstanding (termination.go).
+	// Set it to kube-controller-manager's --node-monitor-grace-period; 0
+	// is DefaultNodeMonitorGracePeriod.
+	NodeMonitorGracePeriod time.Duration
 	// Disruption judges Initialized claims and carries on the commands
 	// that outlived a step (a claim marked Disrupting, or waiting for its
 	// replacement); nil disrupts nothing.
@@ -114,7 +121,8 @@ type Controller struct {
 	opts        Options
 	now         func() time.Time
 	refusals    refusals
-	// refusedEvictions: when each pod's refused eviction was last said.
+	// refusedEvictions: when each pod's refused eviction, and each
+	// claim's drain held by do-not-disrupt pods, was last said.
 	refusedEvictions refusedEvictions
 	packer           packer
 	// classRegistrations counts each node class's registration timeouts

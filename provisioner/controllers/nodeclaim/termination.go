@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,14 +78,35 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	return reconcile.Result{}, nil
 }
 
-// ReasonTerminationGracePeriod is the Event on a pod, and on its claim,
-// when the pod is deleted because the claim's terminationGracePeriod is
-// running out.
-const ReasonTerminationGracePeriod = "TerminationGracePeriodPassed"
+// Events on a pod, and on its claim, when the pod is deleted rather than
+// evicted, PodDisruptionBudgets notwithstanding, and on the claim when
+// do-not-disrupt pods hold its drain.
+const (
+	// ReasonTerminationGracePeriod: the claim's terminationGracePeriod is
+	// running out.
+	ReasonTerminationGracePeriod = "TerminationGracePeriodPassed"
+	// ReasonNodeUnhealthy: repair's drain deadline has passed.
+	ReasonNodeUnhealthy = "NodeUnhealthy"
+	// ReasonNodeUnreachable: the node has not been Ready for longer than
+	// the node monitor grace period.
+	ReasonNodeUnreachable = "NodeUnreachable"
+	// ReasonDrainHeld: pods annotated do-not-disrupt are not evicted, and
+	// the drain waits for them.
+	ReasonDrainHeld = "DrainHeld"
+)
+
+// DefaultNodeMonitorGracePeriod is kube-controller-manager's default
+// --node-monitor-grace-period (50s since Kubernetes 1.32, 40s before).
+const DefaultNodeMonitorGracePeriod = 50 * time.Second
 
 // drain taints the claim's node nodeforge.dev/disrupted:NoSchedule and
 // evicts its pods (daemonset pods stay) through the Eviction API, so that
 // PodDisruptionBudgets hold. It returns a requeue while pods remain.
+//
+// A pod annotated do-not-disrupt is not evicted: it holds the drain until
+// the claim's terminationGracePeriod runs out, or for ever without one
+// (as Karpenter's termination does), and the claim gets a DrainHeld
+// Event saying so.
 //
 // A claim with a terminationGracePeriod drains for no longer than that
 // from its deletion (the deadline). A pod still there is deleted rather
@@ -93,6 +115,16 @@ const ReasonTerminationGracePeriod = "TerminationGracePeriodPassed"
 // ends by the deadline, not after it: a pod that needs 30s to stop is
 // deleted 30s before the deadline. At the deadline the drain is over,
 // whatever is still terminating, and the instance goes.
+//
+// PDBs and do-not-disrupt stop holding at once when the node has not been
+// Ready for longer than the node monitor grace period (its pods are
+// deleted as the node lifecycle controller's eviction would: a PDB that
+// counts them healthy, of pods that tolerate the unreachable taint, would
+// otherwise hold an instance that is still billed for ever) or past
+// repair's drain deadline (an unhealthy node's pods are not waited for).
+// Each pod is then deleted with its own grace period, capped by the
+// terminationGracePeriod's deadline, and the drain is over once every
+// pod left has had its grace.
 func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	node, err := c.nodeOf(ctx, nc)
 	if err != nil || node == nil {
@@ -110,11 +142,15 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	}
 	now := c.now()
 	deadline, capped := drainDeadline(nc)
+	override, why := c.budgetsOverridden(nc, node, now)
 	// A node whose kubelet does not answer never finishes a pod's
 	// termination: such a pod is deleted once its grace period is over,
 	// as the pod garbage collector would.
 	unreachable := !ready(node)
-	remaining := 0
+	// remaining counts the pods the drain waits for; inGrace, those not
+	// yet deleted or deleted with grace still left.
+	remaining, inGrace := 0, 0
+	var held []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if disruption.OwnedByDaemonSet(p) || disruption.IsMirror(p) || podutil.IsPodTerminal(p) {
@@ -122,17 +158,35 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 		}
 		remaining++
 		if !p.DeletionTimestamp.IsZero() {
-			if unreachable && !now.Before(p.DeletionTimestamp.Time) {
+			switch {
+			case now.Before(p.DeletionTimestamp.Time):
+				inGrace++
+			case unreachable:
 				if err := c.forceDelete(ctx, node, p); err != nil {
 					return reconcile.Result{}, err
 				}
 			}
 			continue
 		}
-		if capped && !now.Before(deadline.Add(-podGrace(p))) {
+		inGrace++
+		switch {
+		case override != "":
+			grace := podGrace(p)
+			if capped {
+				grace = min(grace, max(deadline.Sub(now), time.Second))
+			}
+			if err := c.deleteRegardless(ctx, nc, node, p, grace, override, why); err != nil {
+				return reconcile.Result{}, err
+			}
+			continue
+		case capped && !now.Before(deadline.Add(-podGrace(p))):
 			if err := c.deleteForDeadline(ctx, nc, node, p, deadline.Sub(now)); err != nil {
 				return reconcile.Result{}, err
 			}
+			continue
+		}
+		if key := v1alpha1.DoNotDisrupt(p.Annotations); key != "" {
+			held = append(held, klog.KObj(p).String()+" ("+key+")")
 			continue
 		}
 		// The UID precondition spares a pod recreated under the same
@@ -154,11 +208,17 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 			crashpoint.Hit(crashpoint.MidDrain)
 		}
 	}
-	if remaining == 0 {
-		return reconcile.Result{}, nil
+	if len(held) > 0 {
+		c.drainHeld(ctx, nc, node, held)
 	}
-	if capped && !now.Before(deadline) {
+	switch {
+	case remaining == 0:
+		return reconcile.Result{}, nil
+	case capped && !now.Before(deadline):
 		klog.FromContext(ctx).Info("Drain ended: its deadline passed", "node", node.Name, "deadline", drainLimit(nc), "podsTerminating", remaining)
+		return reconcile.Result{}, nil
+	case override != "" && inGrace == 0:
+		klog.FromContext(ctx).Info("Drain ended: every pod left has had its grace period", "node", node.Name, "reason", override, "why", why, "podsTerminating", remaining)
 		return reconcile.Result{}, nil
 	}
 	wait := 2 * time.Second
@@ -168,33 +228,70 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	return reconcile.Result{RequeueAfter: wait}, nil
 }
 
-// drainDeadline is when the claim's drain must be over: its deletion plus
-// its terminationGracePeriod, or its AnnotationDrainDeadline if sooner;
-// false when it has neither.
-func drainDeadline(nc *v1alpha1.NodeClaim) (time.Time, bool) {
-	var deadline time.Time
-	if nc.Spec.TerminationGracePeriod != nil && !nc.DeletionTimestamp.IsZero() {
-		deadline = nc.DeletionTimestamp.Add(nc.Spec.TerminationGracePeriod.Duration)
+// budgetsOverridden says why PodDisruptionBudgets and do-not-disrupt no
+// longer hold the claim's pods at now, with the Event reason, or "" when
+// they do: its node has not been Ready for longer than the node monitor
+// grace period, or repair's drain deadline has passed.
+func (c *Controller) budgetsOverridden(nc *v1alpha1.NodeClaim, node *corev1.Node, now time.Time) (reason, why string) {
+	grace := c.opts.NodeMonitorGracePeriod
+	if grace <= 0 {
+		grace = DefaultNodeMonitorGracePeriod
 	}
-	if by, err := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationDrainDeadline]); err == nil && (deadline.IsZero() || by.Before(deadline)) {
-		deadline = by
-	}
-	return deadline, !deadline.IsZero()
-}
-
-// drainLimit says what sets the claim's drain deadline, for logs and
-// Events: "terminationGracePeriod 1h0m0s", or "drain deadline
-// 2026-11-27T07:00:00Z (set by repair)".
-func drainLimit(nc *v1alpha1.NodeClaim) string {
-	if by := nc.Annotations[v1alpha1.AnnotationDrainDeadline]; by != "" {
-		if d, _ := drainDeadline(nc); nc.Spec.TerminationGracePeriod == nil || d.Format(time.RFC3339) == by {
-			return "drain deadline " + by + " (an unhealthy node's pods are not waited for)"
+	for _, cond := range node.Status.Conditions {
+		if cond.Type != corev1.NodeReady || cond.Status == corev1.ConditionTrue || cond.LastTransitionTime.IsZero() {
+			continue
+		}
+		if since := now.Sub(cond.LastTransitionTime.Time); since > grace {
+			return ReasonNodeUnreachable, fmt.Sprintf("node %s has been Ready=%s for %s, longer than the node monitor grace period (%s)",
+				node.Name, cond.Status, since.Round(time.Second), grace)
 		}
 	}
-	if nc.Spec.TerminationGracePeriod == nil {
+	if by, ok := repairDeadline(nc); ok && !now.Before(by) {
+		return ReasonNodeUnhealthy, repairLimit(nc) + " has passed"
+	}
+	return "", ""
+}
+
+// drainDeadline is when the claim's drain must be over: its deletion plus
+// its terminationGracePeriod; false when it has none. Repair's
+// AnnotationDrainDeadline does not end the drain (repairDeadline).
+func drainDeadline(nc *v1alpha1.NodeClaim) (time.Time, bool) {
+	if nc.Spec.TerminationGracePeriod == nil || nc.DeletionTimestamp.IsZero() {
+		return time.Time{}, false
+	}
+	return nc.DeletionTimestamp.Add(nc.Spec.TerminationGracePeriod.Duration), true
+}
+
+// repairDeadline is the claim's AnnotationDrainDeadline, which repair
+// sets: from then on its pods are deleted, each with its own grace
+// period, PodDisruptionBudgets notwithstanding; false when it has none.
+func repairDeadline(nc *v1alpha1.NodeClaim) (time.Time, bool) {
+	by, err := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationDrainDeadline])
+	return by, err == nil
+}
+
+// repairLimit names repair's drain deadline, for logs and Events.
+func repairLimit(nc *v1alpha1.NodeClaim) string {
+	return "repair's drain deadline " + nc.Annotations[v1alpha1.AnnotationDrainDeadline] +
+		" (an unhealthy node's pods are deleted with their own grace periods, not waited for)"
+}
+
+// drainLimit says what limits the claim's drain, for logs and Events:
+// "terminationGracePeriod 1h0m0s", repair's drain deadline
+// ("repair's drain deadline 2026-11-27T07:00:00Z (an unhealthy node's
+// pods are ...)"), both, or "no drain deadline".
+func drainLimit(nc *v1alpha1.NodeClaim) string {
+	var limits []string
+	if nc.Spec.TerminationGracePeriod != nil {
+		limits = append(limits, "terminationGracePeriod "+nc.Spec.TerminationGracePeriod.Duration.String())
+	}
+	if _, ok := repairDeadline(nc); ok {
+		limits = append(limits, repairLimit(nc))
+	}
+	if len(limits) == 0 {
 		return "no drain deadline"
 	}
-	return "terminationGracePeriod " + nc.Spec.TerminationGracePeriod.Duration.String()
+	return strings.Join(limits, " and ")
 }
 
 // deadNode says why the claim's node is not drained at all, or "": it is
@@ -229,7 +326,8 @@ func (c *Controller) deadNode(ctx context.Context, nc *v1alpha1.NodeClaim) (stri
 // a terminated instance keeps its pod's replacement waiting on EBS
 // multi-attach for minutes. Volumes of pods that stay (daemonset and
 // static pods) are not waited for. The wait ends at the drain deadline,
-// if the claim has one.
+// if the claim has one, and there is none on a node whose pods were not
+// waited for either (budgetsOverridden).
 func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	node, err := c.nodeOf(ctx, nc)
 	if err != nil || node == nil {
@@ -259,6 +357,10 @@ func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 	now := c.now()
 	if deadline, capped := drainDeadline(nc); capped && !now.Before(deadline) {
 		klog.FromContext(ctx).Info("Terminating with volumes still attached: the drain deadline passed", "node", node.Name, "volumes", attached, "deadline", deadline)
+		return reconcile.Result{}, nil
+	}
+	if reason, why := c.budgetsOverridden(nc, node, now); reason != "" {
+		klog.FromContext(ctx).Info("Terminating with volumes still attached: the node is not waited for", "node", node.Name, "volumes", attached, "reason", reason, "why", why)
 		return reconcile.Result{}, nil
 	}
 	klog.FromContext(ctx).V(1).Info("Waiting for the node's volumes to detach before terminating its instance", "node", node.Name, "volumes", attached)
@@ -305,25 +407,33 @@ func podGrace(p *corev1.Pod) time.Duration {
 }
 
 // deleteForDeadline deletes p, bypassing its PDBs, with a grace period
-// that ends by the deadline (left from now): the pod's own, or what is
-// left of the drain if that is shorter, but at least a second unless the
-// pod asks for none, since a grace of zero removes the pod from the API
-// before its containers are stopped. The UID precondition spares a pod
-// recreated under the same name meanwhile.
+// that ends by the terminationGracePeriod's deadline (left from now):
+// the pod's own, or what is left of the drain if that is shorter, but at
+// least a second unless the pod asks for none.
 func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, left time.Duration) error {
-	grace := min(int64(podGrace(p)/time.Second), max(int64(left/time.Second), 1))
-	tgp := drainLimit(nc)
-	klog.FromContext(ctx).Info("Deleting pod: the drain's deadline is running out", "pod", klog.KObj(p), "node", node.Name, "deadline", tgp, "gracePeriodSeconds", grace)
-	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	why := fmt.Sprintf("nodeclaim %s's %s is running out", nc.Name, drainLimit(nc))
+	return c.deleteRegardless(ctx, nc, node, p, min(podGrace(p), max(left, time.Second)), ReasonTerminationGracePeriod, why)
+}
+
+// deleteRegardless deletes p, bypassing its PDBs and do-not-disrupt, with
+// grace (whole seconds, rounded down), and says why in a Warning Event of
+// reason on the pod and the claim. A grace of zero is only the pod's own
+// asking: it removes the pod from the API before its containers are
+// stopped. The UID precondition spares a pod recreated under the same
+// name meanwhile.
+func (c *Controller) deleteRegardless(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, grace time.Duration, reason, why string) error {
+	seconds := int64(grace / time.Second)
+	klog.FromContext(ctx).Info("Deleting pod, PodDisruptionBudgets notwithstanding", "pod", klog.KObj(p), "node", node.Name, "reason", reason, "why", why, "gracePeriodSeconds", seconds)
+	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &seconds, Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone, or another pod by now
 	}
 	if err != nil {
 		return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	note := fmt.Sprintf("node %s: nodeclaim %s's %s is running out; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, nc.Name, tgp, grace)
-	c.recordPod(p, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", note)
-	c.event(nc, corev1.EventTypeWarning, ReasonTerminationGracePeriod, "Drain", fmt.Sprintf("deleted pod %s/%s: %s is running out", p.Namespace, p.Name, tgp))
+	note := fmt.Sprintf("node %s: %s; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, why, seconds)
+	c.recordPod(p, corev1.EventTypeWarning, reason, "Drain", note)
+	c.event(nc, corev1.EventTypeWarning, reason, "Drain", fmt.Sprintf("deleted pod %s/%s (grace %ds) on node %s: %s", p.Namespace, p.Name, seconds, node.Name, why))
 	return nil
 }
 
@@ -377,22 +487,43 @@ func (c *Controller) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim
 	c.event(nc, corev1.EventTypeWarning, "EvictionBlocked", "Drain", fmt.Sprintf("pod %s/%s: eviction refused by %s", p.Namespace, p.Name, by))
 }
 
-// refusedEvictions remembers when each pod's refused eviction was last
-// said, across the controller's workers.
+// drainHeld records, at most every evictionRefusedEvery for each claim,
+// a Warning Event on the claim naming the do-not-disrupt pods its drain
+// waits for, and until when.
+func (c *Controller) drainHeld(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pods []string) {
+	if !c.refusedEvictions.news(nc.UID, c.now()) {
+		return
+	}
+	names := strings.Join(pods[:min(len(pods), 5)], ", ")
+	if len(pods) > 5 {
+		names += fmt.Sprintf(" and %d more", len(pods)-5)
+	}
+	until := "for as long as they run: the nodeclaim has no terminationGracePeriod (delete the pods, or remove the annotation)"
+	if deadline, capped := drainDeadline(nc); capped {
+		until = "until " + deadline.UTC().Format(time.RFC3339) + " (terminationGracePeriod), when they are deleted regardless"
+	}
+	klog.FromContext(ctx).Info("Drain held by do-not-disrupt pods", "node", node.Name, "pods", pods, "until", until)
+	c.event(nc, corev1.EventTypeWarning, ReasonDrainHeld, "Drain", fmt.Sprintf("node %s: pods %s are not evicted; the drain waits for them %s", node.Name, names, until))
+}
+
+// refusedEvictions remembers when each pod's refused eviction, and each
+// claim's drain held by do-not-disrupt pods, was last said, across the
+// controller's workers (pod and claim UIDs never meet).
 type refusedEvictions struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
 }
 
-// news reports whether a refusal of pod's eviction at now is worth an
-// Event; entries older than evictionRefusedEvery are dropped on the way.
-func (r *refusedEvictions) news(pod types.UID, now time.Time) bool {
+// news reports whether a note about uid (a pod's refused eviction, a
+// claim's held drain) at now is worth an Event; entries older than
+// evictionRefusedEvery are dropped on the way.
+func (r *refusedEvictions) news(uid types.UID, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
 		r.last = map[types.UID]time.Time{}
 	}
-	if at, ok := r.last[pod]; ok && now.Sub(at) < evictionRefusedEvery {
+	if at, ok := r.last[uid]; ok && now.Sub(at) < evictionRefusedEvery {
 		return false
 	}
 	for k, at := range r.last {
@@ -400,6 +531,6 @@ func (r *refusedEvictions) news(pod types.UID, now time.Time) bool {
 			delete(r.last, k)
 		}
 	}
-	r.last[pod] = now
+	r.last[uid] = now
 	return true
 }

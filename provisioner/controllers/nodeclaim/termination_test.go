@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
@@ -131,40 +133,296 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 	}
 }
 
-// TestRepairDrainsByItsDeadline: a claim with a drain deadline (repair
-// sets it to the moment it decides) is drained by then, whatever its
-// terminationGracePeriod, and one with neither has no deadline.
-func TestRepairDrainsByItsDeadline(t *testing.T) {
+// TestRepairDeletesEachPodWithItsOwnGrace: past repair's drain deadline
+// (nodeforge.dev/drain-deadline) each pod, a do-not-disrupt one too, is
+// deleted rather than evicted, with its own terminationGracePeriodSeconds,
+// not a second; the drain is over once their grace has passed, not at
+// the annotation's instant. The annotation does not move the claim's
+// drain deadline, which is its terminationGracePeriod's alone.
+func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	nc := claim(v1alpha1.NodeClaimInitialized)
 	nc.DeletionTimestamp = &metav1.Time{Time: now}
 	if _, capped := drainDeadline(nc); capped {
-		t.Error("a claim with no terminationGracePeriod and no drain deadline has a deadline")
+		t.Error("a claim with no terminationGracePeriod has a drain deadline")
 	}
 	nc.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Hour}
+	nc.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: now.UTC().Format(time.RFC3339)}
 	if d, _ := drainDeadline(nc); !d.Equal(now.Add(time.Hour)) {
 		t.Errorf("deadline %s, want the terminationGracePeriod's %s", d, now.Add(time.Hour))
 	}
-	nc.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: now.UTC().Format(time.RFC3339)}
-	if d, capped := drainDeadline(nc); !capped || !d.Equal(now) {
-		t.Errorf("deadline %s (capped %v), want the annotation's %s", d, capped, now)
-	}
-	// Drained with no terminationGracePeriod at all: the pod is deleted,
-	// not evicted, and the drain is over.
+
 	ctx := context.Background()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}, Spec: corev1.PodSpec{NodeName: "n1"}}
-	s, deleted, _ := deletedClaimOn(t, corev1.ConditionTrue, pod)
-	deleted.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: s.now.Add(-time.Second).UTC().Format(time.RFC3339)}
-	live := kubefake.NewClientset(pod.DeepCopy())
+	web, keep := podOn("web", 120), podOn("keep", 30)
+	keep.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+	s, deleted, _ := deletedClaimOn(t, corev1.ConditionTrue, web, keep)
+	deleted.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: s.now.Add(-time.Minute).UTC().Format(time.RFC3339)}
+	live := refusingEvictions(web, keep)
 	s.c.pods = live
-	if res, err := s.c.drain(ctx, deleted); err != nil || !res.IsZero() {
-		t.Errorf("drain past its deadline: %+v %v; want it over", res, err)
+	rec := events.NewFakeRecorder(100)
+	s.c.recorder = rec
+	if res, err := s.c.drain(ctx, deleted); err != nil || res.IsZero() {
+		t.Errorf("drain as its pods are deleted: %+v %v; want it to wait for them", res, err)
 	}
 	if len(evictions(live)) > 0 {
-		t.Error("a pod was evicted past the drain deadline; want it deleted")
+		t.Error("a pod was evicted past repair's deadline; want it deleted")
 	}
-	if _, err := live.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the pod was not deleted past the drain deadline: %v", err)
+	if got, want := podDeletes(live), map[string]int64{"web": 120, "keep": 30}; !maps.Equal(got, want) {
+		t.Errorf("deleted %v (name: grace seconds); want %v, each pod's own grace", got, want)
+	}
+	if n := countEvents(rec, ReasonNodeUnhealthy); n != 4 {
+		t.Errorf("%d %s Events; want one on each pod and one on the claim for each", n, ReasonNodeUnhealthy)
+	}
+	// The cache sees them terminating; the fake stamps the deletion when
+	// it happens, taken here as when their grace ends.
+	end := terminate(t, s, web, keep)
+	s.now = end.Add(-10 * time.Second)
+	if res, err := s.c.drain(ctx, deleted); err != nil || res.IsZero() {
+		t.Errorf("drain with pods inside their grace: %+v %v; want it to wait", res, err)
+	}
+	s.now = end.Add(time.Second)
+	if res, err := s.c.drain(ctx, deleted); err != nil || !res.IsZero() {
+		t.Errorf("drain with every pod past its grace: %+v %v; want it over", res, err)
+	}
+}
+
+// TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod: a node whose
+// Ready condition has been Unknown for longer than the node monitor grace
+// period (50s), with its instance running and no terminationGracePeriod,
+// has its pods deleted (a do-not-disrupt one too, and one that tolerates
+// the unreachable taint, whose PDB refuses its eviction) with their own
+// grace, with Events naming the node; once their grace is over they are
+// deleted for good and the instance is terminated. Within the grace
+// period the PDB holds. A terminationGracePeriod still caps the grace.
+func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
+	ctx := context.Background()
+	web, keep := podOn("web", 30), podOn("keep", 45)
+	web.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}
+	keep.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+	s, nc, _ := deletedClaimOn(t, corev1.ConditionUnknown, web, keep)
+	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
+	live := refusingEvictions(web, keep)
+	s.c.pods = live
+	rec := events.NewFakeRecorder(100)
+	s.c.recorder = rec
+	terminated := func() bool {
+		_, err := s.cloud.Get(ctx, nc.Status.ProviderID)
+		return err != nil
+	}
+
+	notReadySince(t, s, s.now.Add(-40*time.Second))
+	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || res.IsZero() {
+		t.Fatalf("finalize 40s after the node went Unknown: %+v %v; want the drain to wait", res, err)
+	}
+	if got := podDeletes(live); len(got) > 0 || terminated() {
+		t.Fatalf("40s after the node went Unknown: deleted %v, instance terminated %v; want the PDB to hold", got, terminated())
+	}
+	notReadySince(t, s, s.now.Add(-2*time.Minute))
+	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || res.IsZero() {
+		t.Fatalf("finalize as the pods are deleted: %+v %v; want the drain to wait for them", res, err)
+	}
+	if got, want := podDeletes(live), map[string]int64{"web": 30, "keep": 45}; !maps.Equal(got, want) || terminated() {
+		t.Fatalf("2m after the node went Unknown: deleted %v (instance terminated %v); want %v, each pod's own grace", got, terminated(), want)
+	}
+	var named int
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "Warning "+ReasonNodeUnreachable) && strings.Contains(e, "n1") {
+			named++
+		}
+	}
+	if named != 4 {
+		t.Errorf("%d Warning %s Events naming node n1; want one on each pod and one on the claim for each", named, ReasonNodeUnreachable)
+	}
+	end := terminate(t, s, web, keep)
+	s.now = end.Add(time.Second)
+	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || !res.IsZero() {
+		t.Fatalf("finalize with the pods' grace over: %+v %v", res, err)
+	}
+	if got := podDeletes(live); got["web"] != 0 || got["keep"] != 0 {
+		t.Errorf("last deletes %v; want both pods deleted for good (grace 0) once their grace was over", got)
+	}
+	if !terminated() {
+		t.Error("the instance of an unreachable node was not terminated once its pods' grace was over")
+	}
+
+	t.Run("terminationGracePeriod caps the grace", func(t *testing.T) {
+		slow := podOn("slow", 300)
+		s, nc, _ := deletedClaimOn(t, corev1.ConditionFalse, slow)
+		nc.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Minute}
+		live := refusingEvictions(slow)
+		s.c.pods = live
+		notReadySince(t, s, nc.DeletionTimestamp.Add(-time.Hour))
+		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
+		if _, err := s.c.drain(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		if got := podDeletes(live); got["slow"] != 50 {
+			t.Errorf("deleted %v 10s into a 60s terminationGracePeriod; want slow with the 50s left as its grace", got)
+		}
+	})
+	t.Run("the grace period is an option", func(t *testing.T) {
+		s, nc, _ := deletedClaimOn(t, corev1.ConditionUnknown, podOn("web", 30))
+		s.c.opts.NodeMonitorGracePeriod = 5 * time.Minute
+		live := refusingEvictions(podOn("web", 30))
+		s.c.pods = live
+		notReadySince(t, s, s.now.Add(-2*time.Minute))
+		if _, err := s.c.drain(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		if got := podDeletes(live); len(got) > 0 {
+			t.Errorf("deleted %v 2m into a 5m node monitor grace period; want the PDB to hold", got)
+		}
+	})
+}
+
+// TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod: a pod
+// annotated do-not-disrupt is never evicted. Without a
+// terminationGracePeriod it holds the drain, said in an Event on the
+// claim naming it at most once a minute; with one it is deleted as the
+// deadline nears, as any other pod. Other pods are evicted meanwhile.
+func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
+	ctx := context.Background()
+	t.Run("no terminationGracePeriod", func(t *testing.T) {
+		keep, web := podOn("keep", 30), podOn("web", 30)
+		keep.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+		s, nc, _ := deletedClaimOn(t, corev1.ConditionTrue, keep, web)
+		live := kubefake.NewClientset(keep.DeepCopy(), web.DeepCopy())
+		s.c.pods = live
+		rec := events.NewFakeRecorder(100)
+		s.c.recorder = rec
+		held := 0
+		for _, after := range []time.Duration{0, 10 * time.Second, 30 * time.Second, 61 * time.Second, time.Hour} {
+			s.now = nc.DeletionTimestamp.Add(after)
+			if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
+				t.Fatalf("drain %s in: %+v %v; want it held", after, res, err)
+			}
+			for len(rec.Events) > 0 {
+				if e := <-rec.Events; strings.Contains(e, ReasonDrainHeld) && strings.Contains(e, "default/keep") {
+					held++
+				}
+			}
+		}
+		for _, e := range evictions(live) {
+			if e.GetObject().(*policyv1.Eviction).Name == "keep" {
+				t.Fatal("the do-not-disrupt pod was evicted")
+			}
+		}
+		if got := podDeletes(live); len(got) > 0 {
+			t.Errorf("deleted %v; want the do-not-disrupt pod kept without a terminationGracePeriod", got)
+		}
+		if len(evictions(live)) == 0 {
+			t.Error("the other pod was not evicted")
+		}
+		if held != 3 {
+			t.Errorf("%d %s Events naming default/keep at 0s, 10s, 30s, 61s and 1h; want 3 (at most one a minute)", held, ReasonDrainHeld)
+		}
+	})
+	t.Run("terminationGracePeriod 60s", func(t *testing.T) {
+		keep := podOn("keep", 30)
+		keep.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+		s, nc, _ := deletedClaimOn(t, corev1.ConditionTrue, keep)
+		nc.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Minute}
+		live := kubefake.NewClientset(keep.DeepCopy())
+		s.c.pods = live
+		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
+		if _, err := s.c.drain(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		if len(evictions(live)) > 0 || len(podDeletes(live)) > 0 {
+			t.Fatalf("10s into 60s: %d evictions, deleted %v; want the do-not-disrupt pod left alone", len(evictions(live)), podDeletes(live))
+		}
+		s.now = nc.DeletionTimestamp.Add(30 * time.Second)
+		if _, err := s.c.drain(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		if got := podDeletes(live); got["keep"] != 30 || len(evictions(live)) > 0 {
+			t.Errorf("30s into 60s: deleted %v, %d evictions; want keep deleted with its 30s grace, not evicted", got, len(evictions(live)))
+		}
+	})
+}
+
+// podOn is a pod bound to n1 asking grace seconds to stop, with a
+// finalizer, so that a fake client's delete leaves it terminating.
+func podOn(name string, grace int64) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Finalizers: []string{"example.com/hold"}},
+		Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: &grace}}
+}
+
+// refusingEvictions is a clientset holding pods whose every eviction a
+// PodDisruptionBudget refuses.
+func refusingEvictions(pods ...*corev1.Pod) *kubefake.Clientset {
+	var objs []runtime.Object
+	for _, p := range pods {
+		objs = append(objs, p.DeepCopy())
+	}
+	cs := kubefake.NewClientset(objs...)
+	cs.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		refused := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		refused.ErrStatus.Details.Causes = append(refused.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause})
+		return true, nil, refused
+	})
+	return cs
+}
+
+// podDeletes is the grace period of the last delete of each pod.
+func podDeletes(cs *kubefake.Clientset) map[string]int64 {
+	out := map[string]int64{}
+	for _, a := range cs.Actions() {
+		if d, ok := a.(clienttesting.DeleteActionImpl); ok && d.GetResource().Resource == "pods" {
+			out[d.GetName()] = ptr.Deref(d.GetDeleteOptions().GracePeriodSeconds, -1)
+		}
+	}
+	return out
+}
+
+func countEvents(rec *events.FakeRecorder, reason string) int {
+	n := 0
+	for len(rec.Events) > 0 {
+		if strings.Contains(<-rec.Events, reason) {
+			n++
+		}
+	}
+	return n
+}
+
+// terminate deletes pods in the cache (their finalizer keeps them) and
+// returns the deletionTimestamp the fake stamped.
+func terminate(t *testing.T, s *steps, pods ...*corev1.Pod) time.Time {
+	t.Helper()
+	var at time.Time
+	for _, p := range pods {
+		if err := s.kube.Delete(context.Background(), p.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		var got corev1.Pod
+		if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil || got.DeletionTimestamp == nil {
+			t.Fatalf("pod %s not terminating in the cache: %v", p.Name, err)
+		}
+		if got.DeletionTimestamp.After(at) {
+			at = got.DeletionTimestamp.Time
+		}
+	}
+	return at
+}
+
+// notReadySince sets the Ready condition of node n1 in the cache as
+// changed to what it is at since.
+func notReadySince(t *testing.T, s *steps, since time.Time) {
+	t.Helper()
+	var node corev1.Node
+	if err := s.kube.Get(context.Background(), client.ObjectKey{Name: "n1"}, &node); err != nil {
+		t.Fatal(err)
+	}
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			node.Status.Conditions[i].LastTransitionTime = metav1.Time{Time: since}
+		}
+	}
+	if err := s.kube.Status().Update(context.Background(), &node); err != nil {
+		t.Fatal(err)
 	}
 }
 
