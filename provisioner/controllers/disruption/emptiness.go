@@ -17,11 +17,14 @@ import (
 )
 
 // ConditionEmpty is True while the claim's node runs no pod but daemonset
-// pods; its LastTransitionTime is when it became empty.
+// and static (mirror) pods; its LastTransitionTime is when it became
+// empty.
 const ConditionEmpty = "Empty"
 
-// Emptiness disrupts a node that has run no pod (daemonset and finished
-// pods aside, and none nominated to it) for its pool's consolidateAfter.
+// Emptiness disrupts a node that has run no pod (daemonset, static and
+// finished pods aside, and none nominated to it) for its pool's
+// consolidateAfter. A static pod is the node's own (its kubelet runs it
+// from a file): it neither keeps the node nor can go elsewhere.
 type Emptiness struct {
 	kube client.Reader        // the cache, for deciding
 	pods kubernetes.Interface // the API server, for the last look
@@ -84,11 +87,18 @@ func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
+		if p := &pods.Items[i]; occupies(p) {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// occupies: a pod that keeps its node from being empty. Daemonset pods
+// run wherever there is a node, static (mirror) pods are the node's own,
+// and finished pods hold nothing.
+func occupies(p *corev1.Pod) bool {
+	return !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) && !IsMirror(p)
 }
 
 // StillCandidate looks at the API server itself, once the node has been
@@ -96,27 +106,50 @@ func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 // pod on its way there? A pod nominated to the node, or to its claim (the
 // scheduler or the bind gate is placing it), would be bound to a node
 // that is then deleted, and a bare pod lost so is lost for good.
+//
+// The nominated pods are listed before the bound ones: a pod that goes
+// from nominated to bound between the two lists is then seen in one of
+// them (listed the other way round, it was in neither). A pod the
+// scheduler assumed onto the node before the taint, and whose PreBind is
+// still binding its volumes, shows nowhere but in its claims: a pending
+// PersistentVolumeClaim whose selected node (the volume binder's
+// volume.kubernetes.io/selected-node) is this node keeps it too.
 func (e *Emptiness) StillCandidate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, error) {
 	name := nc.Status.NodeName
-	pods, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
-	if err != nil {
-		return false, fmt.Errorf("listing pods of node %s: %w", name, err)
-	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Spec.NodeName == name && !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) {
-			return false, nil
-		}
-	}
 	for _, to := range []string{name, nc.Name} {
 		nominated, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.nominatedNodeName", to).String()})
 		if err != nil {
 			return false, fmt.Errorf("listing pods nominated to %s: %w", to, err)
 		}
 		for i := range nominated.Items {
-			if p := &nominated.Items[i]; p.Status.NominatedNodeName == to && p.Spec.NodeName == "" && !podutil.IsPodTerminal(p) {
+			if p := &nominated.Items[i]; p.Status.NominatedNodeName == to && (p.Spec.NodeName == "" || p.Spec.NodeName == name) && !podutil.IsPodTerminal(p) {
 				return false, nil
 			}
 		}
 	}
+	pods, err := e.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
+	if err != nil {
+		return false, fmt.Errorf("listing pods of node %s: %w", name, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName == name && occupies(p) {
+			return false, nil
+		}
+	}
+	claims, err := e.pods.CoreV1().PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("listing persistent volume claims: %w", err)
+	}
+	for i := range claims.Items {
+		if pvc := &claims.Items[i]; pvc.Status.Phase == corev1.ClaimPending && pvc.Annotations[annSelectedNode] == name {
+			return false, nil
+		}
+	}
 	return true, nil
 }
+
+// annSelectedNode is the annotation the scheduler's volume binding
+// (PreBind) puts on a PersistentVolumeClaim of a WaitForFirstConsumer
+// class: the node its pod is being bound to, while the volume is
+// provisioned there.
+const annSelectedNode = "volume.kubernetes.io/selected-node"

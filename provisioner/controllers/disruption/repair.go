@@ -3,6 +3,7 @@ package disruption
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -171,6 +172,7 @@ func (r *Repair) Round(ctx context.Context) error {
 	slices.SortFunc(sicks, func(a, b sick) int {
 		return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.node.Name, b.node.Name))
 	})
+	var errs []error
 	for _, s := range sicks {
 		zone := s.node.Labels[corev1.LabelTopologyZone]
 		d := zones[zone]
@@ -192,13 +194,16 @@ func (r *Repair) Round(ctx context.Context) error {
 		}
 		ok, err := r.repair(ctx, s, d.why, func() { r.limiters.allow(zone, d.rate, now) })
 		if err != nil {
-			return err
+			// This node's repair was undone; the others of the round
+			// still get theirs, and this one is tried next round.
+			errs = append(errs, fmt.Errorf("repairing node %s: %w", s.node.Name, err))
+			continue
 		}
 		if !ok {
 			r.hold(ctx, s, "budget", fmt.Sprintf("nodepool %s's disruption budget for Unhealthy is spent, or the node is in another disruption", s.pool.Name))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // hold says, once per reason, why an unhealthy node is not repaired now.

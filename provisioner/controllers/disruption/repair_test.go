@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -179,4 +180,45 @@ func TestRepair(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOneFailedRepairDoesNotEndTheRound: two unhealthy nodes in two
+// zones, each zone with a repair token; the first node's taint is
+// refused. The round undoes that repair, still repairs the other node,
+// and returns the error naming the first. Before, the first error ended
+// the round and the other node waited.
+func TestOneFailedRepairDoesNotEndTheRound(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	f := &repairFleet{}
+	f.add("a", 5, 1, 40*time.Minute, now) // n06 unhealthy, for longer
+	f.add("b", 5, 1, 35*time.Minute, now) // n12 unhealthy
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+	kube := newTaintCounter(append(slices.Clone(f.objs), pool)...)
+	refusing := interceptedUpdate{Client: kube, refuse: "n06"}
+	clock := func() time.Time { return now }
+	r := NewRepair(NewExecutor(refusing, refusing, kubefake.NewClientset(), events.NewFakeRecorder(100), clock), refusing, clock)
+	err := r.Round(ctx)
+	if err == nil || !strings.Contains(err.Error(), "n06") {
+		t.Errorf("Round = %v, want the error of node n06's repair", err)
+	}
+	if nc := getClaim(ctx, t, kube, "p-n12"); nc != nil {
+		t.Errorf("node n12 was not repaired in the round in which n06's repair failed")
+	}
+	if nc := getClaim(ctx, t, kube, "p-n06"); nc == nil || !nc.DeletionTimestamp.IsZero() {
+		t.Errorf("node n06's failed repair was not undone: %+v", nc)
+	}
+}
+
+// interceptedUpdate refuses updates of the node named refuse.
+type interceptedUpdate struct {
+	client.Client
+	refuse string
+}
+
+func (c interceptedUpdate) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if _, ok := obj.(*corev1.Node); ok && obj.GetName() == c.refuse {
+		return apierrors.NewForbidden(corev1.Resource("nodes"), c.refuse, fmt.Errorf("injected"))
+	}
+	return c.Client.Update(ctx, obj, opts...)
 }

@@ -344,7 +344,8 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 // live), then creates it; the NodeClaim controller launches it as it
 // launches any claim, and awaitReplacement drains each old node once it
 // is Initialized. A claim that cannot be named keeps its node (its budget
-// and taint go); the replacement is created for those named.
+// and taint go), and so do the others: the replacement, sized for all of
+// them, is created only when every one names it.
 func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *replacement) error {
 	logger := klog.FromContext(ctx)
 	var named []Target
@@ -378,6 +379,19 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 		named = append(named, Target{Claim: marked, Pool: t.Pool, Why: t.Why})
 	}
 	if len(named) == 0 {
+		return errors.Join(errs...)
+	}
+	if len(named) < len(cmd.Targets) {
+		// The replacement is sized for every claim of the command: for
+		// some of them it would launch more than their pods need, and
+		// the others would be chosen again beside it. The claims named
+		// give it up (each read back as written, so no other command's
+		// annotations go) and keep their nodes.
+		why := fmt.Sprintf("replacement %s could not be named on every nodeclaim it was planned for", rep.claim.Name)
+		for _, t := range named {
+			_, err := e.giveUpReplacement(ctx, t.Claim, nil, cmd.Reason, why)
+			errs = append(errs, err)
+		}
 		return errors.Join(errs...)
 	}
 	crashpoint.Hit(crashpoint.AfterReplacementNamed)

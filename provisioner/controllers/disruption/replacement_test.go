@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -348,4 +350,72 @@ func TestConsolidationMergesNodesIntoOneCheaper(t *testing.T) {
 	if want := "replacing 3 nodes ($0.5100/h) with c7.4xlarge on-demand in zone-a ($0.3000/h), saves $0.2100/h"; !strings.Contains(evs, want) {
 		t.Errorf("no Event saying %q; events:\n%s", want, evs)
 	}
+}
+
+// TestAPartialMergeCreatesNoReplacement: three nodes are to be merged
+// into one cheaper node, and naming the replacement on the second claim
+// is refused. The replacement, sized for all three, is not created; the
+// two claims that named it give it up and keep their nodes, untainted.
+// Before, the full replacement was created for the two named.
+func TestAPartialMergeCreatesNoReplacement(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &consolidationFixture{}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		f.node(n)
+		f.objs = append(f.objs, pod("p-"+n, n, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("3")
+		}))
+	}
+	for _, o := range f.objs {
+		if nc, ok := o.(*v1alpha1.NodeClaim); ok {
+			nc.Labels = map[string]string{v1alpha1.LabelNodePool: "p"}
+		}
+	}
+	objs := append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized),
+		&v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
+			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{
+				cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)}}})
+	kube := refuseNaming{Client: fakeClient(objs...), claim: "p-n2"}
+	sched := newScheduler(ctx, t)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	e := NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(100), clock)
+	e.SetReplacer(NewReplacer(kube, kube, sched, limits.NewLedger(kube, cloudfake.New())))
+	k := NewConsolidation(e, kube, kube, sched, clock)
+	k.Pause = 0
+	for range 2 {
+		_ = k.Round(ctx) // the refused naming is an error of the round
+		now = now.Add(31 * time.Second)
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range claims.Items {
+		if nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
+			t.Errorf("replacement %s (replaces %s) created though not every claim could name it", nc.Name, nc.Annotations[v1alpha1.AnnotationReplaces])
+		}
+		if r := nc.Annotations[v1alpha1.AnnotationReplacement]; r != "" {
+			t.Errorf("nodeclaim %s still waits for replacement %s", nc.Name, r)
+		}
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if nodeTainted(ctx, t, kube, n) {
+			t.Errorf("node %s kept its taint", n)
+		}
+	}
+}
+
+// refuseNaming refuses updates of one claim that name a replacement.
+type refuseNaming struct {
+	client.Client
+	claim string
+}
+
+func (c refuseNaming) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if nc, ok := obj.(*v1alpha1.NodeClaim); ok && nc.Name == c.claim && nc.Annotations[v1alpha1.AnnotationReplacement] != "" {
+		return apierrors.NewForbidden(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), nc.Name, errors.New("injected"))
+	}
+	return c.Client.Update(ctx, obj, opts...)
 }
