@@ -6,10 +6,13 @@
 // write (the client sees an error though the change is made). The sandbox
 // puts it in front of the provisioner (sandbox.Options.ProvisionerFaults)
 // so that tests can prove every disruption finishes or is undone under
-// such faults.
+// such faults. Beside that random share, rules (Rule) fail chosen
+// requests, by resource, verb, name and body, a number in a row: what a
+// test needs to reach a path that random faults reach too rarely.
 package faultproxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -62,7 +65,8 @@ type Config struct {
 	Hold time.Duration
 	// Seed makes the choice of failed requests repeatable.
 	Seed uint64
-	// Except: requests whose path contains one of these are never failed.
+	// Except: requests whose path contains one of these are never failed
+	// at random (rules still apply).
 	Except []string
 }
 
@@ -83,6 +87,7 @@ func (c Config) String() string {
 type Proxy struct {
 	cfg   Config
 	proxy *httputil.ReverseProxy
+	rules ruleSet
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -119,8 +124,10 @@ func isWrite(method string) bool {
 	return method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch || method == http.MethodDelete
 }
 
-// choose decides whether r fails, and how.
-func (p *Proxy) choose(r *http.Request) (Fault, bool) {
+// choose decides whether r fails, and how: by a rule, or else by the
+// random share.
+func (p *Proxy) choose(r *http.Request, req request) (Fault, bool) {
+	f, fail := p.rules.choose(req)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	write := isWrite(r.Method)
@@ -131,13 +138,15 @@ func (p *Proxy) choose(r *http.Request) (Fault, bool) {
 	} else {
 		p.reads++
 	}
-	if share <= 0 || slices.ContainsFunc(p.cfg.Except, func(s string) bool { return strings.Contains(r.URL.Path, s) }) {
-		return "", false
+	if !fail {
+		if share <= 0 || slices.ContainsFunc(p.cfg.Except, func(s string) bool { return strings.Contains(r.URL.Path, s) }) {
+			return "", false
+		}
+		if p.rng.Float64() >= share {
+			return "", false
+		}
+		f = p.cfg.Faults[p.rng.IntN(len(p.cfg.Faults))]
 	}
-	if p.rng.Float64() >= share {
-		return "", false
-	}
-	f := p.cfg.Faults[p.rng.IntN(len(p.cfg.Faults))]
 	if f == TimeoutAfterApply && !write {
 		// A read applies nothing, and a watch held would stream into
 		// nothing for minutes: cut it instead.
@@ -145,40 +154,23 @@ func (p *Proxy) choose(r *http.Request) (Fault, bool) {
 	}
 	p.injected[f]++
 	if write {
-		p.writesFailed[r.Method+" "+resourceOf(r.URL.Path)]++
+		p.writesFailed[r.Method+" "+req.resource]++
 	}
 	return f, true
 }
 
-// resourceOf is the resource a request path names, with its subresource:
-// "/api/v1/namespaces/x/pods/y/eviction" is "pods/eviction".
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	// /api/v1/... or /apis/group/version/...
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return path
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return "namespaces"
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
-}
-
 // ServeHTTP forwards the request, or fails it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f, fail := p.choose(r)
+	req := requestOf(r.Method, r.URL.Path, r.URL.Query())
+	if p.rules.wantBody(req) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			panic(http.ErrAbortHandler) // the client is gone
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		req.body, req.hasBody = body, true
+	}
+	f, fail := p.choose(r, req)
 	if !fail {
 		p.proxy.ServeHTTP(w, r)
 		return
@@ -219,6 +211,9 @@ type Report struct {
 	Injected      map[Fault]int
 	// WritesFailed: injected faults on writes by verb and resource.
 	WritesFailed map[string]int
+	// Rules: what each rule added did, removed ones included, in the
+	// order added. Injected and WritesFailed count their failures too.
+	Rules []RuleCount
 }
 
 // Total is how many requests were failed.
@@ -232,9 +227,10 @@ func (r Report) Total() int {
 
 // Report returns the counts so far.
 func (p *Proxy) Report() Report {
+	rules := p.rules.counts()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := Report{Reads: p.reads, Writes: p.writes, Injected: map[Fault]int{}, WritesFailed: map[string]int{}}
+	out := Report{Reads: p.reads, Writes: p.writes, Injected: map[Fault]int{}, WritesFailed: map[string]int{}, Rules: rules}
 	for k, v := range p.injected {
 		out.Injected[k] = v
 	}

@@ -76,17 +76,3 @@ func TestProxyFailsTheShareAskedAndAppliesWhatItTimesOut(t *testing.T) {
 		t.Errorf("writes failed by resource %v, want all on POST pods/eviction", r.WritesFailed)
 	}
 }
-
-func TestResourceOf(t *testing.T) {
-	for path, want := range map[string]string{
-		"/api/v1/nodes/n1": "nodes",
-		"/api/v1/namespaces/default/pods/web/eviction":       "pods/eviction",
-		"/apis/nodeforge.dev/v1alpha1/nodeclaims/c/status":   "nodeclaims/status",
-		"/apis/coordination.k8s.io/v1/namespaces/x/leases/l": "leases",
-		"/api/v1/namespaces/default/events":                  "events",
-	} {
-		if got := resourceOf(path); got != want {
-			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)
-		}
-	}
-}
