@@ -46,10 +46,14 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 		}
 		seen[c.UID] = true
 		total++
+		// A decision stays pending until it is released or its claim is
+		// gone, even once the cache shows the claim disrupting: an undo
+		// lifts the taint before it releases, so a node tainted by a
+		// command is counted until its taint is lifted, whatever the
+		// cache shows meanwhile.
 		switch {
 		case isDisrupting(&c):
 			n++
-			delete(b.pending, c.UID) // the cache has caught up
 		case b.pending[c.UID] != "" && c.UID != nc.UID:
 			n++
 		}
@@ -72,6 +76,18 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 // node is drained.
 func isDisrupting(nc *v1alpha1.NodeClaim) bool {
 	return nc.Status.Phase == v1alpha1.NodeClaimDisrupting || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != ""
+}
+
+// keep counts the claim against its pool's budgets again, as reserve
+// does, without asking: a claim leaving a command the cache shows (its
+// replacement given up) stays counted until its taint is lifted.
+func (b *budgets) keep(uid types.UID, pool string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending == nil {
+		b.pending = map[types.UID]string{}
+	}
+	b.pending[uid] = pool
 }
 
 // release forgets a decision that was not carried out.

@@ -146,3 +146,53 @@ func TestACalledOffDisruptionWaitsForTheRetry(t *testing.T) {
 		t.Errorf("after a call-off the claim asked to be looked at again after %s, want within the retry (%s)", asked[1], DefaultTimers.ReplacementRetry)
 	}
 }
+
+// TestATaintedNodeIsCountedUntilItsTaintIsLifted: pool p allows one node
+// disrupted at once. A command on n1 is called off at its last look; as
+// n1's taint is being lifted, a command on n2 asks the budget. n1 is
+// still tainted, so n2 must wait: an undo lifts the taint before it
+// releases the budget. Before, it released first, and for a moment two
+// nodes of a budget of one were tainted.
+func TestATaintedNodeIsCountedUntilItsTaintIsLifted(t *testing.T) {
+	ctx := context.Background()
+	pool := replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)
+	pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
+	var e *Executor
+	var other atomic.Int32 // 1: n2 was allowed while n1 was tainted; 2: refused
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+		WithObjects(append(replacementFixture("on-demand"), pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+		WithIndex(&corev1.Pod{}, IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
+		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if n, ok := obj.(*corev1.Node); ok && n.Name == "n1" && !slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint) && other.Load() == 0 {
+				var nc v1alpha1.NodeClaim
+				if err := c.Get(ctx, client.ObjectKey{Name: "p-n2"}, &nc); err != nil {
+					return err
+				}
+				ok, _, err := e.budgets.reserve(ctx, c, pool, &nc, v1alpha1.DisruptionReasonDrifted, time.Now())
+				if err != nil {
+					return err
+				}
+				if ok {
+					other.Store(1)
+				} else {
+					other.Store(2)
+				}
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	e = NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(100), time.Now)
+	c := New(e, &changesMind{})
+	if _, err := settle(c, ctx, getClaim(ctx, t, kube, "p-n1")); err != nil {
+		t.Fatal(err)
+	}
+	switch other.Load() {
+	case 0:
+		t.Fatal("n1 was never untainted: the command was not called off")
+	case 1:
+		t.Error("the budget of one let n2 be disrupted while n1 was still tainted")
+	}
+}

@@ -445,12 +445,14 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 			// Not marked: this claim's node keeps running and takes pods
 			// again. (A claim marked but not deleted is deleted on its
 			// next reconcile, Continue.)
-			if cmd.Budgeted {
-				e.budgets.release(t.Claim.UID)
-			}
+			// The taint first, then the budget: a tainted node is
+			// always counted against its pool's budget.
 			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			err = errors.Join(err, e.untaint(undo, t.Claim.Status.NodeName))
 			cancel()
+			if cmd.Budgeted {
+				e.budgets.release(t.Claim.UID)
+			}
 			e.backOff(ctx, t.Claim, cmd.Reason)
 		} else {
 			done++
@@ -470,7 +472,6 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 // finds). why, when set, is why the command changed its mind. Each claim
 // is backed off for the command's reason (backOff).
 func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, why string, err error) error {
-	e.release(cmd)
 	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "aborted").Inc()
 	for _, t := range cmd.Targets {
 		e.backOff(ctx, t.Claim, cmd.Reason)
@@ -481,11 +482,14 @@ func (e *Executor) callOff(ctx context.Context, cmd *Command, tainted []string, 
 			cmd.OnCalledOff(ctx, why)
 		}
 	}
+	// The taints first, then the budgets: a tainted node is always
+	// counted against its pool's budget.
 	undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for _, name := range tainted {
 		err = errors.Join(err, e.untaint(undo, name))
 	}
+	e.release(cmd)
 	return err
 }
 

@@ -370,10 +370,11 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 			return e.kube.Update(ctx, &fresh)
 		})
 		if err != nil {
-			e.budgets.release(t.Claim.UID)
 			undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			errs = append(errs, fmt.Errorf("naming replacement %s on nodeclaim %s: %w", rep.claim.Name, t.Claim.Name, err), e.untaint(undo, t.Claim.Status.NodeName))
 			cancel()
+			e.budgets.release(t.Claim.UID)
+			e.backOff(ctx, t.Claim, cmd.Reason)
 			continue
 		}
 		named = append(named, Target{Claim: marked, Pool: t.Pool, Why: t.Why})
@@ -526,6 +527,9 @@ var errDisruptionChanged = errors.New("the nodeclaim's disruption changed meanwh
 // undrained. Then nothing is given up, and the claim is looked at again.
 func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, rep *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why string) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
+	// Counted against the budget until the taint is lifted, though the
+	// annotations that count it go first.
+	e.budgets.keep(nc.UID, nc.Spec.NodePool)
 	err := retry.OnError(writeBackoff, transient, func() error {
 		var fresh v1alpha1.NodeClaim
 		if err := e.live.Get(ctx, client.ObjectKeyFromObject(nc), &fresh); err != nil {
@@ -561,8 +565,8 @@ func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim
 	if rep != nil && rep.Status.Phase != v1alpha1.NodeClaimInitialized && rep.DeletionTimestamp.IsZero() {
 		errs = append(errs, client.IgnoreNotFound(e.kube.Delete(ctx, rep)))
 	}
-	e.budgets.release(nc.UID)
 	errs = append(errs, e.untaint(ctx, nc.Status.NodeName))
+	e.budgets.release(nc.UID)
 	return reconcile.Result{RequeueAfter: e.BackedOff(nc.UID, reason)}, errors.Join(errs...)
 }
 
