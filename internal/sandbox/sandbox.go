@@ -111,12 +111,14 @@ type Timers struct {
 }
 
 // provisionerArgs are the provisioner's flags for the leader election
-// timers that are set.
+// timers that are set, and the node monitor grace period the control
+// plane runs with (the provisioner drains a node not Ready for longer
+// as the node lifecycle controller treats it).
 func (t Timers) provisionerArgs() []string {
 	var args []string
-	for flag, d := range map[string]time.Duration{"lease-duration": t.LeaseDuration, "renew-deadline": t.RenewDeadline, "retry-period": t.RetryPeriod} {
+	for flag, d := range map[string]time.Duration{"leader-elect-lease-duration": t.LeaseDuration, "leader-elect-renew-deadline": t.RenewDeadline, "leader-elect-retry-period": t.RetryPeriod, "node-monitor-grace-period": t.NodeMonitorGracePeriod} {
 		if d > 0 {
-			args = append(args, fmt.Sprintf("--leader-elect-%s=%s", flag, d))
+			args = append(args, fmt.Sprintf("--%s=%s", flag, d))
 		}
 	}
 	slices.Sort(args)

@@ -97,8 +97,8 @@ func TestTimersReachBothPrograms(t *testing.T) {
 	if got, err := (Timers{NodeLeaseDuration: time.Second}).schedulerConfig(shipped); err != nil || string(got) != string(shipped) {
 		t.Errorf("no leader election timer set, yet the configuration changed (err %v)", err)
 	}
-	timers := Timers{LeaseDuration: 8 * time.Second, RetryPeriod: time.Second}
-	if got, want := timers.provisionerArgs(), []string{"--leader-elect-lease-duration=8s", "--leader-elect-retry-period=1s"}; !slices.Equal(got, want) {
+	timers := Timers{LeaseDuration: 8 * time.Second, RetryPeriod: time.Second, NodeMonitorGracePeriod: 16 * time.Second}
+	if got, want := timers.provisionerArgs(), []string{"--leader-elect-lease-duration=8s", "--leader-elect-retry-period=1s", "--node-monitor-grace-period=16s"}; !slices.Equal(got, want) {
 		t.Errorf("provisioner flags %v, want %v", got, want)
 	}
 	raw, err := timers.schedulerConfig(shipped)

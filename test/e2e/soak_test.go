@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +24,10 @@ import (
 // soakBudget is the soak pool's one budget, for every reason.
 const soakBudget = "25%"
 
+// soakRetry is --replacement-retry as the e2e sandboxes run it
+// (quickProvisionerArgs): the first backoff of a called-off disruption.
+const soakRetry = 5 * time.Second
+
 // TestDisruptionSoakUnderAPIFaults runs a round of every disruption, on
 // four pools of about two dozen nodes in all, while a proxy fails 5% of
 // the provisioner's writes (429, 500, a dropped connection, a timeout
@@ -40,16 +42,23 @@ const soakBudget = "25%"
 //     of 25%);
 //   - expiry, all along: the expiring pool's nodes expire after 45s.
 //
-// Sampled every second throughout, and at the end:
-//   - no claim stays Disrupting without being deleted (10s);
-//   - no node keeps nodeforge.dev/disrupted while its claim is in no
-//     command (Initialized, not deleted, no replacement) for 30s;
-//   - the soak pool's budget is never exceeded;
+// Each undo path is forced once per run by the proxy's rules
+// (faultproxy.Rule), beside the 5% share: a failed taint (the command is
+// called off), a failed Disrupting write (undone), a failed delete
+// (carried on by the next reconcile), and a lost lease mid-command (the
+// provisioner exits and its successor finishes or undoes what it left);
+// each rule must have failed every write it was given. A give-up racing
+// an interruption needs the AWS sandbox's queue and is forced in
+// disruption's unit tests (TestGivingUpAReplacementDoesNotEraseAnInterruption).
 //
-// and at the end every pod of the deployments runs, the bare pod was
-// never deleted, every instance has exactly one claim, and each reason
-// was exercised. The faults injected and what held are logged, for
-// docs/reliability.md.
+// Checked at every watch event throughout (soakWatch): no claim stuck
+// Disrupting; no taint flapping; the soak pool's budget never exceeded,
+// a node counting from its taint; no pod evicted outside a drain, none
+// bound to a deleted node; no taint left under no command for 30s. At
+// the end every pod of the deployments runs, the bare pod was never
+// deleted, every instance has exactly one claim and every claim one
+// instance, and each reason was exercised. The faults injected and what
+// held are logged, for docs/reliability.md.
 func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,8 +109,31 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 		return true, nil
 	})
 
-	watch := newSoakWatch(cs, kube)
-	stop := watch.run(ctx)
+	// The provisioner's process start, as the watch needs it: a taint put
+	// on before it started is its predecessor's.
+	var startMu sync.Mutex
+	started := time.Now()
+	go func() {
+		seen := sb.Restarts("nodeforge-provisioner")
+		for ctx.Err() == nil {
+			if n := sb.Restarts("nodeforge-provisioner"); n != seen {
+				seen = n
+				startMu.Lock()
+				started = time.Now()
+				startMu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	watch := newSoakWatch("soak", 0.25, soakRetry, func() time.Time {
+		startMu.Lock()
+		defer startMu.Unlock()
+		return started
+	})
+	stop, err := watch.run(ctx, sb.Config, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Repair: one soak node's kubelet dies.
 	claims, err := poolClaims(ctx, kube, "soak")
@@ -140,10 +172,75 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollFor(t, 2*time.Minute, "the packing pool consolidated", func() (bool, error) {
-		return watch.disruptions(string(v1alpha1.DisruptionReasonUnderutilized)) > 0, nil
+		return disruptions(cs, string(v1alpha1.DisruptionReasonUnderutilized)) > 0, nil
 	})
+	// The undo paths, forced on three soak nodes as drift begins, and on
+	// the provisioner's lease once it is under way. Each write is tried
+	// six times (the executor's writeBackoff), so six failures in a row
+	// exhaust it: the command is undone, or carried on by the next
+	// reconcile.
+	claims, err = poolClaims(ctx, kube, "soak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Claims in no command, whose nodes no command has tainted either
+	// (a command pausing after its taint has written it already).
+	var free []v1alpha1.NodeClaim
+	for _, nc := range claims {
+		var n corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, &n); err != nil || tainted(&n) {
+			continue
+		}
+		if nc.Name != dead.Name && nc.Status.Phase == v1alpha1.NodeClaimInitialized && nc.DeletionTimestamp.IsZero() && nc.Annotations[v1alpha1.AnnotationReplacement] == "" {
+			free = append(free, nc)
+		}
+	}
+	if len(free) < 3 {
+		t.Fatalf("%d soak claims in no command, want 3 to force the undo paths on", len(free))
+	}
+	undos := []struct {
+		path string
+		rule faultproxy.Rule
+	}{
+		{"a failed taint calls the command off", faultproxy.Rule{Resource: "nodes", Verb: "update", Name: free[0].Status.NodeName,
+			// The provisioner writes nodes as protobuf, where the taint's
+			// key is the plain string.
+			Body: faultproxy.Contains(v1alpha1.TaintDisrupted), Fail: 6, Fault: faultproxy.InternalError}},
+		{"a failed Disrupting write is undone", faultproxy.Rule{Resource: "nodeclaims/status", Verb: "update", Name: free[1].Name,
+			Body: faultproxy.Contains(`"phase":"Disrupting"`), Fail: 6, Fault: faultproxy.InternalError}},
+		{"a failed delete is carried on", faultproxy.Rule{Resource: "nodeclaims", Verb: "delete", Name: free[2].Name, Fail: 6, Fault: faultproxy.InternalError}},
+	}
+	ids := make([]faultproxy.RuleID, len(undos))
+	for i, u := range undos {
+		ids[i] = sb.Faults.AddRule(u.rule)
+		t.Logf("undo path %q forced by: %s", u.path, u.rule)
+	}
+	restarts := sb.Restarts("nodeforge-provisioner")
+
 	// Drift: the soak pool's nodes are relabelled.
 	update(t, kube, soakPool, func() { soakPool.Spec.Template.ObjectMeta.Labels["round"] = "2" })
+	// A lost lease mid-command: the provisioner's renewals fail for
+	// longer than its renew deadline (6s, quickTimers) once drift's
+	// commands are under way; it exits and is started again.
+	pollFor(t, time.Minute, "a soak node tainted by drift", func() (bool, error) {
+		for _, nc := range free {
+			var n corev1.Node
+			if err := kube.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, &n); err == nil && tainted(&n) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	// Every renewal fails until it has exited (client-go tries each
+	// renewal twice, every second, until the renew deadline); then its
+	// successor may take the lease.
+	lease := sb.Faults.AddRule(faultproxy.Rule{Resource: "leases", Verb: "update", Name: "nodeforge-provisioner", Fail: 1000, Fault: faultproxy.InternalError})
+	for deadline := time.Now().Add(time.Minute); sb.Restarts("nodeforge-provisioner") == restarts; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the provisioner did not restart after losing its lease: %+v", sb.Faults.RuleCount(lease))
+		}
+	}
+	lost := sb.Faults.RemoveRule(lease)
 
 	pollFor(t, 4*time.Minute, "every soak node drifted, the dead one repaired, and every pod Running", func() (bool, error) {
 		claims, err := poolClaims(ctx, kube, "soak")
@@ -163,7 +260,7 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 				return false, err
 			}
 		}
-		return watch.disruptions(string(v1alpha1.DisruptionReasonExpired)) > 0, nil
+		return disruptions(cs, string(v1alpha1.DisruptionReasonExpired)) > 0, nil
 	})
 	// The expiring pool's workload goes; its nodes follow, empty.
 	scaleTo(t, cs, "expiring", 0)
@@ -199,12 +296,22 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 	for _, v := range watch.violations() {
 		t.Error(v)
 	}
+	for i, u := range undos {
+		c := sb.Faults.RemoveRule(ids[i])
+		t.Logf("undo path %q: %d of its writes failed", u.path, c.Failed)
+		if c.Failed < u.rule.Fail {
+			t.Errorf("undo path %q was not reached: %d of %d failures injected (%s)", u.path, c.Failed, u.rule.Fail, u.rule)
+		}
+	}
+	t.Logf("undo path \"a lost lease mid-command\": %d lease renewals failed, %d provisioner restarts", lost.Failed, sb.Restarts("nodeforge-provisioner")-restarts)
+	taints, peak := watch.stats()
+	t.Logf("soak: %d taints put on; at most %d soak nodes disrupting at once", taints, peak)
 	r := sb.Faults.Report()
-	t.Logf("soak: %d samples; disruptions by reason %v; %d claims and %d instances at the end", samples, watch.reasons(ctx, t), len(all.Items), instances)
+	t.Logf("soak: %d watch events checked; disruptions by reason %v; %d claims and %d instances at the end", samples, disruptionReasons(ctx, t, cs), len(all.Items), instances)
 	t.Logf("soak: provisioner requests through the proxy: %d writes, %d reads; faults injected: %d (%v); failed writes by resource: %s",
 		r.Writes, r.Reads, r.Total(), r.Injected, sortedCounts(r.WritesFailed))
 	for _, reason := range []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonUnhealthy, v1alpha1.DisruptionReasonUnderutilized, v1alpha1.DisruptionReasonDrifted, v1alpha1.DisruptionReasonExpired, v1alpha1.DisruptionReasonEmpty} {
-		if watch.disruptions(string(reason)) == 0 {
+		if disruptions(cs, string(reason)) == 0 {
 			t.Errorf("no claim was disrupted for %s: the soak did not run that round", reason)
 		}
 	}
@@ -229,132 +336,10 @@ func sortedCounts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// soakWatch samples the cluster for what must never be.
-type soakWatch struct {
-	cs   kubernetes.Interface
-	kube client.Client
-
-	mu      sync.Mutex
-	bad     []string
-	samples int
-	// since: when a claim was first seen Disrupting and not deleted, and
-	// when a node was first seen tainted under no command.
-	disrupting map[string]time.Time
-	tainted    map[string]time.Time
-}
-
-func newSoakWatch(cs kubernetes.Interface, kube client.Client) *soakWatch {
-	return &soakWatch{cs: cs, kube: kube, disrupting: map[string]time.Time{}, tainted: map[string]time.Time{}}
-}
-
-// run samples every second until the returned stop is called, which
-// returns how many samples were taken.
-func (w *soakWatch) run(ctx context.Context) (stop func() int) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			w.sample(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	return func() int {
-		cancel()
-		<-done
-		w.sample(context.Background())
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.samples
-	}
-}
-
-func (w *soakWatch) fail(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if !slices.Contains(w.bad, msg) {
-		w.bad = append(w.bad, msg)
-	}
-}
-
-func (w *soakWatch) sample(ctx context.Context) {
-	var claims v1alpha1.NodeClaimList
-	var nodes corev1.NodeList
-	if w.kube.List(ctx, &claims) != nil || w.kube.List(ctx, &nodes) != nil {
-		return
-	}
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.samples++
-	byNode := map[string]*v1alpha1.NodeClaim{}
-	total, disrupting := 0, 0
-	seenDisrupting, seenTainted := map[string]bool{}, map[string]bool{}
-	for i := range claims.Items {
-		nc := &claims.Items[i]
-		if nc.Status.NodeName != "" {
-			byNode[nc.Status.NodeName] = nc
-		}
-		if nc.Status.Phase == v1alpha1.NodeClaimDisrupting && nc.DeletionTimestamp.IsZero() {
-			seenDisrupting[nc.Name] = true
-			if _, ok := w.disrupting[nc.Name]; !ok {
-				w.disrupting[nc.Name] = now
-			}
-			if now.Sub(w.disrupting[nc.Name]) > 10*time.Second {
-				w.fail("nodeclaim %s has been Disrupting, not deleted, for more than 10s", nc.Name)
-			}
-		}
-		if nc.Spec.NodePool != "soak" || nc.Status.NodeName == "" {
-			continue
-		}
-		total++
-		if nc.Status.Phase == v1alpha1.NodeClaimDisrupting || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != "" {
-			disrupting++
-		}
-	}
-	if allowed := int(math.Ceil(0.25 * float64(total))); disrupting > allowed {
-		w.fail("pool soak had %d of %d nodes disrupting at %s, more than its budget %s (%d)", disrupting, total, now.Format(time.TimeOnly), soakBudget, allowed)
-	}
-	for _, n := range nodes.Items {
-		nc := byNode[n.Name]
-		if nc == nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }) {
-			continue
-		}
-		if nc.Status.Phase != v1alpha1.NodeClaimInitialized || !nc.DeletionTimestamp.IsZero() || nc.Annotations[v1alpha1.AnnotationReplacement] != "" {
-			continue // in a command the API server shows
-		}
-		seenTainted[n.Name] = true
-		if _, ok := w.tainted[n.Name]; !ok {
-			w.tainted[n.Name] = now
-		}
-		if now.Sub(w.tainted[n.Name]) > 30*time.Second {
-			w.fail("node %s has had %s for more than 30s while its claim %s is in no command", n.Name, v1alpha1.TaintDisrupted, nc.Name)
-		}
-	}
-	for k := range w.disrupting {
-		if !seenDisrupting[k] {
-			delete(w.disrupting, k)
-		}
-	}
-	for k := range w.tainted {
-		if !seenTainted[k] {
-			delete(w.tainted, k)
-		}
-	}
-}
-
-func (w *soakWatch) violations() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.bad)
-}
-
 // disruptions counts the claims disrupted or being replaced for reason
 // so far, from their Disrupting and Replacing Events.
-func (w *soakWatch) disruptions(reason string) int {
-	evs, err := w.cs.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
+func disruptions(cs kubernetes.Interface, reason string) int {
+	evs, err := cs.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		return 0
 	}
@@ -369,8 +354,8 @@ func (w *soakWatch) disruptions(reason string) int {
 
 // reasons counts the claims disrupted or replaced, by reason, from the
 // first Disrupting or Replacing Event of each.
-func (w *soakWatch) reasons(ctx context.Context, t *testing.T) map[string]int {
-	evs, err := w.cs.EventsV1().Events("").List(ctx, metav1.ListOptions{})
+func disruptionReasons(ctx context.Context, t *testing.T, cs kubernetes.Interface) map[string]int {
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
