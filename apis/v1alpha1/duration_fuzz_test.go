@@ -38,7 +38,7 @@ func FuzzAcceptedDurationsParse(f *testing.F) {
 	})
 }
 
-// TestDurationSchemaIsTheOneFuzzed: the generated CRDs carry the pattern
+// TestDurationSchemaIsTheOneFuzzed: the generated CRDs carry the rule
 // and length the fuzz test assumes.
 func TestDurationSchemaIsTheOneFuzzed(t *testing.T) {
 	raw, err := manifests.FS.ReadFile("crds/nodeforge.dev_nodepools.yaml")
@@ -46,7 +46,7 @@ func TestDurationSchemaIsTheOneFuzzed(t *testing.T) {
 		t.Fatal(err)
 	}
 	crd := string(raw)
-	if !strings.Contains(crd, "pattern: "+durationPattern) || !strings.Contains(crd, "maxLength: 12") {
-		t.Errorf("the NodePool CRD does not carry pattern %s with maxLength %d for durations", durationPattern, durationMaxLength)
+	if !strings.Contains(crd, "rule: self.matches('"+durationPattern+"')") || !strings.Contains(crd, "maxLength: 12") {
+		t.Errorf("the NodePool CRD does not carry rule self.matches('%s') with maxLength %d for durations", durationPattern, durationMaxLength)
 	}
 }

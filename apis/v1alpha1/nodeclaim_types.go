@@ -73,7 +73,8 @@ type NodeClaimSpec struct {
 	// NodeClassRef names the provider-specific launch settings.
 	// +required
 	NodeClassRef NodeClassReference `json:"nodeClassRef"`
-	// ExpireAfter is copied from the pool when the claim is made.
+	// ExpireAfter is copied from the pool when the claim is made, with no
+	// floor of its own (see TerminationGracePeriod).
 	// +kubebuilder:default="720h"
 	// +optional
 	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
@@ -82,10 +83,12 @@ type NodeClaimSpec struct {
 	// draining: each pod left is deleted, PDBs notwithstanding, early
 	// enough that its own terminationGracePeriodSeconds ends by then, and
 	// the instance is terminated. Unset: draining waits on PDBs for as
-	// long as they hold.
+	// long as they hold. No floor, unlike the pool's: a claim copies what
+	// its pool held when the claim was made, and a pool stored before the
+	// floor must still launch.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]{1,6}(s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=12
+	// +kubebuilder:validation:XValidation:message="terminationGracePeriod must be a duration in hours, minutes and seconds of at most 6 digits each and 12 characters in all, such as 30s, 15m or 1h30m",rule="self.matches('^([0-9]{1,6}(s|m|h))+$')"
 	// +optional
 	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
 }

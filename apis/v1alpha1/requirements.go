@@ -19,7 +19,7 @@ type NodeSelectorRequirementWithMinValues struct {
 	// Key is the node label the requirement applies to.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=316
-	// +kubebuilder:validation:Pattern=`^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:message="requirement keys must be label keys: qualified names such as topology.kubernetes.io/zone or example.com/team",rule="self.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')"
 	Key string `json:"key"`
 	// Operator relates the key to the values.
 	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist;Gt;Lt
@@ -49,12 +49,12 @@ type NodeClassReference struct {
 	// Group of the node class, e.g. nodeforge.dev.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:message="group must be an API group: lower-case DNS labels separated by dots, such as nodeforge.dev",rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')"
 	Group string `json:"group"`
 	// Kind of the node class, e.g. SimulatedNodeClass.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	// +kubebuilder:validation:XValidation:message="kind must be a kind: a capital letter, then letters and digits, such as EC2NodeClass or SimulatedNodeClass",rule="self.matches('^[A-Z][A-Za-z0-9]*$')"
 	Kind string `json:"kind"`
 	// Name of the node class.
 	// +kubebuilder:validation:MinLength=1
@@ -67,7 +67,6 @@ type NodeClassReference struct {
 // at most 6 digits and the whole at most 12 characters, so every accepted
 // value parses (the most is 999999h9999h, about 115 years; Go durations
 // end at about 292 years).
-// +kubebuilder:validation:Pattern=`^(([0-9]{1,6}(s|m|h))+|Never)$`
 // +kubebuilder:validation:MaxLength=12
 // +kubebuilder:validation:XValidation:message="must be a duration in hours, minutes and seconds of at most 6 digits each and 12 characters in all, such as 30s, 15m or 1h30m, or Never",rule="self.matches('^(([0-9]{1,6}(s|m|h))+|Never)$')"
 type NillableDuration string

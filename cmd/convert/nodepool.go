@@ -63,10 +63,14 @@ func (c *converter) nodePool(src fields) map[string]any {
 			outT[name] = taints
 		}
 	}
-	if d, ok := c.duration(tspec, "expireAfter", true); ok {
+	if d, ok := c.duration(tspec, "expireAfter", true, v1alpha1.MinExpireAfter,
+		"a node's life counts from when its NodeClaim is made, and launching, joining and draining it take minutes, so a shorter one replaces nodes about as fast as they become useful",
+		"which replaces nodes less often: set Never or a longer one if you meant"); ok {
 		outT["expireAfter"] = d
 	}
-	if d, ok := c.duration(tspec, "terminationGracePeriod", false); ok {
+	if d, ok := c.duration(tspec, "terminationGracePeriod", false, v1alpha1.MinTerminationGracePeriod,
+		"pods are deleted regardless of PodDisruptionBudgets early enough that their own grace period (30s by default) ends by then, so a shorter one deletes them as soon as a drain starts",
+		"which leaves PodDisruptionBudgets longer to hold"); ok {
 		outT["terminationGracePeriod"] = d
 	}
 	tspec.rest()
@@ -218,8 +222,10 @@ var nodeforgeDuration = regexp.MustCompile(`^([0-9]{1,6}(s|m|h))+$`)
 
 // duration takes the duration field name, "Never" too if nillable, as
 // Nodeforge writes it: Karpenter's own when Nodeforge accepts it as it
-// is, else the same length of time in hours, minutes and seconds.
-func (c *converter) duration(f fields, name string, nillable bool) (string, bool) {
+// is, else the same length of time in hours, minutes and seconds. One
+// shorter than floor, which Nodeforge refuses (why), is written as the
+// floor and reported (raised says what that does).
+func (c *converter) duration(f fields, name string, nillable bool, floor time.Duration, why, raised string) (string, bool) {
 	s, ok := f.str(name)
 	if !ok {
 		return "", false
@@ -228,6 +234,11 @@ func (c *converter) duration(f fields, name string, nillable bool) (string, bool
 	if err != nil {
 		c.drop(f.at(name), err.Error())
 		return "", false
+	}
+	if v, err := time.ParseDuration(d); err == nil && v < floor { // not Never
+		least := formatDuration(floor)
+		c.drop(f.at(name), fmt.Sprintf("%s is shorter than Nodeforge's least %s, %s: %s; the converted pool has %s %s, %s", s, name, least, why, name, least, raised))
+		return least, true
 	}
 	c.carry(d)
 	return d, true
@@ -244,6 +255,16 @@ func nodeforgeDurationOf(s string, nillable bool) (string, error) {
 	if err != nil || d < 0 || d%time.Second != 0 {
 		return "", fmt.Errorf("%q is not a duration in whole seconds", s)
 	}
+	out := formatDuration(d)
+	if !nodeforgeDuration.MatchString(out) || len(out) > 12 {
+		return "", fmt.Errorf("%s is longer than Nodeforge's durations (at most 999999h and 12 characters)", s)
+	}
+	return out, nil
+}
+
+// formatDuration writes d, whole seconds, in hours, minutes and seconds,
+// leaving out the parts that are 0: 1h, 1h30m, 90s is 1m30s.
+func formatDuration(d time.Duration) string {
 	h, m, sec := d/time.Hour, d%time.Hour/time.Minute, d%time.Minute/time.Second
 	out := ""
 	if h > 0 {
@@ -255,10 +276,7 @@ func nodeforgeDurationOf(s string, nillable bool) (string, error) {
 	if sec > 0 || out == "" {
 		out += fmt.Sprintf("%ds", sec)
 	}
-	if !nodeforgeDuration.MatchString(out) || len(out) > 12 {
-		return "", fmt.Errorf("%s is longer than Nodeforge's durations (at most 999999h and 12 characters)", s)
-	}
-	return out, nil
+	return out
 }
 
 // disruption converts the pool's disruption settings, writing Karpenter's
@@ -310,10 +328,7 @@ func (c *converter) disruption(spec fields) map[string]any {
 	return out
 }
 
-var (
-	budgetNodes    = regexp.MustCompile(`^((100|[0-9]{1,2})%|[0-9]+)$`)
-	budgetSchedule = regexp.MustCompile(`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|(\S+\s+\S+\s+\S+\s+\S+\s+\S+))$`)
-)
+var budgetNodes = regexp.MustCompile(`^((100|[0-9]{1,2})%|[0-9]+)$`)
 
 // budget converts one disruption budget, or reports why not. A budget
 // that cannot be carried over exactly is written so that it disrupts less,
@@ -341,9 +356,13 @@ func (c *converter) budget(b fields) map[string]any {
 	case hasSchedule != hasDuration:
 		c.drop(b.path, "a budget with a schedule needs a duration, and a duration needs a schedule"+unscheduled)
 	case !hasSchedule:
-	case !budgetSchedule.MatchString(schedule):
-		c.drop(b.at("schedule"), fmt.Sprintf("%q is not a cron schedule of five fields or a @macro%s", schedule, unscheduled))
 	default:
+		// The parser Nodeforge's disruption controller reads schedules
+		// with, which the API server's rules match.
+		if _, err := v1alpha1.ParseSchedule(schedule); err != nil {
+			c.drop(b.at("schedule"), fmt.Sprintf("%q is not a schedule Nodeforge reads (%v)%s", schedule, err, unscheduled))
+			break
+		}
 		d, err := nodeforgeDurationOf(duration, false)
 		if err != nil {
 			c.drop(b.at("duration"), err.Error()+unscheduled)

@@ -73,6 +73,30 @@ func TestConvertLeavesBehindWhatNodeforgeRefuses(t *testing.T) {
 		{name: "a duration longer than Nodeforge's",
 			in:   pool("p", "terminationGracePeriod: 10000000h", ""),
 			want: []string{"NodePool/p spec.template.spec.terminationGracePeriod"}},
+		// Nodeforge refuses a pool's expireAfter under 1h and its
+		// terminationGracePeriod under 1m; shorter ones are raised to
+		// those, which disrupts less.
+		{name: "an expireAfter shorter than Nodeforge's least is raised to 1h",
+			in:     pool("p", "expireAfter: 30m", ""),
+			want:   []string{"NodePool/p spec.template.spec.expireAfter"},
+			report: "30m is shorter than Nodeforge's least expireAfter, 1h: a node's life counts from when its NodeClaim is made",
+			out:    "expireAfter: 1h\n"},
+		{name: "a terminationGracePeriod of 0s is raised to 1m",
+			in:     pool("p", "terminationGracePeriod: 0s", ""),
+			want:   []string{"NodePool/p spec.template.spec.terminationGracePeriod"},
+			report: "the converted pool has terminationGracePeriod 1m",
+			out:    "terminationGracePeriod: 1m\n"},
+		{name: "durations of exactly the least are kept as they are written",
+			in:  pool("p", "expireAfter: 60m, terminationGracePeriod: 60s", ""),
+			out: "expireAfter: 60m\n"},
+		{name: "a requirement on the hostname, which no launch meets",
+			in:   pool("p", "requirements: [{key: kubernetes.io/hostname, operator: In, values: [node-a]}]", ""),
+			want: []string{"NodePool/p spec.template.spec.requirements[0]"}},
+		{name: "a budget schedule cron refuses holds at all times",
+			in:     pool("p", "", "disruption: {budgets: [{nodes: '0', schedule: '0 25 * * *', duration: 1h}]}"),
+			want:   []string{"NodePool/p spec.disruption.budgets[0].schedule"},
+			report: "above maximum",
+			out:    "budgets:\n    - nodes: \"0\"\n      reasons:\n"},
 		// The window of no time never holds and goes; the budget of a
 		// schedule Nodeforge cannot read holds at all times instead, which
 		// disrupts less.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,17 +31,39 @@ import (
 // pod with it and nothing is launched in its place.
 
 // expiringPool is a copy of the sandbox's default pool whose nodes carry
-// team=name and expire after 30s; consolidation is off.
+// team=name and expire after the least a pool may say (1h); consolidation
+// is off. Tests shorten the claim they watch (shortenClaim).
 func expiringPool(t *testing.T, kube client.Client, name string, edit func(*v1alpha1.NodePool)) {
 	t.Helper()
 	poolFromDefault(t, kube, name, func(np *v1alpha1.NodePool) {
 		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(name)}
-		np.Spec.Template.Spec.ExpireAfter = "30s"
+		np.Spec.Template.Spec.ExpireAfter = "1h"
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 		if edit != nil {
 			edit(np)
 		}
 	})
+}
+
+// shortenClaim sets a claim's expireAfter, and its terminationGracePeriod
+// when tgp is set, below what a pool may say: the API server refuses a
+// pool's expireAfter under 1h and terminationGracePeriod under 1m, but a
+// claim, which copies its pool's values when it is made, has no floor,
+// and its expiry counts from its creation. Tests shorten the claim they
+// watch rather than wait an hour.
+func shortenClaim(t *testing.T, kube client.Client, nc *v1alpha1.NodeClaim, expireAfter string, tgp time.Duration) {
+	t.Helper()
+	spec := map[string]any{"expireAfter": expireAfter}
+	if tgp > 0 {
+		spec["terminationGracePeriod"] = tgp.String()
+	}
+	patch, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Patch(context.Background(), nc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("shortening nodeclaim %s: %v", nc.Name, err)
+	}
 }
 
 // barePod is a pod for the pool named team, stopping at once when deleted.
@@ -114,6 +137,8 @@ func TestScheduledBudgetHoldsExpirationOnlyInItsWindow(t *testing.T) {
 	barePod(t, cs, "out-of-window", "out-of-window", nil)
 	held := claimRunning(t, cs, kube, "in-window", "in-window")
 	open := claimRunning(t, cs, kube, "out-of-window", "out-of-window")
+	shortenClaim(t, kube, &held, "30s", 0)
+	shortenClaim(t, kube, &open, "30s", 0)
 
 	poll(t, "the node outside its budget's window expired and gone", claimGone(kube, &open))
 	// The held claim is as old as the one that went; it was expired as
@@ -145,14 +170,15 @@ func findCondition(conds []metav1.Condition, typ string) *metav1.Condition {
 
 // TestTerminationGracePeriodDeletesAPodAPDBHolds: a pod whose PDB
 // (maxUnavailable 0) refuses every eviction keeps its expired node
-// draining only for the pool's terminationGracePeriod (30s); then the pod
-// is deleted, with an Event saying why, and the node goes.
+// draining only for its claim's terminationGracePeriod (the pool's 1m,
+// shortened to 30s on the claim); then the pod is deleted, with an Event
+// saying why, and the node goes.
 func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "simulated"})
 	expiringPool(t, kube, "graceful", func(np *v1alpha1.NodePool) {
-		np.Spec.Template.Spec.TerminationGracePeriod = &metav1.Duration{Duration: 30 * time.Second}
+		np.Spec.Template.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Minute}
 	})
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"}, Spec: policyv1.PodDisruptionBudgetSpec{
 		MaxUnavailable: ptr.To(intstr.FromInt32(0)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
@@ -161,9 +187,10 @@ func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
 	}
 	barePod(t, cs, "guarded", "graceful", nil)
 	nc := claimRunning(t, cs, kube, "guarded", "graceful")
-	if nc.Spec.TerminationGracePeriod == nil || nc.Spec.TerminationGracePeriod.Duration != 30*time.Second {
-		t.Fatalf("the claim's terminationGracePeriod is %v, not the pool's 30s", nc.Spec.TerminationGracePeriod)
+	if nc.Spec.TerminationGracePeriod == nil || nc.Spec.TerminationGracePeriod.Duration != time.Minute {
+		t.Fatalf("the claim's terminationGracePeriod is %v, not the pool's 1m", nc.Spec.TerminationGracePeriod)
 	}
+	shortenClaim(t, kube, &nc, "30s", 30*time.Second)
 	pod, err := cs.CoreV1().Pods("default").Get(ctx, "guarded", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +230,7 @@ func TestDoNotDisruptPodHoldsTheDrainOfItsExpiredNode(t *testing.T) {
 	expiringPool(t, kube, "keeper", nil)
 	barePod(t, cs, "keeper", "keeper", map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"})
 	nc := claimRunning(t, cs, kube, "keeper", "keeper")
+	shortenClaim(t, kube, &nc, "30s", 0)
 
 	want := "default/keeper"
 	poll(t, "a DrainHeld Event on the expired claim naming the pod", func() (bool, error) {

@@ -19,8 +19,9 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox"
 )
 
-// TestExpiredNodeIsReplaced: a pool's expireAfter (45s here) disrupts its
-// node once its claim is that old, though the node is busy. The pod fits
+// TestExpiredNodeIsReplaced: a claim's expireAfter (its pool's 1h,
+// shortened to 45s on the claim) disrupts its node once the claim is that
+// old, though the node is busy. The pod fits
 // on no other node of the pool, so a replacement claim is launched first,
 // and the pod is evicted only once the replacement is Initialized (polled
 // throughout); it ends Running on the replacement's node, and the claim
@@ -35,7 +36,7 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	})
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "expiring"}, Spec: *def.Spec.DeepCopy()}
 	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "expiring"}
-	np.Spec.Template.Spec.ExpireAfter = "45s"
+	np.Spec.Template.Spec.ExpireAfter = "1h"
 	np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 	if err := kube.Create(ctx, np); err != nil {
 		t.Fatal(err)
@@ -76,9 +77,10 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 		t.Fatalf("want one nodeclaim of pool expiring, got %d (err %v)", len(claims.Items), err)
 	}
 	old := claims.Items[0]
-	if old.Spec.ExpireAfter != "45s" {
+	if old.Spec.ExpireAfter != "1h" {
 		t.Fatalf("the claim's expireAfter is %q, not the pool's", old.Spec.ExpireAfter)
 	}
+	shortenClaim(t, kube, &old, "45s", 0)
 	// Watch, from now, when the replacement is up and when the pod left.
 	w := watchReplacement(ctx, kube, cs, &old, "app=expiring")
 	defer w.stop()
@@ -135,7 +137,7 @@ func TestCrashAfterNamingAReplacement(t *testing.T) {
 	const pool = "crash-replacing"
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
 		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.ExpireAfter = "30s"
+		np.Spec.Template.Spec.ExpireAfter = "1h"
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 	})
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment(pool, pool, 1), metav1.CreateOptions{}); err != nil {
@@ -150,6 +152,7 @@ func TestCrashAfterNamingAReplacement(t *testing.T) {
 		t.Fatalf("want one claim of pool %s, got %v (err %v)", pool, claimTypes(claims), err)
 	}
 	old := claims[0]
+	shortenClaim(t, kube, &old, "30s", 0)
 	poll(t, "the provisioner crashed after naming a replacement", func() (bool, error) {
 		_, err := os.Stat(marker)
 		return err == nil, nil

@@ -40,7 +40,8 @@ const soakRetry = 5 * time.Second
 //     as a bare pod is created for that pool;
 //   - drift: the soak pool's template label changes (12 nodes, a budget
 //     of 25%);
-//   - expiry, all along: the expiring pool's nodes expire after 45s.
+//   - expiry, all along: the expiring pool's first claims expire after
+//     45s (shortened on the claims: a pool may not say less than 1h).
 //
 // Each undo path is forced once per run by the proxy's rules
 // (faultproxy.Rule), beside the 5% share: a failed taint (the command is
@@ -83,7 +84,7 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 	})
 	poolFromDefault(t, kube, "expiring", func(np *v1alpha1.NodePool) {
 		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "expiring"}
-		np.Spec.Template.Spec.ExpireAfter = "45s"
+		np.Spec.Template.Spec.ExpireAfter = "1h" // its claims are shortened to 45s below
 		np.Spec.Disruption = v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: "5s", Budgets: []v1alpha1.Budget{{Nodes: "1"}}}
 	})
 	poolFromDefault(t, kube, "steady", func(np *v1alpha1.NodePool) {
@@ -125,6 +126,15 @@ func TestDisruptionSoakUnderAPIFaults(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+	// Expiry, all along: the expiring pool's claims expire after 45s
+	// (the pool may not say less than 1h; its claims may).
+	expiring, err := poolClaims(ctx, kube, "expiring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range expiring {
+		shortenClaim(t, kube, &expiring[i], "45s", 0)
+	}
 	watch := newSoakWatch("soak", 0.25, soakRetry, func() time.Time {
 		startMu.Lock()
 		defer startMu.Unlock()

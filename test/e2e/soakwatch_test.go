@@ -53,13 +53,10 @@ type soakWatch struct {
 	untended   map[string]time.Time   // node → tainted under no command since
 	taintedAt  map[string][]time.Time // node → when its taint was put on
 	taints     int                    // taints put on, in all
-	sizes      []struct {
-		at time.Time
-		n  int
-	} // the pool's size, lately
-	peak   int // the most of the pool disrupting at once
-	events int
-	bad    []string
+	sizes      []sizeAt               // the pool's size, lately
+	peak       int                    // the most of the pool disrupting at once
+	events     int
+	bad        []string
 }
 
 func newSoakWatch(pool string, budget float64, retry time.Duration, started func() time.Time) *soakWatch {
@@ -292,13 +289,7 @@ func (w *soakWatch) check(now time.Time) {
 	// The provisioner decides by its cache, which may be a moment behind
 	// the watch: the pool's size it may have seen is the largest of the
 	// last few seconds.
-	w.sizes = append(slices.DeleteFunc(w.sizes, func(s struct {
-		at time.Time
-		n  int
-	}) bool { return now.Sub(s.at) > 5*time.Second }), struct {
-		at time.Time
-		n  int
-	}{now, total})
+	w.sizes = append(slices.DeleteFunc(w.sizes, func(s sizeAt) bool { return now.Sub(s.at) > 5*time.Second }), sizeAt{now, total})
 	size := 0
 	for _, s := range w.sizes {
 		size = max(size, s.n)
@@ -307,6 +298,12 @@ func (w *soakWatch) check(now time.Time) {
 	if allowed := int(math.Ceil(w.budget * float64(size))); disrupting > allowed {
 		w.fail("pool %s had %d of %d nodes disrupting or tainted at %s, more than its budget allows (%d)", w.pool, disrupting, total, now.Format(time.TimeOnly), allowed)
 	}
+}
+
+// sizeAt is the budgeted pool's size at a moment.
+type sizeAt struct {
+	at time.Time
+	n  int
 }
 
 // lastTaint is when the node's taint was last put on, as the watch saw.

@@ -31,17 +31,23 @@ spec:
       - {key: node.kubernetes.io/instance-type, operator: In, values: [c7.large, m7.large]}
 `
 
+// validationCase is an object the API server must accept or refuse.
+type validationCase struct {
+	name string
+	// edit is applied to the pool above, as "path=yaml" lines; when its
+	// first line starts with "apiVersion" it is the object edited instead.
+	edit    []string
+	wantErr string // "" for an object that must be accepted
+	// quotesPattern says why the refusal may quote the regular
+	// expression the value failed rather than say what the field takes.
+	quotesPattern string
+}
+
 // TestAPIServerValidation creates each object against the real API server
 // (as a dry run) and checks that valid ones are accepted and each invalid
 // one is refused with a message that says what is wrong.
 func TestAPIServerValidation(t *testing.T) {
-	cases := []struct {
-		name string
-		// edit is applied to the pool above, as "path=yaml" lines; when its
-		// first line starts with "apiVersion" it is the object edited instead.
-		edit    []string
-		wantErr string // "" for an object that must be accepted
-	}{
+	cases := []validationCase{
 		{name: "the base pool is accepted"},
 		{name: "every field of a pool can be set", edit: []string{
 			"spec.weight=100",
@@ -76,7 +82,7 @@ func TestAPIServerValidation(t *testing.T) {
 			"spec.template.spec.requirements=[{key: node.kubernetes.io/instance-type, operator: In, values: ['m7.large,c7.large']}]",
 		}, wantErr: `spec.template.spec.requirements[0]: Invalid value: requirement values must be label values`},
 		{name: "a budget schedule with trailing garbage is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@dailyX', duration: 1h}]}"},
-			wantErr: `spec.disruption.budgets[0].schedule: Invalid value: "@dailyX"`},
+			wantErr: `spec.disruption.budgets[0].schedule: Invalid value: "@dailyX": schedule must be a cron schedule in UTC: five fields separated by spaces`},
 		{name: "a scheduled budget of 0s is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@daily', duration: 0h0m0s}]}"},
 			wantErr: "a scheduled budget's duration must be more than 0s"},
 		{name: "a five-field budget schedule is accepted", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '0 9 * * mon-fri', duration: 8h}]}"}},
@@ -95,7 +101,7 @@ func TestAPIServerValidation(t *testing.T) {
 		{name: "a negative limit is refused", edit: []string{"spec.limits={cpu: '-4'}"},
 			wantErr: "limits must not be negative"},
 		{name: "a malformed limit is refused", edit: []string{"spec.limits={memory: lots}"},
-			wantErr: `spec.limits.memory: Invalid value: "lots"`},
+			wantErr: `spec.limits.memory: Invalid value: "lots"`, quotesPattern: "a limit is a resource.Quantity, whose schema (and Kubernetes' own refusal of a bad quantity) is its pattern"},
 		{name: "a malformed consolidateAfter is refused", edit: []string{"spec.disruption={consolidateAfter: 30 seconds}"},
 			wantErr: `spec.disruption.consolidateAfter: Invalid value: "30 seconds": must be a duration in hours, minutes and seconds of at most 6 digits each and 12 characters in all, such as 30s, 15m or 1h30m, or Never`},
 		{name: "an expireAfter in days is refused", edit: []string{"spec.template.spec.expireAfter=30d"},
@@ -106,11 +112,11 @@ func TestAPIServerValidation(t *testing.T) {
 			wantErr: `spec.template.spec.expireAfter: Too long: may not be more than 12 bytes`},
 		{name: "the longest duration accepted parses", edit: []string{"spec.template.spec.expireAfter=999999h9999h"}},
 		{name: "a budget duration too long to parse is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@daily', duration: 99999999h}]}"},
-			wantErr: `spec.disruption.budgets[0].duration: Invalid value: "99999999h": spec.disruption.budgets[0].duration in body should match`},
+			wantErr: `spec.disruption.budgets[0].duration: Invalid value: "99999999h": duration must be a duration in hours, minutes and seconds of at most 6 digits each`},
 		{name: "a terminationGracePeriod too long to parse is refused", edit: []string{"spec.template.spec.terminationGracePeriod=9999999999h"},
-			wantErr: `spec.template.spec.terminationGracePeriod: Invalid value: "9999999999h"`},
+			wantErr: `spec.template.spec.terminationGracePeriod: Invalid value: "9999999999h": terminationGracePeriod must be a duration in hours, minutes and seconds`},
 		{name: "a budget of 110% is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '110%'}]}"},
-			wantErr: "nodes must be a whole number or a percentage from 0% to 100%"},
+			wantErr: "nodes must be a whole number, such as 5, or a percentage from 0% to 100%, such as 10%"},
 		{name: "a budget schedule without a duration is refused", edit: []string{"spec.disruption={consolidateAfter: 0s, budgets: [{nodes: '1', schedule: '@daily'}]}"},
 			wantErr: "a budget with a schedule needs a duration, and a duration needs a schedule"},
 		{name: "a label in the nodeforge.dev domain is refused", edit: []string{"spec.template.metadata.labels={nodeforge.dev/nodepool: other}"},
@@ -182,16 +188,11 @@ spec: {faults: [{kind: Meteor}]}`}, wantErr: `Unsupported value: "Meteor"`},
 		{name: "a node class with a malformed registration delay is refused", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
 kind: SimulatedNodeClass
 metadata: {name: NAME}
-spec: {registrationDelay: soon}`}, wantErr: `spec.registrationDelay: Invalid value: "soon"`},
+spec: {registrationDelay: soon}`}, wantErr: `spec.registrationDelay: Invalid value: "soon"`, quotesPattern: "SimulatedNodeClass durations keep their patterns for now"},
 		{name: "a node class with injected faults is accepted", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
 kind: SimulatedNodeClass
 metadata: {name: NAME}
 spec: {registrationDelay: 1500ms, faults: [{kind: InsufficientCapacity, zones: [zone-a], capacityTypes: [spot]}]}`}},
-		// cron is not parsed by the API server: such a budget is reported
-		// on the pool's status (BudgetsValid) and applies at all times.
-		{name: "a budget schedule of five fields that cron refuses is accepted", edit: []string{
-			"spec.disruption={consolidateAfter: 30s, budgets: [{nodes: '0', schedule: '0 25 * * *', duration: 1h}]}",
-		}},
 		{name: "a claim's terminationGracePeriod is accepted", edit: []string{`apiVersion: nodeforge.dev/v1alpha1
 kind: NodeClaim
 metadata: {name: NAME}
@@ -200,8 +201,11 @@ spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClas
 kind: NodeClaim
 metadata: {name: NAME}
 spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClass, name: default}, terminationGracePeriod: 1d}`},
-			wantErr: `spec.terminationGracePeriod: Invalid value: "1d"`},
+			wantErr: `spec.terminationGracePeriod: Invalid value: "1d": terminationGracePeriod must be a duration in hours, minutes and seconds`},
 	}
+	cases = append(cases, floorCases...)
+	cases = append(cases, scheduleCases...)
+	cases = append(cases, sentenceCases...)
 	ctx := context.Background()
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,6 +218,8 @@ spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClas
 				t.Fatalf("invalid object accepted; want an error containing %q", tc.wantErr)
 			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
 				t.Fatalf("error does not say %q:\n%v", tc.wantErr, err)
+			case tc.wantErr != "" && tc.quotesPattern == "" && strings.Contains(err.Error(), "should match"):
+				t.Fatalf("the refusal prints a regular expression, not a sentence:\n%v", err)
 			}
 		})
 	}
@@ -244,7 +250,7 @@ func build(t *testing.T, edit []string, name string) *unstructured.Unstructured 
 }
 
 // TestAPIServerDefaults checks the defaults a minimal pool gets, and that
-// the shipped example objects are valid.
+// the shipped example pools and node classes are valid.
 func TestAPIServerDefaults(t *testing.T) {
 	ctx := context.Background()
 	obj := build(t, nil, "defaults")
@@ -268,17 +274,22 @@ func TestAPIServerDefaults(t *testing.T) {
 		t.Errorf("expireAfter defaults to %q, want 720h", got.Spec.Template.Spec.ExpireAfter)
 	}
 
-	raw, err := manifests.FS.ReadFile("examples/default.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+	for _, file := range []string{"examples/default.yaml", "examples/apps.yaml", "examples/aws.yaml"} {
+		raw, err := manifests.FS.ReadFile(file)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := kube.Create(ctx, u, client.DryRunAll); err != nil {
-			t.Errorf("examples/default.yaml: %s %s refused: %v", u.GetKind(), u.GetName(), err)
+		for _, doc := range strings.Split(string(raw), "\n---\n") {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				t.Fatal(err)
+			}
+			if u.Object == nil {
+				continue // comments only
+			}
+			if err := kube.Create(ctx, u, client.DryRunAll); err != nil {
+				t.Errorf("%s: %s %s refused: %v", file, u.GetKind(), u.GetName(), err)
+			}
 		}
 	}
 }

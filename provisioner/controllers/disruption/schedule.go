@@ -1,12 +1,7 @@
 package disruption
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/robfig/cron/v3"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -16,43 +11,13 @@ import (
 // Windows may overlap (an hourly schedule with a duration of 2h is always
 // active); a budget is active while now is in any of them.
 //
-// The CRD's pattern admits five fields or a descriptor but cannot parse
-// cron; a schedule the parser refuses is not refused by the API server.
-// CEL has no cron parser, and a hand-written rule would be a second,
-// subtly different grammar. So the pool is accepted, its status says
-// which budget is wrong and why (the NodePool status controller calls
-// ValidateSchedules), and the budget counts as active at all times: of
-// the two readings of a budget nobody can evaluate, the one that disrupts
-// less is the one an operator can recover from.
-
-// parseSchedule parses a budget's schedule: five fields (minute, hour,
-// day of month, month, day of week) or a descriptor such as @daily, in
-// UTC. A time zone prefix (CRON_TZ=) and @every are refused: the API
-// documents schedules as UTC and as calendar times.
-func parseSchedule(s string) (cron.Schedule, error) {
-	if strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ=") {
-		return nil, errors.New("schedules are in UTC; a time zone prefix is not allowed")
-	}
-	if strings.HasPrefix(s, "@every") {
-		return nil, errors.New("@every is not a calendar schedule; use five fields or @hourly, @daily, @weekly, @monthly, @yearly")
-	}
-	return cron.ParseStandard(s)
-}
-
-// ValidateSchedules returns an error naming every budget of the pool
-// whose schedule cannot be parsed, or nil.
-func ValidateSchedules(pool *v1alpha1.NodePool) error {
-	var errs []error
-	for i, b := range pool.Spec.Disruption.Budgets {
-		if b.Schedule == nil {
-			continue
-		}
-		if _, err := parseSchedule(*b.Schedule); err != nil {
-			errs = append(errs, fmt.Errorf("budgets[%d] schedule %q: %w", i, *b.Schedule, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+// The API server refuses a schedule that v1alpha1.ParseSchedule does
+// not parse (the CRD's rules are checked against it). A pool stored
+// before it did may still hold one: its status says which budget is wrong
+// and why (the NodePool status controller calls
+// v1alpha1.ValidateSchedules), and the budget counts as active at all
+// times: of the two readings of a budget nobody can evaluate, the one that
+// disrupts less is the one an operator can recover from.
 
 // budgetWindow reports whether b applies at now and when that next
 // changes: when active, the end of the latest window now is in; when not,
@@ -63,7 +28,7 @@ func budgetWindow(b v1alpha1.Budget, now time.Time) (active bool, change time.Ti
 	if b.Schedule == nil || b.Duration == nil {
 		return true, time.Time{}, nil
 	}
-	sched, err := parseSchedule(*b.Schedule)
+	sched, err := v1alpha1.ParseSchedule(*b.Schedule)
 	if err != nil {
 		return true, time.Time{}, err
 	}

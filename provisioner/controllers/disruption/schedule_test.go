@@ -61,7 +61,7 @@ func TestBudgetWindow(t *testing.T) {
 }
 
 // TestBadScheduleIsActiveAndNamed: a schedule the parser refuses counts
-// as always active (the conservative reading), and ValidateSchedules
+// as always active (the conservative reading), and v1alpha1.ValidateSchedules
 // names the budget and says why.
 func TestBadScheduleIsActiveAndNamed(t *testing.T) {
 	for _, bad := range []string{"61 * * * *", "@fortnightly", "CRON_TZ=Asia/Tokyo 0 9 * * *", "@every 1h"} {
@@ -73,7 +73,7 @@ func TestBadScheduleIsActiveAndNamed(t *testing.T) {
 			}
 			pool := &v1alpha1.NodePool{}
 			pool.Spec.Disruption.Budgets = []v1alpha1.Budget{scheduled("@daily", time.Hour), b}
-			err = ValidateSchedules(pool)
+			err = v1alpha1.ValidateSchedules(pool)
 			if err == nil || !strings.Contains(err.Error(), "budgets[1]") || !strings.Contains(err.Error(), bad) {
 				t.Errorf("ValidateSchedules = %v; want an error naming budgets[1] and %q", err, bad)
 			}
@@ -84,7 +84,7 @@ func TestBadScheduleIsActiveAndNamed(t *testing.T) {
 	}
 	pool := &v1alpha1.NodePool{}
 	pool.Spec.Disruption.Budgets = []v1alpha1.Budget{scheduled("@daily", time.Hour), scheduled("30 2 * * 1-5", time.Hour), {Nodes: "10%"}}
-	if err := ValidateSchedules(pool); err != nil {
+	if err := v1alpha1.ValidateSchedules(pool); err != nil {
 		t.Errorf("ValidateSchedules of good schedules: %v", err)
 	}
 }

@@ -27,7 +27,6 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
@@ -36,8 +35,9 @@ import (
 const ConditionReady = "Ready"
 
 // ConditionBudgetsValid is the NodePool condition that says every
-// disruption budget's schedule parses. When one does not, the message
-// names the budget and the parser's complaint, and the disruption
+// disruption budget's schedule parses. The API server refuses one that
+// does not, so only a pool stored before it did can hold one; then the
+// message names the budget and the parser's complaint, and the disruption
 // controller treats that budget as always active. A condition of its own
 // rather than Ready=False: the pool still launches nodes as it should,
 // and only its disruption is held back, more than its owner meant.
@@ -153,7 +153,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		Type: ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,
 	})
 	budgets := metav1.Condition{Type: ConditionBudgetsValid, Status: metav1.ConditionTrue, Reason: "SchedulesValid", ObservedGeneration: pool.Generation}
-	if err := disruption.ValidateSchedules(&pool); err != nil {
+	if err := v1alpha1.ValidateSchedules(&pool); err != nil {
 		budgets.Status, budgets.Reason = metav1.ConditionFalse, "InvalidSchedule"
 		budgets.Message = err.Error() + "; such a budget applies at all times until its schedule is fixed"
 	}
