@@ -87,10 +87,12 @@ const (
 	// interruption).
 	AnnotationDrainBy = Group + "/drain-by"
 	// AnnotationDrainDeadline on a claim being removed is when (RFC 3339)
-	// its drain ends at the latest, whatever its terminationGracePeriod
-	// says: pods still there are deleted rather than evicted. Repair sets
-	// it to the moment it decides: an unhealthy node's pods cannot wait on
-	// a PodDisruptionBudget that counts them as healthy.
+	// PodDisruptionBudgets stop holding its drain: from then on each pod
+	// left is deleted, not evicted, with its own grace period, and the
+	// drain is over once each has had it. Repair sets it to the moment it
+	// decides, with the claim's Disrupting mark (it is removed if that
+	// write fails): an unhealthy node's pods cannot wait on a
+	// PodDisruptionBudget that counts them as healthy.
 	AnnotationDrainDeadline = Group + "/drain-deadline"
 	// AnnotationRepackPlan on a NodeClaim is a repack of its batch that
 	// the provisioner has decided and not finished (JSON): the claims
