@@ -88,13 +88,21 @@ type InstanceType struct {
 type Offering struct {
 	// Zone, the value of topology.kubernetes.io/zone.
 	Zone string `json:"zone"`
-	// CapacityType: spot or on-demand.
+	// CapacityType: spot, on-demand or reserved.
 	CapacityType CapacityType `json:"capacityType"`
 	// Price in dollars per hour, as a decimal string such as "0.0416".
+	// A reserved offering, already paid for, is priced near zero.
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	Price string `json:"price"`
 	// Available is false while the provider reports no capacity for it.
 	Available bool `json:"available"`
+	// ReservationCapacity, on reserved offerings only, is how many more
+	// instances the capacity reservations behind the offering take, as
+	// the provider last counted them (EC2's available instances, less the
+	// launches it has made since); the offering is unavailable at 0.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ReservationCapacity *int32 `json:"reservationCapacity,omitempty"`
 }
 
 // InstanceTypeCatalogList is a list of InstanceTypeCatalogs.

@@ -99,6 +99,46 @@ type EC2NodeClassSpec struct {
 	// resources Nodeforge plans with.
 	// +optional
 	Kubelet *KubeletConfiguration `json:"kubelet,omitempty"`
+	// CapacityReservationSelectorTerms select the EC2 on-demand capacity
+	// reservations (ODCRs) the class launches into: a reservation matching
+	// any term, active, of a type and zone the class can launch, is offered
+	// as capacity type "reserved" (nodeforge.dev/capacity-type), up to its
+	// available instances, before spot and on-demand. Capacity Blocks for
+	// ML and interruptible reservations are not launched into. Changing the
+	// terms does not drift the nodes.
+	// +kubebuilder:validation:MaxItems=30
+	// +listType=atomic
+	// +optional
+	CapacityReservationSelectorTerms []CapacityReservationSelectorTerm `json:"capacityReservationSelectorTerms,omitempty"`
+}
+
+// CapacityReservationSelectorTerm selects capacity reservations by id, or
+// by tags and instance match criteria, optionally of one owner.
+//
+// +kubebuilder:validation:XValidation:message="id names one reservation and cannot be combined with tags, ownerID or instanceMatchCriteria",rule="!has(self.id) || !(has(self.tags) || has(self.ownerID) || has(self.instanceMatchCriteria))"
+// +kubebuilder:validation:XValidation:message="set id, or tags and/or instanceMatchCriteria (with an optional ownerID)",rule="has(self.id) || has(self.tags) || has(self.instanceMatchCriteria)"
+type CapacityReservationSelectorTerm struct {
+	// ID of the reservation, such as cr-0123456789abcdef0.
+	// +kubebuilder:validation:Pattern=`^cr-[0-9a-z]+$`
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Tags the reservation must carry; a value of "*" matches any value.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=20
+	// +kubebuilder:validation:XValidation:message="tag keys and values must not be empty",rule="self.all(k, k != '' && self[k] != '')"
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+	// OwnerID is the account that owns the reservation (one shared with
+	// this account through AWS RAM, say). Unset: any owner.
+	// +kubebuilder:validation:Pattern=`^[0-9]{12}$`
+	// +optional
+	OwnerID string `json:"ownerID,omitempty"`
+	// InstanceMatchCriteria of the reservation: open (any instance of its
+	// type and zone may use it) or targeted (only launches that name it).
+	// Nodeforge names the reservation in either case.
+	// +kubebuilder:validation:Enum=open;targeted
+	// +optional
+	InstanceMatchCriteria string `json:"instanceMatchCriteria,omitempty"`
 }
 
 // SelectorTerm selects by tags or by id.
@@ -325,8 +365,15 @@ type EC2NodeClassStatus struct {
 	// InstanceProfile the instances are launched with.
 	// +optional
 	InstanceProfile string `json:"instanceProfile,omitempty"`
+	// CapacityReservations resolved from capacityReservationSelectorTerms:
+	// the active reservations the class can launch into, with their
+	// available instances when they were resolved.
+	// +listType=atomic
+	// +optional
+	CapacityReservations []ResolvedCapacityReservation `json:"capacityReservations,omitempty"`
 	// Conditions: Ready, and SubnetsReady, SecurityGroupsReady, AMIsReady,
-	// InstanceProfileReady saying what is missing when it is not.
+	// InstanceProfileReady saying what is missing when it is not;
+	// CapacityReservationsReady when the class selects reservations.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -357,6 +404,24 @@ type ResolvedAMI struct {
 	// and Trainium. Empty: an image for every type of its architecture.
 	// +optional
 	Variant string `json:"variant,omitempty"`
+}
+
+// ResolvedCapacityReservation is an on-demand capacity reservation a
+// selector term matched.
+type ResolvedCapacityReservation struct {
+	ID           string `json:"id"`
+	InstanceType string `json:"instanceType"`
+	Zone         string `json:"zone"`
+	// AvailableInstanceCount is how many more instances the reservation
+	// took when it was resolved.
+	AvailableInstanceCount int32 `json:"availableInstanceCount"`
+	// EndTime is when the reservation ends; unset: when it is cancelled.
+	// +optional
+	EndTime *metav1.Time `json:"endTime,omitempty"`
+	// OwnerID is the account that owns the reservation.
+	OwnerID string `json:"ownerID"`
+	// InstanceMatchCriteria: open or targeted.
+	InstanceMatchCriteria string `json:"instanceMatchCriteria"`
 }
 
 // EC2NodeClassList is a list of EC2NodeClasses.

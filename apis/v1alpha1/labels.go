@@ -12,7 +12,9 @@ import (
 const (
 	// LabelNodePool names the NodePool a node or NodeClaim belongs to.
 	LabelNodePool = Group + "/nodepool"
-	// LabelCapacityType is the purchase option of a node: spot or on-demand.
+	// LabelCapacityType is the purchase option of a node: spot,
+	// on-demand, or reserved (an on-demand capacity reservation of its
+	// node class, named by LabelCapacityReservationID).
 	LabelCapacityType = Group + "/capacity-type"
 	// LabelKarpenterCapacityType is Karpenter's label of the same meaning
 	// and values. Every Nodeforge node carries it too, equal to
@@ -21,9 +23,18 @@ const (
 	// Karpenter"). Karpenter counts a node as its own by its nodepool and
 	// node class labels, never this one, so it does not adopt the node.
 	LabelKarpenterCapacityType = "karpenter.sh/capacity-type"
-	// CapacityTypeSpot and CapacityTypeOnDemand are the values of LabelCapacityType.
+	// CapacityTypeSpot, CapacityTypeOnDemand and CapacityTypeReserved are
+	// the values of LabelCapacityType; Karpenter's are the same.
 	CapacityTypeSpot     = "spot"
 	CapacityTypeOnDemand = "on-demand"
+	CapacityTypeReserved = "reserved"
+	// LabelCapacityReservationID names the capacity reservation a node of
+	// capacity type reserved runs in (EC2's cr-… id), set by the provider
+	// when the node registers. LabelKarpenterCapacityReservationID is
+	// Karpenter's key of the same meaning, set beside it, as
+	// LabelKarpenterCapacityType is.
+	LabelCapacityReservationID          = Group + "/capacity-reservation-id"
+	LabelKarpenterCapacityReservationID = "karpenter.k8s.aws/capacity-reservation-id"
 
 	// TaintBinding is the startup taint the provisioner puts on a node it
 	// adopts, so that the default scheduler does not take the room meant for

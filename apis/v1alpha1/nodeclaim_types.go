@@ -161,7 +161,7 @@ type NodeClaimStatus struct {
 	// Zone chosen at launch.
 	// +optional
 	Zone string `json:"zone,omitempty"`
-	// CapacityType chosen at launch: spot or on-demand.
+	// CapacityType chosen at launch: spot, on-demand or reserved.
 	// +optional
 	CapacityType string `json:"capacityType,omitempty"`
 	// Capacity of the launched instance.

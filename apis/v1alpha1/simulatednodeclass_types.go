@@ -103,8 +103,11 @@ type SimulatedFault struct {
 	// +listType=set
 	// +optional
 	InstanceTypes []string `json:"instanceTypes,omitempty"`
-	// CapacityTypes the fault applies to: spot, on-demand.
+	// CapacityTypes the fault applies to: spot, on-demand (the simulated
+	// cloud has no capacity reservations).
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:XValidation:message="the simulated cloud has no capacity reservations: its capacity types are spot and on-demand",rule="!self.exists(t, t == 'reserved')"
 	// +optional
 	CapacityTypes []CapacityType `json:"capacityTypes,omitempty"`
 	// After is, for NodeFailure, how long after its node registered an
@@ -115,8 +118,9 @@ type SimulatedFault struct {
 	After *metav1.Duration `json:"after,omitempty"`
 }
 
-// CapacityType is a purchase option: spot or on-demand.
-// +kubebuilder:validation:Enum=spot;on-demand
+// CapacityType is a purchase option: spot, on-demand, or reserved (an
+// on-demand capacity reservation).
+// +kubebuilder:validation:Enum=spot;on-demand;reserved
 type CapacityType string
 
 // SimulatedNodeClassStatus is the observed state of a SimulatedNodeClass.

@@ -16,16 +16,15 @@ import (
 // classFieldsLeftBehind are EC2NodeClass fields Nodeforge has no
 // counterpart for, and what to do instead.
 var classFieldsLeftBehind = map[string]string{
-	"associatePublicIPAddress":         "Nodeforge's instances take their subnet's setting for public IPv4 addresses; select subnets that assign them (or not) as you need",
-	"capacityReservationSelectorTerms": "Nodeforge does not launch into capacity reservations: it buys spot and on-demand capacity only",
-	"connectionTracking":               "Nodeforge does not set connection tracking timeouts on the instances' network interfaces",
-	"context":                          "Nodeforge passes no EC2 Fleet context",
-	"cpuOptions":                       "Nodeforge does not set CPU options (nested virtualization)",
-	"detailedMonitoring":               "Nodeforge launches instances with basic (5-minute) CloudWatch monitoring",
-	"instanceStorePolicy":              "Nodeforge does not set up instance store volumes and plans ephemeral storage from the root volume; a NodeConfig in userData can still ask nodeadm for RAID0 (spec.instance.localStorage.strategy)",
-	"ipPrefixCount":                    "Nodeforge does not assign IPv4 prefixes to the instances' network interfaces",
-	"networkInterfaces":                "Nodeforge launches instances with their primary network interface only (no EFA interfaces)",
-	"placementGroupSelector":           "Nodeforge does not launch into placement groups",
+	"associatePublicIPAddress": "Nodeforge's instances take their subnet's setting for public IPv4 addresses; select subnets that assign them (or not) as you need",
+	"connectionTracking":       "Nodeforge does not set connection tracking timeouts on the instances' network interfaces",
+	"context":                  "Nodeforge passes no EC2 Fleet context",
+	"cpuOptions":               "Nodeforge does not set CPU options (nested virtualization)",
+	"detailedMonitoring":       "Nodeforge launches instances with basic (5-minute) CloudWatch monitoring",
+	"instanceStorePolicy":      "Nodeforge does not set up instance store volumes and plans ephemeral storage from the root volume; a NodeConfig in userData can still ask nodeadm for RAID0 (spec.instance.localStorage.strategy)",
+	"ipPrefixCount":            "Nodeforge does not assign IPv4 prefixes to the instances' network interfaces",
+	"networkInterfaces":        "Nodeforge launches instances with their primary network interface only (no EFA interfaces)",
+	"placementGroupSelector":   "Nodeforge does not launch into placement groups",
 }
 
 // kubeletViaNodeConfig is why a kubelet setting Nodeforge lacks is left
@@ -56,6 +55,8 @@ var (
 	imageID       = regexp.MustCompile(`^ami-[0-9a-z]+$`)
 	imageOwner    = regexp.MustCompile(`^([0-9]{12}|self|amazon)$`)
 	imageAlias    = regexp.MustCompile(`^al2023@(latest|v[0-9]{8})$`)
+	reservationID = regexp.MustCompile(`^cr-[0-9a-z]+$`)
+	accountID     = regexp.MustCompile(`^[0-9]{12}$`)
 	deviceName    = regexp.MustCompile(`^/dev/[a-z0-9]+$`)
 	roleName      = regexp.MustCompile(`^[\w+=,.@-]{1,64}$`)
 	roleARN       = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:role/([\w+=,.@-]+/)*[\w+=,.@-]{1,64}$`)
@@ -107,6 +108,9 @@ func (c *converter) ec2NodeClass(src fields) map[string]any {
 		c.skip("no amiSelectorTerms term could be carried over, and Nodeforge needs one")
 	}
 
+	if terms := c.capacityReservationTerms(spec); len(terms) > 0 {
+		outSpec["capacityReservationSelectorTerms"] = terms
+	}
 	for _, sel := range []struct {
 		name string
 		term func(fields) map[string]any
@@ -308,6 +312,62 @@ func (c *converter) securityGroupTerm(t fields) map[string]any {
 		return map[string]any{"tags": anyMap(tags)}
 	}
 	return nil
+}
+
+// capacityReservationTerms converts the capacity reservation selector
+// terms: an id alone, or tags and/or instanceMatchCriteria with an
+// optional ownerID, as both APIs take them. A term that cannot be carried
+// over is dropped and reported; the class then launches into fewer
+// reservations than Karpenter's did, never more.
+func (c *converter) capacityReservationTerms(spec fields) []any {
+	list, ok := spec.list("capacityReservationSelectorTerms")
+	if !ok {
+		return nil
+	}
+	var kept []any
+	for i, v := range list {
+		t, ok := spec.item(spec.at("capacityReservationSelectorTerms").Index(i), v)
+		if !ok {
+			continue
+		}
+		id, hasID := t.str("id")
+		owner, hasOwner := t.str("ownerID")
+		criteria, hasCriteria := t.str("instanceMatchCriteria")
+		_, tags, hasTags := t.stringMap("tags")
+		t.rest()
+		at, why := t.path, ""
+		switch {
+		case hasID && (hasTags || hasOwner || hasCriteria):
+			why = "an id cannot be combined with tags, ownerID or instanceMatchCriteria"
+		case !hasID && !hasTags && !hasCriteria:
+			why = "it selects nothing (no id, tags or instanceMatchCriteria)"
+		case hasID && !reservationID.MatchString(id):
+			at, why = t.at("id"), fmt.Sprintf("%q is not a capacity reservation id", id)
+		case hasOwner && !accountID.MatchString(owner):
+			at, why = t.at("ownerID"), fmt.Sprintf("%q is not an account id (12 digits)", owner)
+		case hasCriteria && criteria != "open" && criteria != "targeted":
+			at, why = t.at("instanceMatchCriteria"), fmt.Sprintf("%q is neither open nor targeted", criteria)
+		case hasTags && (len(tags) == 0 || len(tags) > 20 || emptyKeyOrValue(tags)):
+			at, why = t.at("tags"), "tags are 1 to 20, with keys and values not empty"
+		case len(kept) == 30:
+			why = "Nodeforge takes at most 30 terms"
+		}
+		if why != "" {
+			c.drop(at, why+"; the term is dropped")
+			continue
+		}
+		term := map[string]any{}
+		for k, v := range map[string]string{"id": id, "ownerID": owner, "instanceMatchCriteria": criteria} {
+			if v != "" {
+				term[k] = v
+			}
+		}
+		if hasTags {
+			term["tags"] = anyMap(tags)
+		}
+		kept = append(kept, c.carry(term))
+	}
+	return kept
 }
 
 // tags converts the tags of the instances, volumes and launch templates.

@@ -124,7 +124,6 @@ func TestConvertKarpenter(t *testing.T) {
 	}
 	report := strings.Join(got, "\n")
 	for _, want := range []string{
-		"NodePool general: spec.template.spec.requirements[0].values[2] not carried over: capacity type reserved",
 		"NodePool general: spec.template.spec.requirements[6] not carried over: requirement on karpenter.k8s.aws/instance-ebs-bandwidth: Nodeforge publishes no such label (its instance labels are nodeforge.dev/instance-{category,",
 		"EC2NodeClass default: spec.blockDeviceMappings[0].ebs.snapshotID not carried over",
 		"EC2NodeClass default: spec.detailedMonitoring not carried over: Nodeforge launches instances with basic",
@@ -136,8 +135,8 @@ func TestConvertKarpenter(t *testing.T) {
 			t.Errorf("report lacks %q; it is:\n%s", want, report)
 		}
 	}
-	if len(dropped) != 7 {
-		t.Errorf("%d fields reported, want the 7 above:\n%s", len(dropped), report)
+	if len(dropped) != 6 {
+		t.Errorf("%d fields reported, want the 6 above:\n%s", len(dropped), report)
 	}
 	for _, unwanted := range []string{"status", "last-applied", "nodepool-hash", "metadata"} {
 		if strings.Contains(report, unwanted) {
@@ -184,8 +183,8 @@ func TestConvertKarpenter(t *testing.T) {
 	for _, r := range general.Spec.Template.Spec.Requirements {
 		reqs[r.Key] = r
 	}
-	if r := reqs[v1alpha1.LabelCapacityType]; strings.Join(r.Values, ",") != "spot,on-demand" {
-		t.Errorf("capacity type requirement %+v, want nodeforge.dev/capacity-type In [spot on-demand]", r)
+	if r := reqs[v1alpha1.LabelCapacityType]; strings.Join(r.Values, ",") != "spot,on-demand,reserved" {
+		t.Errorf("capacity type requirement %+v, want nodeforge.dev/capacity-type In [spot on-demand reserved]", r)
 	}
 	if r := reqs["node.kubernetes.io/instance-type"]; r.MinValues == nil || *r.MinValues != 2 {
 		t.Errorf("instance type requirement lost its minValues: %+v", r)
@@ -266,7 +265,7 @@ func TestRunExitsThreeWhenFieldsAreLeft(t *testing.T) {
 	if code := run(nil, strings.NewReader(karpenterYAML), &stdout, &stderr); code != 3 {
 		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "7 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
+	if !strings.Contains(stderr.String(), "6 field(s) not carried over") || !strings.Contains(stdout.String(), "kind: EC2NodeClass") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 	stdout.Reset()

@@ -82,8 +82,10 @@ func unsupportedKey(key string) string {
 		return "Nodeforge publishes no zone id label; require topology.kubernetes.io/zone with the names of those zones instead"
 	case key == corev1.LabelWindowsBuild:
 		return "Nodeforge launches Linux nodes only"
-	case strings.HasPrefix(key, karpenterAWSGroup+"/capacity-reservation-"):
-		return "Nodeforge does not launch into capacity reservations"
+	case key == karpenterAWSGroup+"/capacity-reservation-id":
+		return "Nodeforge chooses capacity reservations per EC2NodeClass, not per pool: give the pool a class whose capacityReservationSelectorTerms select these reservations by id (nodes launched into one carry nodeforge.dev/capacity-reservation-id)"
+	case key == karpenterAWSGroup+"/capacity-reservation-type", key == karpenterAWSGroup+"/capacity-reservation-interruptible":
+		return "Nodeforge launches into on-demand capacity reservations that are neither Capacity Blocks for ML nor interruptible, and publishes no label for either"
 	case strings.HasPrefix(key, karpenterAWSGroup+"/"):
 		return fmt.Sprintf("Nodeforge publishes no such label (its instance labels are %s); name the instance types (node.kubernetes.io/instance-type) instead", instanceLabelNames())
 	case karpenterDomain.MatchString(key):
@@ -105,11 +107,9 @@ func instanceLabelNames() string {
 }
 
 // neverLaunched are values of an In requirement that no node Nodeforge
-// launches has: Nodeforge buys spot and on-demand capacity, and boots
-// Amazon Linux 2023.
+// launches has: Nodeforge boots Amazon Linux 2023.
 var neverLaunched = map[string]map[string]string{
-	v1alpha1.LabelCapacityType: {"reserved": "capacity type reserved: Nodeforge launches spot and on-demand capacity only, never into capacity reservations"},
-	corev1.LabelOSStable:       {"windows": "operating system windows: Nodeforge launches Linux nodes (Amazon Linux 2023) only"},
+	corev1.LabelOSStable: {"windows": "operating system windows: Nodeforge launches Linux nodes (Amazon Linux 2023) only"},
 }
 
 // wholeNumberValue is what Gt and Lt take in Nodeforge (and what a node

@@ -81,11 +81,14 @@ type fleetRecord struct {
 
 // fleetRequest is a parsed and validated CreateFleet request.
 type fleetRequest struct {
-	configs    []*fleetConfig
-	want       map[string]int // capacity type -> instances
-	strategy   map[string]string
-	tags       map[string]map[string]string // resource type -> tags
-	tokenPrint string
+	configs  []*fleetConfig
+	want     map[string]int // capacity type -> instances
+	strategy map[string]string
+	// reservationsFirst: OnDemandOptions.CapacityReservationOptions.
+	// UsageStrategy is use-capacity-reservations-first (reservations.go).
+	reservationsFirst bool
+	tags              map[string]map[string]string // resource type -> tags
+	tokenPrint        string
 }
 
 type fleetConfig struct {
@@ -119,6 +122,13 @@ type candidate struct {
 	price     float64
 	priority  float64
 	err       *fleetErrorXML // why the pool can never work, if it cannot
+	// reservation is the capacity reservation the template targets, and
+	// targeted says there is one; reservationPreference is the template's
+	// CapacityReservationPreference, "open" when it sets none
+	// (reservations.go).
+	reservation           *CapacityReservation
+	targeted              bool
+	reservationPreference string
 }
 
 func (s *Server) createFleet(q query) (response, error) {
@@ -180,6 +190,9 @@ func (s *Server) createFleetLocked(q query) (*createFleetResponse, []Instance, e
 			}
 		}
 		order(pools, req.strategy[lifecycle])
+		if lifecycle == onDemand && req.reservationsFirst {
+			s.reservationsFirst(pools)
+		}
 		// diversified spreads instances over the pools one at a time; every
 		// other strategy fills the best pool first.
 		step := need
@@ -304,6 +317,13 @@ func (s *Server) parseFleet(q query) (*fleetRequest, error) {
 	if req.strategy[onDemand], err = strategy(q.get("OnDemandOptions.AllocationStrategy"), "lowest-price",
 		map[string]string{"lowest-price": "lowest-price", "lowestPrice": "lowest-price", "prioritized": "prioritized"}); err != nil {
 		return nil, err
+	}
+	switch usage := q.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy"); usage {
+	case "":
+	case "use-capacity-reservations-first":
+		req.reservationsFirst = true
+	default:
+		return nil, invalidParameter("Value (%s) for parameter UsageStrategy is invalid. Valid values are use-capacity-reservations-first.", usage)
 	}
 	if req.strategy[spot], err = strategy(q.get("SpotOptions.AllocationStrategy"), "lowest-price",
 		map[string]string{
@@ -514,6 +534,11 @@ func (s *Server) check(c *candidate) *fleetErrorXML {
 	default:
 		c.arch = im.Architecture
 	}
+	if cr, ferr := s.reservationFor(c); ferr != nil {
+		return ferr
+	} else {
+		c.reservation = cr
+	}
 	c.groups = lt.SecurityGroupIDs
 	if efa := lt.EFAInterfaces(); efa > 0 {
 		// EC2 refuses EFA interfaces the type cannot take.
@@ -562,12 +587,20 @@ func order(pools []*candidate, strategy string) {
 // launch and, when it cannot give all n, the error EC2 reports for the pool.
 func (s *Server) tryPool(c *candidate, n int) (int, *fleetErrorXML) {
 	zone := c.override.zone
-	if f, ok := s.matchFault(c.it.Name, zone, c.lifecycle); ok {
-		return 0, c.fail(f.Code, "%s", faultMessage(f.Code, c.it.Name, zone.Name, c.override.subnet.ID))
-	}
 	avail, code := n, ""
-	if limit, ok := s.limitFor(c.it.Name, zone, c.lifecycle); ok && limit < avail {
-		avail, code = limit, "InsufficientInstanceCapacity"
+	if c.targeted {
+		// Reserved capacity: no capacity fault or limit applies, only
+		// the reservation's room.
+		if room := s.reservationAvailable(c.reservation, s.now()); room < avail {
+			avail, code = room, ReservationCapacityExceededCode
+		}
+	} else {
+		if f, ok := s.matchFault(c.it.Name, zone, c.lifecycle); ok {
+			return 0, c.fail(f.Code, "%s", faultMessage(f.Code, c.it.Name, zone.Name, c.override.subnet.ID))
+		}
+		if limit, ok := s.limitFor(c.it.Name, zone, c.lifecycle); ok && limit < avail {
+			avail, code = limit, "InsufficientInstanceCapacity"
+		}
 	}
 	s.settle(s.now()) // addresses of instances that finished terminating are free again
 	if free := c.override.subnet.free(); free < avail {
@@ -575,6 +608,9 @@ func (s *Server) tryPool(c *candidate, n int) (int, *fleetErrorXML) {
 	}
 	if avail == n {
 		return n, nil
+	}
+	if code == ReservationCapacityExceededCode {
+		return avail, c.fail(code, "Insufficient capacity in the Capacity Reservation %s (%s in %s) for %d more instances.", c.reservation.ID, c.it.Name, zone.Name, n-avail)
 	}
 	return avail, c.fail(code, "%s", faultMessage(code, c.it.Name, zone.Name, c.override.subnet.ID))
 }
@@ -610,7 +646,15 @@ func (s *Server) launch(c *candidate, n int, fleetID string, req *fleetRequest, 
 			SecurityGroupIDs: slices.Clone(c.groups), IAMInstanceProfileARN: profile, UserData: lt.UserData,
 			Tags: maps.Clone(tags),
 		}
-		s.consumeLimit(c.it.Name, c.override.zone, c.lifecycle)
+		inst.CapacityReservationPreference = c.reservationPreference
+		if c.targeted {
+			inst.CapacityReservationID, inst.CapacityReservationTarget = c.reservation.ID, c.reservation.ID
+		} else if cr := s.openReservation(c); cr != nil {
+			inst.CapacityReservationID = cr.ID
+		}
+		if !c.targeted {
+			s.consumeLimit(c.it.Name, c.override.zone, c.lifecycle)
+		}
 		s.advance(inst, now) // running at once when World.PendingFor is zero
 		s.instances = append(s.instances, inst)
 		out = append(out, inst)

@@ -39,6 +39,13 @@ type Instance struct {
 	IAMInstanceProfileARN string
 	UserData              string // decoded, from the launch template
 	Tags                  map[string]string
+	// CapacityReservationID is the capacity reservation the instance runs
+	// in, if any; CapacityReservationPreference its launch template's
+	// preference (open unless it set one), and CapacityReservationTarget
+	// the reservation the template named, if it named one.
+	CapacityReservationID         string
+	CapacityReservationPreference string
+	CapacityReservationTarget     string
 }
 
 func (inst *Instance) clone() Instance {
@@ -250,6 +257,18 @@ type instanceXML struct {
 		Arn string `xml:"arn"`
 	} `xml:"iamInstanceProfile,omitempty"`
 	Tags []xmlTag `xml:"tagSet>item"`
+	// The element names of the SDK's Instance deserializer
+	// (capacityReservationId, capacityReservationSpecification with
+	// capacityReservationPreference and capacityReservationTarget).
+	CapacityReservationID            string              `xml:"capacityReservationId,omitempty"`
+	CapacityReservationSpecification *reservationSpecXML `xml:"capacityReservationSpecification,omitempty"`
+}
+
+type reservationSpecXML struct {
+	Preference string `xml:"capacityReservationPreference,omitempty"`
+	Target     *struct {
+		ID string `xml:"capacityReservationId"`
+	} `xml:"capacityReservationTarget,omitempty"`
 }
 
 type stateReasonXML struct {
@@ -268,6 +287,15 @@ func (s *Server) instanceXML(inst *Instance) instanceXML {
 	x.Placement.AvailabilityZone, x.Placement.AvailabilityZoneID, x.Placement.Tenancy = inst.Zone, inst.ZoneID, "default"
 	if inst.Lifecycle == "spot" {
 		x.InstanceLifecycle = "spot"
+	}
+	x.CapacityReservationID = inst.CapacityReservationID
+	if inst.CapacityReservationPreference != "" || inst.CapacityReservationTarget != "" {
+		x.CapacityReservationSpecification = &reservationSpecXML{Preference: inst.CapacityReservationPreference}
+		if inst.CapacityReservationTarget != "" {
+			x.CapacityReservationSpecification.Target = &struct {
+				ID string `xml:"capacityReservationId"`
+			}{ID: inst.CapacityReservationTarget}
+		}
 	}
 	for _, id := range inst.SecurityGroupIDs {
 		g := groupXML{GroupID: id}

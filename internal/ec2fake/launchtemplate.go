@@ -296,6 +296,14 @@ func (s *Server) parseLaunchTemplate(q query) (*LaunchTemplate, error) {
 		}
 		lt.BlockDeviceMappings = append(lt.BlockDeviceMappings, b)
 	}
+	switch pref := d.get("CapacityReservationSpecification.CapacityReservationPreference"); pref {
+	case "", "capacity-reservations-only", "open", "none":
+	default:
+		return nil, invalidParameter("Value (%s) for parameter CapacityReservationPreference is invalid. Valid values are capacity-reservations-only, open, none.", pref)
+	}
+	if id := d.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"); id != "" && !validID("cr", id) {
+		return nil, badRequest("InvalidCapacityReservationId.Malformed", "Invalid id: \"%s\" (expecting \"cr-...\")", id)
+	}
 	md, err := parseMetadataOptions(d)
 	if err != nil {
 		return nil, err

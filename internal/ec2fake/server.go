@@ -4,7 +4,8 @@
 //
 // It models the small part of EC2 a node autoscaler uses: the catalogue
 // (zones, instance types, offerings, Spot prices, subnets, security groups,
-// AMIs), launch templates, instant EC2 Fleets and the instances they launch.
+// AMIs), on-demand capacity reservations, launch templates, instant EC2
+// Fleets and the instances they launch.
 // Request keys and response element names are the ones the SDK's own
 // serializers and deserializers use (service/ec2 serializers.go and
 // deserializers.go), so a test that passes here exercises the same wire shapes
@@ -62,6 +63,9 @@ type Server struct {
 	images    []*Image
 	templates []*LaunchTemplate
 	instances []*Instance
+	// reservations are the on-demand capacity reservations
+	// (reservations.go).
+	reservations []*CapacityReservation
 
 	templateTokens map[string]tokenRecord  // CreateLaunchTemplate ClientToken -> template
 	fleetTokens    map[string]*fleetRecord // CreateFleet ClientToken -> first answer
@@ -120,6 +124,9 @@ func New(w World) *Server {
 	for i := range w.Images {
 		s.images = append(s.images, &w.Images[i])
 	}
+	for i := range w.CapacityReservations {
+		s.reservations = append(s.reservations, &w.CapacityReservations[i])
+	}
 	return s
 }
 
@@ -148,6 +155,7 @@ var handlers = map[string]handler{
 	"DescribeSubnets":                (*Server).describeSubnets,
 	"DescribeSecurityGroups":         (*Server).describeSecurityGroups,
 	"DescribeImages":                 (*Server).describeImages,
+	"DescribeCapacityReservations":   (*Server).describeCapacityReservations,
 	"CreateLaunchTemplate":           (*Server).createLaunchTemplate,
 	"DescribeLaunchTemplates":        (*Server).describeLaunchTemplates,
 	"DescribeLaunchTemplateVersions": (*Server).describeLaunchTemplateVersions,

@@ -41,6 +41,9 @@ type World struct {
 	Subnets        []Subnet
 	SecurityGroups []SecurityGroup
 	Images         []Image
+	// CapacityReservations are the account's on-demand capacity
+	// reservations (reservations.go); none by default.
+	CapacityReservations []CapacityReservation
 
 	// PendingFor is how long a new instance stays pending before it is
 	// running; zero makes instances running as soon as they are launched.
@@ -205,6 +208,11 @@ func (w World) clone() World {
 	for i, im := range w.Images {
 		im.Tags = maps.Clone(im.Tags)
 		c.Images[i] = im
+	}
+	c.CapacityReservations = make([]CapacityReservation, len(w.CapacityReservations))
+	for i, cr := range w.CapacityReservations {
+		cr.Tags = maps.Clone(cr.Tags)
+		c.CapacityReservations[i] = cr
 	}
 	return c
 }

@@ -4,8 +4,9 @@
 // subnet overrides, a ClientToken derived from the claims), describes the
 // region's instance types, offerings and spot prices, prices on-demand
 // capacity from the shipped table in package pricing, and resolves each
-// EC2NodeClass's subnets, security groups and images by selector terms, and
-// keeps an IAM instance profile for each class that names a role.
+// EC2NodeClass's subnets, security groups, images and capacity reservations
+// by selector terms, launches into those reservations first, and keeps an
+// IAM instance profile for each class that names a role.
 //
 // Everything goes through aws-sdk-go-v2; the tests drive the real SDK
 // clients against Query endpoints on loopback (internal/ec2fake,
@@ -43,6 +44,7 @@ type EC2API interface {
 	DescribeSubnets(context.Context, *ec2.DescribeSubnetsInput, ...func(*ec2.Options)) (*ec2.DescribeSubnetsOutput, error)
 	DescribeSecurityGroups(context.Context, *ec2.DescribeSecurityGroupsInput, ...func(*ec2.Options)) (*ec2.DescribeSecurityGroupsOutput, error)
 	DescribeImages(context.Context, *ec2.DescribeImagesInput, ...func(*ec2.Options)) (*ec2.DescribeImagesOutput, error)
+	DescribeCapacityReservations(context.Context, *ec2.DescribeCapacityReservationsInput, ...func(*ec2.Options)) (*ec2.DescribeCapacityReservationsOutput, error)
 	DescribeLaunchTemplates(context.Context, *ec2.DescribeLaunchTemplatesInput, ...func(*ec2.Options)) (*ec2.DescribeLaunchTemplatesOutput, error)
 	CreateLaunchTemplate(context.Context, *ec2.CreateLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.CreateLaunchTemplateOutput, error)
 	DeleteLaunchTemplate(context.Context, *ec2.DeleteLaunchTemplateInput, ...func(*ec2.Options)) (*ec2.DeleteLaunchTemplateOutput, error)
@@ -163,6 +165,9 @@ type Provider struct {
 	launched launchedList
 	// fleets are the fleets open to more claims (fleet.go).
 	fleets fleetMerger
+	// reservations counts the room left in capacity reservations
+	// (reservations.go).
+	reservations reservationLedger
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}
@@ -230,6 +235,10 @@ var (
 		"UnfulfillableCapacity":        true,
 		"Unsupported":                  true,
 		"SpotMaxPriceTooLow":           true,
+		// The reservation a reserved launch named is full, or gone
+		// (reservations.go).
+		codeReservationFull:                     true,
+		"InvalidCapacityReservationId.NotFound": true,
 	}
 	// deniedCodes need an operator: credentials or policy are wrong. IAM
 	// says AccessDenied.

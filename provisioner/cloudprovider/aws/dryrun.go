@@ -262,7 +262,7 @@ func (p *Provider) dryRunTemplate(ctx context.Context, probe launchProbe) error 
 	_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
 		DryRun:             aws.Bool(true),
 		LaunchTemplateName: aws.String(probe.template),
-		LaunchTemplateData: p.templateData(class, probe.ami.ID, userData),
+		LaunchTemplateData: p.templateData(class, probe.ami.ID, userData, ""),
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate,
 			Tags: toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})}},
 	})

@@ -72,10 +72,16 @@ type fleetRequest struct {
 	class                       *v1alpha1.EC2NodeClass
 	in                          *ec2.CreateFleetInput // the claim's own: its tags, its token
 	template, ami, capacityType string
-	attempt                     int
-	offers                      []cloudprovider.Offer
-	byOverride                  map[overrideKey]cloudprovider.Offer
-	short                       *addressShortage
+	// templates are the fleet's launch templates, template first: more
+	// than one for a reserved launch, one per reservation.
+	templates  []string
+	attempt    int
+	offers     []cloudprovider.Offer
+	byOverride map[overrideKey]cloudprovider.Offer
+	short      *addressShortage
+	// reservationOf is, for a reserved launch, the reservation each
+	// instance type and zone goes into.
+	reservationOf map[reservationPool]string
 
 	done chan struct{}
 	out  *cloudprovider.Instance
@@ -86,8 +92,13 @@ type fleetRequest struct {
 func (r *fleetRequest) key() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n%s\n%s\n%s\n", r.template, r.capacityType, r.l.NodePool, r.class.Name)
-	for _, o := range r.in.LaunchTemplateConfigs[0].Overrides {
-		fmt.Fprintf(&b, "%s %s %s\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToString(o.AvailabilityZone))
+	for i, c := range r.in.LaunchTemplateConfigs {
+		if i > 0 {
+			fmt.Fprintf(&b, "template %s\n", aws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName))
+		}
+		for _, o := range c.Overrides {
+			fmt.Fprintf(&b, "%s %s %s\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToString(o.AvailabilityZone))
+		}
 	}
 	return b.String()
 }
@@ -217,7 +228,9 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 		}
 		if templateNotFound(err) {
 			// Collected meanwhile (launchtemplates.go): the retry makes it.
-			p.forgetTemplate(first.template)
+			for _, t := range first.templates {
+				p.forgetTemplate(t)
+			}
 		}
 		err = classify("CreateFleet", err)
 		if cloudprovider.IsAccessDenied(err) {
@@ -252,6 +265,11 @@ func (p *Provider) readFleetErrors(ctx context.Context, first *fleetRequest, err
 			p.noFreeAddresses(ctx, first.class, overrideSubnet(e.LaunchTemplateAndOverrides), o, first.short)
 		case capacityCodes[code] && ok:
 			refused = append(refused, o)
+			if id := first.reservationOf[reservationPool{o.InstanceType.Name, o.Zone}]; id != "" {
+				// Full or gone: no room until EC2 says otherwise.
+				p.reservations.full(id)
+				logger.Info("Capacity reservation refused the launch", "capacityReservation", id, "instanceType", o.InstanceType.Name, "zone", o.Zone, "code", code)
+			}
 			logger.V(2).Info("Fleet option refused", "instanceType", o.InstanceType.Name, "zone", o.Zone, "capacityType", o.CapacityType, "code", code)
 		case code == spotRoleCode && ok:
 			// No spot service-linked role: the class's spot offerings are
@@ -263,7 +281,9 @@ func (p *Provider) readFleetErrors(ctx context.Context, first *fleetRequest, err
 			return nil, nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
 		default:
 			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
-				p.forgetTemplate(first.template)
+				for _, t := range first.templates {
+					p.forgetTemplate(t)
+				}
 			}
 			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
 		}
@@ -337,9 +357,18 @@ func (p *Provider) launchedInstance(r *fleetRequest, id string, fi ec2types.Crea
 	if fi.Lifecycle == ec2types.InstanceLifecycleSpot {
 		ct = v1alpha1.CapacityTypeSpot
 	}
+	labels := o.InstanceType.Labels
+	if reservation := r.reservationOf[reservationPool{string(fi.InstanceType), zone}]; reservation != "" {
+		// Its template named the reservation, with capacity-reservations-only:
+		// it runs there or not at all.
+		ct = v1alpha1.CapacityTypeReserved
+		labels = maps.Clone(labels)
+		maps.Copy(labels, reservationLabels(reservation))
+		p.reservations.launched(reservation)
+	}
 	in := &cloudprovider.Instance{
 		ProviderID: providerID(zone, id), InstanceType: string(fi.InstanceType), Zone: zone, CapacityType: ct,
-		Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: o.InstanceType.Labels, ImageID: r.ami,
+		Price: o.Price, Capacity: o.InstanceType.Capacity, Allocatable: o.InstanceType.Allocatable, Labels: labels, ImageID: r.ami,
 		NodeClaim: r.l.NodeClaim, NodePool: r.l.NodePool, Launched: p.now(),
 	}
 	p.launched.launched(r.l.ClaimUID, in, p.now())

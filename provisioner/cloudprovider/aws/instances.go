@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -34,13 +35,15 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*cloudprovider.I
 	}
 	// The node of the instance is labelled with its type's attributes
 	// when it is adopted: they must be known.
-	if got.Labels == nil {
+	if _, described := got.Labels[corev1.LabelArchStable]; !described {
 		cat, err := p.refresh(ctx)
 		if err != nil {
 			return nil, err
 		}
 		if info, ok := cat.types[got.InstanceType]; ok {
-			got.Labels = p.labels(info)
+			labels := p.labels(info)
+			maps.Copy(labels, got.Labels) // a reservation's
+			got.Labels = labels
 		}
 	}
 	return got, nil
@@ -208,8 +211,16 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 		zone = aws.ToString(in.Placement.AvailabilityZone)
 	}
 	ct := v1alpha1.CapacityTypeOnDemand
-	if in.InstanceLifecycle == ec2types.InstanceLifecycleTypeSpot {
+	reservation := ""
+	switch {
+	case in.InstanceLifecycle == ec2types.InstanceLifecycleTypeSpot:
 		ct = v1alpha1.CapacityTypeSpot
+	case in.CapacityReservationId != nil && in.CapacityReservationSpecification != nil &&
+		in.CapacityReservationSpecification.CapacityReservationPreference == ec2types.CapacityReservationPreferenceCapacityReservationsOnly:
+		// Launched into a reservation it named (reservations.go), as
+		// Karpenter's AWS provider tells its reserved instances; one that
+		// landed in an open reservation unasked is on-demand.
+		ct, reservation = v1alpha1.CapacityTypeReserved, aws.ToString(in.CapacityReservationId)
 	}
 	out := &cloudprovider.Instance{
 		ProviderID: providerID(zone, aws.ToString(in.InstanceId)), InstanceType: string(in.InstanceType), Zone: zone, CapacityType: ct,
@@ -228,8 +239,16 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 	if described {
 		out.Labels = p.labels(info)
 	}
-	if ct == v1alpha1.CapacityTypeOnDemand {
+	switch ct {
+	case v1alpha1.CapacityTypeOnDemand:
 		out.Price, _ = p.onDemandPrice(out.InstanceType)
+	case v1alpha1.CapacityTypeReserved:
+		price, _ := p.onDemandPrice(out.InstanceType)
+		out.Price = price * reservedPriceFactor
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		maps.Copy(out.Labels, reservationLabels(reservation))
 	}
 	return out
 }

@@ -157,12 +157,14 @@ func (p *Provider) describeSpotPrices(ctx context.Context) (map[string]map[strin
 
 // InstanceTypes lists what the pool's EC2NodeClass can launch: the
 // region's types of an architecture the class has an image for, offered in
-// the zones of its subnets, spot where EC2 quotes a spot price and
-// on-demand always, with allocatable resources under the class's kubelet
-// settings. An on-demand price the table does not have for the region is
-// the closest region's (a stand-in that keeps the order) or, failing that,
-// pricing.UnknownPrice (chosen last); either way the types are named in a
-// Warning event on the pool and in the log (reportPriceGaps).
+// the zones of its subnets, spot where EC2 quotes a spot price, on-demand
+// always, and reserved where the class has capacity reservations of the
+// type and zone (reservations.go), with allocatable resources under the
+// class's kubelet settings. An on-demand price the table does not have for
+// the region is the closest region's (a stand-in that keeps the order) or,
+// failing that, pricing.UnknownPrice (chosen last); either way the types
+// are named in a Warning event on the pool and in the log
+// (reportPriceGaps).
 func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	cat, err := p.refresh(ctx)
 	if err != nil {
@@ -182,7 +184,9 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 		for _, s := range class.Status.Subnets {
 			zones[s.Zone] = true
 		}
+		p.refreshReservations(ctx, class)
 	}
+	reserved := p.reservedOfferings(class)
 	var out []v1alpha1.InstanceType
 	unpriced := 0 // spot offerings EC2 quotes no price for
 	gaps := p.newPriceGaps()
@@ -226,6 +230,16 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 				it.Offerings = append(it.Offerings, v1alpha1.Offering{
 					Zone: zone, CapacityType: v1alpha1.CapacityType(uc), Available: true,
 					Price: strconv.FormatFloat(price, 'f', -1, 64),
+				})
+			}
+			if r := reserved[name][zone]; r != nil && slices.Contains(info.SupportedUsageClasses, ec2types.UsageClassTypeOnDemand) {
+				// The reservations' room, at a price below every other
+				// offering's (reservedPriceFactor).
+				price, _ := p.onDemand(name, gaps.standInRegion)
+				count := int32(r.count)
+				it.Offerings = append(it.Offerings, v1alpha1.Offering{
+					Zone: zone, CapacityType: v1alpha1.CapacityTypeReserved, Available: count > 0, ReservationCapacity: &count,
+					Price: strconv.FormatFloat(price*reservedPriceFactor, 'f', -1, 64),
 				})
 			}
 		}

@@ -82,43 +82,100 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	labels := maps.Clone(l.Template.Labels)
 	labels[v1alpha1.LabelCapacityType] = capacityType
 	labels[v1alpha1.LabelKarpenterCapacityType] = capacityType
-	template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, l.Template.RegistrationTaints(), efa)
-	if err != nil {
-		return nil, err
+	short := &addressShortage{class: class.Name}
+	var plan reservationPlan
+	if capacityType == v1alpha1.CapacityTypeReserved {
+		// Each type goes into one of the class's reservations of it with
+		// room; the cheapest holds its place until the launch's answer.
+		plan = p.planReservations(ctx, class, offers, short)
+		defer p.reservations.release(plan.held)
+		offers = plan.offers
 	}
-	overrides, byOverride, short := p.overrides(ctx, class, offers)
+	overrides, byOverride := p.overrides(ctx, class, offers, short)
 	if len(overrides) == 0 && len(short.offers) > 0 {
 		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: short.offers})
 	}
+	configs, templates, err := p.launchTemplateConfigs(ctx, class, ami, labels, l.Template.RegistrationTaints(), efa, overrides, plan)
+	if err != nil {
+		return nil, err
+	}
 	tags := p.tags(class, l)
-	in := fleetInput(template, capacityType, overrides, tags)
+	in := fleetInput(templates[0], capacityType, overrides, tags)
+	in.LaunchTemplateConfigs = configs
 	p.mu.Lock()
 	attempt := p.fleetErrors[l.ClaimUID]
 	p.mu.Unlock()
-	in.ClientToken = aws.String(clientToken(l.ClaimUID, template, capacityType, overrides, attempt))
+	in.ClientToken = aws.String(clientToken(l.ClaimUID, capacityType, configs, attempt))
 	return p.launchFleet(ctx, &fleetRequest{
-		l: l, class: class, in: in, template: template, ami: ami, capacityType: capacityType, attempt: attempt,
-		offers: offers, byOverride: byOverride, short: short, done: make(chan struct{}),
+		l: l, class: class, in: in, template: templates[0], templates: templates, ami: ami, capacityType: capacityType, attempt: attempt,
+		offers: offers, byOverride: byOverride, short: short, reservationOf: plan.byPool, done: make(chan struct{}),
 	})
+}
+
+// launchTemplateConfigs are the fleet's launch templates with their
+// overrides, in the overrides' order: one template for every launch but a
+// reserved one, which has one per reservation (each names its own, and
+// its nodes' labels name it too), each with the overrides of its
+// reservation's type and zone. It returns the templates' names too, in order.
+func (p *Provider) launchTemplateConfigs(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint, efa int32,
+	overrides []ec2types.FleetLaunchTemplateOverridesRequest, plan reservationPlan) ([]ec2types.FleetLaunchTemplateConfigRequest, []string, error) {
+	spec := func(name string) *ec2types.FleetLaunchTemplateSpecificationRequest {
+		return &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")}
+	}
+	if plan.byPool == nil {
+		template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, taints, efa, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		return []ec2types.FleetLaunchTemplateConfigRequest{{LaunchTemplateSpecification: spec(template), Overrides: overrides}}, []string{template}, nil
+	}
+	var configs []ec2types.FleetLaunchTemplateConfigRequest
+	var templates []string
+	index := map[string]int{} // reservation -> config
+	for _, o := range overrides {
+		id := plan.byPool[reservationPool{string(o.InstanceType), aws.ToString(o.AvailabilityZone)}]
+		i, ok := index[id]
+		if !ok {
+			withID := maps.Clone(labels)
+			maps.Copy(withID, reservationLabels(id))
+			template, err := p.ensureLaunchTemplate(ctx, class, ami, withID, taints, efa, id)
+			if err != nil {
+				return nil, nil, err
+			}
+			i = len(configs)
+			index[id] = i
+			configs = append(configs, ec2types.FleetLaunchTemplateConfigRequest{LaunchTemplateSpecification: spec(template)})
+			templates = append(templates, template)
+		}
+		configs[i].Overrides = append(configs[i].Overrides, o)
+	}
+	return configs, templates, nil
 }
 
 // clientToken is the CreateFleet idempotency token of one request of a
 // claim: "nodeforge-<claim UID>-<16 hex digits of the request's hash>", at
 // most 64 ASCII characters (EC2 API reference, "Ensuring idempotency").
-// The hash covers what changes between attempts: the launch template, the
+// The hash covers what changes between attempts: the launch templates, the
 // capacity type, the overrides in order, and how many fleets of the claim
 // this process saw fail for other reasons than capacity (attempt). A
 // provisioner that restarts counts from 0 again: the first retry may get
 // the old answer back, the next is new; and a fleet that launched is
 // found by its claim's tag before any retry.
-func clientToken(claimUID, template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest, attempt int) string {
+func clientToken(claimUID, capacityType string, configs []ec2types.FleetLaunchTemplateConfigRequest, attempt int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", template, capacityType)
-	if attempt > 0 {
-		fmt.Fprintf(h, "attempt %d\n", attempt)
-	}
-	for _, o := range overrides {
-		fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToFloat64(o.Priority))
+	for i, c := range configs {
+		template := aws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName)
+		if i == 0 {
+			fmt.Fprintf(h, "%s\n%s\n", template, capacityType)
+			if attempt > 0 {
+				fmt.Fprintf(h, "attempt %d\n", attempt)
+			}
+		} else {
+			fmt.Fprintf(h, "template %s\n", template)
+		}
+		for _, o := range c.Overrides {
+			fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToFloat64(o.Priority))
+		}
 	}
 	return "nodeforge-" + claimUID + "-" + hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -130,11 +187,10 @@ type overrideKey struct{ instanceType, subnet string }
 // subnet per zone keeps the overrides for instance types, where EC2's
 // choice matters; the other subnets of the zone are there for the next
 // launch should this one run out. Offers in a zone where no subnet of the
-// class has a free address are left out and come back in the shortage,
-// which says why.
-func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, offers []cloudprovider.Offer) ([]ec2types.FleetLaunchTemplateOverridesRequest, map[overrideKey]cloudprovider.Offer, *addressShortage) {
+// class has a free address are left out and added to short, which says
+// why.
+func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, offers []cloudprovider.Offer, short *addressShortage) ([]ec2types.FleetLaunchTemplateOverridesRequest, map[overrideKey]cloudprovider.Offer) {
 	chosen, full := p.subnetsByRoom(ctx, class)
-	short := &addressShortage{class: class.Name}
 	sorted := slices.Clone(offers)
 	slices.SortStableFunc(sorted, func(a, b cloudprovider.Offer) int { return cmp.Compare(a.Price, b.Price) })
 	var out []ec2types.FleetLaunchTemplateOverridesRequest
@@ -158,7 +214,7 @@ func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, 
 			InstanceType: ec2types.InstanceType(o.InstanceType.Name), SubnetId: aws.String(subnet), AvailabilityZone: aws.String(o.Zone),
 		})
 	}
-	return out, by, short
+	return out, by
 }
 
 func overrideOffer(by map[overrideKey]cloudprovider.Offer, lto *ec2types.LaunchTemplateAndOverridesResponse) (cloudprovider.Offer, bool) {
@@ -209,15 +265,16 @@ func toTags(m map[string]string) []ec2types.Tag {
 }
 
 // ensureLaunchTemplate returns the name of the launch template for the
-// class, image and user data, creating it if needed. The name carries a
+// class, image, user data and capacity reservation ("" for none), creating
+// it if needed. The name carries a
 // hash of the content, so a changed class gets a new template and a
 // template once created never needs updating.
-func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint, efa int32) (string, error) {
+func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint, efa int32, reservation string) (string, error) {
 	userData, err := UserData(p.opts, class, labels, taints)
 	if err != nil {
 		return "", err
 	}
-	data := withEFA(p.templateData(class, ami, userData), efa)
+	data := withEFA(p.templateData(class, ami, userData, reservation), efa)
 	sum, err := nodeshape.Hash(data)
 	if err != nil {
 		return "", err
@@ -266,11 +323,28 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 	return name, nil
 }
 
-func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData string) *ec2types.RequestLaunchTemplateData {
+// templateData is a launch template's content. Instances of a template
+// with a reservation run in it (preference capacity-reservations-only,
+// the reservation as target, as Karpenter's reserved launch templates
+// have it); those of a class with reservation terms but of a template
+// without one in none (reservations.go), and other classes' as EC2 has
+// it by default (open).
+func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData, reservation string) *ec2types.RequestLaunchTemplateData {
 	data := &ec2types.RequestLaunchTemplateData{
 		ImageId:            aws.String(ami),
 		UserData:           aws.String(userData),
 		IamInstanceProfile: &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: aws.String(class.Status.InstanceProfile)},
+	}
+	switch {
+	case reservation != "":
+		data.CapacityReservationSpecification = &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
+			CapacityReservationPreference: ec2types.CapacityReservationPreferenceCapacityReservationsOnly,
+			CapacityReservationTarget:     &ec2types.CapacityReservationTarget{CapacityReservationId: aws.String(reservation)},
+		}
+	case len(class.Spec.CapacityReservationSelectorTerms) > 0:
+		data.CapacityReservationSpecification = &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
+			CapacityReservationPreference: ec2types.CapacityReservationPreferenceNone,
+		}
 	}
 	for _, g := range class.Status.SecurityGroups {
 		data.SecurityGroupIds = append(data.SecurityGroupIds, g.ID)
@@ -340,9 +414,13 @@ func withEFA(data *ec2types.RequestLaunchTemplateData, n int32) *ec2types.Reques
 // fleetInput is an instant fleet of one instance from the template, of the
 // capacity type, with the overrides in order, tagged on its instances,
 // volumes and itself: on-demand by lowest price, spot price-capacity
-// optimised. Launches and the class's dry run (dryrun.go) send the same
-// shape.
+// optimised, reserved as on-demand (its templates name the reservations).
+// Launches and the class's dry run (dryrun.go) send the same shape.
 func fleetInput(template, capacityType string, overrides []ec2types.FleetLaunchTemplateOverridesRequest, tags []ec2types.Tag) *ec2.CreateFleetInput {
+	target := ec2types.DefaultTargetCapacityType(capacityType)
+	if capacityType == v1alpha1.CapacityTypeReserved {
+		target = ec2types.DefaultTargetCapacityTypeOnDemand
+	}
 	in := &ec2.CreateFleetInput{
 		Type: ec2types.FleetTypeInstant,
 		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
@@ -351,7 +429,7 @@ func fleetInput(template, capacityType string, overrides []ec2types.FleetLaunchT
 		}},
 		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
 			TotalTargetCapacity:       aws.Int32(1),
-			DefaultTargetCapacityType: ec2types.DefaultTargetCapacityType(capacityType),
+			DefaultTargetCapacityType: target,
 		},
 		TagSpecifications: tagSpecifications(tags),
 	}

@@ -63,9 +63,10 @@ func readiness(class *v1alpha1.EC2NodeClass) (ready bool, reason, message string
 }
 
 // NodeClasses declares EC2NodeClass: ready once its selector terms have
-// resolved (its Ready condition), drifted when its spec changes. What the
-// selectors resolve to (subnets, security groups, images) is status, not
-// spec, and not in the hash.
+// resolved (its Ready condition), drifted when its spec changes (but for
+// its capacity reservation terms). What the selectors resolve to (subnets,
+// security groups, images, reservations) is status, not spec, and not in
+// the hash.
 func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
 	return []cloudprovider.NodeClass{{
 		Kind: "EC2NodeClass",
@@ -74,7 +75,13 @@ func (p *Provider) NodeClasses() []cloudprovider.NodeClass {
 			return readiness(o.(*v1alpha1.EC2NodeClass))
 		},
 		Hash: func(o client.Object) (string, error) {
-			return cloudprovider.SpecHash(o.(*v1alpha1.EC2NodeClass).Spec)
+			// Which reservations the class launches into says nothing
+			// about the nodes it launched: a node outside a newly
+			// selected reservation, or in one no longer selected, is
+			// the node the class would launch otherwise.
+			spec := o.(*v1alpha1.EC2NodeClass).Spec
+			spec.CapacityReservationSelectorTerms = nil
+			return cloudprovider.SpecHash(spec)
 		},
 		Drifted: func(o client.Object, nc *v1alpha1.NodeClaim) string {
 			return p.imageDrifted(o.(*v1alpha1.EC2NodeClass), nc)
@@ -177,7 +184,8 @@ func (c *NodeClassController) Reconcile(ctx context.Context, req reconcile.Reque
 		}
 		ready := meta.FindStatusCondition(status.Conditions, ConditionReady)
 		klog.FromContext(ctx).Info("Resolved ec2nodeclass", "ec2NodeClass", klog.KObj(&class), "ready", ready.Status, "reason", ready.Reason,
-			"subnets", len(status.Subnets), "securityGroups", len(status.SecurityGroups), "amis", amiIDs(status.AMIs), "message", ready.Message)
+			"subnets", len(status.Subnets), "securityGroups", len(status.SecurityGroups), "amis", amiIDs(status.AMIs),
+			"capacityReservations", len(status.CapacityReservations), "message", ready.Message)
 	}
 	if err != nil {
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
@@ -203,8 +211,9 @@ func amiIDs(amis []v1alpha1.ResolvedAMI) []string {
 	return out
 }
 
-// Resolve finds the class's subnets, security groups and images, and its
-// instance profile (making it for spec.role: instanceprofile.go), checks
+// Resolve finds the class's subnets, security groups, images and capacity
+// reservations (reservations.go), and its instance profile (making it for
+// spec.role: instanceprofile.go), checks
 // with EC2's DryRun that a launch of what resolved is allowed (dryrun.go),
 // and returns the status that says so. It returns an error only when a call
 // failed; selectors that match nothing, a missing role or a profile that
@@ -251,6 +260,9 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 		set(ConditionAMIsReady, false, "NoneMatched", problems[len(problems)-1])
 	} else {
 		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", ")+note)
+	}
+	if err := p.resolveReservations(ctx, class, &status, set); err != nil {
+		return status, err
 	}
 	switch {
 	case class.Spec.InstanceProfile != "":

@@ -308,10 +308,12 @@ func subnetIDs(subnets []subnetFree) []string {
 	return out
 }
 
-// addressShortage is what one launch learned of subnets out of addresses:
-// offers of zones none of whose subnets has a free address, which are
-// unavailable for now like offers refused for capacity, and a sentence
-// for each zone where subnets ran out.
+// addressShortage is what one launch learned of subnets out of addresses
+// (and of capacity reservations out of room): offers of zones none of
+// whose subnets has a free address (or of types whose reservations are
+// full), which are unavailable for now like offers refused for capacity,
+// and a sentence for each zone where subnets ran out (and each type whose
+// reservations did).
 type addressShortage struct {
 	class  string
 	offers []cloudprovider.Offer
@@ -328,6 +330,15 @@ func (a *addressShortage) closeZone(ctx context.Context, o cloudprovider.Offer, 
 	}
 	a.note(o.Zone, fmt.Sprintf("no subnet of EC2NodeClass %s in zone %s has a free IP address (%s): nothing launches in %s until addresses are freed there or a subnet of %s with room matches subnetSelectorTerms",
 		a.class, o.Zone, strings.Join(subnetIDs(subnets), ", "), o.Zone, o.Zone))
+}
+
+// reservationsFull leaves a reserved offer out: the class's reservations
+// of its type and zone have no room left, as far as the provider counts.
+func (a *addressShortage) reservationsFull(ctx context.Context, o cloudprovider.Offer) {
+	a.offers = append(a.offers, o)
+	klog.FromContext(ctx).V(2).Info("Capacity reservations of the type have no room left; not asking EC2", "ec2NodeClass", a.class,
+		"instanceType", o.InstanceType.Name, "zone", o.Zone, "capacityType", o.CapacityType)
+	a.note(o.InstanceType.Name+"/"+o.Zone, fmt.Sprintf("the capacity reservations of EC2NodeClass %s for %s in %s have no room left", a.class, o.InstanceType.Name, o.Zone))
 }
 
 func (a *addressShortage) note(zone, sentence string) {
