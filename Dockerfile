@@ -9,7 +9,7 @@
 # Static binaries on an empty base: the CA bundle for the cloud APIs, a
 # non-root user (65532), the binary as the entrypoint. Not built in this
 # project's CI, which has no container daemon; make images is.
-ARG GO_VERSION=1.26
+ARG GO_VERSION=1.26.8
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS TARGETARCH
