@@ -4,6 +4,11 @@
 // OCI image layout (a directory crane and skopeo read as oci:DIR) and the
 // same layout as a tar (which docker load and podman load accept).
 //
+// Beside each layout it writes the index's digest (<program>.digest), an
+// SPDX SBOM of the Go modules in the binary (<program>.spdx.json, read from
+// the binaries' build info: sbom.go), and digests.yaml, the chart values
+// that pin the images by those digests.
+//
 // Each image is two layers on nothing (no base image to pull): the
 // system's CA bundle with an /etc/passwd naming user nonroot (65532), then
 // the binary at /<program>, its entrypoint. The config runs as 65532:65532
@@ -21,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,10 +77,14 @@ func run(bins, out, version, revision, cacerts string, archs, programs []string)
 	if err != nil {
 		return err
 	}
+	digests := map[string]string{}
 	for _, program := range programs {
 		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+		var binaries []string
 		for _, arch := range archs {
-			bin, err := os.ReadFile(filepath.Join(bins, "linux_"+arch, program))
+			path := filepath.Join(bins, "linux_"+arch, program)
+			binaries = append(binaries, path)
+			bin, err := os.ReadFile(path)
 			if err != nil {
 				return err
 			}
@@ -127,10 +137,44 @@ func run(bins, out, version, revision, cacerts string, archs, programs []string)
 		if err := tarDir(dir, dir+".tar"); err != nil {
 			return err
 		}
-		d, _ := idx.Digest()
-		fmt.Printf("%s: %s (%s) in %s and %s.tar\n", program, d, strings.Join(archs, ", "), dir, dir)
+		d, err := idx.Digest()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dir+".digest", []byte(d.String()+"\n"), 0o644); err != nil {
+			return err
+		}
+		doc, err := sbom(program, version, d.String(), binaries)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dir+".spdx.json", doc, 0o644); err != nil {
+			return err
+		}
+		digests[strings.TrimPrefix(program, "nodeforge-")] = d.String()
+		fmt.Printf("%s: %s (%s) in %s and %s.tar; SBOM %s.spdx.json\n", program, d, strings.Join(archs, ", "), dir, dir, dir)
 	}
+	values := filepath.Join(out, "digests.yaml")
+	if err := os.WriteFile(values, digestValues(digests), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("chart values pinning these digests: %s (helm install -f %s)\n", values, values)
 	return nil
+}
+
+// digestValues is a values file of the chart setting image.digests to
+// the digests of the images just built, by program (nodeforge-scheduler
+// is scheduler).
+func digestValues(digests map[string]string) []byte {
+	var b strings.Builder
+	b.WriteString("# Written by make images: the digests of the images it built, as the\n")
+	b.WriteString("# chart's values (helm install ... -f digests.yaml). They hold once the\n")
+	b.WriteString("# images are pushed with their digests kept (docs/install.md, Images).\n")
+	b.WriteString("image:\n  digests:\n")
+	for _, program := range slices.Sorted(maps.Keys(digests)) {
+		fmt.Fprintf(&b, "    %s: %q\n", program, digests[program])
+	}
+	return []byte(b.String())
 }
 
 type file struct {

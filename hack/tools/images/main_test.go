@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -15,7 +18,9 @@ import (
 // checked) of a linux/amd64 and a linux/arm64 image, each with the
 // program as its entrypoint, run as a user that is not root, with the OCI
 // labels of its title and version, and the binary at the entrypoint's
-// path. make test builds them first; outside it, the test has nothing to
+// path; beside it, the index's digest (in <program>.digest and in the
+// chart values digests.yaml) and an SBOM of that digest listing the
+// binary's modules. make test builds them first; outside it, the test has nothing to
 // inspect and says so.
 func TestImages(t *testing.T) {
 	dir := os.Getenv("NODEFORGE_IMAGES")
@@ -87,6 +92,29 @@ func TestImages(t *testing.T) {
 			}
 			if st, err := os.Stat(filepath.Join(dir, program+".tar")); err != nil || st.Size() < 1<<20 {
 				t.Errorf("the layout's tar: %v", err)
+			}
+			digest := om.Manifests[0].Digest.String()
+			if raw, err := os.ReadFile(filepath.Join(dir, program+".digest")); err != nil || string(raw) != digest+"\n" {
+				t.Errorf("%s.digest holds %q (%v), want the index's digest %s", program, raw, err, digest)
+			}
+			values, err := os.ReadFile(filepath.Join(dir, "digests.yaml"))
+			if want := fmt.Sprintf("%s: %q\n", strings.TrimPrefix(program, "nodeforge-"), digest); err != nil || !strings.Contains(string(values), want) {
+				t.Errorf("digests.yaml (%v) lacks %q:\n%s", err, want, values)
+			}
+			raw, err := os.ReadFile(filepath.Join(dir, program+".spdx.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc spdxDocument
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatalf("%s.spdx.json: %v", program, err)
+			}
+			names := map[string]bool{}
+			for _, p := range doc.Packages {
+				names[p.Name] = true
+			}
+			if doc.Packages[0].Checksums[0].ChecksumValue != strings.TrimPrefix(digest, "sha256:") || !names["k8s.io/client-go"] || !names["stdlib"] {
+				t.Errorf("%s.spdx.json describes %+v and lists %d packages; want the index's digest, client-go and the standard library", program, doc.Packages[0], len(doc.Packages))
 			}
 		})
 	}
