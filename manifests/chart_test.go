@@ -38,9 +38,15 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// required are the values an aws install must set: the provisioner
-// discovers the rest with eks:DescribeCluster.
-var required = []string{"provisioner.clusterName=demo"}
+// repository is where the tests' images are said to be: a name no one
+// can register (the .invalid top-level domain), since the chart assumes
+// none.
+const repository = "registry.invalid/nodeforge"
+
+// required are the values an aws install must set: the images'
+// repository, and the cluster (the provisioner discovers the rest with
+// eks:DescribeCluster).
+var required = []string{"image.repository=" + repository, "provisioner.clusterName=demo"}
 
 // runHelm runs helm on this directory's chart.
 func runHelm(t *testing.T, args ...string) (string, error) {
@@ -148,6 +154,9 @@ func TestChartDefaults(t *testing.T) {
 			fmt.Sprint(sc["capabilities"]) != "map[drop:[ALL]]" || fmt.Sprint(sc["seccompProfile"]) != "map[type:RuntimeDefault]" {
 			t.Errorf("%s: container securityContext %v is not restricted", name, sc)
 		}
+		if want := repository + strings.TrimPrefix(name, "nodeforge") + ":0.1.0"; c["image"] != want {
+			t.Errorf("%s: image %v, want %s (the repository set, the chart's appVersion)", name, c["image"], want)
+		}
 		if c["livenessProbe"] == nil || c["readinessProbe"] == nil || c["resources"] == nil {
 			t.Errorf("%s: probes or resources missing", name)
 		}
@@ -207,6 +216,7 @@ func TestChartDefaults(t *testing.T) {
 // TestChartValues renders non-default values and checks each is acted on.
 func TestChartValues(t *testing.T) {
 	objs := render(t,
+		"image.repository="+repository,
 		"provisioner.cloudProvider=simulated",
 		"scheduler.replicas=3",
 		"scheduler.virtualNodesArgs.maxClaimsTried=8",
@@ -283,18 +293,45 @@ func TestChartClusterOverrides(t *testing.T) {
 	}
 }
 
-// TestChartRefusesBadValues: a provider the provisioner does not have, or
-// aws without its cluster, is refused by helm with a message saying so.
-func TestChartRefusesBadValues(t *testing.T) {
-	for set, want := range map[string]string{
-		"provisioner.cloudProvider=gce":                                           `provisioner.cloudProvider "gce": choose aws or simulated`,
-		"provisioner.cloudProvider=aws":                                           "provisioner.clusterName is required",
-		"provisioner.clusterEndpoint=https://demo.example":                        "provisioner.clusterName is required",
-		"provisioner.cloudProvider=simulated,scheduler.affinity.nodeAffinity.x=y": "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector",
+// TestChartImagesPinnedByDigest: with image.digests set, each program's
+// image is its repository at its own digest, the tag left out.
+func TestChartImagesPinnedByDigest(t *testing.T) {
+	scheduler, provisioner := "sha256:"+strings.Repeat("a1", 32), "sha256:"+strings.Repeat("b2", 32)
+	objs := render(t, append(required, "image.tag=v9", "image.digests.scheduler="+scheduler, "image.digests.provisioner="+provisioner)...)
+	for name, want := range map[string]string{
+		"nodeforge-scheduler":   repository + "-scheduler@" + scheduler,
+		"nodeforge-provisioner": repository + "-provisioner@" + provisioner,
 	} {
+		containers, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", name).Object, "spec", "template", "spec", "containers")
+		if got := containers[0].(map[string]any)["image"]; got != want {
+			t.Errorf("%s: image %v, want %s", name, got, want)
+		}
+	}
+}
+
+// TestChartRefusesBadValues: no image repository, a digest that is not
+// one or only one of the two, a provider the provisioner does not have,
+// or aws without its cluster, is refused by helm with a message saying so.
+func TestChartRefusesBadValues(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	image := []string{"image.repository=r/nf", "provisioner.clusterName=demo"}
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"provisioner.clusterName=demo"}, "image.repository is required: the project publishes no images. Build them with make images, push"},
+		{append(image, "image.digests.scheduler="+digest, "image.digests.provisioner=sha256:ABC"), `image.digests.provisioner "sha256:ABC" is not a digest`},
+		{append(image, "image.digests.scheduler="+strings.TrimPrefix(digest, "sha256:"), "image.digests.provisioner="+digest), "is not a digest: want sha256: and 64 lower-case hex digits"},
+		{append(image, "image.digests.scheduler="+digest), "image.digests: set both scheduler and provisioner, or neither"},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=gce"}, `provisioner.cloudProvider "gce": choose aws or simulated`},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=aws"}, "provisioner.clusterName is required"},
+		{[]string{"image.repository=r/nf", "provisioner.clusterEndpoint=https://demo.example"}, "provisioner.clusterName is required"},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.affinity.nodeAffinity.x=y"}, "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector"},
+	} {
+		set := strings.Join(tc.set, ",")
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("--set %s: %v, want an error saying %q", set, err, want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: %v, want an error saying %q", set, err, tc.want)
 		}
 	}
 }

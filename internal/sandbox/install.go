@@ -151,7 +151,11 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 		// not by whom.
 		provisioner["env"] = append(envVars([]string{"AWS_ACCESS_KEY_ID=AKIASANDBOX", "AWS_SECRET_ACCESS_KEY=sandbox", "AWS_EC2_METADATA_DISABLED=true"}), envVars(o.ProvisionerEnv)...)
 	}
-	return map[string]any{"scheduler": scheduler, "provisioner": provisioner}
+	// The chart assumes no image repository. kwok runs the pods and the
+	// sandbox starts bin/'s programs for them, so nothing is pulled:
+	// localhost names images built on this machine.
+	image := map[string]any{"repository": "localhost/nodeforge"}
+	return map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner}
 }
 
 func envVars(env []string) []any {

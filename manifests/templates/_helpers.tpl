@@ -30,10 +30,31 @@ app.kubernetes.io/name: nodeforge-{{ index . 1 }}
 app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 {{- end }}
 
-{{/* The image of one program: (list $ "scheduler"). */}}
+{{/*
+The image of one program: (list $ "scheduler"). No repository is assumed:
+a default name would be pulled from whoever registered it, and run with
+the programs' rights. A digest, when given, pins the image.
+*/}}
 {{- define "nodeforge.image" -}}
-{{- $root := index . 0 -}}
-{{- printf "%s-%s:%s" $root.Values.image.repository (index . 1) (default $root.Chart.AppVersion $root.Values.image.tag) -}}
+{{- $root := index . 0 -}}{{- $program := index . 1 -}}
+{{- $image := $root.Values.image -}}
+{{- $repository := required "image.repository is required: the project publishes no images. Build them with make images, push bin/images/nodeforge-scheduler and bin/images/nodeforge-provisioner to a registry of yours (docs/install.md, Images), and set image.repository=REGISTRY/nodeforge" $image.repository -}}
+{{- $digests := default (dict) $image.digests -}}
+{{- $digest := default "" (get $digests $program) -}}
+{{- range $p := list "scheduler" "provisioner" }}
+{{- $d := default "" (get $digests $p) }}
+{{- if and $d (not (regexMatch "^sha256:[0-9a-f]{64}$" $d)) }}
+{{- fail (printf "image.digests.%s %q is not a digest: want sha256: and 64 lower-case hex digits, as make images prints" $p $d) }}
+{{- end }}
+{{- end }}
+{{- if and (or $digests.scheduler $digests.provisioner) (not (and $digests.scheduler $digests.provisioner)) }}
+{{- fail "image.digests: set both scheduler and provisioner, or neither (bin/images/digests.yaml from make images holds both)" }}
+{{- end }}
+{{- if $digest -}}
+{{- printf "%s-%s@%s" $repository $program $digest -}}
+{{- else -}}
+{{- printf "%s-%s:%s" $repository $program (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
 {{- end }}
 
 {{/*
