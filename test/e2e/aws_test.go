@@ -286,16 +286,25 @@ func TestAWSProvider(t *testing.T) {
 	})
 
 	t.Run("pods asking for NeuronCores, a pod ENI or EFA each get a node that has it, bound once the cloud provider initialised it", func(t *testing.T) {
+		// The example's default pool offers categories c, m and r only:
+		// Neuron types (inf, trn) come from a pool of their own, as on a
+		// cluster that means to buy them.
+		poolFromDefault(t, kube, "neuron", func(np *v1alpha1.NodePool) {
+			np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+				{Key: v1alpha1.LabelInstanceCategory, Operator: corev1.NodeSelectorOpIn, Values: []string{"inf", "trn"}},
+			}
+		})
 		asks := map[string]corev1.ResourceList{
 			"neuron": {v1alpha1.ResourceNeuronCore: resource.MustParse("2")},
 			"podeni": {v1alpha1.ResourcePodENI: resource.MustParse("1")},
 			"efa":    {v1alpha1.ResourceEFA: resource.MustParse("1")},
 		}
+		pools := map[string]string{"neuron": "neuron", "podeni": "default", "efa": "default"}
 		for name, extra := range asks {
 			requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 			maps.Copy(requests, extra)
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "device-" + name, Namespace: "default", Labels: map[string]string{"app": "devices"}}, Spec: corev1.PodSpec{
-				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelCapacityType: "on-demand"},
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{v1alpha1.LabelCapacityType: "on-demand", v1alpha1.LabelNodePool: pools[name]},
 				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: requests, Limits: extra}}},
 			}}
 			if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
