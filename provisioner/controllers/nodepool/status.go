@@ -1,14 +1,17 @@
 // Package nodepool keeps NodePool status current: how many nodes the pool
 // has, the capacity they and the pool's launching claims add up to (the
 // figure spec.limits is checked against), whether the pool is Ready,
-// which it is when its node class exists and is ready, and whether its
-// disruption budgets' schedules can be read (BudgetsValid).
+// which it is when its node class exists and is ready, whether its
+// disruption budgets' schedules can be read (BudgetsValid), and whether it
+// has limits at all (LimitsSet).
 package nodepool
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -42,6 +45,13 @@ const ConditionReady = "Ready"
 // rather than Ready=False: the pool still launches nodes as it should,
 // and only its disruption is held back, more than its owner meant.
 const ConditionBudgetsValid = "BudgetsValid"
+
+// ConditionLimitsSet is the NodePool condition that says spec.limits caps
+// the pool. It is False (reason NoLimits) for a pool without limits, which
+// any pod with schedulerName nodeforge-scheduler can make launch whatever
+// the pool's requirements allow, without bound. It informs and no more: a
+// pool without limits launches as its owner wrote it, and stays Ready.
+const ConditionLimitsSet = "LimitsSet"
 
 // StatusController reconciles NodePool status.
 type StatusController struct {
@@ -167,6 +177,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 	}
 	meta.SetStatusCondition(&status.Conditions, budgets)
+	meta.SetStatusCondition(&status.Conditions, limitsSet(&pool))
 	if equality.Semantic.DeepEqual(status, &pool.Status) {
 		return reconcile.Result{}, nil
 	}
@@ -179,6 +190,24 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	klog.FromContext(ctx).V(2).Info("Updated nodepool status", "nodePool", klog.KObj(&pool), "nodes", status.Nodes, "ready", ready, "reason", reason)
 	return reconcile.Result{}, nil
+}
+
+// limitsSet is the pool's LimitsSet condition.
+func limitsSet(pool *v1alpha1.NodePool) metav1.Condition {
+	c := metav1.Condition{Type: ConditionLimitsSet, ObservedGeneration: pool.Generation}
+	if len(pool.Spec.Limits) == 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, "NoLimits"
+		c.Message = "spec.limits is empty: any pod with schedulerName nodeforge-scheduler, in any namespace, can make this pool launch capacity up to what its requirements allow, without bound; set limits on cpu and memory"
+		return c
+	}
+	var caps []string
+	for _, name := range slices.Sorted(maps.Keys(pool.Spec.Limits)) {
+		q := pool.Spec.Limits[name]
+		caps = append(caps, fmt.Sprintf("%s %s", name, q.String()))
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, "LimitsSet"
+	c.Message = "nothing is launched past " + strings.Join(caps, ", ") + " (its nodes and launching claims counted)"
+	return c
 }
 
 // nodeClassReady reports whether the pool's node class can be used: its

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -193,5 +195,50 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != "InvalidRequirements" || !strings.Contains(ready.Message, "requirement 0 (node.kubernetes.io/instance-type NotIn []) cannot be read") {
 		t.Errorf("Ready = %+v; want False, InvalidRequirements, naming the requirement", ready)
+	}
+}
+
+// TestPoolWithoutLimitsSaysSo: a pool without spec.limits gets LimitsSet
+// False, reason NoLimits, with a message saying any pod can buy what its
+// requirements allow, and stays Ready; a pool with limits gets LimitsSet
+// True naming them.
+func TestPoolWithoutLimitsSaysSo(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	for _, tc := range []struct {
+		name        string
+		limits      v1alpha1.Limits
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantMessage string
+	}{
+		{name: "no limits", wantStatus: metav1.ConditionFalse, wantReason: "NoLimits",
+			wantMessage: "any pod with schedulerName nodeforge-scheduler, in any namespace, can make this pool launch capacity up to what its requirements allow, without bound"},
+		{name: "cpu and memory limits", limits: v1alpha1.Limits{corev1.ResourceMemory: resource.MustParse("400Gi"), corev1.ResourceCPU: resource.MustParse("100")},
+			wantStatus: metav1.ConditionTrue, wantReason: "LimitsSet", wantMessage: "nothing is launched past cpu 100, memory 400Gi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := poolWithClass("pool", simulatedClass("default"))
+			np.Spec.Limits = tc.limits
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+				WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+			c := NewStatusController(kube, fake.New().NodeClasses(), events.NewFakeRecorder(10))
+			if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.NodePool
+			if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, ConditionLimitsSet)
+			if cond == nil || cond.Status != tc.wantStatus || cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantMessage) {
+				t.Errorf("LimitsSet = %+v; want %s, %s, a message containing %q", cond, tc.wantStatus, tc.wantReason, tc.wantMessage)
+			}
+			if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+				t.Errorf("Ready = %+v; want True whatever the limits", ready)
+			}
+		})
 	}
 }
