@@ -80,9 +80,9 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (checks in staticcheck.con
 	$(STATICCHECK) ./...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crds.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crd.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
-	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=manifests/crds
+	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=manifests/crd
 
 .PHONY: test
 test: lint components images $(CONTROLLER_GEN) ## Lint, then run unit, integration and end-to-end tests against the binaries and images in bin/.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,14 +28,28 @@ import (
 var (
 	kube client.Client
 	helm string
+	// kubeconfig is the admin kubeconfig of the package's control plane,
+	// which helm install and upgrade use.
+	kubeconfig string
 )
 
 func TestMain(m *testing.M) {
-	sandboxtest.ControlPlaneMain(m, &kube, func(ctx context.Context) (err error) {
+	sandboxtest.TestMain(m, func(m *testing.M) (int, error) {
+		ctx := context.Background()
+		var err error
 		if helm, err = sandbox.Helm(ctx, os.Stderr); err != nil {
-			return fmt.Errorf("building helm: %w", err)
+			return 0, fmt.Errorf("building helm: %w", err)
 		}
-		return nil
+		sb, stop, err := sandboxtest.StartControlPlane(ctx, os.Stderr)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+		kubeconfig = sb.Kubeconfig
+		if kube, err = sb.Client(); err != nil {
+			return 0, err
+		}
+		return m.Run(), nil
 	})
 }
 
@@ -58,6 +73,10 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(helm, args...)
 	cmd.Dir = wd
+	// helm's caches and settings in the control plane's directory, not the
+	// user's.
+	home := filepath.Join(filepath.Dir(kubeconfig), "helm")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	if err != nil {
@@ -69,7 +88,7 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 // render runs helm template in namespace nf-chart with the values set.
 func render(t *testing.T, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	args := []string{"template", "nodeforge", ".", "--namespace", "nf-chart", "--include-crds"}
+	args := []string{"template", "nodeforge", ".", "--namespace", "nf-chart"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}

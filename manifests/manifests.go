@@ -9,18 +9,18 @@ import "embed"
 
 // FS holds every manifest, by path relative to this directory.
 //
-//go:embed namespace.yaml crds/*.yaml scheduler/*.yaml provisioner/*.yaml examples/*.yaml
+//go:embed namespace.yaml crd/*.yaml scheduler/*.yaml provisioner/*.yaml examples/*.yaml
 //go:embed Chart.yaml values.yaml README.md .helmignore templates/*
 var FS embed.FS
 
 // Install lists, in the order to apply them, the manifests a cluster needs
 // before Nodeforge's programs start.
 var Install = []string{
-	"crds/nodeforge.dev_nodepools.yaml",
-	"crds/nodeforge.dev_nodeclaims.yaml",
-	"crds/nodeforge.dev_simulatednodeclasses.yaml",
-	"crds/nodeforge.dev_instancetypecatalogs.yaml",
-	"crds/nodeforge.dev_ec2nodeclasses.yaml",
+	"crd/nodeforge.dev_nodepools.yaml",
+	"crd/nodeforge.dev_nodeclaims.yaml",
+	"crd/nodeforge.dev_simulatednodeclasses.yaml",
+	"crd/nodeforge.dev_instancetypecatalogs.yaml",
+	"crd/nodeforge.dev_ec2nodeclasses.yaml",
 	"namespace.yaml",
 	"scheduler/rbac.yaml",
 	"provisioner/rbac.yaml",

@@ -41,7 +41,7 @@ func FuzzAcceptedDurationsParse(f *testing.F) {
 // TestDurationSchemaIsTheOneFuzzed: the generated CRDs carry the rule
 // and length the fuzz test assumes.
 func TestDurationSchemaIsTheOneFuzzed(t *testing.T) {
-	raw, err := manifests.FS.ReadFile("crds/nodeforge.dev_nodepools.yaml")
+	raw, err := manifests.FS.ReadFile("crd/nodeforge.dev_nodepools.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

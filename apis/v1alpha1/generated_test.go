@@ -51,21 +51,21 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := filepath.Glob(filepath.Join(root, "manifests/crds/*.yaml"))
+	old, err := filepath.Glob(filepath.Join(root, "manifests/crd/*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(fresh) == 0 || len(fresh) != len(old) {
-		t.Fatalf("controller-gen makes %d CRDs, manifests/crds has %d: run make generate", len(fresh), len(old))
+		t.Fatalf("controller-gen makes %d CRDs, manifests/crd has %d: run make generate", len(fresh), len(old))
 	}
 	for _, f := range fresh {
 		want, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join(root, "manifests/crds", filepath.Base(f)))
+		got, err := os.ReadFile(filepath.Join(root, "manifests/crd", filepath.Base(f)))
 		if err != nil || !bytes.Equal(want, got) {
-			t.Errorf("manifests/crds/%s is stale or missing: run make generate", filepath.Base(f))
+			t.Errorf("manifests/crd/%s is stale or missing: run make generate", filepath.Base(f))
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // can always be named in a budget, and no budget names a method that does
 // not exist.
 func TestBudgetReasonsAreTheConstants(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "manifests", "crds", "nodeforge.dev_nodepools.yaml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "manifests", "crd", "nodeforge.dev_nodepools.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/nodeforge/nodeforge/manifests"
 )
 
-// crdSchema checks objects against a CRD of manifests/crds as the API
+// crdSchema checks objects against a CRD of manifests/crd as the API
 // server checks a create: the OpenAPI schema, then the CEL rules. It does
 // not default or prune; the objects checked are complete.
 type crdSchema struct {
@@ -34,7 +34,7 @@ type crdSchema struct {
 
 func loadCRD(t testing.TB, file string) *crdSchema {
 	t.Helper()
-	raw, err := manifests.FS.ReadFile("crds/" + file)
+	raw, err := manifests.FS.ReadFile("crd/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func (s *crdSchema) validate(obj map[string]any) field.ErrorList {
 // per-rule and per-CRD limits, which long rules over lists (a pool's 50
 // budgets, each with six schedule rules) can exceed.
 func TestCRDsPassTheAPIServersChecks(t *testing.T) {
-	entries, err := manifests.FS.ReadDir("crds")
+	entries, err := manifests.FS.ReadDir("crd")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,8 +53,8 @@ var kwokLogs = schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1a
 
 // renderChart writes the embedded chart to <dir>/chart, the values to
 // <dir>/chart-values.yaml, and returns `helm template` of the two for the
-// sandbox's API server version (also
-// kept in <dir>/chart-rendered.yaml), CRDs included.
+// sandbox's API server version (also kept in <dir>/chart-rendered.yaml),
+// the CRDs among the templates.
 func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[string]any) ([]byte, error) {
 	chart := filepath.Join(s.Dir, "chart")
 	if err := os.RemoveAll(chart); err != nil {
@@ -97,7 +97,7 @@ func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[strin
 	}
 	// Relative paths: helm splits --values at commas, which test
 	// directories' names can hold.
-	cmd := exec.CommandContext(ctx, helm, "template", Release, "./chart", "--namespace", namespace, "--include-crds", "--values", "chart-values.yaml", "--kube-version", server.GitVersion)
+	cmd := exec.CommandContext(ctx, helm, "template", Release, "./chart", "--namespace", namespace, "--values", "chart-values.yaml", "--kube-version", server.GitVersion)
 	cmd.Dir = s.Dir
 	// helm keeps caches and settings under these; the sandbox's own.
 	home := filepath.Join(s.Dir, "helm")

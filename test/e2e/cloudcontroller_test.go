@@ -39,7 +39,7 @@ func TestPodsWaitForTheCloudControllerManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	if class.Spec.CloudControllerDelay == nil || class.Spec.CloudControllerDelay.Duration != delay {
-		t.Fatalf("SimulatedNodeClass spec.cloudControllerDelay read back as %v, want %s: is the CRD in manifests/crds generated from apis/v1alpha1?", class.Spec.CloudControllerDelay, delay)
+		t.Fatalf("SimulatedNodeClass spec.cloudControllerDelay read back as %v, want %s: is the CRD in manifests/crd generated from apis/v1alpha1?", class.Spec.CloudControllerDelay, delay)
 	}
 	poolFromDefault(t, kube, "uninitialized", func(np *v1alpha1.NodePool) {
 		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"pool": "uninitialized"}
