@@ -400,3 +400,38 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 	}
 }
+
+// TestProvisionerRestartsWithSchedulerConfig: the provisioner reads the
+// scheduler's configuration once, at start, so its pod template carries
+// the configuration's checksum, as the scheduler's does: helm upgrade with
+// new plugin arguments rolls both Deployments, and one with the same
+// values rolls neither.
+func TestProvisionerRestartsWithSchedulerConfig(t *testing.T) {
+	checksums := func(set ...string) (scheduler, provisioner string) {
+		objs := render(t, append(required, set...)...)
+		annotation := func(name, key string) string {
+			d := find(t, objs, "Deployment", name)
+			v, _, _ := unstructured.NestedString(d.Object, "spec", "template", "metadata", "annotations", key)
+			if v == "" {
+				t.Fatalf("Deployment %s: pod template has no annotation %s", name, key)
+			}
+			return v
+		}
+		return annotation("nodeforge-scheduler", "checksum/config"), annotation("nodeforge-provisioner", "checksum/scheduler-config")
+	}
+	s0, p0 := checksums()
+	if s0 != p0 {
+		t.Errorf("the provisioner's checksum %s is not the scheduler's %s: they judge by one configuration", p0, s0)
+	}
+	if s, p := checksums(); s != s0 || p != p0 {
+		t.Errorf("the same values gave checksums %s and %s, then %s and %s: every upgrade would restart both", s0, p0, s, p)
+	}
+	for _, set := range []string{"scheduler.virtualNodesArgs.maxClaimsTried=8", "scheduler.extraPluginConfig[0].name=NodeResourcesFit"} {
+		if _, p := checksums(set); p == p0 {
+			t.Errorf("--set %s changes the scheduler's configuration but not the provisioner's checksum", set)
+		}
+	}
+	if _, p := checksums("provisioner.verbosity=4"); p != p0 {
+		t.Error("a value outside the scheduler's configuration changed its checksum")
+	}
+}

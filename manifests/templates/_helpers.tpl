@@ -31,6 +31,30 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 {{- end }}
 
 {{/*
+The scheduler's KubeSchedulerConfiguration, as YAML: the shipped
+scheduler/config.yaml (which the sandbox's processes use as it is), with
+leader election in this namespace,
+VirtualNodes' arguments and the extra profiles and plugin configuration
+of the values. The scheduler's ConfigMap holds it, and both programs' pod
+templates carry its checksum: the provisioner reads it once, at start, to
+judge binds by.
+*/}}
+{{- define "nodeforge.schedulerConfig" -}}
+{{- $v := .Values.scheduler -}}
+{{- $cfg := fromYaml (.Files.Get "scheduler/config.yaml") -}}
+{{- $_ := set $cfg.leaderElection "resourceNamespace" .Release.Namespace -}}
+{{- $profile := index $cfg.profiles 0 -}}
+{{- range $pc := $profile.pluginConfig }}
+{{- if eq $pc.name "VirtualNodes" }}
+{{- $_ := set $pc "args" (merge (deepCopy $v.virtualNodesArgs) $pc.args) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $profile "pluginConfig" (concat $profile.pluginConfig $v.extraPluginConfig) -}}
+{{- $_ := set $cfg "profiles" (concat $cfg.profiles $v.extraProfiles) -}}
+{{- toYaml $cfg -}}
+{{- end }}
+
+{{/*
 The image of one program: (list $ "scheduler"). No repository is assumed:
 a default name would be pulled from whoever registered it, and run with
 the programs' rights. A digest, when given, pins the image.
