@@ -401,6 +401,16 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
+// schedulerConfig is the rendered scheduler ConfigMap's configuration.
+func schedulerConfig(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(str(find(t, objs, "ConfigMap", "nodeforge-scheduler-config"), "data", "config.yaml")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestProvisionerRestartsWithSchedulerConfig: the provisioner reads the
 // scheduler's configuration once, at start, so its pod template carries
 // the configuration's checksum, as the scheduler's does: helm upgrade with
@@ -426,12 +436,24 @@ func TestProvisionerRestartsWithSchedulerConfig(t *testing.T) {
 	if s, p := checksums(); s != s0 || p != p0 {
 		t.Errorf("the same values gave checksums %s and %s, then %s and %s: every upgrade would restart both", s0, p0, s, p)
 	}
-	for _, set := range []string{"scheduler.virtualNodesArgs.maxClaimsTried=8", "scheduler.extraPluginConfig[0].name=NodeResourcesFit"} {
+	for _, set := range []string{"scheduler.virtualNodesArgs.maxClaimsTried=8", "scheduler.extraPluginConfig[0].name=NodeResourcesFit", "scheduler.profiling=true"} {
 		if _, p := checksums(set); p == p0 {
 			t.Errorf("--set %s changes the scheduler's configuration but not the provisioner's checksum", set)
 		}
 	}
 	if _, p := checksums("provisioner.verbosity=4"); p != p0 {
 		t.Error("a value outside the scheduler's configuration changed its checksum")
+	}
+}
+
+// TestSchedulerProfilingOffUnlessAsked: kube-scheduler serves
+// /debug/pprof by default; the chart turns it off unless
+// scheduler.profiling is set.
+func TestSchedulerProfilingOffUnlessAsked(t *testing.T) {
+	if got := schedulerConfig(t, render(t, required...))["enableProfiling"]; got != false {
+		t.Errorf("enableProfiling %v by default, want false", got)
+	}
+	if got := schedulerConfig(t, render(t, append(required, "scheduler.profiling=true")...))["enableProfiling"]; got != true {
+		t.Errorf("enableProfiling %v with scheduler.profiling=true, want true", got)
 	}
 }

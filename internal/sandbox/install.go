@@ -122,6 +122,9 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 		"replicas":    max(o.SchedulerReplicas, 1),
 		"tolerations": controlPlane,
 		"env":         envVars(o.SchedulerEnv),
+		// /debug/pprof on loopback, for the benchmarks' CPU profiles
+		// (NODEFORGE_BENCH_PROFILE); a cluster's chart has it off.
+		"profiling": true,
 	}
 	provisioner := map[string]any{
 		"replicas":      max(o.ProvisionerReplicas, 1),

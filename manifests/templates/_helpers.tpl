@@ -33,7 +33,7 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 {{/*
 The scheduler's KubeSchedulerConfiguration, as YAML: the shipped
 scheduler/config.yaml (which the sandbox's processes use as it is), with
-leader election in this namespace,
+leader election in this namespace, profiling as scheduler.profiling says,
 VirtualNodes' arguments and the extra profiles and plugin configuration
 of the values. The scheduler's ConfigMap holds it, and both programs' pod
 templates carry its checksum: the provisioner reads it once, at start, to
@@ -43,6 +43,7 @@ judge binds by.
 {{- $v := .Values.scheduler -}}
 {{- $cfg := fromYaml (.Files.Get "scheduler/config.yaml") -}}
 {{- $_ := set $cfg.leaderElection "resourceNamespace" .Release.Namespace -}}
+{{- $_ := set $cfg "enableProfiling" (eq $v.profiling true) -}}
 {{- $profile := index $cfg.profiles 0 -}}
 {{- range $pc := $profile.pluginConfig }}
 {{- if eq $pc.name "VirtualNodes" }}

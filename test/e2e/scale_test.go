@@ -577,7 +577,8 @@ func schedulerAttempts(b *testing.B, dir, kubeconfig string) (float64, string) {
 
 // profileScheduler, when NODEFORGE_BENCH_PROFILE names a directory,
 // records the CPU profile of the scheduler replica the sandbox publishes
-// (kube-scheduler's /debug/pprof, on by default) for the first
+// (kube-scheduler's /debug/pprof, which the sandbox's chart values turn
+// on: scheduler.profiling) for the first
 // NODEFORGE_BENCH_PROFILE_SECONDS (default 30) after the scale call, into
 // scheduler-<N>.pprof there; the function it returns waits for it.
 // Without the variable it does nothing: the figures are taken without.
