@@ -346,6 +346,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=aws"}, "provisioner.clusterName is required"},
 		{[]string{"image.repository=r/nf", "provisioner.clusterEndpoint=https://demo.example"}, "provisioner.clusterName is required"},
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.affinity.nodeAffinity.x=y"}, "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector"},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "spreadReplicas=sometimes"}, `spreadReplicas "sometimes": choose required`},
 	} {
 		set := strings.Join(tc.set, ",")
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
@@ -455,5 +456,51 @@ func TestSchedulerProfilingOffUnlessAsked(t *testing.T) {
 	}
 	if got := schedulerConfig(t, render(t, append(required, "scheduler.profiling=true")...))["enableProfiling"]; got != true {
 		t.Errorf("enableProfiling %v with scheduler.profiling=true, want true", got)
+	}
+}
+
+// TestChartSpreadsReplicas: by default no two replicas of a program share
+// a node (required anti-affinity on the hostname) and zones stay within
+// one replica (DoNotSchedule), counting only nodes the pods tolerate, and
+// a rollout replaces one pod at a time, so that the new pod can take its
+// predecessor's node; spreadReplicas=preferred asks the same where it can,
+// for one-node clusters.
+func TestChartSpreadsReplicas(t *testing.T) {
+	for _, c := range []struct {
+		spread, antiAffinity, whenUnsatisfiable string
+	}{
+		{"", "requiredDuringSchedulingIgnoredDuringExecution", "DoNotSchedule"},
+		{"preferred", "preferredDuringSchedulingIgnoredDuringExecution", "ScheduleAnyway"},
+	} {
+		set := required
+		if c.spread != "" {
+			set = append(set, "spreadReplicas="+c.spread)
+		}
+		objs := render(t, set...)
+		for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
+			d := find(t, objs, "Deployment", name)
+			anti, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec", "affinity", "podAntiAffinity")
+			terms, _ := anti[c.antiAffinity].([]any)
+			if len(anti) != 1 || len(terms) != 1 {
+				t.Fatalf("spreadReplicas %q: %s podAntiAffinity %v, want one %s term", c.spread, name, anti, c.antiAffinity)
+			}
+			term := terms[0].(map[string]any)
+			if pa, ok := term["podAffinityTerm"].(map[string]any); ok {
+				term = pa
+			}
+			if want := "map[app.kubernetes.io/instance:nodeforge app.kubernetes.io/name:" + name + "]"; term["topologyKey"] != "kubernetes.io/hostname" || fmt.Sprint(term["labelSelector"].(map[string]any)["matchLabels"]) != want {
+				t.Errorf("spreadReplicas %q: %s anti-affinity term %v, want its own pods on kubernetes.io/hostname", c.spread, name, term)
+			}
+			tsc, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "topologySpreadConstraints")
+			if len(tsc) != 1 {
+				t.Fatalf("%s: topologySpreadConstraints %v, want one", name, tsc)
+			}
+			if z := tsc[0].(map[string]any); z["topologyKey"] != "topology.kubernetes.io/zone" || z["whenUnsatisfiable"] != c.whenUnsatisfiable || z["nodeTaintsPolicy"] != "Honor" || fmt.Sprint(z["maxSkew"]) != "1" {
+				t.Errorf("spreadReplicas %q: %s zone spread %v, want maxSkew 1, %s, nodeTaintsPolicy Honor", c.spread, name, z, c.whenUnsatisfiable)
+			}
+			if ru := str(d, "spec", "strategy", "rollingUpdate"); ru != "map[maxSurge:0 maxUnavailable:1]" {
+				t.Errorf("%s: rollingUpdate %s, want maxSurge 0, maxUnavailable 1", name, ru)
+			}
+		}
 	}
 }

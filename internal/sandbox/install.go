@@ -156,9 +156,10 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 	}
 	// The chart assumes no image repository. kwok runs the pods and the
 	// sandbox starts bin/'s programs for them, so nothing is pulled:
-	// localhost names images built on this machine.
+	// localhost names images built on this machine. One node, without a
+	// zone label: replicas apart where they can be.
 	image := map[string]any{"repository": "localhost/nodeforge"}
-	return map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner}
+	return map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner, "spreadReplicas": "preferred"}
 }
 
 func envVars(env []string) []any {

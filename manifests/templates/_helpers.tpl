@@ -121,12 +121,19 @@ labels. (list $ "scheduler/rbac.yaml")
 {{/*
 Pod placement of one program: (list $ "scheduler" $values). Off the nodes
 Nodeforge manages (a node it launched must not carry the program that
-decides whether it stays), spread across zones and nodes.
+decides whether it stays), and replicas apart as spreadReplicas says:
+required, never two on one node and zones at most one replica apart, so
+that losing a node or a zone leaves one running; preferred, the same
+where the cluster allows it.
 */}}
 {{- define "nodeforge.placement" -}}
 {{- $root := index . 0 -}}{{- $name := index . 1 -}}{{- $v := index . 2 -}}
 {{- if $v.affinity.nodeAffinity }}
 {{- fail (printf "%s.affinity.nodeAffinity is not supported: use %s.nodeSelector (the chart's own node affinity keeps the pods off the nodes Nodeforge manages)" $name $name) }}
+{{- end }}
+{{- $spread := $root.Values.spreadReplicas }}
+{{- if not (has $spread (list "required" "preferred")) }}
+{{- fail (printf "spreadReplicas %q: choose required (replicas on different nodes and spread across zones, or Pending) or preferred (apart where the cluster allows it, e.g. a cluster of one node)" (toString $spread)) }}
 {{- end }}
 {{- with $v.nodeSelector }}
 nodeSelector:
@@ -142,9 +149,16 @@ affinity:
       nodeSelectorTerms:
       - matchExpressions:
         - {key: nodeforge.dev/nodepool, operator: DoesNotExist}
-  {{- with $v.affinity.podAntiAffinity }}
+  {{- if $v.affinity.podAntiAffinity }}
   podAntiAffinity:
-    {{- toYaml . | nindent 4 }}
+    {{- toYaml $v.affinity.podAntiAffinity | nindent 4 }}
+  {{- else if eq $spread "required" }}
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "nodeforge.selector" (list $root $name) | nindent 10 }}
   {{- else }}
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
@@ -163,7 +177,10 @@ affinity:
 topologySpreadConstraints:
 - maxSkew: 1
   topologyKey: topology.kubernetes.io/zone
-  whenUnsatisfiable: ScheduleAnyway
+  whenUnsatisfiable: {{ ternary "DoNotSchedule" "ScheduleAnyway" (eq $spread "required") }}
+  # Zones count only by the nodes the pods may run on: a zone of nodes
+  # they do not tolerate does not hold a replica back.
+  nodeTaintsPolicy: Honor
   labelSelector:
     matchLabels:
       {{- include "nodeforge.selector" (list $root $name) | nindent 6 }}
