@@ -347,6 +347,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"image.repository=r/nf", "provisioner.clusterEndpoint=https://demo.example"}, "provisioner.clusterName is required"},
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.affinity.nodeAffinity.x=y"}, "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector"},
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "spreadReplicas=sometimes"}, `spreadReplicas "sometimes": choose required`},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.resources.limits.memory=lots"}, `memory limit "lots": the chart reads a number of bytes`},
 	} {
 		set := strings.Join(tc.set, ",")
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
@@ -500,6 +501,48 @@ func TestChartSpreadsReplicas(t *testing.T) {
 			}
 			if ru := str(d, "spec", "strategy", "rollingUpdate"); ru != "map[maxSurge:0 maxUnavailable:1]" {
 				t.Errorf("%s: rollingUpdate %s, want maxSurge 0, maxUnavailable 1", name, ru)
+			}
+		}
+	}
+}
+
+// containerEnv is the environment of a Deployment's container, by name;
+// a name set twice fails the test.
+func containerEnv(t *testing.T, objs []*unstructured.Unstructured, deployment string) map[string]string {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", deployment).Object, "spec", "template", "spec", "containers")
+	env := map[string]string{}
+	list, _ := containers[0].(map[string]any)["env"].([]any)
+	for _, e := range list {
+		e := e.(map[string]any)
+		name := e["name"].(string)
+		if _, ok := env[name]; ok {
+			t.Errorf("%s: env %s set twice", deployment, name)
+		}
+		env[name] = fmt.Sprint(e["value"])
+	}
+	return env
+}
+
+// TestChartSetsGOMEMLIMIT: each container's GOMEMLIMIT is 90% of its
+// memory limit, in MiB (the Go GC guide's headroom for memory the runtime
+// does not count); a GOMEMLIMIT of the values' env wins, and a container
+// without a memory limit gets none.
+func TestChartSetsGOMEMLIMIT(t *testing.T) {
+	for _, c := range []struct {
+		set  []string
+		want map[string]string // deployment → GOMEMLIMIT ("" for none)
+	}{
+		{nil, map[string]string{"nodeforge-scheduler": "921MiB", "nodeforge-provisioner": "921MiB"}},
+		{[]string{"scheduler.resources.limits.memory=2Gi", "provisioner.resources.limits.memory=1500M"},
+			map[string]string{"nodeforge-scheduler": "1843MiB", "nodeforge-provisioner": "1287MiB"}},
+		{[]string{"scheduler.env[0].name=GOMEMLIMIT", "scheduler.env[0].value=600MiB", "provisioner.resources.limits.memory=null"},
+			map[string]string{"nodeforge-scheduler": "600MiB", "nodeforge-provisioner": ""}},
+	} {
+		objs := render(t, append(slices.Clone(required), c.set...)...)
+		for deployment, want := range c.want {
+			if got := containerEnv(t, objs, deployment)["GOMEMLIMIT"]; got != want {
+				t.Errorf("--set %v: %s GOMEMLIMIT %q, want %q", c.set, deployment, got, want)
 			}
 		}
 	}

@@ -187,6 +187,51 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 
+{{/*
+The environment of one program's container (its values): GOMEMLIMIT
+from its memory limit, unless its env names GOMEMLIMIT, then its env.
+*/}}
+{{- define "nodeforge.env" -}}
+{{- $own := false -}}
+{{- range $e := (default (list) .env) }}
+{{- if eq $e.name "GOMEMLIMIT" }}{{ $own = true }}{{ end }}
+{{- end }}
+{{- $env := list -}}
+{{- $limit := dig "limits" "memory" "" (default (dict) .resources) -}}
+{{- if and $limit (not $own) }}
+{{- $env = append $env (dict "name" "GOMEMLIMIT" "value" (include "nodeforge.gomemlimit" $limit)) }}
+{{- end }}
+{{- $env = concat $env (default (list) .env) }}
+{{- with $env }}
+env:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT for a container's memory limit: 90% of it, in MiB. The Go
+runtime's soft limit counts only the memory the runtime manages; the Go
+GC guide advises 5-10% of headroom below the container's limit for the
+rest, so that the collector works harder before the kernel kills. A
+resourceFieldRef would give the limit itself, with no headroom.
+*/}}
+{{- define "nodeforge.gomemlimit" -}}
+{{- $q := toString . -}}
+{{- $bytes := 0.0 -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}
+{{- $bytes = float64 . }}
+{{- else }}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $suffix := trimPrefix $n $q }}
+{{- $units := dict "" 1.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 }}
+{{- if or (not $n) (not (hasKey $units $suffix)) }}
+{{- fail (printf "memory limit %q: the chart reads a number of bytes, or one with a suffix k, M, G, T, Ki, Mi, Gi or Ti, to set GOMEMLIMIT from" $q) }}
+{{- end }}
+{{- $bytes = mulf (float64 $n) (index $units $suffix) }}
+{{- end }}
+{{- printf "%dMiB" (int64 (floor (divf (mulf $bytes 0.9) 1048576.0))) }}
+{{- end }}
+
 {{/* The restricted Pod Security Standard, for the pod and its container. */}}
 {{- define "nodeforge.podSecurity" -}}
 securityContext:
