@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -243,6 +244,7 @@ func TestChartValues(t *testing.T) {
 		"provisioner.extraArgs[0]=--batch-max-duration=5s",
 		`provisioner.serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/nodeforge`,
 		"metrics.serviceMonitor.enabled=true",
+		"metrics.tls.secretName=nodeforge-scheduler-tls",
 		"topologySpread=false",
 		"commonAnnotations.example\\.com/owner=platform",
 	)
@@ -348,6 +350,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.affinity.nodeAffinity.x=y"}, "scheduler.affinity.nodeAffinity is not supported: use scheduler.nodeSelector"},
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "spreadReplicas=sometimes"}, `spreadReplicas "sometimes": choose required`},
 		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "scheduler.resources.limits.memory=lots"}, `memory limit "lots": the chart reads a number of bytes`},
+		{[]string{"image.repository=r/nf", "provisioner.cloudProvider=simulated", "metrics.serviceMonitor.enabled=true"}, "metrics.serviceMonitor.enabled needs metrics.tls.secretName"},
 	} {
 		set := strings.Join(tc.set, ",")
 		_, err := runHelm(t, "template", "nodeforge", ".", "--set", set)
@@ -545,5 +548,40 @@ func TestChartSetsGOMEMLIMIT(t *testing.T) {
 				t.Errorf("--set %v: %s GOMEMLIMIT %q, want %q", c.set, deployment, got, want)
 			}
 		}
+	}
+}
+
+// TestServiceMonitorVerifiesTLS: with a serving certificate of the
+// user's, the scheduler serves it (flags and the Secret mounted) and its
+// ServiceMonitor verifies it, by the Secret's CA and the Service's name,
+// never skipping verification; without one the scheduler mounts no
+// Secret (it makes its own certificate).
+func TestServiceMonitorVerifiesTLS(t *testing.T) {
+	objs := render(t, append(slices.Clone(required), "metrics.serviceMonitor.enabled=true", "metrics.tls.secretName=nodeforge-scheduler-tls")...)
+	sm := find(t, objs, "ServiceMonitor", "nodeforge-scheduler")
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("scheduler ServiceMonitor endpoints %v, want one", endpoints)
+	}
+	tls := endpoints[0].(map[string]any)["tlsConfig"]
+	want := map[string]any{
+		"serverName": "nodeforge-scheduler-metrics.nf-chart.svc",
+		"ca":         map[string]any{"secret": map[string]any{"name": "nodeforge-scheduler-tls", "key": "ca.crt"}},
+	}
+	if diff := cmp.Diff(want, tls); diff != "" {
+		t.Errorf("scheduler ServiceMonitor tlsConfig (-want,+got):\n%s", diff)
+	}
+	d := find(t, objs, "Deployment", "nodeforge-scheduler")
+	spec := str(d, "spec", "template", "spec")
+	for _, w := range []string{"--tls-cert-file=/etc/nodeforge/tls/tls.crt", "--tls-private-key-file=/etc/nodeforge/tls/tls.key", "mountPath:/etc/nodeforge/tls", "secretName:nodeforge-scheduler-tls"} {
+		if !strings.Contains(spec, w) {
+			t.Errorf("scheduler pod lacks %s: %s", w, spec)
+		}
+	}
+	dryRun(t, []*unstructured.Unstructured{d})
+
+	d = find(t, render(t, required...), "Deployment", "nodeforge-scheduler")
+	if spec := str(d, "spec", "template", "spec"); strings.Contains(spec, "--tls-cert-file") || strings.Contains(spec, "secretName") {
+		t.Errorf("without metrics.tls.secretName the scheduler pod still mounts a certificate: %s", spec)
 	}
 }
