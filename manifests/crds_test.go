@@ -179,7 +179,7 @@ func TestHelmUpgradeUpgradesCRDs(t *testing.T) {
 	if hasWeight(t) {
 		t.Fatal("the previous NodePool CRD still serves spec.weight")
 	}
-	values := []string{"--set", "provisioner.clusterName=demo"}
+	values := []string{"--set", "provisioner.clusterName=demo", "--set", "image.repository=" + repository}
 	if _, err := runHelm(t, append([]string{"install", "nodeforge", previousChart(t), "--namespace", "nf-upgrade", "--create-namespace", "--take-ownership", "--force-conflicts"}, values...)...); err != nil {
 		t.Fatal(err)
 	}

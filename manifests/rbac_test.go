@@ -204,7 +204,7 @@ func TestEveryRoleRuleHasAReason(t *testing.T) {
 	}
 	for _, provider := range []string{"aws", "simulated"} {
 		t.Run(provider, func(t *testing.T) {
-			objs := render(t, "provisioner.cloudProvider="+provider, "provisioner.clusterName=demo")
+			objs := render(t, "provisioner.cloudProvider="+provider, "provisioner.clusterName=demo", "image.repository="+repository)
 			roles, bound := renderedRoles(t, objs)
 			for key, rules := range roles {
 				d, ok := byKey[key]
