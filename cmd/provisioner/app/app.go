@@ -22,6 +22,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
 	k8sversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -98,7 +100,11 @@ func Main(opts ...registry.Option) {
 // is stopped; opts are as for Main.
 func Run(args []string, opts ...registry.Option) error {
 	fs := flag.CommandLine
-	klog.InitFlags(fs)
+	// The logging flags of kube-scheduler (component-base's):
+	// --logging-format text or json, -v, --vmodule and the rest, so that
+	// both programs log alike.
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(logging, fs)
 	var o options
 	printVersion := fs.Bool("version", false, "Print the version and exit.")
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
@@ -150,6 +156,9 @@ func Run(args []string, opts ...registry.Option) error {
 	}
 	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
 		return err
+	}
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
 	}
 	if err := o.validate(); err != nil {
 		return err

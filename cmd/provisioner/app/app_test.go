@@ -1,11 +1,16 @@
 package app
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 )
@@ -82,14 +87,45 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 
 // TestRunRefusesToStartWithoutCloudProvider runs the command as shipped
 // with no --cloud-provider: it stops before reaching any cluster, saying
-// the choices. (run registers its flags on the process's flag set, so this
-// is the one test that calls it.)
+// the choices, and logs that in JSON as --logging-format=json asks. (run
+// registers its flags on the process's flag set, so this is the one test
+// that calls it.)
 func TestRunRefusesToStartWithoutCloudProvider(t *testing.T) {
 	t.Setenv("NODEFORGE_CLOUD_PROVIDER", "") // restored after the test...
 	os.Unsetenv("NODEFORGE_CLOUD_PROVIDER")  // ...and unset during it
 	t.Setenv("KUBECONFIG", "/nonexistent")
-	err := Run([]string{"--leader-elect=false"})
+	// The JSON logger writes to the os.Stderr of when the flags are applied.
+	logFile, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = logFile
+	defer func() {
+		os.Stderr = stderr
+		if err := logsapi.ResetForTest(nil); err != nil {
+			t.Error(err)
+		}
+	}()
+	err = Run([]string{"--leader-elect=false", "--logging-format=json"})
 	if want := "--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("run without --cloud-provider = %v, want an error saying %q", err, want)
+	}
+	klog.ErrorS(err, "Provisioner failed", "cloudProvider", "") // as Main logs it
+	klog.Flush()
+	raw, err := os.ReadFile(logFile.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &line); err != nil {
+		t.Fatalf("the last log line is not JSON (%v): %s", err, raw)
+	}
+	if line["msg"] != "Provisioner failed" || !strings.Contains(fmt.Sprint(line["err"]), "--cloud-provider") {
+		t.Errorf("log line %v: want msg \"Provisioner failed\" and the error under err", line)
+	}
+	if _, ok := line["cloudProvider"]; !ok {
+		t.Errorf("log line %v: want the key cloudProvider as given", line)
 	}
 }
