@@ -1,10 +1,13 @@
 // Package metrics holds the provisioner's Prometheus metrics, registered
-// with controller-runtime's registry and served on --metrics-bind-address.
+// with controller-runtime's registry and served on --metrics-bind-address,
+// with nodeforge_build_info (package version).
 package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/nodeforge/nodeforge/version"
 )
 
 var (
@@ -107,5 +110,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages, Repacks, RepackSavings)
+	crmetrics.Registry.MustRegister(version.BuildInfo(), CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages, Repacks, RepackSavings)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -85,4 +86,25 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	if !slices.ContainsFunc(fw.ListPlugins().PreFilter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
 		t.Errorf("PreFilter plugins %v: want %s among them", fw.ListPlugins().PreFilter.Enabled, virtualnodes.Name)
 	}
+}
+
+// TestSchedulerExportsBuildInfo: the registry the scheduler's /metrics
+// serves holds nodeforge_build_info, 1. (Its labels are version's tests';
+// a test binary records no module versions, so the e2e test checks the
+// Kubernetes version a built scheduler reports.)
+func TestSchedulerExportsBuildInfo(t *testing.T) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "nodeforge_build_info" {
+			continue
+		}
+		if m := f.GetMetric(); len(m) != 1 || m[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("nodeforge_build_info %v, want one series of value 1", m)
+		}
+		return
+	}
+	t.Error("nodeforge_build_info is not in the scheduler's registry")
 }
