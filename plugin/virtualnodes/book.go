@@ -39,6 +39,9 @@ import (
 type book struct {
 	mu   sync.Mutex
 	view *view
+	// openGauge follows len(open): nodeforge_virtualnodes_claims_open,
+	// summed over the plugin's profiles.
+	openGauge interface{ Add(float64) }
 
 	claims    map[string]*claim
 	open      []*claim // oldest first
@@ -63,9 +66,10 @@ type book struct {
 	left map[types.UID]string
 }
 
-func newBook(v *view) *book {
+func newBook(v *view, openGauge interface{ Add(float64) }) *book {
 	return &book{
 		view:           v,
+		openGauge:      openGauge,
 		claims:         map[string]*claim{},
 		nominated:      map[types.UID]*claim{},
 		hints:          map[string]*claim{},
@@ -158,6 +162,7 @@ func (b *book) register(c *claim) {
 func (b *book) registerLocked(c *claim) {
 	b.claims[c.name] = c
 	b.open = append(b.open, c)
+	b.openGauge.Add(1)
 	b.view.virtual = append(b.view.virtual, c.info)
 	b.view.byName[c.name] = c.info
 }
@@ -186,7 +191,9 @@ func (b *book) closeLocked(c *claim) {
 		return
 	}
 	c.open = false
+	before := len(b.open)
 	b.open = slices.DeleteFunc(b.open, func(o *claim) bool { return o == c })
+	b.openGauge.Add(float64(len(b.open) - before))
 	for sig, h := range b.hints {
 		if h == c {
 			delete(b.hints, sig)

@@ -25,6 +25,8 @@ type decision struct {
 	claim   *claim
 	isNew   bool
 	reasons []string // "pool default: no instance type has 300 cpu; the largest has 192"
+	// refusal is why not, for the metric: the first pool's reason.
+	refusal refusal
 }
 
 // nominate finds the claim for pod: an open claim it fits, else a new claim
@@ -38,7 +40,7 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	defer p.view.reset()
 	state := framework.NewCycleState()
 	if _, s, _ := p.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
-		return decision{reasons: []string{"no node can run it: " + s.Message()}}
+		return decision{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
 	}
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
@@ -60,18 +62,22 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.book.openClaims()))
 
 	var reasons []string
-	for _, pl := range p.ordered {
-		c, reason := p.newClaim(ctx, state, pod, req, pl)
+	first := refusalNoNodePool
+	for i, pl := range p.ordered {
+		c, why, reason := p.newClaim(ctx, state, pod, req, pl)
 		if c != nil {
 			p.book.setHint(sig, c)
 			return decision{claim: c, isNew: true}
+		}
+		if i == 0 {
+			first = why
 		}
 		reasons = append(reasons, fmt.Sprintf("pool %s: %s", pl.np.Name, reason))
 	}
 	if len(p.ordered) == 0 {
 		reasons = append(reasons, "no NodePool has a published instance type catalog")
 	}
-	return decision{reasons: reasons}
+	return decision{reasons: reasons, refusal: first}
 }
 
 // fillSlack nominates pod to an open claim whose cheapest open option
@@ -251,8 +257,8 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 
 // newClaim makes a claim in pool pl for pod, in the group whose cheapest
 // fitting instance type is cheapest among those the Filter plugins accept.
-// It returns why not otherwise, in a sentence for the pod's Event.
-func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, pl *pool) (*claim, string) {
+// It returns why not otherwise, and that in a sentence for the pod's Event.
+func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, pl *pool) (*claim, refusal, string) {
 	type candidate struct {
 		g    *group
 		info *framework.NodeInfo
@@ -289,7 +295,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		if within := p.withinLimits(pl, opts, nil); len(within) > 0 && g.minValuesUnmet(within) == "" {
 			opts = within
 		} else {
-			return nil, p.limitReason(pl, opts[0])
+			return nil, refusalLimitReached, p.limitReason(pl, opts[0])
 		}
 		candidates = append(candidates, candidate{g: g, info: info, ds: ds, opts: opts})
 	}
@@ -311,7 +317,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		c.add(pod, cand.opts, p.now())
 		p.book.register(c)
 		p.view.joined(c.info, append(slices.Clone(cand.ds), pod)...)
-		return c, ""
+		return c, refusalNone, ""
 	}
 	switch {
 	case len(filterReasons) > 0:
@@ -320,15 +326,15 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			rs = append(rs, r)
 		}
 		slices.Sort(rs)
-		return nil, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
+		return nil, refusalFilter, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
 	case noFlex != "":
-		return nil, noFlex
+		return nil, refusalMinValues, noFlex
 	case noSize > 0 && noLabels == 0:
-		return nil, p.sizeReason(pl, req)
+		return nil, refusalTooLarge, p.sizeReason(pl, req)
 	case noLabels > 0:
-		return nil, "no instance type matches the pod's node selector or affinity"
+		return nil, refusalNoMatch, "no instance type matches the pod's node selector or affinity"
 	}
-	return nil, "the pool has no available offering"
+	return nil, refusalNoOffering, "the pool has no available offering"
 }
 
 // sizeReason says which resource the pod wants more of than any instance

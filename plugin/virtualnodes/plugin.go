@@ -70,6 +70,8 @@ type VirtualNodes struct {
 
 	// book holds the claims and nominations, under its own lock.
 	book *book
+	// metrics are the series PostFilter and the book write.
+	metrics *decisionMetrics
 
 	// mu serializes decisions (PostFilter) with the informer handlers and
 	// the write loop, and guards what follows; whoever changes the book
@@ -221,21 +223,35 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	if err != nil {
 		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
 	}
+	m := pluginMetrics()
 	return &VirtualNodes{
 		args:     args,
 		fw:       fw,
 		view:     v,
 		recorder: h.EventRecorder(),
 		now:      time.Now,
-		book:     newBook(v),
+		book:     newBook(v, m.open),
+		metrics:  m,
 		pools:    map[string]*pool{},
 		refused:  map[types.UID]*v1.Pod{},
 		synced:   make(chan struct{}),
 	}, nil
 }
 
-// PostFilter nominates a pod that fits no real node to a virtual node.
+// PostFilter nominates a pod that fits no real node to a virtual node,
+// and counts what it decided and how long the scheduling cycle waited.
 func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	start := time.Now()
+	res, status, r, why := p.postFilter(ctx, pod)
+	if r < numResults { // not a cancelled cycle
+		p.metrics.observe(r, why, time.Since(start))
+	}
+	return res, status
+}
+
+// postFilter is PostFilter's decision, with its result and, for a refused
+// pod, the reason; the result is numResults when the cycle was cancelled.
+func (p *VirtualNodes) postFilter(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
 	logger := klog.FromContext(ctx)
 	// Wait for the rebuild, but never hold the scheduling loop long: a
 	// plugin that cannot read the API (RBAC, a down server) refuses the
@@ -246,16 +262,16 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	case <-p.synced:
 	case <-wait.C:
 		logger.Info("Not synced with the API server yet; the pod will be retried", "pod", klog.KObj(pod), "waited", syncWait)
-		return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage)
+		return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused, refusalNotSynced
 	case <-ctx.Done():
-		return nil, fwk.AsStatus(ctx.Err())
+		return nil, fwk.AsStatus(ctx.Err()), numResults, refusalNone
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.rebuilt && p.rebuildFrom != nil {
 		if err := p.rebuildFrom(ctx); err != nil {
 			logger.Error(err, "Rebuilding nodeclaims before the first decision; the pod will be retried", "pod", klog.KObj(pod))
-			return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage)
+			return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused, refusalNotSynced
 		}
 		p.rebuilt = true
 	}
@@ -267,12 +283,12 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		// repack), and the scheduler saw that before this plugin did.
 		if node != "" && node != c.name && p.book.follow(pod, node) {
 			to := p.book.claim(node)
-			return nominateTo(to), nominatedStatus(to)
+			return nominateTo(to), nominatedStatus(to), resultKept, refusalNone
 		}
 		switch {
 		case (c.open || node == "" || node == c.name) && !p.openAndRefusing(c):
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
-			return nominateTo(c), nominatedStatus(c)
+			return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
 		case c.open || node == "" || node == c.name:
 			// The claim's node is up and open, its binding done, and the
 			// scheduler's filters refused the pod on it (PostFilter runs
@@ -284,7 +300,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			p.book.unview(c, pod)
 		case p.book.wasRepacked(node):
 			// The pod's object still names the claim it was moved from.
-			return nominateTo(c), nominatedStatus(c)
+			return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
 		case p.heldForBinding(node):
 			// The provisioner handed the pod to the scheduler, nominated
 			// to its claim's node, for a binding cycle (volumes to
@@ -293,7 +309,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			// open and still refuses the pod, the pod is decided afresh.
 			logger.V(4).Info("Pod keeps its nomination to its claim's node until the node is open", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
 			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}},
-				fwk.NewStatus(fwk.Success, "nominated to node "+node+" of nodeclaim "+c.name+", which the scheduler binds it to once the node is open")
+				fwk.NewStatus(fwk.Success, "nominated to node "+node+" of nodeclaim "+c.name+", which the scheduler binds it to once the node is open"), resultKept, refusalNone
 		default:
 			logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
 			p.book.unview(c, pod)
@@ -305,14 +321,18 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
 		p.event(pod, v1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
 		p.refused[pod.UID] = pod
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg), resultRefused, d.refusal
 	}
 	c := d.claim
 	p.book.nominate(pod.UID, c)
 	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
-	return nominateTo(c), nominatedStatus(c)
+	r := resultExisting
+	if d.isNew {
+		r = resultNew
+	}
+	return nominateTo(c), nominatedStatus(c), r, refusalNone
 }
 
 func nominateTo(c *claim) *fwk.PostFilterResult {
