@@ -107,8 +107,14 @@ var (
 		Name: "nodeforge_nodes",
 		Help: "Registered nodes per pool.",
 	}, []string{"nodepool"})
+	// PoolUsage is each pool's status.resources, per resource.
+	PoolUsage = newResourceGauges("nodeforge_nodepool_usage",
+		"Capacity per pool and resource (cpu in cores, memory in bytes) of its nodes and of its launched claims whose node has not registered: NodePool status.resources, what spec.limits is checked against (launches under way are reserved on top).")
+	// PoolLimit is each pool's spec.limits, per resource.
+	PoolLimit = newResourceGauges("nodeforge_nodepool_limit",
+		"Limits per pool and resource (cpu in cores, memory in bytes): NodePool spec.limits; no series for a resource without a limit.")
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(version.BuildInfo(), CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages, Repacks, RepackSavings)
+	crmetrics.Registry.MustRegister(version.BuildInfo(), CloudCalls, CloudCallDuration, ClaimsLaunched, ClaimsFailed, ClaimsDeleted, PodTimeToBound, Nodes, PoolUsage, PoolLimit, DisruptionDecisions, DisruptionSavings, DisruptionDecisionDuration, ZoneStates, Repairs, RepairsHeld, InterruptionMessages, Repacks, RepackSavings)
 }

@@ -1,9 +1,10 @@
 // Package nodepool keeps NodePool status current: how many nodes the pool
 // has, the capacity they and the pool's launching claims add up to (the
-// figure spec.limits is checked against), whether the pool is Ready,
-// which it is when its node class exists and is ready, whether its
-// disruption budgets' schedules can be read (BudgetsValid), and whether it
-// has limits at all (LimitsSet).
+// figure spec.limits is checked against; it and the limits are exported
+// as nodeforge_nodepool_usage and nodeforge_nodepool_limit), whether the
+// pool is Ready, which it is when its node class exists and is ready,
+// whether its disruption budgets' schedules can be read (BudgetsValid),
+// and whether it has limits at all (LimitsSet).
 package nodepool
 
 import (
@@ -122,6 +123,8 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.Nodes.DeleteLabelValues(req.Name)
+			metrics.PoolUsage.Delete(req.Name)
+			metrics.PoolLimit.Delete(req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -150,6 +153,8 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 			status.Resources = quota.Add(status.Resources, nc.Status.Capacity)
 		}
 	}
+	metrics.PoolUsage.Set(pool.Name, status.Resources)
+	metrics.PoolLimit.Set(pool.Name, corev1.ResourceList(pool.Spec.Limits))
 	ready, reason, message, err := c.nodeClassReady(ctx, pool.Spec.Template.Spec.NodeClassRef)
 	if err != nil {
 		return reconcile.Result{}, err

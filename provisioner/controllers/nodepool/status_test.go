@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,6 +23,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
 func poolWithClass(name string, ref v1alpha1.NodeClassReference) *v1alpha1.NodePool {
@@ -240,5 +242,58 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 				t.Errorf("Ready = %+v; want True whatever the limits", ready)
 			}
 		})
+	}
+}
+
+// TestPoolUsageAndLimitsAreExported: a pool's status.resources and
+// spec.limits are its nodeforge_nodepool_usage and
+// nodeforge_nodepool_limit series, in cores and bytes; a deleted pool
+// has none.
+func TestPoolUsageAndLimitsAreExported(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	np := poolWithClass("metered", simulatedClass("default"))
+	np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("100")}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{v1alpha1.LabelNodePool: "metered"}},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}}
+	launching := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "launching"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "metered"},
+		Status: v1alpha1.NodeClaimStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np, node, launching).WithStatusSubresource(np).Build()
+	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "metered"}}
+	if _, err := c.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		gauge    *metrics.ResourceGauges
+		resource string
+		want     float64
+	}{
+		{"usage", metrics.PoolUsage, "cpu", 6}, // the node's 4 and the launching claim's 2
+		{"usage", metrics.PoolUsage, "memory", 16 << 30},
+		{"limit", metrics.PoolLimit, "cpu", 100},
+	} {
+		if got := promtestutil.ToFloat64(tc.gauge.WithLabelValues("metered", tc.resource)); got != tc.want {
+			t.Errorf("%s of %s = %v, want %v", tc.name, tc.resource, got, tc.want)
+		}
+	}
+	if err := kube.Delete(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range map[string]*metrics.ResourceGauges{"usage": metrics.PoolUsage, "limit": metrics.PoolLimit} {
+		if g.DeleteLabelValues("metered", "cpu") {
+			t.Errorf("a deleted pool still has a cpu %s series", name)
+		}
 	}
 }
