@@ -1,7 +1,8 @@
 // Package manifests embeds the YAML that installs Nodeforge: the chart
 // (this directory), and in it the CRDs, the scheduler's and provisioner's
 // identities and permissions and the scheduler configuration; the
-// namespace and the examples. The sandbox installs these
+// namespace and the examples; the Grafana dashboard and Prometheus
+// alerts (monitoring/). The sandbox installs these
 // very files, so what is tested is what a cluster gets.
 package manifests
 
@@ -10,7 +11,7 @@ import "embed"
 // FS holds every manifest, by path relative to this directory.
 //
 //go:embed namespace.yaml crd/*.yaml scheduler/*.yaml provisioner/*.yaml examples/*.yaml
-//go:embed Chart.yaml values.yaml README.md .helmignore templates/*
+//go:embed Chart.yaml values.yaml README.md .helmignore templates/* monitoring/*
 var FS embed.FS
 
 // Install lists, in the order to apply them, the manifests a cluster needs
