@@ -311,6 +311,28 @@ func TestSandbox(t *testing.T) {
 				t.Errorf("provisioner metric %s = %v, want at least %v", series, v, atLeast)
 			}
 		}
+		// The pool's usage counts the node (at least the pod's 2 cpu).
+		if v := metricValue(metrics, `nodeforge_nodepool_usage{nodepool="default",resource="cpu"}`); v < 2 {
+			t.Errorf("provisioner metric nodeforge_nodepool_usage of default's cpu = %v, want at least 2", v)
+		}
+		// The sandbox's one scheduler leads: it nominated the pod to a new claim.
+		body, err := schedulerGet(dir, kubeconfig, "/metrics", 30*time.Second)
+		if err != nil {
+			t.Fatalf("reading the scheduler's metrics: %v", err)
+		}
+		if v := metricValue(string(body), `nodeforge_virtualnodes_nominations_total{result="newClaim"}`); v < 1 {
+			t.Errorf("scheduler metric nodeforge_virtualnodes_nominations_total{result=\"newClaim\"} = %v, want at least 1", v)
+		}
+		// Both programs say which build runs, on the Kubernetes libraries of go.mod.
+		kube, err := exec.Command("go", "list", "-C", source, "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for program, exposition := range map[string]string{"provisioner": metrics, "scheduler": string(body)} {
+			if !buildInfo(exposition, strings.TrimSpace(string(kube))) {
+				t.Errorf("the %s's metrics have no nodeforge_build_info of 1 with kubernetesVersion %q", program, strings.TrimSpace(string(kube)))
+			}
+		}
 		if err := cs.CoreV1().Pods("default").Delete(ctx, "pending", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -428,6 +450,17 @@ func metricValue(exposition, series string) float64 {
 		}
 	}
 	return -1
+}
+
+// buildInfo says whether exposition has a nodeforge_build_info series of
+// value 1 labelled with kubernetesVersion kube.
+func buildInfo(exposition, kube string) bool {
+	for _, line := range strings.Split(exposition, "\n") {
+		if strings.HasPrefix(line, "nodeforge_build_info{") && strings.Contains(line, `kubernetesVersion="`+kube+`"`) && strings.HasSuffix(line, "} 1") {
+			return true
+		}
+	}
+	return false
 }
 
 // endpoint reads one line of the sandbox's DIR/endpoints.
