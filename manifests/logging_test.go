@@ -20,7 +20,7 @@ func TestChartLoggingFormat(t *testing.T) {
 			}
 		}
 	}
-	_, err := runHelm(t, "template", "nodeforge", ".", "--set", "provisioner.clusterName=demo", "--set", "logging.format=xml")
+	_, err := runHelm(t, "template", "nodeforge", ".", "--set", "provisioner.clusterName=demo", "--set", "image.repository="+repository, "--set", "logging.format=xml")
 	if want := `logging.format "xml": choose text or json`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("logging.format=xml: %v, want an error saying %q", err, want)
 	}
