@@ -204,6 +204,13 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 		// An update replaces the whole object: keep what others wrote
 		// (do-not-disrupt, say) and the claim's own stamp.
 		nc.Annotations = maps.Clone(c.written.Annotations)
+		// What the claim was made from stays as it was made, as the API
+		// server requires of its node class: a claim restored after a
+		// restart hangs off its pool as it is now, which may name
+		// another class or lifetimes since.
+		nc.Spec.NodeClassRef = c.written.Spec.NodeClassRef
+		nc.Spec.ExpireAfter = c.written.Spec.ExpireAfter
+		nc.Spec.TerminationGracePeriod = c.written.Spec.TerminationGracePeriod.DeepCopy()
 	}
 	if c.poolHash != "" {
 		if nc.Annotations == nil {

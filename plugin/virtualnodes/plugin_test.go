@@ -683,7 +683,8 @@ func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
 // the hash of the pool's template it was made from (and the hash's
 // version) and carries the template's annotations for the node; a pool
 // edited afterwards does not change the stamp of a claim restored from
-// the API server, nor drop annotations others wrote on it.
+// the API server, nor its node class (which the API server would refuse
+// to change), nor drop annotations others wrote on it.
 func TestClaimCarriesItsPoolsHashAndAnnotations(t *testing.T) {
 	pl := benchPool(t)
 	pl.np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "alice"}
@@ -715,6 +716,8 @@ func TestClaimCarriesItsPoolsHashAndAnnotations(t *testing.T) {
 	// an annotation of someone else's: both are written back as they were.
 	nc.Annotations[v1alpha1.AnnotationNodePoolHash] = "older"
 	nc.Annotations[v1alpha1.AnnotationDoNotDisrupt] = "true"
+	made := v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "before-the-edit"}
+	nc.Spec.NodeClassRef = made
 	restored := h.plugin.restore(nc, nil)
 	if restored == nil {
 		t.Fatal("the claim was not restored")
@@ -725,6 +728,9 @@ func TestClaimCarriesItsPoolsHashAndAnnotations(t *testing.T) {
 	}
 	if again.Annotations[v1alpha1.AnnotationDoNotDisrupt] != "true" {
 		t.Errorf("a restored claim lost an annotation others wrote: %v", again.Annotations)
+	}
+	if again.Spec.NodeClassRef != made {
+		t.Errorf("a restored claim is written with node class %v, want %v, the one it was made with", again.Spec.NodeClassRef, made)
 	}
 }
 

@@ -442,7 +442,9 @@ var errNotOurs = errors.New("a nodeclaim of that name already exists and is not 
 // it is this claim (an earlier create whose answer was lost, same UID not
 // known yet but still open and nominating), the write goes on as an
 // update of it; anything else is a conflict, so the claim is forgotten
-// and its pods are retried (errNotOurs).
+// and its pods are retried (errNotOurs). A claim of the same pool made
+// from another template or node class is not this one either: the API
+// server refuses the update, as those fields are immutable.
 func (p *VirtualNodes) adoptExisting(ctx context.Context, c client.Client, obj *v1alpha1.NodeClaim) error {
 	var existing v1alpha1.NodeClaim
 	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &existing); err != nil {
@@ -453,7 +455,11 @@ func (p *VirtualNodes) adoptExisting(ctx context.Context, c client.Client, obj *
 		return fmt.Errorf("%w: pool %s, phase %q", errNotOurs, existing.Spec.NodePool, existing.Status.Phase)
 	}
 	obj.ResourceVersion, obj.UID = existing.ResourceVersion, existing.UID
-	return c.Update(ctx, obj)
+	err := c.Update(ctx, obj)
+	if apierrors.IsInvalid(err) {
+		return fmt.Errorf("%w: %w", errNotOurs, err)
+	}
+	return err
 }
 
 // writeLoop writes dirty claims every WriteInterval until ctx ends.

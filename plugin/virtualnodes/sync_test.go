@@ -3,15 +3,19 @@ package virtualnodes
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -184,5 +188,44 @@ func TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem(t *testing.T) 
 	}
 	if !c2.open {
 		t.Errorf("a stale update closed claim %s", c2.name)
+	}
+}
+
+// TestNameTakenByAClaimOfAnotherClassIsForgotten: a create that finds a
+// Nominating claim of the same name and pool updates it only if it is
+// the same claim; one made with another node class is not, the API
+// server refuses the update (the class is immutable, modelled here by
+// the interceptor), and the plugin forgets its claim and decides its
+// pods again instead of retrying the write for ever.
+func TestNameTakenByAClaimOfAnotherClassIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	taken := c.object()
+	taken.Spec.NodeClassRef.Name = "someone-elses"
+	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).WithObjects(taken).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			var cur v1alpha1.NodeClaim
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), &cur); err == nil && cur.Spec.NodeClassRef != obj.(*v1alpha1.NodeClaim).Spec.NodeClassRef {
+				return apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("NodeClaim").GroupKind(), obj.GetName(),
+					field.ErrorList{field.Invalid(field.NewPath("spec", "nodeClassRef"), nil, "nodeClassRef is immutable")})
+			}
+			return cl.Update(ctx, obj, opts...)
+		}}).Build()
+	h.plugin.flush(ctx, api)
+	h.plugin.mu.Lock()
+	defer h.plugin.mu.Unlock()
+	if h.plugin.book.claim(c.name) != nil {
+		t.Errorf("claim %s, whose name another claim holds, is still in the plugin's book", c.name)
+	}
+	if !slices.ContainsFunc(slices.Collect(maps.Values(h.plugin.refused)), func(p *v1.Pod) bool { return p.Name == "a" }) {
+		t.Error("pod a is not queued to be decided again")
+	}
+	var kept v1alpha1.NodeClaim
+	if err := api.Get(ctx, client.ObjectKey{Name: c.name}, &kept); err != nil || kept.Spec.NodeClassRef.Name != "someone-elses" {
+		t.Errorf("the other claim became %v (%v); want it left as it was", kept.Spec.NodeClassRef, err)
 	}
 }
