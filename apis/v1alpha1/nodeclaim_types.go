@@ -37,44 +37,84 @@ type NodeClaim struct {
 // NodeClaimSpec is what the node must be: the pool it comes from, the
 // requirements every pod nominated to it imposes (among them the instance
 // types still open), and the resources those pods and the daemonsets request.
+//
+// What the node is made from (its pool, node class, labels, annotations,
+// taints and startup taints) is fixed when the claim is made: the API
+// server refuses a change to it, and the provisioner checks it against
+// the pool before launch and before adoption. Four fields stay mutable:
+// requirements and resources, which the scheduler rewrites as pods are
+// nominated and the provisioner rewrites when it repacks a batch (the
+// provisioner checks the requirements against the pool); and expireAfter
+// and terminationGracePeriod, which only shorten or lengthen the node's
+// life and drain, as deleting the claim (which the same writer may do)
+// would.
+//
+// +kubebuilder:validation:XValidation:message="labels are immutable: they are the pool's template labels, copied when the claim is made",rule="has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",fieldPath=".labels"
+// +kubebuilder:validation:XValidation:message="annotations are immutable: they are the pool's template annotations, copied when the claim is made",rule="has(self.annotations) == has(oldSelf.annotations) && (!has(self.annotations) || self.annotations == oldSelf.annotations)",fieldPath=".annotations"
+// +kubebuilder:validation:XValidation:message="taints are immutable: they are the pool's template taints, copied when the claim is made",rule="has(self.taints) == has(oldSelf.taints) && (!has(self.taints) || self.taints == oldSelf.taints)",fieldPath=".taints"
+// +kubebuilder:validation:XValidation:message="startupTaints are immutable: they are the pool's template startup taints, copied when the claim is made",rule="has(self.startupTaints) == has(oldSelf.startupTaints) && (!has(self.startupTaints) || self.startupTaints == oldSelf.startupTaints)",fieldPath=".startupTaints"
 type NodeClaimSpec struct {
-	// NodePool is the pool the claim was made from.
+	// NodePool is the pool the claim was made from. Immutable.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:XValidation:message="nodePool is immutable",rule="self == oldSelf"
 	// +required
 	NodePool string `json:"nodePool"`
-	// Requirements the node must satisfy: the pool's, narrowed by every pod
-	// nominated so far.
+	// Requirements the node must satisfy: the pool's, narrowed to the
+	// claim's open instance types, zone, capacity type and architecture.
+	// Mutable: the scheduler narrows the instance types as it nominates
+	// pods, and the provisioner rewrites them when it repacks a batch.
+	// The provisioner launches a claim only if every requirement of its
+	// pool is here and no looser.
 	// +kubebuilder:validation:MaxItems=100
 	// +listType=atomic
 	// +optional
 	Requirements []NodeSelectorRequirementWithMinValues `json:"requirements,omitempty"`
-	// Resources requested by the nominated pods plus the daemonset overhead.
+	// Resources requested by the nominated pods plus the daemonset
+	// overhead. Mutable, as requirements are.
 	// +optional
 	Resources ResourceRequirements `json:"resources,omitempty"`
 	// Labels the node gets when it registers, beside the well-known labels
 	// of its instance type and offering: the pool's template labels as they
-	// were when the claim was made, so that a pool edited after nomination
-	// does not change the node the scheduler already judged.
+	// were when the claim was made, and nodeforge.dev/nodepool, so that a
+	// pool edited after nomination does not change the node the scheduler
+	// already judged. Immutable. The keys a pool's template refuses are
+	// refused here too (nodeforge.dev/nodepool aside): among them
+	// node-role.kubernetes.io/ and node-restriction.kubernetes.io/ keys,
+	// which no kubelet may set on its node.
+	// +kubebuilder:validation:XValidation:message="label domain \"nodeforge.dev\" is reserved for Nodeforge; only nodeforge.dev/nodepool may be set",rule="self.all(k, !k.matches('^([^/]*\\\\.)?nodeforge\\\\.dev/') || k == 'nodeforge.dev/nodepool')"
+	// +kubebuilder:validation:XValidation:message="label domains \"karpenter.sh\" and \"karpenter.k8s.aws\" are Karpenter's: Nodeforge sets karpenter.sh/capacity-type on every node itself, and Karpenter would count a node with its other labels as its own",rule="self.all(k, !k.matches('^([^/]*\\\\.)?karpenter\\\\.(sh|k8s\\\\.aws)/'))"
+	// +kubebuilder:validation:XValidation:message="label keys must be qualified names, such as intent or example.com/team",rule="self.all(k, k.matches('^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\\\\.)*[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
+	// +kubebuilder:validation:XValidation:message="label keys in the kubernetes.io and k8s.io domains are set by Kubernetes and Nodeforge, and a kubelet may not set node-role or node-restriction labels; only node.kubernetes.io/ and kubelet.kubernetes.io/ keys (other than node.kubernetes.io/instance-type) may be set",rule="self.all(k, !k.matches('^([^/]*\\\\.)?(kubernetes\\\\.io|k8s\\\\.io)/') || ((k.startsWith('node.kubernetes.io/') || k.startsWith('kubelet.kubernetes.io/')) && k != 'node.kubernetes.io/instance-type'))"
+	// +kubebuilder:validation:MaxProperties=101
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 	// Annotations the node gets when it is adopted: the pool's template
-	// annotations as they were when the claim was made.
+	// annotations as they were when the claim was made. Immutable.
+	// +kubebuilder:validation:MaxProperties=100
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// Taints the node gets when it registers.
+	// Taints the node gets when it registers: the pool's template taints
+	// as they were when the claim was made. Immutable.
+	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic
 	// +optional
 	Taints []corev1.Taint `json:"taints,omitempty"`
-	// StartupTaints the node gets when it registers, removed by others.
+	// StartupTaints the node gets when it registers, removed by others:
+	// the pool's template startup taints as they were when the claim was
+	// made. Immutable.
+	// +kubebuilder:validation:MaxItems=50
 	// +listType=atomic
 	// +optional
 	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
-	// NodeClassRef names the provider-specific launch settings.
+	// NodeClassRef names the provider-specific launch settings: the
+	// pool's template's when the claim was made. Immutable.
+	// +kubebuilder:validation:XValidation:message="nodeClassRef is immutable: it is the pool's template's, copied when the claim is made",rule="self == oldSelf"
 	// +required
 	NodeClassRef NodeClassReference `json:"nodeClassRef"`
 	// ExpireAfter is copied from the pool when the claim is made, with no
-	// floor of its own (see TerminationGracePeriod).
+	// floor of its own (see TerminationGracePeriod). Mutable: whoever may
+	// write the claim may delete it, which ends the node's life sooner
+	// than any expireAfter; changing it grants nothing more.
 	// +kubebuilder:default="720h"
 	// +optional
 	ExpireAfter NillableDuration `json:"expireAfter,omitempty"`
@@ -85,7 +125,8 @@ type NodeClaimSpec struct {
 	// the instance is terminated. Unset: draining waits on PDBs for as
 	// long as they hold. No floor, unlike the pool's: a claim copies what
 	// its pool held when the claim was made, and a pool stored before the
-	// floor must still launch.
+	// floor must still launch. Mutable, as expireAfter is: a writer of the
+	// claim could delete it instead.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=12
 	// +kubebuilder:validation:XValidation:message="terminationGracePeriod must be a duration in hours, minutes and seconds of at most 6 digits each and 12 characters in all, such as 30s, 15m or 1h30m",rule="self.matches('^([0-9]{1,6}(s|m|h))+$')"

@@ -63,6 +63,13 @@ func loadCRD(t testing.TB, file string) *crdSchema {
 // the CEL rules are not run on an object whose schema errors block them
 // (a value too long, a required field missing, a wrong type).
 func (s *crdSchema) validate(obj map[string]any) field.ErrorList {
+	return s.validateUpdate(obj, nil)
+}
+
+// validateUpdate returns what the API server would refuse an update of
+// old to obj for: validate's checks, and the rules that compare with the
+// object as it was (oldSelf). A nil old is a create.
+func (s *crdSchema) validateUpdate(obj, old map[string]any) field.ErrorList {
 	errs := apiservervalidation.ValidateCustomResource(nil, obj, s.openAPI)
 	for _, e := range errs {
 		switch e.Type {
@@ -70,7 +77,11 @@ func (s *crdSchema) validate(obj map[string]any) field.ErrorList {
 			return errs
 		}
 	}
-	celErrs, _ := s.rules.Validate(context.Background(), nil, s.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	var oldObj any
+	if old != nil {
+		oldObj = old
+	}
+	celErrs, _ := s.rules.Validate(context.Background(), nil, s.structural, obj, oldObj, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
 }
 
