@@ -103,13 +103,16 @@ func wellKnown(key string) bool {
 // ClaimRequirements are the requirements of a claim of a pool whose
 // requirements are poolReqs, launched as one of types in zone with
 // capacityType (and arch, if known): the pool's own, but on instance
-// type, zone, capacity type and architecture exactly the claim's options,
-// keeping the pool's minValues on instance types.
+// type, zone, capacity type and architecture (when known; the pool's
+// stay otherwise) exactly the claim's options, keeping the pool's
+// minValues on instance types. Each is within the pool's (WithinPool).
 func ClaimRequirements(poolReqs []v1alpha1.NodeSelectorRequirementWithMinValues, types []string, zone, capacityType, arch string) []v1alpha1.NodeSelectorRequirementWithMinValues {
 	reqs := slices.DeleteFunc(slices.Clone(poolReqs), func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
 		switch r.Key {
-		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable:
+		case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1alpha1.LabelCapacityType:
 			return true
+		case corev1.LabelArchStable:
+			return arch != ""
 		}
 		return false
 	})
