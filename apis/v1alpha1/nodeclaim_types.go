@@ -168,6 +168,14 @@ const (
 	NodeClaimDisrupting NodeClaimPhase = "Disrupting"
 )
 
+// ReasonOutsideNodePool is the reason of a claim's Launched or Registered
+// condition (False) and of the Warning Event the provisioner records
+// when the claim asks for more than its pool, as the pool is now, makes:
+// another node class, labels, annotations or taints the template does
+// not have, requirements looser than the pool's. Such a claim is not
+// launched or adopted, and is deleted.
+const ReasonOutsideNodePool = "OutsideNodePool"
+
 // NodeClaimStatus is what is known of the claim's instance and node.
 type NodeClaimStatus struct {
 	// Phase is where the claim is in its life, and so what the provisioner
@@ -177,7 +185,8 @@ type NodeClaimStatus struct {
 	Phase NodeClaimPhase `json:"phase,omitempty"`
 	// Conditions record when each step happened: Launched (False, reason
 	// AccessDenied, when the cloud refused the launch), Registered,
-	// Initialized, Empty (True while the node runs no pod but
+	// Initialized (Launched or Registered False, reason OutsideNodePool,
+	// when the claim asked for more than its pool makes; it is deleted), Empty (True while the node runs no pod but
 	// daemonset pods, set only under a pool's consolidateAfter) and
 	// Drifted (True, with a reason and a message saying what, once the
 	// pool's template or node class changed since launch or the node no

@@ -39,7 +39,7 @@ var (
 	// accounted for (no claim is deleted then).
 	ClaimsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeforge_nodeclaims_deleted_total",
-		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, MinValues, LimitReached, Repacked, AccessDenied, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, Expired, Underutilized, Drifted, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
+		Help: "NodeClaims deleted by the provisioner, by pool and reason (NoPods, NoOptions, MinValues, LimitReached, Repacked, AccessDenied, OutsideNodePool, LaunchTimeout, RegistrationTimeout, InitializationTimeout, Empty, Expired, Underutilized, Drifted, InstanceGone), and instances no claim accounted for that it terminated (OrphanInstance).",
 	}, []string{"nodepool", "reason"})
 	// PodTimeToBound is the time from a pod's creation to the provisioner
 	// binding it to the node launched for it.

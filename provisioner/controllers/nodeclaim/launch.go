@@ -71,6 +71,9 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
+	if err := nodeshape.WithinPool(nc, &pool); err != nil {
+		return c.refuseOutsidePool(ctx, nc, "Launched", "Launch", err)
+	}
 	offers, err := c.offers(ctx, nc)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -412,6 +412,9 @@ func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims
 	if hash, err := nodeshape.PoolHash(&pool); err != nil || hash != nc.Annotations[v1alpha1.AnnotationNodePoolHash] {
 		return nil, nil, "its pool changed since it was made", nil
 	}
+	// A claim outside its pool is refused at its own launch; no pod moves
+	// onto it meanwhile. nc was checked before it got here.
+	batch = slices.DeleteFunc(batch, func(b batchMember) bool { return b.nc.UID != nc.UID && nodeshape.WithinPool(b.nc, &pool) != nil })
 	return batch, &pool, "", nil
 }
 

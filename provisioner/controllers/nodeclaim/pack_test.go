@@ -340,3 +340,29 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 		}
 	})
 }
+
+// TestRepackLeavesOutAClaimOutsideItsPool: a claim of the batch that asks
+// for more than its pool makes (a label of its own) is not repacked with
+// the others: no pod moves onto it or off it, and the claim launched
+// first launches as it was nominated.
+func TestRepackLeavesOutAClaimOutsideItsPool(t *testing.T) {
+	ctx := context.Background()
+	s, a, b := packSteps(t)
+	b.Spec.Labels = map[string]string{"team": "then", "example.com/trusted": "true"}
+	if err := s.kube.Update(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.launch(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if on := s.podsOn(t); on[a.Name] != 1 || on[b.Name] != 1 {
+		t.Errorf("pods per claim %v; want one on each, as nominated", on)
+	}
+	got := s.get(t, a)
+	if cond := meta.FindStatusCondition(got.Status.Conditions, conditionPacked); cond == nil || cond.Reason != "Kept" {
+		t.Errorf("the claim within its pool: Packed condition %+v; want True, Kept", cond)
+	}
+	if got.Status.Phase != v1alpha1.NodeClaimLaunched {
+		t.Errorf("the claim within its pool: phase %s, want Launched", got.Status.Phase)
+	}
+}

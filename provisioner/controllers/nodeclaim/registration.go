@@ -62,6 +62,15 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	if err != nil || in == nil {
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
 	}
+	// Adoption writes the claim's labels and annotations with the
+	// provisioner's rights: only what its pool gives (outside.go).
+	var pool v1alpha1.NodePool
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
+	}
+	if err := nodeshape.WithinPool(nc, &pool); err != nil {
+		return c.refuseOutsidePool(ctx, nc, "Registered", "Register", err)
+	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
 	// boot configuration did not set them all.

@@ -57,7 +57,7 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 	}
 	types := []v1alpha1.InstanceType{instanceType("small", "2", "0.02"), instanceType("large", "4", "0.04")}
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
-	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "now"}
+	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "then"}
 	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "pool", Labels: map[string]string{v1alpha1.LabelNodePool: "pool"}},
 		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "pool", InstanceTypes: types}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).
@@ -84,8 +84,8 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 	return s
 }
 
-// claim is a claim of "pool" nominated with the label team=then, open to
-// both instance types.
+// claim is a claim of "pool" made from its template (the label
+// team=then), open to both instance types.
 func claim(phase v1alpha1.NodeClaimPhase) *v1alpha1.NodeClaim {
 	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "pool-abcde", UID: "uid-1", CreationTimestamp: metav1.Now()}, Spec: v1alpha1.NodeClaimSpec{
 		NodePool: "pool", Labels: map[string]string{"team": "then"},
@@ -96,6 +96,20 @@ func claim(phase v1alpha1.NodeClaimPhase) *v1alpha1.NodeClaim {
 		}}}
 	nc.Status.Phase = phase
 	return nc
+}
+
+// editPool changes "pool" as its claims were made from it, or as it was
+// edited since.
+func (s *steps) editPool(t *testing.T, edit func(*v1alpha1.NodePool)) {
+	t.Helper()
+	var pool v1alpha1.NodePool
+	if err := s.kube.Get(context.Background(), client.ObjectKey{Name: "pool"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	edit(&pool)
+	if err := s.kube.Update(context.Background(), &pool); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func nominated(name, claim string) *corev1.Pod {
@@ -247,9 +261,9 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 }
 
 // TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance: a node whose
-// providerID the claim names is adopted (the claim's labels, not the
-// pool's as they are now, and the finalizer) only when the cloud says the
-// instance was launched for this claim.
+// providerID the claim names is adopted (the claim's labels and the
+// finalizer) only when the cloud says the instance was launched for this
+// claim.
 func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -371,7 +385,7 @@ func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
 }
 
 // TestRegistrationPutsTheClaimsAnnotationsOnTheNode: the annotations the
-// claim was made with (its pool's template's then) are set on the node it
+// claim was made with (its pool's template's) are set on the node it
 // adopts; one the node already has keeps the node's value.
 func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 	ctx := context.Background()
@@ -381,6 +395,7 @@ func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{"example.com/set-at-boot": "node"}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
 	s := newSteps(t, nc, node)
+	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.ObjectMeta.Annotations = nc.Spec.Annotations })
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: nc.Name, NodePool: "pool"})
 	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
@@ -405,6 +420,7 @@ func TestLaunchStampsTheNodeClassHash(t *testing.T) {
 	nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
 	s := newSteps(t, nc, class)
+	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.Spec.NodeClassRef = nc.Spec.NodeClassRef })
 	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
