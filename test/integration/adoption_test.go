@@ -24,6 +24,8 @@ import (
 func TestForeignProviderIDIsNotAdopted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The claims' pool: a claim is adopted only if it is what its pool makes.
+	createLimitedPool(t, "adoption", 100, []v1alpha1.InstanceType{instanceType("l2", 2)})
 	cloud := fake.New()
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///zone-a/i-theirs", NodeClaim: "someone-else", Launched: time.Now()})
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///zone-a/i-ours", NodeClaim: "adopt-own", Launched: time.Now()})

@@ -215,8 +215,9 @@ func instanceType(name string, cpu int64) v1alpha1.InstanceType {
 	}}
 }
 
-// createLimitedPool makes a pool capped at cpu, with its catalog.
-func createLimitedPool(t *testing.T, name string, cpu int64, types []v1alpha1.InstanceType) {
+// createLimitedPool makes a pool capped at cpu, with its catalog, each
+// edit applied to the pool first.
+func createLimitedPool(t *testing.T, name string, cpu int64, types []v1alpha1.InstanceType, edits ...func(*v1alpha1.NodePool)) {
 	t.Helper()
 	ctx := context.Background()
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodePoolSpec{
@@ -226,6 +227,9 @@ func createLimitedPool(t *testing.T, name string, cpu int64, types []v1alpha1.In
 		Limits:     v1alpha1.Limits{corev1.ResourceCPU: *resource.NewQuantity(cpu, resource.DecimalSI)},
 		Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
 	}}
+	for _, edit := range edits {
+		edit(np)
+	}
 	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: name}}, Spec: v1alpha1.InstanceTypeCatalogSpec{
 		NodePool: name, Provider: "fake", InstanceTypeCount: int32(len(types)), InstanceTypes: types,
 	}}

@@ -183,7 +183,9 @@ func TestBindWaitsUntilTheNodeIsReadyForPods(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	types := []v1alpha1.InstanceType{gpuType()}
-	createLimitedPool(t, "ready-gate", 100, types)
+	createLimitedPool(t, "ready-gate", 100, types, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: agentNotReady, Effect: corev1.TaintEffectNoExecute}}
+	})
 	startLifecycle(t, ctx, fake.New())
 	nc := launchingClaim("ready-gate-1", "ready-gate", types)
 	nc.Spec.StartupTaints = []corev1.Taint{{Key: agentNotReady, Effect: corev1.TaintEffectNoExecute}}

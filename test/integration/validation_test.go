@@ -148,6 +148,8 @@ func TestAPIServerValidation(t *testing.T) {
 			wantErr: "label keys in the kubernetes.io and k8s.io domains are set by Kubernetes and Nodeforge"},
 		{name: "a node-role label is refused", edit: []string{"spec.template.metadata.labels={node-role.kubernetes.io/worker: ''}"},
 			wantErr: "a kubelet may not set node-role or node-restriction labels"},
+		{name: "a node-restriction label is refused", edit: []string{"spec.template.metadata.labels={node-restriction.kubernetes.io/pci: 'true'}"},
+			wantErr: "a kubelet may not set node-role or node-restriction labels"},
 		{name: "a k8s.io label is refused", edit: []string{"spec.template.metadata.labels={example.k8s.io/x: v1}"},
 			wantErr: "label keys in the kubernetes.io and k8s.io domains are set by Kubernetes and Nodeforge"},
 		{name: "the instance-type label is refused", edit: []string{"spec.template.metadata.labels={node.kubernetes.io/instance-type: big}"},
