@@ -358,23 +358,8 @@ func (e *Executor) release(cmd *Command) {
 // run is every step after the budget.
 func (e *Executor) run(ctx context.Context, cmd *Command) error {
 	logger := klog.FromContext(ctx)
-	// The claims as the API server has them now: a claim already going,
-	// or another claim by the same name, is not this command's.
-	for i, t := range cmd.Targets {
-		var fresh v1alpha1.NodeClaim
-		if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
-			e.release(cmd)
-			if apierrors.IsNotFound(err) {
-				return ErrAlreadyGoing
-			}
-			return err
-		}
-		if fresh.UID != t.Claim.UID || isDisrupting(&fresh) {
-			e.release(cmd)
-			logger.V(2).Info("Not disrupting: the claim is already going", "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason)
-			return ErrAlreadyGoing
-		}
-		cmd.Targets[i].Claim = &fresh
+	if err := e.readLive(ctx, cmd); err != nil {
+		return err
 	}
 	if cmd.PlanFirst && cmd.Replacement != nil && !cmd.DrainWithoutReplacement {
 		if _, why, err := cmd.Replacement(ctx); err != nil || why != "" {
@@ -437,6 +422,36 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 	}
 	metrics.DisruptionDecisions.WithLabelValues(string(cmd.Reason), "disrupted").Inc()
 	logger.Info("Disrupting nodes", "reason", cmd.Reason, "nodes", tainted, "nodeClaims", cmd.claimNames(), "why", cmd.Why)
+	return e.removeAll(ctx, cmd)
+}
+
+// readLive replaces the command's claims with the API server's: a claim
+// already going, or another claim by the same name now, is not this
+// command's (ErrAlreadyGoing), and the budgets are released.
+func (e *Executor) readLive(ctx context.Context, cmd *Command) error {
+	for i, t := range cmd.Targets {
+		var fresh v1alpha1.NodeClaim
+		if err := e.live.Get(ctx, client.ObjectKeyFromObject(t.Claim), &fresh); err != nil {
+			e.release(cmd)
+			if apierrors.IsNotFound(err) {
+				return ErrAlreadyGoing
+			}
+			return err
+		}
+		if fresh.UID != t.Claim.UID || isDisrupting(&fresh) {
+			e.release(cmd)
+			klog.FromContext(ctx).V(2).Info("Not disrupting: the claim is already going", "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason)
+			return ErrAlreadyGoing
+		}
+		cmd.Targets[i].Claim = &fresh
+	}
+	return nil
+}
+
+// removeAll marks each claim of a command that reached its last step
+// Disrupting and deletes it; a claim that cannot be marked keeps its
+// node, untainted, and is backed off.
+func (e *Executor) removeAll(ctx context.Context, cmd *Command) error {
 	var errs []error
 	done := 0
 	for _, t := range cmd.Targets {

@@ -130,15 +130,7 @@ func (r *Repair) Round(ctx context.Context) error {
 		counts[n.Labels[corev1.LabelTopologyZone]] = z
 	}
 	zones := r.Rules.decide(counts)
-	for _, zone := range zonesOf(zones) {
-		for _, st := range []ZoneState{ZoneNormal, ZonePartialDisruption, ZoneFullDisruption} {
-			v := 0.0
-			if zones[zone].state == st {
-				v = 1
-			}
-			metrics.ZoneStates.WithLabelValues(zone, string(st)).Set(v)
-		}
-	}
+	exportZoneStates(zones)
 	poolOf := map[string]*v1alpha1.NodePool{}
 	for i := range pools.Items {
 		poolOf[pools.Items[i].Name] = &pools.Items[i]
@@ -204,6 +196,20 @@ func (r *Repair) Round(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// exportZoneStates sets each zone's state gauge: 1 for its state, 0 for
+// the others.
+func exportZoneStates(zones map[string]zoneDecision) {
+	for _, zone := range zonesOf(zones) {
+		for _, st := range []ZoneState{ZoneNormal, ZonePartialDisruption, ZoneFullDisruption} {
+			v := 0.0
+			if zones[zone].state == st {
+				v = 1
+			}
+			metrics.ZoneStates.WithLabelValues(zone, string(st)).Set(v)
+		}
+	}
 }
 
 // hold says, once per reason, why an unhealthy node is not repaired now.
