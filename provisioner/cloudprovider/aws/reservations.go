@@ -280,8 +280,8 @@ func reservationLabels(id string) map[string]string {
 // reservationLedger counts how many more instances each reservation takes:
 // what DescribeCapacityReservations last said, less the instances the
 // provider launched into it since that call began and the launches under
-// way that hold a place in it. As subnetRooms does for addresses, a call
-// remembers the number of launches when it began: those it includes.
+// way that hold a place in it. Each count is a launchCount, as each
+// subnet's free addresses are (launchcount.go).
 type reservationLedger struct {
 	mu  sync.Mutex
 	seq uint64
@@ -290,25 +290,14 @@ type reservationLedger struct {
 	describedAt map[string]time.Time
 }
 
+// reservationCount is one reservation's count (its available instances),
+// the launches since, and the places launches under way hold in it.
 type reservationCount struct {
-	known     bool
-	available int    // EC2's figure
-	seq       uint64 // launches numbered up to seq are in available
-	launches  []uint64
-	held      int
+	launchCount
+	held int
 }
 
-func (l *reservationLedger) count(id string) *reservationCount {
-	if l.ids == nil {
-		l.ids = map[string]*reservationCount{}
-	}
-	c, ok := l.ids[id]
-	if !ok {
-		c = &reservationCount{}
-		l.ids[id] = c
-	}
-	return c
-}
+func (l *reservationLedger) count(id string) *reservationCount { return entry(&l.ids, id) }
 
 // begin returns the number a call about to start includes launches up to.
 func (l *reservationLedger) begin() uint64 {
@@ -322,12 +311,7 @@ func (l *reservationLedger) begin() uint64 {
 func (l *reservationLedger) observe(id string, available int, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.count(id)
-	if c.known && c.seq > seq {
-		return // EC2 refused a launch after this call began: that is newer
-	}
-	c.known, c.available, c.seq = true, available, seq
-	c.launches = slices.DeleteFunc(c.launches, func(n uint64) bool { return n <= seq })
+	l.count(id).observe(available, seq) // not when EC2 refused a launch since: that is newer
 }
 
 // left is how many more instances a reservation takes; fallback is the
@@ -335,9 +319,9 @@ func (l *reservationLedger) observe(id string, available int, seq uint64) {
 func (c *reservationCount) left(fallback int) int {
 	n := fallback
 	if c.known {
-		n = c.available
+		n = c.value
 	}
-	return max(n-len(c.launches)-c.held, 0)
+	return max(n-c.since()-c.held, 0)
 }
 
 // available is how many more instances the reservation takes.
@@ -381,8 +365,7 @@ func (l *reservationLedger) launched(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	c := l.count(id)
-	c.launches = append(c.launches, l.seq)
+	l.count(id).launched(l.seq)
 }
 
 // full records EC2's answer that the reservation has no room
@@ -392,8 +375,7 @@ func (l *reservationLedger) full(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	c := l.count(id)
-	c.known, c.available, c.seq, c.launches = true, 0, l.seq, nil
+	l.count(id).refused(l.seq)
 }
 
 // described records when a class's reservations were described.

@@ -73,31 +73,17 @@ type subnetRooms struct {
 	failedAt time.Time // when a read last failed
 }
 
-// subnetRoom is one subnet's last reading and the launches since.
+// subnetRoom is one subnet's last reading (its free addresses) and the
+// launches since.
 type subnetRoom struct {
-	known  bool // a reading (or a refusal) says how many are free
-	free   int
+	launchCount
 	readAt time.Time
-	// seq: launches numbered up to seq are in free.
-	seq uint64
-	// refusedAt is set when free is EC2's refusal rather than a reading.
+	// refusedAt is set when the count is EC2's refusal rather than a
+	// reading.
 	refusedAt time.Time
-	// launches are the numbers of launches into the subnet, a number for
-	// each instance, not yet in a reading.
-	launches []uint64
 }
 
-func (r *subnetRooms) room(id string) *subnetRoom {
-	if r.subnets == nil {
-		r.subnets = map[string]*subnetRoom{}
-	}
-	s, ok := r.subnets[id]
-	if !ok {
-		s = &subnetRoom{}
-		r.subnets[id] = s
-	}
-	return s
-}
+func (r *subnetRooms) room(id string) *subnetRoom { return entry(&r.subnets, id) }
 
 // begin returns the number a reading about to start includes launches up to.
 func (r *subnetRooms) begin() uint64 {
@@ -114,12 +100,9 @@ func (r *subnetRooms) observe(now time.Time, seq uint64, asked []string, subnets
 	defer r.mu.Unlock()
 	seen := map[string]bool{}
 	set := func(id string, free int) {
-		s := r.room(id)
-		if s.known && s.seq > seq {
-			return // a refusal came after this reading began: it is newer
+		if s := r.room(id); s.observe(free, seq) {
+			s.readAt, s.refusedAt = now, time.Time{}
 		}
-		s.known, s.free, s.readAt, s.seq, s.refusedAt = true, free, now, seq, time.Time{}
-		s.launches = slices.DeleteFunc(s.launches, func(n uint64) bool { return n <= seq })
 	}
 	for _, sn := range subnets {
 		id := aws.ToString(sn.SubnetId)
@@ -143,7 +126,7 @@ func (r *subnetRooms) launched(subnet string, n int) {
 	s := r.room(subnet)
 	for range n {
 		r.seq++
-		s.launches = append(s.launches, r.seq)
+		s.launched(r.seq)
 	}
 }
 
@@ -154,7 +137,8 @@ func (r *subnetRooms) refused(now time.Time, subnet string) {
 	defer r.mu.Unlock()
 	r.seq++
 	s := r.room(subnet)
-	s.known, s.free, s.seq, s.refusedAt, s.launches = true, 0, r.seq, now, nil
+	s.refused(r.seq)
+	s.refusedAt = now
 }
 
 // failed records a read that failed.
@@ -192,12 +176,7 @@ func (r *subnetRooms) free(now time.Time, id string) (int, bool) {
 	if s == nil || !s.known || (!s.refusedAt.IsZero() && now.Sub(s.refusedAt) >= subnetRefusalTTL) {
 		return 0, false
 	}
-	n := s.free
-	for _, l := range s.launches {
-		if l > s.seq {
-			n--
-		}
-	}
+	n := s.value - s.since()
 	return n, true
 }
 
