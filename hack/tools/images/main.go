@@ -84,40 +84,10 @@ func run(bins, out, version, revision, cacerts string, archs, programs []string)
 		for _, arch := range archs {
 			path := filepath.Join(bins, "linux_"+arch, program)
 			binaries = append(binaries, path)
-			bin, err := os.ReadFile(path)
+			img, labels, err := programImage(base, path, program, arch, version, revision)
 			if err != nil {
 				return err
 			}
-			app, err := tarLayer(map[string]file{program: {data: bin, mode: 0o755}})
-			if err != nil {
-				return err
-			}
-			img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), base, app)
-			if err != nil {
-				return err
-			}
-			img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-			labels := map[string]string{
-				"org.opencontainers.image.title":    program,
-				"org.opencontainers.image.version":  version,
-				"org.opencontainers.image.revision": revision,
-				"org.opencontainers.image.source":   "https://github.com/nodeforge/nodeforge",
-			}
-			cf, err := img.ConfigFile()
-			if err != nil {
-				return err
-			}
-			cf = cf.DeepCopy()
-			cf.OS, cf.Architecture, cf.Created = "linux", arch, v1.Time{Time: epoch}
-			cf.Config.Entrypoint = []string{"/" + program}
-			cf.Config.User = "65532:65532"
-			cf.Config.WorkingDir = "/home/nonroot"
-			cf.Config.Labels = labels
-			cf.Config.Env = []string{"PATH=/", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
-			if img, err = mutate.ConfigFile(img, cf); err != nil {
-				return err
-			}
-			img = mutate.Annotations(img, labels).(v1.Image)
 			idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
 				Platform: &v1.Platform{OS: "linux", Architecture: arch}, Annotations: labels}})
 		}
@@ -160,6 +130,47 @@ func run(bins, out, version, revision, cacerts string, archs, programs []string)
 	}
 	fmt.Printf("chart values pinning these digests: %s (helm install -f %s)\n", values, values)
 	return nil
+}
+
+// programImage is the linux/arch image of program: the base layer, the
+// binary at path as its entrypoint, run as nonroot, with the OCI labels
+// (returned too, for the index's annotations).
+func programImage(base v1.Layer, path, program, arch, version, revision string) (v1.Image, map[string]string, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	app, err := tarLayer(map[string]file{program: {data: bin, mode: 0o755}})
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), base, app)
+	if err != nil {
+		return nil, nil, err
+	}
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	labels := map[string]string{
+		"org.opencontainers.image.title":    program,
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.revision": revision,
+		"org.opencontainers.image.source":   "https://github.com/nodeforge/nodeforge",
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Created = "linux", arch, v1.Time{Time: epoch}
+	cf.Config.Entrypoint = []string{"/" + program}
+	cf.Config.User = "65532:65532"
+	cf.Config.WorkingDir = "/home/nonroot"
+	cf.Config.Labels = labels
+	cf.Config.Env = []string{"PATH=/", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return nil, nil, err
+	}
+	img = mutate.Annotations(img, labels).(v1.Image)
+	return img, labels, nil
 }
 
 // digestValues is a values file of the chart setting image.digests to
