@@ -281,60 +281,13 @@ func (s *Server) parseFleet(q query) (*fleetRequest, error) {
 	}
 	req := &fleetRequest{want: map[string]int{}, strategy: map[string]string{}, tokenPrint: fingerprint(q)}
 
-	const tcs = "TargetCapacitySpecification."
-	total, ok, err := q.int(tcs + "TotalTargetCapacity")
-	if err != nil {
+	if err := parseFleetCapacity(q, req); err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, badRequest("MissingParameter", "The request must contain the parameter TargetCapacitySpecification.TotalTargetCapacity")
-	}
-	od, _, err := q.int(tcs + "OnDemandTargetCapacity")
-	if err != nil {
+	if err := parseFleetOptions(q, req); err != nil {
 		return nil, err
 	}
-	sp, _, err := q.int(tcs + "SpotTargetCapacity")
-	if err != nil {
-		return nil, err
-	}
-	if total < 0 || od < 0 || sp < 0 || od+sp > total {
-		return nil, invalidParameter("The target capacity (%d) must be at least the sum of the on-demand (%d) and Spot (%d) target capacities.", total, od, sp)
-	}
-	if unit := q.get(tcs + "TargetCapacityUnitType"); unit != "" && unit != "units" {
-		return nil, badRequest("UnsupportedOperation", "ec2fake counts capacity in instances (units), not %s.", unit)
-	}
-	def := q.get(tcs + "DefaultTargetCapacityType")
-	switch def {
-	case "":
-		def = onDemand
-	case onDemand, spot:
-	default:
-		return nil, invalidParameter("Value (%s) for parameter DefaultTargetCapacityType is invalid. Valid values are spot, on-demand.", def)
-	}
-	req.want[onDemand], req.want[spot] = od, sp
-	req.want[def] += total - od - sp
-
-	if req.strategy[onDemand], err = strategy(q.get("OnDemandOptions.AllocationStrategy"), "lowest-price",
-		map[string]string{"lowest-price": "lowest-price", "lowestPrice": "lowest-price", "prioritized": "prioritized"}); err != nil {
-		return nil, err
-	}
-	switch usage := q.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy"); usage {
-	case "":
-	case "use-capacity-reservations-first":
-		req.reservationsFirst = true
-	default:
-		return nil, invalidParameter("Value (%s) for parameter UsageStrategy is invalid. Valid values are use-capacity-reservations-first.", usage)
-	}
-	if req.strategy[spot], err = strategy(q.get("SpotOptions.AllocationStrategy"), "lowest-price",
-		map[string]string{
-			"lowest-price": "lowest-price", "lowestPrice": "lowest-price", "diversified": "diversified",
-			"capacity-optimized": "capacity-optimized", "capacityOptimized": "capacity-optimized",
-			"capacity-optimized-prioritized": "capacity-optimized-prioritized", "capacityOptimizedPrioritized": "capacity-optimized-prioritized",
-			"price-capacity-optimized": "price-capacity-optimized",
-		}); err != nil {
-		return nil, err
-	}
-
+	var err error
 	if req.tags, err = q.tagSpecifications("TagSpecification", "instance", "volume", "fleet", "network-interface", "spot-instances-request"); err != nil {
 		return nil, err
 	}
@@ -375,6 +328,71 @@ func (s *Server) parseFleet(q query) (*fleetRequest, error) {
 		req.configs = append(req.configs, cfg)
 	}
 	return req, nil
+}
+
+// parseFleetCapacity reads the fleet's TargetCapacitySpecification into
+// how many instances of each capacity type it wants.
+func parseFleetCapacity(q query, req *fleetRequest) error {
+	const tcs = "TargetCapacitySpecification."
+	total, ok, err := q.int(tcs + "TotalTargetCapacity")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return badRequest("MissingParameter", "The request must contain the parameter TargetCapacitySpecification.TotalTargetCapacity")
+	}
+	od, _, err := q.int(tcs + "OnDemandTargetCapacity")
+	if err != nil {
+		return err
+	}
+	sp, _, err := q.int(tcs + "SpotTargetCapacity")
+	if err != nil {
+		return err
+	}
+	if total < 0 || od < 0 || sp < 0 || od+sp > total {
+		return invalidParameter("The target capacity (%d) must be at least the sum of the on-demand (%d) and Spot (%d) target capacities.", total, od, sp)
+	}
+	if unit := q.get(tcs + "TargetCapacityUnitType"); unit != "" && unit != "units" {
+		return badRequest("UnsupportedOperation", "ec2fake counts capacity in instances (units), not %s.", unit)
+	}
+	def := q.get(tcs + "DefaultTargetCapacityType")
+	switch def {
+	case "":
+		def = onDemand
+	case onDemand, spot:
+	default:
+		return invalidParameter("Value (%s) for parameter DefaultTargetCapacityType is invalid. Valid values are spot, on-demand.", def)
+	}
+	req.want[onDemand], req.want[spot] = od, sp
+	req.want[def] += total - od - sp
+	return nil
+}
+
+// parseFleetOptions reads the on-demand and spot allocation strategies
+// and the capacity reservation usage strategy.
+func parseFleetOptions(q query, req *fleetRequest) error {
+	var err error
+	if req.strategy[onDemand], err = strategy(q.get("OnDemandOptions.AllocationStrategy"), "lowest-price",
+		map[string]string{"lowest-price": "lowest-price", "lowestPrice": "lowest-price", "prioritized": "prioritized"}); err != nil {
+		return err
+	}
+	switch usage := q.get("OnDemandOptions.CapacityReservationOptions.UsageStrategy"); usage {
+	case "":
+	case "use-capacity-reservations-first":
+		req.reservationsFirst = true
+	default:
+		return invalidParameter("Value (%s) for parameter UsageStrategy is invalid. Valid values are use-capacity-reservations-first.", usage)
+	}
+	if req.strategy[spot], err = strategy(q.get("SpotOptions.AllocationStrategy"), "lowest-price",
+		map[string]string{
+			"lowest-price": "lowest-price", "lowestPrice": "lowest-price", "diversified": "diversified",
+			"capacity-optimized": "capacity-optimized", "capacityOptimized": "capacity-optimized",
+			"capacity-optimized-prioritized": "capacity-optimized-prioritized", "capacityOptimizedPrioritized": "capacity-optimized-prioritized",
+			"price-capacity-optimized": "price-capacity-optimized",
+		}); err != nil {
+		return err
+	}
+	return nil
 }
 
 func strategy(v, def string, valid map[string]string) (string, error) {
@@ -499,24 +517,8 @@ func (s *Server) check(c *candidate) *fleetErrorXML {
 	if !slices.Contains(c.it.usageClasses(), c.lifecycle) {
 		return c.fail("Unsupported", "The requested instance type (%s) does not support %s capacity.", name, c.lifecycle)
 	}
-	if c.lifecycle == spot {
-		price, ok := s.spotPrice(name, zone)
-		if !ok {
-			return c.fail("Unsupported", "There is no Spot capacity for instance type %s in %s.", name, zone)
-		}
-		c.price = price
-		if o.maxPrice != "" {
-			if max, _ := strconv.ParseFloat(o.maxPrice, 64); max < price {
-				return c.fail("SpotMaxPriceTooLow", "Your Spot request price of %s is lower than the minimum required Spot request fulfillment price of %s.",
-					o.maxPrice, strconv.FormatFloat(price, 'f', -1, 64))
-			}
-		}
-	} else {
-		price, ok := s.world.OnDemandPrices[name]
-		c.price = price
-		if !ok {
-			c.price = math.Inf(1) // unpriced types go last for lowest-price
-		}
+	if ferr := s.priceOf(c, name, zone); ferr != nil {
+		return ferr
 	}
 	c.imageID = cmp.Or(o.imageID, lt.ImageID)
 	switch im := s.imageByID(c.imageID); {
@@ -539,6 +541,41 @@ func (s *Server) check(c *candidate) *fleetErrorXML {
 	} else {
 		c.reservation = cr
 	}
+	return s.securityGroups(c, name)
+}
+
+// priceOf sets the candidate's price: the zone's spot price, which must
+// be within the override's MaxPrice, or the type's on-demand price
+// (unpriced types go last for lowest-price).
+func (s *Server) priceOf(c *candidate, name, zone string) *fleetErrorXML {
+	o := &c.override
+	if c.lifecycle == spot {
+		price, ok := s.spotPrice(name, zone)
+		if !ok {
+			return c.fail("Unsupported", "There is no Spot capacity for instance type %s in %s.", name, zone)
+		}
+		c.price = price
+		if o.maxPrice != "" {
+			if max, _ := strconv.ParseFloat(o.maxPrice, 64); max < price {
+				return c.fail("SpotMaxPriceTooLow", "Your Spot request price of %s is lower than the minimum required Spot request fulfillment price of %s.",
+					o.maxPrice, strconv.FormatFloat(price, 'f', -1, 64))
+			}
+		}
+	} else {
+		price, ok := s.world.OnDemandPrices[name]
+		c.price = price
+		if !ok {
+			c.price = math.Inf(1) // unpriced types go last for lowest-price
+		}
+	}
+	return nil
+}
+
+// securityGroups sets the candidate's security groups: the template's,
+// its EFA interfaces' when it has them, or the VPC's default group; each
+// must exist in the subnet's VPC.
+func (s *Server) securityGroups(c *candidate, name string) *fleetErrorXML {
+	lt, o := c.config.template, &c.override
 	c.groups = lt.SecurityGroupIDs
 	if efa := lt.EFAInterfaces(); efa > 0 {
 		// EC2 refuses EFA interfaces the type cannot take.
