@@ -1,6 +1,6 @@
 // Package registry is the one list of scheduler plugins Nodeforge runs:
 // kube-scheduler's in-tree plugins, Nodeforge's own out-of-tree ones
-// (RefuseNodes), and any a user adds with WithPlugin. nodeforge-scheduler
+// (RefuseNodes, GatedPreemption), and any a user adds with WithPlugin. nodeforge-scheduler
 // registers every out-of-tree plugin of it, and the simulators
 // (VirtualNodes' nomination, the provisioner's bind gate and disruption
 // scheduler) are built from the whole of it, so a profile that enables a
@@ -20,6 +20,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
+	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 )
 
@@ -41,7 +42,8 @@ func WithPlugin(name string, factory frameworkruntime.PluginFactory) Option {
 // a plugin the simulator runs.)
 func OutOfTree(opts ...Option) (frameworkruntime.Registry, error) {
 	r := frameworkruntime.Registry{
-		refusenodes.Name: refusenodes.New,
+		refusenodes.Name:     refusenodes.New,
+		gatedpreemption.Name: gatedpreemption.New,
 	}
 	for _, opt := range opts {
 		if err := opt(r); err != nil {

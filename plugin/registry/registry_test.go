@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 
+	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -25,7 +26,7 @@ func TestAllHasInTreeNodeforgesAndTheUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "VolumeBinding", "DynamicResources", refusenodes.Name, "Mine"} {
+	for _, name := range []string{"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "VolumeBinding", "DynamicResources", refusenodes.Name, gatedpreemption.Name, "Mine"} {
 		if _, ok := r[name]; !ok {
 			t.Errorf("registry lacks %s", name)
 		}
@@ -37,13 +38,13 @@ func TestOutOfTreeHasNoInTreePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r) != 2 {
-		t.Errorf("out-of-tree registry %v, want RefuseNodes and Mine", keys(r))
+	if len(r) != 3 {
+		t.Errorf("out-of-tree registry %v, want RefuseNodes, GatedPreemption and Mine", keys(r))
 	}
 }
 
 func TestAPluginNamedLikeAnotherIsRefused(t *testing.T) {
-	for _, name := range []string{"NodeResourcesFit", refusenodes.Name} {
+	for _, name := range []string{"NodeResourcesFit", refusenodes.Name, gatedpreemption.Name} {
 		if _, err := All(WithPlugin(name, nothing)); err == nil {
 			t.Errorf("a second %s was accepted", name)
 		}

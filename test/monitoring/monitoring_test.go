@@ -23,6 +23,7 @@ import (
 	// and component-base's client-go metrics (leader election among them).
 	_ "github.com/nodeforge/nodeforge/cmd/scheduler/app"
 	"github.com/nodeforge/nodeforge/manifests"
+	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
 	// The provisioner's metrics, on controller-runtime's registry with
 	// controller-runtime's own (workqueue, client, leader election).
@@ -37,6 +38,7 @@ func exported(t *testing.T) (scheduler, provisioner map[string]bool) {
 	t.Helper()
 	schedmetrics.Register()
 	virtualnodes.RegisterMetrics()
+	gatedpreemption.RegisterMetrics()
 	return names(t, legacyregistry.Registerer()), names(t, crmetrics.Registry)
 }
 

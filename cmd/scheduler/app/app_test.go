@@ -18,6 +18,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
+	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
 )
 
@@ -40,7 +41,8 @@ func (postFilterStub) PreEnqueue(context.Context, *v1.Pod) *fwk.Status { return 
 
 // TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
 // manifests/scheduler/config.yaml as the scheduler does and checks the
-// profile runs DefaultPreemption before VirtualNodes, VirtualNodes last.
+// profile runs preemption (GatedPreemption, in DefaultPreemption's place)
+// before VirtualNodes, VirtualNodes last.
 func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	metrics.Register()
 	cfg, err := schedulerConfig([]string{"--v=2", "--config", filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"), "--leader-elect=false"})
@@ -51,6 +53,9 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 		t.Fatalf("profiles: %+v", cfg.Profiles)
 	}
 	registry := plugins.NewInTreeRegistry()
+	if err := registry.Register(gatedpreemption.Name, gatedpreemption.New); err != nil {
+		t.Fatal(err)
+	}
 	if err := registry.Register(virtualnodes.Name, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
 		return postFilterStub{}, nil
 	}); err != nil {
@@ -69,9 +74,14 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	}
 	// The default set has other PostFilter plugins too (DynamicResources);
 	// what matters is that preemption comes first and VirtualNodes last.
-	pre, vn := slices.Index(got, "DefaultPreemption"), slices.Index(got, virtualnodes.Name)
+	pre, vn := slices.Index(got, gatedpreemption.Name), slices.Index(got, virtualnodes.Name)
 	if pre < 0 || vn != len(got)-1 || pre > vn {
-		t.Errorf("PostFilter plugins %v: want DefaultPreemption before %s, and %s last", got, virtualnodes.Name, virtualnodes.Name)
+		t.Errorf("PostFilter plugins %v: want %s before %s, and %s last", got, gatedpreemption.Name, virtualnodes.Name, virtualnodes.Name)
+	}
+	// Preemption runs once: the gate wraps DefaultPreemption, which
+	// must not run again behind it.
+	if slices.Contains(got, "DefaultPreemption") {
+		t.Errorf("PostFilter plugins %v: DefaultPreemption runs beside %s", got, gatedpreemption.Name)
 	}
 	// And its Filter, which keeps nominated pods for their claim's node.
 	if !slices.ContainsFunc(fw.ListPlugins().Filter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
