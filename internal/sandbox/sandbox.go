@@ -196,7 +196,8 @@ type Sandbox struct {
 // server records every request Nodeforge's programs make (auditPolicyYAML):
 // one JSON line each, with the program's service account as the user, so
 // that what the scheduler and the provisioner ask of the API server can be
-// counted and read back.
+// counted and read back (package auditlog; the simulated cloud's requests,
+// made as the provisioner, by their user agent).
 const AuditLog = "audit.log"
 
 // auditPolicyYAML records, at the Metadata level (who, what, which object,

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -37,6 +35,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/auditlog"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 )
 
@@ -179,18 +178,17 @@ func scaleUp(b *testing.B, replicas, perSecond int) {
 		b.ReportMetric((busy1-busy0)/(total1-total0), "machine-busy-share")
 		time.Sleep(time.Until(lastRunning.Add(requestSettle)))
 		reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning.Add(requestSettle))
-		perPod := 0
-		for _, program := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
-			b.ReportMetric(float64(reqs.total[program]), program+"-api-requests")
-			b.ReportMetric(float64(reqs.writes[program]), program+"-api-writes")
-			perPod += reqs.total[program]
+		for _, program := range append(nodeforgePrograms, auditlog.SimulatedCloud) {
+			b.ReportMetric(float64(reqs.Total[program]), program+"-api-requests")
+			b.ReportMetric(float64(reqs.Writes[program]), program+"-api-writes")
 		}
-		b.ReportMetric(float64(perPod)/float64(replicas), "api-requests/pod")
+		b.ReportMetric(float64(nodeforgeRequests(reqs))/float64(replicas), "api-requests/pod")
+		b.ReportMetric(float64(reqs.Total[auditlog.SimulatedCloud])/float64(replicas), auditlog.SimulatedCloud+"-api-requests/pod")
 		if attempts, queued := schedulerAttempts(b, dir, kubeconfig); attempts > 0 {
 			b.ReportMetric(attempts/float64(replicas), "scheduling-attempts/pod")
 			b.Logf("scheduler queue: pods moved by event:\n%s", queued)
 		}
-		b.Logf("API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.top(15))
+		b.Logf("API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.Top(15))
 		profiled()
 		floorP99 := floor(ctx, b, cs, kube, dir, replicas, perSecond, len(claims.Items))
 		if floorP99 > 0 {
@@ -210,7 +208,8 @@ func scaleUp(b *testing.B, replicas, perSecond int) {
 // created→Running p50 and p99, seconds from the last pod's creation to
 // all Running, the machine's busy share, the nodes launched meanwhile, and
 // the API requests per pod of Nodeforge's programs (the scheduler's own
-// binding and Event, and whatever else either program did meanwhile). It
+// binding and Event, and whatever else either program did meanwhile) and,
+// apart, of the simulated cloud, as the scale-up reports them. It
 // fails when the nodes changed: then it is no floor. The first scale-up's
 // figures less these are what provisioning added. It returns the floor's
 // p99 created→Running, in seconds.
@@ -263,8 +262,9 @@ func floor(ctx context.Context, b *testing.B, cs kubernetes.Interface, kube clie
 	}
 	time.Sleep(time.Until(lastRunning.Add(requestSettle)))
 	reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, lastRunning.Add(requestSettle))
-	b.ReportMetric(float64(reqs.total["nodeforge-scheduler"]+reqs.total["nodeforge-provisioner"])/float64(replicas), "floor-api-requests/pod")
-	b.Logf("floor: API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.top(8))
+	b.ReportMetric(float64(nodeforgeRequests(reqs))/float64(replicas), "floor-api-requests/pod")
+	b.ReportMetric(float64(reqs.Total[auditlog.SimulatedCloud])/float64(replicas), "floor-"+auditlog.SimulatedCloud+"-api-requests/pod")
+	b.Logf("floor: API requests from the scale call to 5 s after the last pod Running, by program, verb and resource:\n%s", reqs.Top(8))
 	return percentile(lat, 0.99)
 }
 
@@ -649,83 +649,32 @@ func schedulerGet(dir, kubeconfig, path string, timeout time.Duration) ([]byte, 
 	return body, nil
 }
 
-// requestCounts are API requests counted in the sandbox's audit log.
-type requestCounts struct {
-	total, writes map[string]int // by program
-	by            map[string]int // by "program verb resource"
-}
+// nodeforgePrograms are the programs whose API requests api-requests/pod
+// counts. The simulated cloud's (auditlog.SimulatedCloud), which run in
+// the provisioner and play what a real cloud would, are reported apart.
+var nodeforgePrograms = []string{"nodeforge-scheduler", "nodeforge-provisioner"}
 
-// apiRequests counts the requests Nodeforge's programs made whose answer
-// was complete between from and to, as the API server's audit log
-// (sandbox.AuditLog) has them: by program (its service account's name,
-// every replica), of them the writes, and by verb and resource.
-func apiRequests(b *testing.B, path string, from, to time.Time) requestCounts {
+// apiRequests counts the requests Nodeforge's programs and the simulated
+// cloud made whose answer was complete between from and to, as the API
+// server's audit log (sandbox.AuditLog) has them: by program (the
+// service account's name, every replica, or auditlog.SimulatedCloud), of
+// them the writes, and by verb and resource.
+func apiRequests(b *testing.B, path string, from, to time.Time) auditlog.Counts {
 	b.Helper()
-	out := requestCounts{total: map[string]int{}, writes: map[string]int{}, by: map[string]int{}}
-	// The API server rotates its audit log at 100 MB (audit-<time>.log
-	// beside it): read those too.
-	base := strings.TrimSuffix(path, ".log")
-	rotated, err := filepath.Glob(base + "-*.log")
+	c, err := auditlog.Read(path, from, to)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, p := range append(rotated, path) {
-		countRequests(b, p, from, to, out)
-	}
-	return out
+	return c
 }
 
-// countRequests adds the requests of one audit log file to out.
-func countRequests(b *testing.B, path string, from, to time.Time, out requestCounts) {
-	b.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
+// nodeforgeRequests is the sum of c's requests by Nodeforge's programs.
+func nodeforgeRequests(c auditlog.Counts) int {
+	n := 0
+	for _, program := range nodeforgePrograms {
+		n += c.Total[program]
 	}
-	defer f.Close()
-	dec := json.NewDecoder(f)
-	for {
-		var ev struct {
-			Verb           string
-			User           struct{ Username string }
-			ObjectRef      *struct{ Resource, Subresource string }
-			StageTimestamp metav1.MicroTime
-		}
-		if err := dec.Decode(&ev); err == io.EOF {
-			break
-		} else if err != nil {
-			b.Fatalf("reading %s: %v", path, err)
-		}
-		at := ev.StageTimestamp.Time
-		if at.Before(from) || at.After(to) {
-			continue
-		}
-		program := ev.User.Username[strings.LastIndexByte(ev.User.Username, ':')+1:]
-		resource := "(none)"
-		if ev.ObjectRef != nil {
-			resource = ev.ObjectRef.Resource
-			if ev.ObjectRef.Subresource != "" {
-				resource += "/" + ev.ObjectRef.Subresource
-			}
-		}
-		out.total[program]++
-		switch ev.Verb {
-		case "create", "update", "patch", "delete", "deletecollection":
-			out.writes[program]++
-		}
-		out.by[program+" "+ev.Verb+" "+resource]++
-	}
-}
-
-// top lists the n largest counts by verb and resource, one a line.
-func (r requestCounts) top(n int) string {
-	keys := slices.Collect(maps.Keys(r.by))
-	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(r.by[b], r.by[a]), cmp.Compare(a, b)) })
-	var sb strings.Builder
-	for _, k := range keys[:min(n, len(keys))] {
-		fmt.Fprintf(&sb, "  %6d %s\n", r.by[k], k)
-	}
-	return sb.String()
+	return n
 }
 
 // lowerBound prices cpu cores and memory GiB at the catalog's cheapest

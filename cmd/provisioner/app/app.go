@@ -225,7 +225,13 @@ func Run(args []string, opts ...registry.Option) error {
 		if err != nil {
 			return err
 		}
-		sim := simulated.NewCloud(catalogSource, mgr.GetClient(), mgr.GetAPIReader(), o.simulatedNamespace)
+		// Its own clients, with its own user agent, reading the manager's
+		// cache: the audit log tells its requests from the provisioner's.
+		kube, api, err := simulated.NewClients(cfg, mgr.GetCache(), mgr.GetScheme(), mgr.GetRESTMapper())
+		if err != nil {
+			return err
+		}
+		sim := simulated.NewCloud(catalogSource, kube, api, o.simulatedNamespace)
 		// The simulated instances' kubelets: only the leader registers nodes.
 		if err := mgr.Add(manager.RunnableFunc(sim.Run)); err != nil {
 			return err

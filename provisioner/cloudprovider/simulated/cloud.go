@@ -121,8 +121,10 @@ const defaultCloudControllerDelay = time.Second
 var uninitializedTaint = corev1.Taint{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule}
 
 // NewCloud returns the simulated cloud serving catalog, keeping its
-// inventory in namespace: written through kube, read through api (the
-// manager's uncached reader), and registering nodes through kube.
+// inventory in namespace: written through kube, read through api (an
+// uncached reader), and registering nodes through kube. NewClients makes
+// both for a provisioner, so that its requests are told from the
+// provisioner's own.
 func NewCloud(catalog *Catalog, kube client.Client, api client.Reader, namespace string) *Cloud {
 	return &Cloud{Catalog: catalog, kube: kube, api: api, namespace: namespace, now: time.Now}
 }
