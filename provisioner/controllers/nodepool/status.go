@@ -13,6 +13,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -54,12 +56,29 @@ const ConditionBudgetsValid = "BudgetsValid"
 // pool without limits launches as its owner wrote it, and stays Ready.
 const ConditionLimitsSet = "LimitsSet"
 
+// CountsInterval is the least time between two status writes of a pool
+// that change only its counts (status.nodes and status.resources): a
+// scale-up changes them with every claim launched and node registered,
+// which was a write every few hundred milliseconds per pool, about 0.03
+// API requests a provisioned pod (docs/benchmarks.md, issue #44). Nothing
+// decides on them (limits are checked against the claims and nodes
+// themselves, package limits; the nodeforge_nodepool_usage gauge is set on
+// every reconcile), so they may lag this long. A change of condition is
+// written at once.
+const CountsInterval = 5 * time.Second
+
 // StatusController reconciles NodePool status.
 type StatusController struct {
 	client client.Client
 	// classes the provisioner's cloud provider launches from, by kind.
 	classes  []cloudprovider.NodeClass
 	recorder events.EventRecorder
+	// now is the clock; tests set it.
+	now func() time.Time
+
+	mu sync.Mutex
+	// written is when each pool's status was last written, by name.
+	written map[string]time.Time
 }
 
 // NewStatusController returns a StatusController using c, for pools whose
@@ -68,7 +87,7 @@ type StatusController struct {
 // whose budgets turn invalid gets an Event through recorder (which may be
 // nil).
 func NewStatusController(c client.Client, classes []cloudprovider.NodeClass, recorder events.EventRecorder) *StatusController {
-	return &StatusController{client: c, classes: classes, recorder: recorder}
+	return &StatusController{client: c, classes: classes, recorder: recorder, now: time.Now, written: map[string]time.Time{}}
 }
 
 // SetupWithManager registers the controller: a pool is reconciled when it,
@@ -122,6 +141,9 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	var pool v1alpha1.NodePool
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
+			c.mu.Lock()
+			delete(c.written, req.Name)
+			c.mu.Unlock()
 			metrics.Nodes.DeleteLabelValues(req.Name)
 			metrics.PoolUsage.Delete(req.Name)
 			metrics.PoolLimit.Delete(req.Name)
@@ -186,6 +208,10 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	if equality.Semantic.DeepEqual(status, &pool.Status) {
 		return reconcile.Result{}, nil
 	}
+	if wait := c.countsWait(pool.Name, &pool.Status, status); wait > 0 {
+		// Written once the interval is over, whatever changes meanwhile.
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	pool.Status = *status
 	if err := c.client.Status().Update(ctx, &pool); apierrors.IsConflict(err) {
 		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
@@ -193,8 +219,27 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 	} else if err != nil {
 		return reconcile.Result{}, fmt.Errorf("updating status of nodepool %s: %w", pool.Name, err)
 	}
+	c.mu.Lock()
+	c.written[pool.Name] = c.now()
+	c.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("Updated nodepool status", "nodePool", klog.KObj(&pool), "nodes", status.Nodes, "ready", ready, "reason", reason)
 	return reconcile.Result{}, nil
+}
+
+// countsWait is how long to wait before writing status over was when the
+// two differ only in their counts: until CountsInterval after the pool's
+// last write. Zero when a condition changed, or the interval is over.
+func (c *StatusController) countsWait(pool string, was, status *v1alpha1.NodePoolStatus) time.Duration {
+	if !equality.Semantic.DeepEqual(was.Conditions, status.Conditions) {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.written[pool]
+	if !ok {
+		return 0
+	}
+	return max(0, CountsInterval-c.now().Sub(last))
 }
 
 // limitsSet is the pool's LimitsSet condition.

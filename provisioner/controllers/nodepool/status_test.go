@@ -297,3 +297,68 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsAreWrittenAtMostOnceAnInterval: a pool whose node count
+// changes again within CountsInterval of its last status write is written
+// when the interval is over (the reconcile asks to come back then), with
+// the newest counts; its gauge follows at once. A change of condition is
+// written at once.
+func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	np := poolWithClass("counted", simulatedClass("default"))
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
+	now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "counted"}}
+	addNode := func(name string) {
+		t.Helper()
+		if err := kube.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: "counted"}},
+			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reconcileAt := func(at time.Duration) (reconcile.Result, v1alpha1.NodePoolStatus) {
+		t.Helper()
+		now = now.Add(at)
+		res, err := c.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got v1alpha1.NodePool
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(np), &got); err != nil {
+			t.Fatal(err)
+		}
+		return res, got.Status
+	}
+	if res, st := reconcileAt(0); res.RequeueAfter != 0 || meta.FindStatusCondition(st.Conditions, ConditionReady) == nil {
+		t.Fatalf("first reconcile: %+v, status %+v; want it written at once", res, st)
+	}
+	addNode("a")
+	res, st := reconcileAt(time.Second)
+	if st.Nodes != 0 || res.RequeueAfter != CountsInterval-time.Second {
+		t.Fatalf("a node 1s after the last write: status nodes %d, requeue after %v; want 0 and %v", st.Nodes, res.RequeueAfter, CountsInterval-time.Second)
+	}
+	if got := promtestutil.ToFloat64(metrics.Nodes.WithLabelValues("counted")); got != 1 {
+		t.Errorf("nodes gauge %v, want 1 at once", got)
+	}
+	addNode("b")
+	if res, st := reconcileAt(CountsInterval - time.Second); res.RequeueAfter != 0 || st.Nodes != 2 {
+		t.Fatalf("at the interval's end: requeue after %v, status nodes %d; want written with 2", res.RequeueAfter, st.Nodes)
+	}
+	// A condition change does not wait.
+	if err := kube.Delete(ctx, &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, st := reconcileAt(time.Second); res.RequeueAfter != 0 || meta.IsStatusConditionTrue(st.Conditions, ConditionReady) {
+		t.Fatalf("class deleted 1s after a write: requeue after %v, conditions %+v; want Ready False written at once", res.RequeueAfter, st.Conditions)
+	}
+}
