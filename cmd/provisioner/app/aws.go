@@ -81,7 +81,7 @@ func (a *awsOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.eksEndpoint, "aws-eks-endpoint", "", "EKS endpoint URL; empty: the region's. EKS is asked once, at start, for the cluster's facts. For tests and private endpoints.")
 	fs.StringVar(&a.ssmEndpoint, "aws-ssm-endpoint", "", "SSM endpoint URL; empty: the region's. An al2023 alias reads the EKS-optimised images' public parameters there. For tests and private endpoints.")
 	fs.StringVar(&a.iamEndpoint, "aws-iam-endpoint", "", "IAM endpoint URL; empty: the partition's global one. IAM keeps the instance profiles of EC2NodeClasses with spec.role. For tests and private endpoints.")
-	fs.IntVar(&a.maxAttempts, "aws-max-attempts", 8, "Attempts per AWS call; throttling and transient errors are retried with exponential backoff.")
+	fs.IntVar(&a.maxAttempts, "aws-max-attempts", aws.DefaultMaxAttempts, "Attempts per AWS call; throttling and transient errors are retried with exponential backoff.")
 	fs.Float64Var(&a.vmOverhead, "vm-memory-overhead-percent", 0.075, "Share of an instance type's memory (0.075 is 7.5%) its node is assumed not to see, until a node of the type and image has registered: from then on its offerings have the memory that node reported.")
 }
 
