@@ -85,10 +85,7 @@ const (
 // DefaultMaxAttempts is how many times the provisioner's AWS clients try
 // a call unless --aws-max-attempts says otherwise, with the SDK's standard
 // retryer: throttling and transient errors are retried with exponential
-// backoff. The transient errors include "use of closed network
-// connection" while a 200 response is read, which the SDK itself can
-// cause under load (it closes the request body while net/http may still
-// read it); tests of the provider use the same number.
+// backoff. Tests of the provider use the same number.
 const DefaultMaxAttempts = 8
 
 // Options configure the provider for one cluster in one region.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,20 +68,9 @@ func (e *batchEnv) provider(t *testing.T) *Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The provisioner's retryer (cmd/provisioner/app's loadSDKConfig),
-	// only with a short backoff. Fewer attempts make a flake of an SDK
-	// race that loopback makes common: the SDK closes the request body
-	// as soon as the 200 response arrives; net/http's write loop, not yet
-	// done with the body, then reads it with WriteTo, gets io.EOF from
-	// smithy-go's closed safeWriteToReadCloser, takes it for a write error
-	// and closes the connection under the response body being read
-	// ("use of closed network connection"), on each attempt alike.
 	c := ec2.New(ec2.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(e.url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = DefaultMaxAttempts
-			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
-		})})
+		HTTPClient:  GuardClosedBodyRace(nil), Retryer: testRetryer()})
 	p, err := New(c, e.kube, prices, Options{Region: "us-west-2", ClusterName: "batch", ClusterEndpoint: "https://api.batch.example", KubernetesVersion: "1.37"})
 	if err != nil {
 		t.Fatal(err)

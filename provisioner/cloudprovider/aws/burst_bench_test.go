@@ -82,8 +82,9 @@ func runBurst(b *testing.B, claims, launchWorkers, otherWorkers int) {
 	client := ec2.New(ec2.Options{
 		Region: "us-west-2", BaseEndpoint: sdkaws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
+		HTTPClient:  GuardClosedBodyRace(nil),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = 8
+			o.MaxAttempts = DefaultMaxAttempts
 			o.MaxBackoff = 20 * time.Second
 		}),
 	})

@@ -6,10 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/google/go-cmp/cmp"
@@ -25,7 +23,8 @@ import (
 var clusterCA = []byte("-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAVMRMwEQYDVQQDEwprdWJlcm5ldGVz\n-----END CERTIFICATE-----\n")
 
 // newEKS starts the fake in us-west-2 with the clusters given and returns
-// it with the real client at it, retrying twice without waiting.
+// it with the real client at it, built as the provisioner builds it
+// (testRetryer).
 func newEKS(t *testing.T, clusters ...eksfake.Cluster) (*eksfake.Server, *eks.Client) {
 	t.Helper()
 	s, err := eksfake.New("us-west-2")
@@ -41,10 +40,7 @@ func newEKS(t *testing.T, clusters ...eksfake.Cluster) (*eksfake.Server, *eks.Cl
 	return s, eks.New(eks.Options{
 		Region: "us-west-2", BaseEndpoint: sdkaws.String(s.URL()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = 2
-			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
-		}),
+		HTTPClient:  GuardClosedBodyRace(nil), Retryer: testRetryer(),
 	})
 }
 

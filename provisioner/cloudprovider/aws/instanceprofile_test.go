@@ -10,7 +10,6 @@ import (
 	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -64,14 +63,10 @@ func newIAMEnv(t *testing.T, funcs *interceptor.Funcs) *iamEnv {
 	}
 	t.Cleanup(stopIAM)
 	creds := credentials.NewStaticCredentialsProvider("AKIATEST", "secret", "")
-	fast := func() sdkaws.Retryer {
-		return retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = 2
-			o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
-		})
-	}
-	ec2c := ec2.New(ec2.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(ec2URL), Credentials: creds, Retryer: fast()})
-	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: sdkaws.String(iamURL), Credentials: creds, Retryer: fast()})
+	ec2c := ec2.New(ec2.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(ec2URL), Credentials: creds,
+		HTTPClient: GuardClosedBodyRace(nil), Retryer: testRetryer()})
+	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: sdkaws.String(iamURL), Credentials: creds,
+		HTTPClient: GuardClosedBodyRace(nil), Retryer: testRetryer()})
 
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
