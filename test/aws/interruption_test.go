@@ -18,11 +18,12 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
-// sqsClient is the real SDK client for the endpoint at url.
+// sqsClient is the real SDK client for the endpoint at url, sending
+// through aws.GuardClosedBodyRace as the provisioner's does.
 func sqsClient(url string) *sqs.Client {
 	return sqs.New(sqs.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:  &http.Client{Timeout: 30 * time.Second}})
+		HTTPClient:  aws.GuardClosedBodyRace(&http.Client{Timeout: 30 * time.Second})})
 }
 
 // TestInterruptionQueueOverTheWire: the provider's InterruptionQueue,

@@ -43,15 +43,16 @@ type region struct {
 	class    *v1alpha1.EC2NodeClass
 }
 
-// clientFor is the real SDK client, signing with static credentials, with
-// the standard retryer (exponential backoff, here with a short cap so that
+// clientFor is the real SDK client, signing with static credentials,
+// sending through the provisioner's aws.GuardClosedBodyRace, with the
+// standard retryer (exponential backoff, here with a short cap so that
 // retried tests stay quick) making at most attempts tries.
 func clientFor(url string, attempts int) *ec2.Client {
 	return ec2.New(ec2.Options{
 		Region:       "us-west-2",
 		BaseEndpoint: sdkaws.String(url),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:   &http.Client{Timeout: 10 * time.Second},
+		HTTPClient:   aws.GuardClosedBodyRace(&http.Client{Timeout: 10 * time.Second}),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = attempts
 			o.MaxBackoff = 50 * time.Millisecond
@@ -91,7 +92,7 @@ func newRegion(t *testing.T, world *ec2fake.World, spec *v1alpha1.EC2NodeClassSp
 		t.Fatal(err)
 	}
 	ssmClient := ssm.New(ssm.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(r.ssm.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", "")})
+		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""), HTTPClient: aws.GuardClosedBodyRace(nil)})
 	prices, err := pricing.Shipped()
 	if err != nil {
 		t.Fatal(err)

@@ -96,6 +96,11 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 	if err != nil {
 		return nil, err
 	}
+	// Every client built from sdk (EKS, EC2, IAM, SSM, SQS, Pricing) sends
+	// through the guard. It is set after loading, not with
+	// config.WithHTTPClient: the SDK puts AWS_CA_BUNDLE only into a client
+	// of its own type.
+	sdk.HTTPClient = aws.GuardClosedBodyRace(sdk.HTTPClient)
 	a.sdk = sdk
 	// The same configuration, and so the same retryer and attempts, as
 	// EC2's.

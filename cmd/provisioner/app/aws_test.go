@@ -88,8 +88,9 @@ func newClusterEnv(t *testing.T, apiServerMinor string, clusters ...eksfake.Clus
 		api: eks.New(eks.Options{
 			Region: testRegion, BaseEndpoint: sdkaws.String(s.URL()),
 			Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
+			HTTPClient:  aws.GuardClosedBodyRace(nil),
 			Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-				o.MaxAttempts = 2
+				o.MaxAttempts = aws.DefaultMaxAttempts
 				o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 			}),
 		}),
