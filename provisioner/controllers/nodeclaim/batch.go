@@ -56,6 +56,17 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 		// launch for the spec without them.
 		return reconcile.Result{RequeueAfter: c.opts.BatchIdle / 4}, nil
 	}
+	if behind := schedulerBehind(nc, len(pods)); behind && open < c.opts.BatchMax && !replacement {
+		// The claim counts pods none of which is seen naming it yet:
+		// the scheduler wrote the claim before those pods' nominations
+		// reached this cache. With SchedulerAsyncAPICalls the scheduler
+		// writes a pod's nomination from its API dispatcher, after the
+		// scheduling cycle, and the claim's write (every 200 ms) can
+		// come first. Deleting it now would undo the nominations on
+		// their way; a claim whose pods are really gone is deleted once
+		// it has been open BatchMax.
+		return reconcile.Result{RequeueAfter: c.opts.BatchIdle / 4}, nil
+	}
 	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
@@ -124,6 +135,14 @@ func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) boo
 func schedulerAhead(nc *v1alpha1.NodeClaim, seen int) bool {
 	return (nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating) &&
 		nc.Status.NominatedPods > 0 && int32(seen) > nc.Status.NominatedPods
+}
+
+// schedulerBehind says whether an open claim counts nominated pods of
+// which none is seen naming it: the scheduler's write of the claim reached
+// the cache before its writes of the pods' nominations.
+func schedulerBehind(nc *v1alpha1.NodeClaim, seen int) bool {
+	return (nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating) &&
+		nc.Status.NominatedPods > 0 && seen == 0
 }
 
 // lastNomination is when a pod was last nominated to the claim, or when it

@@ -667,3 +667,50 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 		t.Fatalf("past the longest window with the scheduler still behind: phase %s, want Launching", phase)
 	}
 }
+
+// TestBatchWaitsForNominationsWrittenAfterTheClaim: past its idle window,
+// a claim whose status counts pods none of which is seen naming it yet
+// (the scheduler's claim write came before its pods' nominations, as
+// with SchedulerAsyncAPICalls) is neither deleted nor closed; once a pod
+// names it, it closes; a claim whose pods never come is deleted once it
+// has been open the batch's longest window.
+func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimNominating)
+	s := newSteps(t, nc)
+	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	nc.Status.NominatedPods = 2
+	if err := s.kube.Status().Update(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	s.now = s.now.Add(1100 * time.Millisecond)
+	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
+		t.Fatalf("counting 2 pods with none seen: %v %v, phase %s; want it left open", res, err, s.get(t, nc).Status.Phase)
+	}
+	if err := s.kube.Create(ctx, nominated("a", nc.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+		t.Fatal(err)
+	}
+	if phase := s.get(t, nc).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
+		t.Fatalf("once a pod names it: phase %s, want Launching", phase)
+	}
+
+	gone := claim(v1alpha1.NodeClaimNominating)
+	gone.Name, gone.UID = "pool-gone", "uid-4"
+	s = newSteps(t, gone)
+	gone.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	gone.Status.NominatedPods = 2
+	if err := s.kube.Status().Update(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	s.now = gone.CreationTimestamp.Add(s.c.opts.BatchMax)
+	if _, err := s.c.closeWhenBatched(ctx, s.get(t, gone)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(gone), &v1alpha1.NodeClaim{}); err == nil {
+		t.Error("a claim whose counted pods never came was not deleted after the longest window")
+	}
+}
