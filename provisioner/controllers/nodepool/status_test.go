@@ -32,6 +32,19 @@ func poolWithClass(name string, ref v1alpha1.NodeClassReference) *v1alpha1.NodeP
 	return np
 }
 
+// poolScheme knows the built-in kinds and Nodeforge's.
+func poolScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
 func simulatedClass(name string) v1alpha1.NodeClassReference {
 	return v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: name}
 }
@@ -41,13 +54,7 @@ func simulatedClass(name string) v1alpha1.NodeClassReference {
 // message names them), the class must exist, and the provider must read
 // it as ready.
 func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := poolScheme(t)
 	for _, tc := range []struct {
 		name       string
 		ref        v1alpha1.NodeClassReference
@@ -120,13 +127,7 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 // reconciled, and leaves Ready alone; fixing it makes BudgetsValid True.
 func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := poolScheme(t)
 	np := poolWithClass("pool", simulatedClass("default"))
 	np.Spec.Disruption.Budgets = []v1alpha1.Budget{
 		{Nodes: "10%"},
@@ -251,13 +252,7 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 // has none.
 func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := poolScheme(t)
 	np := poolWithClass("metered", simulatedClass("default"))
 	np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("100")}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{v1alpha1.LabelNodePool: "metered"}},
@@ -305,13 +300,7 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 // written at once.
 func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := poolScheme(t)
 	np := poolWithClass("counted", simulatedClass("default"))
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
 		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
