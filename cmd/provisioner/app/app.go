@@ -198,6 +198,9 @@ func Run(args []string, opts ...registry.Option) error {
 		return err
 	}
 	var cloud cloudprovider.CloudProvider
+	// onMeasured, for a provider that measures its nodes' memory, takes
+	// what to call when a measurement changes its offerings.
+	var onMeasured func(func())
 	switch o.cloudProvider {
 	case "aws":
 		o.aws.recorder = mgr.GetEventRecorder("nodeforge-provisioner")
@@ -220,6 +223,7 @@ func Run(args []string, opts ...registry.Option) error {
 			return err
 		}
 		cloud = provider
+		onMeasured = provider.OnMeasured
 	case "simulated":
 		catalogSource, err := simulated.NewCatalog(o.catalog)
 		if err != nil {
@@ -298,8 +302,13 @@ func Run(args []string, opts ...registry.Option) error {
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := catalog.NewController(mgr.GetClient(), measured, unavailable).SetupWithManager(mgr); err != nil {
+	catalogs := catalog.NewController(mgr.GetClient(), measured, unavailable)
+	if err := catalogs.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if onMeasured != nil {
+		// The memory a registered node reported is offered at once.
+		onMeasured(catalogs.RepublishAll)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

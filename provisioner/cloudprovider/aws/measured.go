@@ -2,6 +2,7 @@ package aws
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,8 @@ import (
 type measuredMemory struct {
 	mu sync.Mutex
 	by map[measuredKey]resource.Quantity
+	// onChange are called, outside mu, when a figure changed.
+	onChange []func()
 }
 
 type measuredKey struct{ instanceType, image string }
@@ -68,6 +71,15 @@ func (m *measuredMemory) memory(instanceType string, images []v1alpha1.ResolvedA
 	return low, found
 }
 
+// OnMeasured calls f whenever a registered node changed the memory of an
+// instance type's offerings: the pools' catalogs should be published
+// again then, not at their next periodic publication.
+func (p *Provider) OnMeasured(f func()) {
+	p.measured.mu.Lock()
+	defer p.measured.mu.Unlock()
+	p.measured.onChange = append(p.measured.onChange, f)
+}
+
 // RegisteredNode keeps the memory the node of an instance reports, for
 // later offerings of its type and image (measuredMemory).
 func (p *Provider) RegisteredNode(ctx context.Context, in *cloudprovider.Instance, node *corev1.Node) {
@@ -79,5 +91,11 @@ func (p *Provider) RegisteredNode(ctx context.Context, in *cloudprovider.Instanc
 		estimate := in.Capacity[corev1.ResourceMemory]
 		klog.FromContext(ctx).V(2).Info("Measured an instance type's memory", "instanceType", in.InstanceType, "image", in.ImageID,
 			"node", klog.KObj(node), "memory", mem.String(), "estimate", estimate.String())
+		p.measured.mu.Lock()
+		notify := slices.Clone(p.measured.onChange)
+		p.measured.mu.Unlock()
+		for _, f := range notify {
+			f()
+		}
 	}
 }

@@ -57,12 +57,14 @@ type Controller struct {
 // the offerings in unavailable marked so until they expire.
 func NewController(c client.Client, source Source, unavailable *cloudprovider.UnavailableOfferings) *Controller {
 	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan event.GenericEvent, 1024)}
-	unavailable.OnChange(ctrl.republishAll)
+	unavailable.OnChange(ctrl.RepublishAll)
 	return ctrl
 }
 
-// republishAll queues every pool, as offerings became unavailable.
-func (c *Controller) republishAll() {
+// RepublishAll queues every pool, as what the source offers changed
+// without any object changing: offerings became unavailable or available
+// again, or a registered node measured an instance type's memory.
+func (c *Controller) RepublishAll() {
 	go func() {
 		var pools v1alpha1.NodePoolList
 		if err := c.client.List(context.Background(), &pools); err != nil {
