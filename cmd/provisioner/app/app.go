@@ -22,6 +22,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"
 	k8sversion "k8s.io/component-base/version"
@@ -197,50 +198,9 @@ func Run(args []string, opts ...registry.Option) error {
 		"nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")"); err != nil {
 		return err
 	}
-	var cloud cloudprovider.CloudProvider
-	// onMeasured, for a provider that measures its nodes' memory, takes
-	// what to call when a measurement changes its offerings.
-	var onMeasured func(func())
-	switch o.cloudProvider {
-	case "aws":
-		o.aws.recorder = mgr.GetEventRecorder("nodeforge-provisioner")
-		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
-		if err != nil {
-			return err
-		}
-		classes := aws.NewNodeClassController(mgr.GetClient(), provider)
-		classes.Timeout = o.cloudCallTimeout
-		classes.Live = mgr.GetAPIReader()
-		if err := classes.SetupWithManager(mgr); err != nil {
-			return err
-		}
-		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
-			return err
-		}
-		templates := aws.NewLaunchTemplateCollector(mgr.GetClient(), provider)
-		templates.Timeout = o.cloudCallTimeout
-		if err := mgr.Add(templates); err != nil {
-			return err
-		}
-		cloud = provider
-		onMeasured = provider.OnMeasured
-	case "simulated":
-		catalogSource, err := simulated.NewCatalog(o.catalog)
-		if err != nil {
-			return err
-		}
-		// Its own clients, with its own user agent, reading the manager's
-		// cache: the audit log tells its requests from the provisioner's.
-		kube, api, err := simulated.NewClients(cfg, mgr.GetCache(), mgr.GetScheme(), mgr.GetRESTMapper())
-		if err != nil {
-			return err
-		}
-		sim := simulated.NewCloud(catalogSource, kube, api, o.simulatedNamespace)
-		// The simulated instances' kubelets: only the leader registers nodes.
-		if err := mgr.Add(manager.RunnableFunc(sim.Run)); err != nil {
-			return err
-		}
-		cloud = sim
+	cloud, onMeasured, err := o.cloudProviderOf(ctx, cfg, mgr)
+	if err != nil {
+		return err
 	}
 	measured := cloudprovider.WithMetrics(cloudprovider.WithDeadline(cloud, o.cloudCallTimeout))
 	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
@@ -324,6 +284,55 @@ func Run(args []string, opts ...registry.Option) error {
 	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(cloud.NodeClasses()), "leaderElect", o.leaderElect,
 		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "repack", o.repack, "registrationTTL", o.registrationTTL)
 	return mgr.Start(ctx)
+}
+
+// cloudProviderOf builds the cloud provider --cloud-provider names, with
+// the controllers and runnables of its own (the aws provider's node class
+// controller, price refresh and launch template collector; the simulated
+// cloud's kubelets). onMeasured, for a provider that measures its nodes'
+// memory, takes what to call when a measurement changes its offerings.
+func (o *options) cloudProviderOf(ctx context.Context, cfg *rest.Config, mgr manager.Manager) (_ cloudprovider.CloudProvider, onMeasured func(func()), _ error) {
+	switch o.cloudProvider {
+	case "aws":
+		o.aws.recorder = mgr.GetEventRecorder("nodeforge-provisioner")
+		provider, err := o.aws.provider(ctx, cfg, mgr.GetClient())
+		if err != nil {
+			return nil, nil, err
+		}
+		classes := aws.NewNodeClassController(mgr.GetClient(), provider)
+		classes.Timeout = o.cloudCallTimeout
+		classes.Live = mgr.GetAPIReader()
+		if err := classes.SetupWithManager(mgr); err != nil {
+			return nil, nil, err
+		}
+		if err := mgr.Add(manager.RunnableFunc(o.aws.refreshPrices)); err != nil {
+			return nil, nil, err
+		}
+		templates := aws.NewLaunchTemplateCollector(mgr.GetClient(), provider)
+		templates.Timeout = o.cloudCallTimeout
+		if err := mgr.Add(templates); err != nil {
+			return nil, nil, err
+		}
+		return provider, provider.OnMeasured, nil
+	case "simulated":
+		catalogSource, err := simulated.NewCatalog(o.catalog)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Its own clients, with its own user agent, reading the manager's
+		// cache: the audit log tells its requests from the provisioner's.
+		kube, api, err := simulated.NewClients(cfg, mgr.GetCache(), mgr.GetScheme(), mgr.GetRESTMapper())
+		if err != nil {
+			return nil, nil, err
+		}
+		sim := simulated.NewCloud(catalogSource, kube, api, o.simulatedNamespace)
+		// The simulated instances' kubelets: only the leader registers nodes.
+		if err := mgr.Add(manager.RunnableFunc(sim.Run)); err != nil {
+			return nil, nil, err
+		}
+		return sim, nil, nil
+	}
+	return nil, nil, fmt.Errorf("--cloud-provider=%s: not a provider this build has", o.cloudProvider)
 }
 
 // simulators builds, from --scheduler-config, the scheduler's verdict on
