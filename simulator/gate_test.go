@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apitypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
@@ -34,6 +37,26 @@ func startGate(ctx context.Context, t *testing.T, cs *fake.Clientset, ignore str
 		t.Fatal(err)
 	}
 	return g
+}
+
+// watchStarted returns a channel closed once a watch of resource has been
+// opened on cs: the fake clientset's own watch, signalled.
+func watchStarted(cs *fake.Clientset, resource string) <-chan struct{} {
+	started := make(chan struct{})
+	var once sync.Once
+	cs.PrependWatchReactor(resource, func(action clienttesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if w, ok := action.(clienttesting.WatchActionImpl); ok {
+			opts = w.ListOptions
+		}
+		w, err := cs.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		once.Do(func() { close(started) })
+		return true, w, nil
+	})
+	return started
 }
 
 func gateNode(name string, taints ...v1.Taint) *v1.Node {
@@ -207,6 +230,7 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	gone.Spec.NodeName = "other"
 	gone.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("0")
 	cs := fake.NewClientset(gateNode("held"), gateNode("other"), big, gone)
+	podsWatched := watchStarted(cs, "pods")
 	g := startGate(ctx, t, cs, "")
 	wantOnOther := func(s *GateSession) {
 		t.Helper()
@@ -242,6 +266,14 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 		t.Fatal("a session judging the pod's own node dropped its PodInfo")
 	}
 	// big shrinks to 1 cpu and gone goes: the next session sees both.
+	// The fake API server's watch does not replay what happened between
+	// the informer's list and its watch: change nothing before the watch
+	// is there (seen lost on a loaded machine, cold CI).
+	select {
+	case <-podsWatched:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 	if err := cs.CoreV1().Pods("default").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -150,25 +150,31 @@ func TestAWSProvider(t *testing.T) {
 			reasons, err := podEventReasons(ctx, cs, "default", "denied")
 			return contains(reasons, "AccessDenied"), err
 		})
-		// The class's launch check may dry-run CreateFleet again after the
-		// denial (dryrun.go); that is a permission probe, not a launch.
-		before := sb.EC2.Launches()
-		time.Sleep(5 * time.Second) // several reconciles of the claim, none of which may launch
-		if n := sb.EC2.Launches() - before; n != 0 {
-			t.Errorf("CreateFleet retried %d times after it was denied", n)
-		}
 		var claims v1alpha1.NodeClaimList
 		if err := kube.List(ctx, &claims); err != nil {
 			t.Fatal(err)
 		}
-		denied := 0
+		var denied []string
 		for _, nc := range claims.Items {
 			if c := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); c != nil && c.Reason == "AccessDenied" && strings.Contains(c.Message, "UnauthorizedOperation") {
-				denied++
+				denied = append(denied, nc.Name)
 			}
 		}
-		if denied != 1 {
-			t.Errorf("%d claims say AccessDenied with EC2's message, want 1", denied)
+		if len(denied) != 1 {
+			t.Fatalf("claims %v say AccessDenied with EC2's message, want 1", denied)
+		}
+		// The denied claim's launches only: the sandbox's other claims
+		// (the last subtest's, still launching) may try CreateFleet
+		// meanwhile, and be refused too. The class's launch check may
+		// dry-run CreateFleet again after the denial (dryrun.go); that is
+		// a permission probe, not a launch.
+		before := launchesFor(sb.EC2, denied[0])
+		if before == 0 {
+			t.Fatalf("no CreateFleet names claim %s, whose launch was denied", denied[0])
+		}
+		time.Sleep(5 * time.Second) // several reconciles of the claim, none of which may launch
+		if n := launchesFor(sb.EC2, denied[0]) - before; n != 0 {
+			t.Errorf("CreateFleet retried %d times for claim %s after it was denied", n, denied[0])
 		}
 		sb.EC2.Deny("CreateFleet", false)
 		poll(t, "pod denied Running once the policy is fixed and the claim expired", func() (bool, error) {
@@ -403,4 +409,22 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// launchesFor counts the CreateFleet requests, dry runs left out, that tag
+// their instances with the claim's name.
+func launchesFor(ec2 *ec2fake.Server, claim string) int {
+	n := 0
+	for _, r := range ec2.Requests() {
+		if r.Action != "CreateFleet" || r.Form.Get("DryRun") == "true" {
+			continue
+		}
+		for k, vs := range r.Form {
+			if strings.HasPrefix(k, "TagSpecification.") && strings.HasSuffix(k, ".Value") && slices.Contains(vs, claim) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
