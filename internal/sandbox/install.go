@@ -265,6 +265,9 @@ func (s *Sandbox) runDeployment(ctx context.Context, cs kubernetes.Interface, de
 var listenFlag = regexp.MustCompile(`^(--[a-z-]+=)(0\.0\.0\.0)?:([0-9]+)$`)
 
 // runPod starts the process of a pod's only container as component.
+// Not split yet: it translates one pod spec (args, env, mounts, ports,
+// probes) into one process in order; its halves would pass the whole
+// translation between them.
 func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, component, bin string, fixed map[int32]int) error {
 	if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 {
 		return fmt.Errorf("the sandbox runs pods of one container and no init container; this one has %d and %d", len(pod.Spec.Containers), len(pod.Spec.InitContainers))

@@ -227,6 +227,12 @@ const (
 
 // Start brings up the sandbox and returns once every component is ready.
 // On error, whatever was started is stopped again.
+//
+// Not split yet: it is the start order read top to bottom (certificates,
+// etcd, the API server, controller manager, kwok, the chart or the
+// processes), and the deferred stop on error covers all of it; its
+// pieces share the sandbox and the ports. Splitting it into start steps
+// goes with issue #45's controllers that stand alone.
 func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard

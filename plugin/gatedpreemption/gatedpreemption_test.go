@@ -3,6 +3,7 @@ package gatedpreemption
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
-	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
@@ -352,11 +352,9 @@ func TestArgsAreDefaultPreemptionsDefaultedAsItsAre(t *testing.T) {
 	if got, err := decodeArgs(nil); err != nil || got.MinCandidateNodesAbsolute != 100 {
 		t.Errorf("no args: %+v, %v; want the defaults", got, err)
 	}
-	bad, err := decodeArgs(&runtime.Unknown{Raw: []byte(`{"minCandidateNodesPercentage": 200}`), ContentType: runtime.ContentTypeJSON})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := defaultpreemption.New(t.Context(), bad, nil, plfeature.Features{}); err == nil {
-		t.Error("minCandidateNodesPercentage 200 was accepted")
+	// New validates before it touches the handle, as DefaultPreemption does.
+	bad := &runtime.Unknown{Raw: []byte(`{"minCandidateNodesPercentage": 200}`), ContentType: runtime.ContentTypeJSON}
+	if _, err := New(t.Context(), bad, nil); err == nil || !strings.Contains(err.Error(), "minCandidateNodesPercentage") {
+		t.Errorf("minCandidateNodesPercentage 200: %v, want refused naming the field", err)
 	}
 }

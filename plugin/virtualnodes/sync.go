@@ -33,6 +33,10 @@ import (
 // their catalogs and NodeClaims, follows pods and DaemonSets through the
 // scheduler's informers, rebuilds the open claims after a restart, and
 // writes nominations in the background.
+//
+// Not split yet: it is the list of informers and their handlers in the
+// order they must start; issue #45 (controllers that stand alone) moves
+// them out.
 func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	logger := klog.FromContext(ctx).WithName(Name)
 	p.activate = func(pods map[string]*v1.Pod) { h.Activate(logger, pods) }

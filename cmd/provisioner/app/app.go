@@ -99,6 +99,11 @@ func Main(opts ...registry.Option) {
 
 // Run runs the provisioner with args (without the program name) until it
 // is stopped; opts are as for Main.
+//
+// It stays one function: it is the provisioner's wiring read top to
+// bottom (flags, manager, cloud provider, then each controller with what
+// it shares with the others), and its pieces share most of its locals;
+// the provider's own wiring is cloudProviderOf.
 func Run(args []string, opts ...registry.Option) error {
 	fs := flag.CommandLine
 	// The logging flags of kube-scheduler (component-base's):

@@ -62,6 +62,8 @@ func minValuesUnmet(nc *v1alpha1.NodeClaim, offers []cloudprovider.Offer) string
 
 // launch creates the instance; Create is idempotent per claim UID, so a
 // crash between Create and the status update launches nothing twice.
+// Not split yet: issue #45 turns the claim's lifecycle into steps, this
+// one among them.
 func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {

@@ -202,7 +202,8 @@ func (c *Controller) claimReader() client.Reader {
 }
 
 // pack repacks the batch of nc, or finishes a plan of its pool left
-// unfinished, then has nc reconciled again.
+// unfinished, then has nc reconciled again. Not split yet, with planBatch
+// and finishPlan: issue #45 turns the claim's lifecycle into steps.
 func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	c.packer.mu.Lock()
 	defer c.packer.mu.Unlock()

@@ -63,7 +63,10 @@ const ConditionLimitsSet = "LimitsSet"
 // API requests a provisioned pod (docs/benchmarks.md, issue #44). Nothing
 // decides on them (limits are checked against the claims and nodes
 // themselves, package limits; the nodeforge_nodepool_usage gauge is set on
-// every reconcile), so they may lag this long. A change of condition is
+// every reconcile), so they may lag this long. Nor may anything wait on
+// them: the catalogs used to take up a node's measured memory only because
+// these writes happened to reconcile them, and are now told by the
+// provider itself (aws.Provider.OnMeasured). A change of condition is
 // written at once.
 const CountsInterval = 5 * time.Second
 
