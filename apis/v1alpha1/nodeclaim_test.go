@@ -13,11 +13,11 @@ import (
 // second there would shorten a 1 s window by up to all of it.
 func TestLastNominationTimeKeepsSubSeconds(t *testing.T) {
 	at := time.Date(2026, 11, 23, 16, 0, 0, 900_000_000, time.UTC)
-	raw, err := json.Marshal(NodeClaimStatus{LastNominationTime: &metav1.MicroTime{Time: at}})
+	raw, err := json.Marshal(NodeClaimSpec{LastNominationTime: &metav1.MicroTime{Time: at}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back NodeClaimStatus
+	var back NodeClaimSpec
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}

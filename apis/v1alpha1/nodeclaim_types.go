@@ -20,7 +20,7 @@ import (
 // +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacityType`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.nominatedPods`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.spec.nominatedPods`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Replacement",type=string,JSONPath=`.metadata.annotations.nodeforge\.dev/replacement`,priority=1
 // +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`,priority=1
@@ -30,6 +30,10 @@ type NodeClaim struct {
 
 	// +required
 	Spec NodeClaimSpec `json:"spec"`
+	// Status is what is known of the claim's instance and node. Defaulted,
+	// so that a claim the provisioner has not yet written reads as
+	// Nominating.
+	// +kubebuilder:default={}
 	// +optional
 	Status NodeClaimStatus `json:"status,omitempty"`
 }
@@ -73,6 +77,21 @@ type NodeClaimSpec struct {
 	// overhead. Mutable, as requirements are.
 	// +optional
 	Resources ResourceRequirements `json:"resources,omitempty"`
+	// NominatedPods is how many pods are nominated to the claim, as the
+	// scheduler last wrote it with requirements and resources (and the
+	// provisioner when it repacks a batch): the provisioner waits until it
+	// sees that many pods naming the claim before it launches. Mutable.
+	// It is in the spec, with what those pods need, so that each
+	// nomination is one write of the claim.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	NominatedPods int32 `json:"nominatedPods,omitempty"`
+	// LastNominationTime is when a pod was last nominated to the claim;
+	// the provisioner launches once it is older than the batch idle
+	// duration. Microseconds, not seconds: a time truncated to the second
+	// would make the 1 s batch window anything from 0 to 1 s. Mutable.
+	// +optional
+	LastNominationTime *metav1.MicroTime `json:"lastNominationTime,omitempty"`
 	// Labels the node gets when it registers, beside the well-known labels
 	// of its instance type and offering: the pool's template labels as they
 	// were when the claim was made, and nodeforge.dev/nodepool, so that a
@@ -181,6 +200,9 @@ type NodeClaimStatus struct {
 	// Phase is where the claim is in its life, and so what the provisioner
 	// does next: it acts on the phase, and records each step it completes
 	// as a condition. The conditions do not drive it.
+	// The scheduler writes only the spec: a claim whose status was never
+	// written reads as Nominating.
+	// +kubebuilder:default=Nominating
 	// +optional
 	Phase NodeClaimPhase `json:"phase,omitempty"`
 	// Conditions record when each step happened: Launched (False, reason
@@ -204,8 +226,10 @@ type NodeClaimStatus struct {
 	// InstanceType chosen at launch.
 	// +optional
 	InstanceType string `json:"instanceType,omitempty"`
-	// InstanceTypeOptions is how many instance types the claim can still
-	// become; 1 once launched.
+	// InstanceTypeOptions is how many instance types the claim could
+	// become when the provisioner closed it to nominations (its repack may
+	// narrow it); 1 once launched. While the claim is Nominating, its
+	// open types are the spec's instance-type requirement.
 	// +optional
 	InstanceTypeOptions int32 `json:"instanceTypeOptions,omitempty"`
 	// Zone chosen at launch.
@@ -220,15 +244,6 @@ type NodeClaimStatus struct {
 	// Allocatable of the launched instance, as expected before it registers.
 	// +optional
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
-	// NominatedPods is how many pods are nominated to the claim.
-	// +optional
-	NominatedPods int32 `json:"nominatedPods,omitempty"`
-	// LastNominationTime is when a pod was last nominated to the claim; the
-	// provisioner launches once it is older than the batch idle duration.
-	// Microseconds, not seconds: a time truncated to the second would make
-	// the 1 s batch window anything from 0 to 1 s.
-	// +optional
-	LastNominationTime *metav1.MicroTime `json:"lastNominationTime,omitempty"`
 	// Price of the launched instance in dollars per hour, e.g. "0.0416".
 	// +optional
 	Price string `json:"price,omitempty"`

@@ -612,6 +612,10 @@ func (in *NodeClaimSpec) DeepCopyInto(out *NodeClaimSpec) {
 		}
 	}
 	in.Resources.DeepCopyInto(&out.Resources)
+	if in.LastNominationTime != nil {
+		in, out := &in.LastNominationTime, &out.LastNominationTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Labels != nil {
 		in, out := &in.Labels, &out.Labels
 		*out = make(map[string]string, len(*in))
@@ -681,10 +685,6 @@ func (in *NodeClaimStatus) DeepCopyInto(out *NodeClaimStatus) {
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
-	}
-	if in.LastNominationTime != nil {
-		in, out := &in.LastNominationTime, &out.LastNominationTime
-		*out = (*in).DeepCopy()
 	}
 }
 

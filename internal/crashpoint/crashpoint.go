@@ -34,8 +34,8 @@ const (
 	// AfterCollectTerminate: garbage collection terminated an instance no
 	// claim accounts for; its Node is still there.
 	AfterCollectTerminate = "gc/after-terminate"
-	// SchedulerAfterClaimCreate: the scheduler created a claim; its status
-	// (nominated pods, last nomination) is not written yet.
+	// SchedulerAfterClaimCreate: the scheduler created a claim and has not
+	// yet recorded it as written, nor written its later nominations.
 	SchedulerAfterClaimCreate = "claims/after-create"
 	// MidRepack: a repack plan is written and the first pod has moved to
 	// its new claim; the others have not, and no claim is marked Packed.

@@ -178,23 +178,19 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 	nc := &v1alpha1.NodeClaim{
 		ObjectMeta: metaName(c.name, map[string]string{v1alpha1.LabelNodePool: np.Name}),
 		Spec: v1alpha1.NodeClaimSpec{
-			NodePool:      np.Name,
-			Requirements:  reqs,
-			Resources:     v1alpha1.ResourceRequirements{Requests: c.requests()},
-			Labels:        c.template.Labels,
-			Annotations:   c.template.Annotations,
-			Taints:        c.template.Taints,
-			StartupTaints: c.template.StartupTaints,
-			NodeClassRef:  np.Spec.Template.Spec.NodeClassRef,
-			ExpireAfter:   np.Spec.Template.Spec.ExpireAfter,
+			NodePool:           np.Name,
+			Requirements:       reqs,
+			Resources:          v1alpha1.ResourceRequirements{Requests: c.requests()},
+			NominatedPods:      int32(len(c.pods)),
+			LastNominationTime: &metav1.MicroTime{Time: c.lastAdded},
+			Labels:             c.template.Labels,
+			Annotations:        c.template.Annotations,
+			Taints:             c.template.Taints,
+			StartupTaints:      c.template.StartupTaints,
+			NodeClassRef:       np.Spec.Template.Spec.NodeClassRef,
+			ExpireAfter:        np.Spec.Template.Spec.ExpireAfter,
 			// A pool edited later leaves this claim's drain as it was.
 			TerminationGracePeriod: np.Spec.Template.Spec.TerminationGracePeriod.DeepCopy(),
-		},
-		Status: v1alpha1.NodeClaimStatus{
-			Phase:               v1alpha1.NodeClaimNominating,
-			InstanceTypeOptions: int32(len(c.options)),
-			NominatedPods:       int32(len(c.pods)),
-			LastNominationTime:  &metav1.MicroTime{Time: c.lastAdded},
 		},
 	}
 	nc.OwnerReferences = nodeshape.OwnedBy(np)

@@ -290,7 +290,7 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
-		if cl != nil && int32(len(cl.pods)) != nc.Status.NominatedPods {
+		if cl != nil && int32(len(cl.pods)) != nc.Spec.NominatedPods {
 			// Nominations made after the claim's last write, before the
 			// restart: written again, or the provisioner waits for a
 			// write that would not come (schedulerAhead).
@@ -338,8 +338,8 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 			cl.pods[pod.UID] = pod
 			cl.info.AddPod(pod)
 		}
-		if nc.Status.LastNominationTime != nil {
-			cl.lastAdded = nc.Status.LastNominationTime.Time
+		if nc.Spec.LastNominationTime != nil {
+			cl.lastAdded = nc.Spec.LastNominationTime.Time
 		}
 		return cl
 	}
@@ -480,9 +480,10 @@ func (p *VirtualNodes) writeLoop(ctx context.Context, c client.Client) {
 	}
 }
 
-// flush writes every claim changed since the last flush: create, then the
-// status (nominated pods, options, last nomination time). A conflict means
-// the provisioner closed the claim: it is taken out of the view and its
+// flush writes every claim changed since the last flush, in one request
+// each: its create, or an update of its spec (requirements, resources,
+// nominated pods and last nomination time). A conflict means the
+// provisioner closed the claim: it is taken out of the view and its
 // newest nominations are retried by the scheduler.
 func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 	logger := klog.FromContext(ctx)
@@ -491,48 +492,26 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 	p.mu.Unlock()
 
 	for _, w := range writes {
-		status := w.obj.Status
 		var err error
-		created := false
 		if w.create {
 			err = c.Create(ctx, w.obj)
 			if apierrors.IsAlreadyExists(err) {
 				err = p.adoptExisting(ctx, c, w.obj)
 			}
-			created = err == nil
+			if err == nil {
+				crashpoint.Hit(crashpoint.SchedulerAfterClaimCreate)
+			}
 		} else {
 			err = c.Update(ctx, w.obj)
 		}
-		specWritten := err == nil
-		if err == nil {
-			if w.create {
-				crashpoint.Hit(crashpoint.SchedulerAfterClaimCreate)
-			}
-			w.obj.Status = status
-			err = c.Status().Update(ctx, w.obj)
-		}
 		p.mu.Lock()
-		if specWritten {
-			w.cl.specPods = w.pods
-		}
-		nominated := func() {
-			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
-				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
-		}
 		switch {
 		case err == nil:
+			w.cl.specPods = w.pods
 			w.cl.written = w.obj
-			nominated()
+			logger.Info("Nominated pods to nodeclaim", "nodeClaim", w.cl.name, "nodePool", w.cl.group.pool.np.Name, "zone", w.cl.group.zone,
+				"capacityType", w.cl.group.capacityType, "pods", len(w.cl.pods), "instanceTypes", len(w.cl.options), "cheapest", w.cl.describe())
 		case apierrors.IsConflict(err):
-			if created {
-				// The claim was made for its pods; only its first status
-				// write lost the race with the provisioner, which had
-				// already taken the new claim up (it launches for the
-				// pods nominated to it). The decision still happened and
-				// an operator reading the log must see it. Seen under
-				// load: TestSandboxRunsTheChart at -parallel 6.
-				nominated()
-			}
 			// The provisioner closed the claim with the spec it last read,
 			// which counts only the pods of the last spec written: the
 			// instance it launches holds those. The pods nominated since

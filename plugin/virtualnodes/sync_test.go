@@ -147,8 +147,8 @@ func TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem(t *testing.T) 
 	if err := api.Get(ctx, client.ObjectKey{Name: c.name}, &nc); err != nil {
 		t.Fatal(err)
 	}
-	if nc.Status.NominatedPods != 1 {
-		t.Fatalf("the claim was written with %d pods, want 1 (a)", nc.Status.NominatedPods)
+	if nc.Spec.NominatedPods != 1 {
+		t.Fatalf("the claim was written with %d pods, want 1 (a)", nc.Spec.NominatedPods)
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunching
 	if err := api.Status().Update(ctx, &nc); err != nil {
@@ -227,5 +227,71 @@ func TestNameTakenByAClaimOfAnotherClassIsForgotten(t *testing.T) {
 	var kept v1alpha1.NodeClaim
 	if err := api.Get(ctx, client.ObjectKey{Name: c.name}, &kept); err != nil || kept.Spec.NodeClassRef.Name != "someone-elses" {
 		t.Errorf("the other claim became %v (%v); want it left as it was", kept.Spec.NodeClassRef, err)
+	}
+}
+
+// TestEachClaimChangeIsOneWrite: a claim's first write is one create and
+// each later change one update, the nominated pods and the last
+// nomination time in its spec beside what they need; the plugin never
+// writes a claim's status, and a flush with nothing changed writes
+// nothing.
+func TestEachClaimChangeIsOneWrite(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	writes := map[string]int{}
+	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				writes["create"]++
+				return cl.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				writes["update"]++
+				return cl.Update(ctx, obj, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				writes[sub]++
+				return cl.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		}).Build()
+	read := func(name string) v1alpha1.NodeClaim {
+		t.Helper()
+		var nc v1alpha1.NodeClaim
+		if err := api.Get(ctx, client.ObjectKey{Name: name}, &nc); err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+
+	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
+	if !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	h.plugin.flush(ctx, api)
+	if want := map[string]int{"create": 1}; !maps.Equal(writes, want) {
+		t.Fatalf("first write of a claim: %v, want %v", writes, want)
+	}
+	first := read(c.name)
+	if first.Spec.NominatedPods != 1 || first.Spec.LastNominationTime == nil {
+		t.Fatalf("created claim counts %d pods, last nomination %v; want 1 and a time", first.Spec.NominatedPods, first.Spec.LastNominationTime)
+	}
+
+	h.plugin.now = func() time.Time { return first.Spec.LastNominationTime.Add(300 * time.Millisecond) }
+	if again, s := h.schedule(ctx, testPod("b", "1", "1Gi")); !s.IsSuccess() || again != c {
+		t.Fatalf("pod b went to %v (%s), want the open claim %s", again, s.Message(), c.name)
+	}
+	h.plugin.flush(ctx, api)
+	if want := map[string]int{"create": 1, "update": 1}; !maps.Equal(writes, want) {
+		t.Fatalf("after a second nomination: %v, want %v", writes, want)
+	}
+	second := read(c.name)
+	if second.Spec.NominatedPods != 2 || !second.Spec.LastNominationTime.After(first.Spec.LastNominationTime.Time) {
+		t.Fatalf("updated claim counts %d pods, last nomination %v (was %v); want 2 and later", second.Spec.NominatedPods,
+			second.Spec.LastNominationTime, first.Spec.LastNominationTime)
+	}
+
+	h.plugin.flush(ctx, api)
+	if want := map[string]int{"create": 1, "update": 1}; !maps.Equal(writes, want) {
+		t.Errorf("a flush with nothing changed wrote: %v, want %v", writes, want)
 	}
 }

@@ -69,7 +69,7 @@ func TestCrashes(t *testing.T) {
 		{name: "provisioner after Create, before the status write", component: "nodeforge-provisioner", point: crashpoint.AfterCreate},
 		{name: "provisioner after the launch status write", component: "nodeforge-provisioner", point: crashpoint.AfterLaunchStatus},
 		{name: "provisioner mid-bind", component: "nodeforge-provisioner", point: crashpoint.MidBind},
-		{name: "scheduler after creating a claim, before its status", component: "nodeforge-scheduler", point: crashpoint.SchedulerAfterClaimCreate},
+		{name: "scheduler right after creating a claim", component: "nodeforge-scheduler", point: crashpoint.SchedulerAfterClaimCreate},
 		{name: "provisioner mid-drain", component: "nodeforge-provisioner", point: crashpoint.MidDrain, drain: true},
 		{name: "provisioner after terminating, before deleting the node", component: "nodeforge-provisioner", point: crashpoint.AfterTerminate, drain: true},
 	} {

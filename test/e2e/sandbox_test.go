@@ -290,7 +290,7 @@ func TestSandbox(t *testing.T) {
 				return false, err
 			}
 			pool, _, _ := unstructured.NestedString(nc.Object, "spec", "nodePool")
-			pods, _, _ := unstructured.NestedInt64(nc.Object, "status", "nominatedPods")
+			pods, _, _ := unstructured.NestedInt64(nc.Object, "spec", "nominatedPods")
 			phase, _, _ := unstructured.NestedString(nc.Object, "status", "phase")
 			node, _, _ = unstructured.NestedString(nc.Object, "status", "nodeName")
 			return pool == "default" && pods == 1 && phase == "Initialized", nil
@@ -652,7 +652,7 @@ func logStateOnFailure(t *testing.T, cs kubernetes.Interface, kube client.Client
 	}
 	for _, nc := range claims.Items {
 		fmt.Fprintf(&b, "nodeclaim %s: phase %q, node %q, instance %q, nominated pods %d, created %s, deleting %v\n", nc.Name, nc.Status.Phase, nc.Status.NodeName,
-			nc.Status.ProviderID, nc.Status.NominatedPods, nc.CreationTimestamp.Format(time.TimeOnly), nc.DeletionTimestamp != nil)
+			nc.Status.ProviderID, nc.Spec.NominatedPods, nc.CreationTimestamp.Format(time.TimeOnly), nc.DeletionTimestamp != nil)
 	}
 	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {

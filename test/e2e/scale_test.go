@@ -700,7 +700,7 @@ func fleetOf(ctx context.Context, b *testing.B, kube client.Client) (v1alpha1.No
 	for _, nc := range claims.Items {
 		p, _ := strconv.ParseFloat(nc.Status.Price, 64)
 		fleet += p
-		nodes = append(nodes, fmt.Sprintf("%s/%s/%s pods=%d", nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType, nc.Status.NominatedPods))
+		nodes = append(nodes, fmt.Sprintf("%s/%s/%s pods=%d", nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType, nc.Spec.NominatedPods))
 	}
 	slices.Sort(nodes)
 	b.Logf("the fleet (instance type/zone/capacity type, pods nominated):\n%s", strings.Join(nodes, "\n"))

@@ -57,8 +57,8 @@ func TestRestartKeepsNominations(t *testing.T) {
 		}
 		t.Fatalf("claims after the restart %v, want only %s", names, before[0].Name)
 	}
-	if after[0].Status.NominatedPods != 5 {
-		t.Errorf("claim %s records %d pods, want 5", after[0].Name, after[0].Status.NominatedPods)
+	if after[0].Spec.NominatedPods != 5 {
+		t.Errorf("claim %s records %d pods, want 5", after[0].Name, after[0].Spec.NominatedPods)
 	}
 	for _, p := range first {
 		got, err := cs.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})

@@ -255,8 +255,8 @@ func waitNominated(t *testing.T, ns string, pods []*v1.Pod) []v1alpha1.NodeClaim
 				last = fmt.Sprintf("nodeclaim %s: %v", name, err)
 				return false, nil
 			}
-			if nc.Status.NominatedPods != perClaim[name] {
-				last = fmt.Sprintf("nodeclaim %s records %d pods, %d are nominated to it", name, nc.Status.NominatedPods, perClaim[name])
+			if nc.Spec.NominatedPods != perClaim[name] {
+				last = fmt.Sprintf("nodeclaim %s records %d pods, %d are nominated to it", name, nc.Spec.NominatedPods, perClaim[name])
 				return false, nil
 			}
 			claims = append(claims, nc)

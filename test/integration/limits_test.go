@@ -328,7 +328,7 @@ func (c closer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if nc.Status.Phase != "" || nc.DeletionTimestamp != nil {
+	if (nc.Status.Phase != "" && nc.Status.Phase != v1alpha1.NodeClaimNominating) || nc.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunching

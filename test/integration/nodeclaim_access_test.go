@@ -2,12 +2,17 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,5 +113,61 @@ func TestSchedulerCannotTakeAClaimOutOfItsPool(t *testing.T) {
 				t.Errorf("refused with %q; want the labels' sentence on node-role and node-restriction keys", err)
 			}
 		})
+	}
+}
+
+// TestAClaimTheSchedulerWroteReadsAsNominating: the scheduler writes a
+// claim's spec alone, with its nominated pods and last nomination time.
+// The API server reads such a claim as phase Nominating (the CRD's
+// default), `kubectl get nodeclaims` shows its phase and pods, and the
+// scheduler's account may not write a claim's status.
+func TestAClaimTheSchedulerWroteReadsAsNominating(t *testing.T) {
+	ctx := context.Background()
+	sched := asScheduler(t)
+	nc := launchingClaim("nominating-abcde", "nominating", []v1alpha1.InstanceType{instanceType("a2", 2)})
+	nc.Finalizers = nil
+	nc.Spec.NominatedPods = 3
+	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: time.Now().Truncate(time.Microsecond)}
+	if err := sched.Create(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(context.Background(), nc) })
+	var got v1alpha1.NodeClaim
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(nc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1alpha1.NodeClaimNominating || got.Spec.NominatedPods != 3 ||
+		got.Spec.LastNominationTime == nil || !got.Spec.LastNominationTime.Equal(nc.Spec.LastNominationTime) {
+		t.Fatalf("read back: phase %q, %d pods, last nomination %v; want Nominating, 3, %v",
+			got.Status.Phase, got.Spec.NominatedPods, got.Spec.LastNominationTime, nc.Spec.LastNominationTime)
+	}
+
+	// What kubectl get shows: the server's table of the claim.
+	cs, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/apis", v1alpha1.Group, "v1alpha1", "nodeclaims", nc.Name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	columns := map[string]any{}
+	for i, col := range table.ColumnDefinitions {
+		if len(table.Rows) == 1 && i < len(table.Rows[0].Cells) {
+			columns[col.Name] = table.Rows[0].Cells[i]
+		}
+	}
+	if columns["Phase"] != "Nominating" || fmt.Sprint(columns["Pods"]) != "3" {
+		t.Errorf("kubectl get nodeclaims shows Phase %v, Pods %v; want Nominating, 3 (columns %v)", columns["Phase"], columns["Pods"], columns)
+	}
+
+	got.Status.Phase = v1alpha1.NodeClaimLaunching
+	if err := sched.Status().Update(ctx, &got); !apierrors.IsForbidden(err) {
+		t.Errorf("the scheduler's account writing a claim's status: %v; want Forbidden", err)
 	}
 }

@@ -238,7 +238,7 @@ func makeCluster(b *testing.B) error {
 		}
 		nominated := 0
 		for _, c := range claims.Items {
-			nominated += int(c.Status.NominatedPods)
+			nominated += int(c.Spec.NominatedPods)
 		}
 		return len(claims.Items) == heldPods && nominated == heldPods, nil
 	}); err != nil {

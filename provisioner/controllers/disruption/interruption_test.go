@@ -134,7 +134,7 @@ func TestInterruptionReadsTheClaimLive(t *testing.T) {
 	}
 	stale := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	nc := s.claim(ctx, t, "p-n1")
-	nc.Status.NominatedPods = 0
+	nc.Spec.NominatedPods = 0
 	nc.Labels["bound"] = "yes"
 	if err := s.kube.Update(ctx, nc); err != nil {
 		t.Fatal(err)

@@ -127,14 +127,14 @@ func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) boo
 }
 
 // schedulerAhead says whether more pods are seen nominated to an open
-// claim than its status counts: the scheduler has nominated pods its
+// claim than its spec counts: the scheduler has nominated pods its
 // last write of the claim does not include. Its pods' nominations are
 // written in its scheduling cycle, its claims every writeInterval. A
-// claim whose status counts no pod was not written by the scheduler's
+// claim whose spec counts no pod was not written by the scheduler's
 // plugin (or not yet): nothing to compare with.
 func schedulerAhead(nc *v1alpha1.NodeClaim, seen int) bool {
 	return (nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating) &&
-		nc.Status.NominatedPods > 0 && int32(seen) > nc.Status.NominatedPods
+		nc.Spec.NominatedPods > 0 && int32(seen) > nc.Spec.NominatedPods
 }
 
 // schedulerBehind says whether an open claim counts nominated pods of
@@ -142,14 +142,14 @@ func schedulerAhead(nc *v1alpha1.NodeClaim, seen int) bool {
 // the cache before its writes of the pods' nominations.
 func schedulerBehind(nc *v1alpha1.NodeClaim, seen int) bool {
 	return (nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating) &&
-		nc.Status.NominatedPods > 0 && seen == 0
+		nc.Spec.NominatedPods > 0 && seen == 0
 }
 
 // lastNomination is when a pod was last nominated to the claim, or when it
 // was made.
 func lastNomination(nc *v1alpha1.NodeClaim) time.Time {
-	if nc.Status.LastNominationTime != nil {
-		return nc.Status.LastNominationTime.Time
+	if nc.Spec.LastNominationTime != nil {
+		return nc.Spec.LastNominationTime.Time
 	}
 	return nc.CreationTimestamp.Time
 }
@@ -165,8 +165,9 @@ func (c *Controller) closeClaim(ctx context.Context, nc *v1alpha1.NodeClaim) err
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunching
-	if nc.Annotations[v1alpha1.AnnotationReplaces] != "" && nc.Status.InstanceTypeOptions == 0 {
-		// The scheduler plugin sets it on the claims it makes.
+	if nc.Status.InstanceTypeOptions == 0 {
+		// The scheduler writes only the spec, whose instance-type
+		// requirement lists the types still open.
 		nc.Status.InstanceTypeOptions = int32(len(instanceTypes(nc)))
 	}
 	return c.kube.Status().Update(ctx, nc)

@@ -361,9 +361,9 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 		return "its requirements do not name one zone, one capacity type and its instance types"
 	case pods == 0:
 		return "it has no nominated pod"
-	case int32(pods) != nc.Status.NominatedPods:
+	case int32(pods) != nc.Spec.NominatedPods:
 		// The scheduler's nominations have not all reached the cache.
-		return fmt.Sprintf("%d of its %d nominated pods are seen", pods, nc.Status.NominatedPods)
+		return fmt.Sprintf("%d of its %d nominated pods are seen", pods, nc.Spec.NominatedPods)
 	}
 	return ""
 }
@@ -665,8 +665,9 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 				reqs[i].Values = pc.InstanceTypes
 			}
 		}
-		if !equality.Semantic.DeepEqual(reqs, k.Spec.Requirements) || !equality.Semantic.DeepEqual(pc.Requests, k.Spec.Resources.Requests) {
-			k.Spec.Requirements, k.Spec.Resources.Requests = reqs, pc.Requests
+		if !equality.Semantic.DeepEqual(reqs, k.Spec.Requirements) || !equality.Semantic.DeepEqual(pc.Requests, k.Spec.Resources.Requests) ||
+			k.Spec.NominatedPods != pc.Pods {
+			k.Spec.Requirements, k.Spec.Resources.Requests, k.Spec.NominatedPods = reqs, pc.Requests, pc.Pods
 			if err := c.kube.Update(ctx, k); err != nil {
 				return err
 			}
@@ -735,7 +736,7 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 	}
 	for _, name := range names {
 		k := fresh[name]
-		k.Status.NominatedPods, k.Status.InstanceTypeOptions = plan.Claims[name].Pods, int32(len(plan.Claims[name].InstanceTypes))
+		k.Status.InstanceTypeOptions = int32(len(plan.Claims[name].InstanceTypes))
 		if err := c.markPacked(ctx, k, "Repacked", note); err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func packSteps(t *testing.T) (*steps, *v1alpha1.NodeClaim, *v1alpha1.NodeClaim) 
 	for i, name := range []string{"pool-aaaaa", "pool-bbbbb"} {
 		nc := claim(v1alpha1.NodeClaimLaunching)
 		nc.Name, nc.UID = name, types.UID(fmt.Sprint("uid-claim-", i))
-		nc.Status.NominatedPods = 1
+		nc.Spec.NominatedPods = 1
 		pod := nominated(fmt.Sprint("p", i), name)
 		pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}
@@ -133,8 +133,8 @@ func TestRepackMovesPodsAndLaunchesOnlyThePlan(t *testing.T) {
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "Repacked" {
 		t.Errorf("kept claim's Packed condition %+v; want True, Repacked", cond)
 	}
-	if its := instanceTypes(kept); len(its) != 1 || its[0] != "large" || kept.Status.NominatedPods != 2 {
-		t.Errorf("kept claim may launch %v with %d pods; want large alone, 2 pods", its, kept.Status.NominatedPods)
+	if its := instanceTypes(kept); len(its) != 1 || its[0] != "large" || kept.Spec.NominatedPods != 2 {
+		t.Errorf("kept claim may launch %v with %d pods; want large alone, 2 pods", its, kept.Spec.NominatedPods)
 	}
 	// The deleted claim, as a cache that lags would still show it.
 	if _, err := s.c.launch(ctx, gone); err != nil {
@@ -211,8 +211,8 @@ func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
 	// (due too, but another group: its own window closes it).
 	for i, ago := range []float64{1.1, 0.6, 0.1, 1.1} {
 		got := s.get(t, claims[i])
-		got.Status.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-time.Duration(ago * float64(time.Second)))}
-		if err := s.kube.Status().Update(ctx, got); err != nil {
+		got.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-time.Duration(ago * float64(time.Second)))}
+		if err := s.kube.Update(ctx, got); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,8 +294,11 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 	reopen := func(s *steps, nc *v1alpha1.NodeClaim) {
 		t.Helper()
 		got := s.get(t, nc)
+		got.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-s.c.opts.BatchIdle)}
+		if err := s.kube.Update(ctx, got); err != nil {
+			t.Fatal(err)
+		}
 		got.Status.Phase = v1alpha1.NodeClaimNominating
-		got.Status.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-s.c.opts.BatchIdle)}
 		if err := s.kube.Status().Update(ctx, got); err != nil {
 			t.Fatal(err)
 		}

@@ -135,8 +135,8 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 	ctx := context.Background()
 	nc := claim(v1alpha1.NodeClaimNominating)
 	s := newSteps(t, nc, nominated("a", nc.Name))
-	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
-	if err := s.kube.Status().Update(ctx, nc); err != nil {
+	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	if err := s.kube.Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
@@ -622,17 +622,17 @@ func TestDeletedNodeDeletesItsClaim(t *testing.T) {
 }
 
 // TestBatchWaitsForTheSchedulersLastWrite: past its idle window, a claim
-// that more pods name than its status counts stays open (the scheduler
+// that more pods name than its spec counts stays open (the scheduler
 // nominated them after its last write, and the spec the launch reads
-// does not hold them yet) until the status counts them, and no longer
+// does not hold them yet) until the spec counts them, and no longer
 // than the batch's longest window.
 func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 	ctx := context.Background()
 	nc := claim(v1alpha1.NodeClaimNominating)
 	s := newSteps(t, nc, nominated("a", nc.Name), nominated("b", nc.Name))
-	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
-	nc.Status.NominatedPods = 1
-	if err := s.kube.Status().Update(ctx, nc); err != nil {
+	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	nc.Spec.NominatedPods = 1
+	if err := s.kube.Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(1100 * time.Millisecond)
@@ -641,22 +641,22 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 		t.Fatalf("closed with 2 pods seen and 1 written: %v %v, phase %s", res, err, s.get(t, nc).Status.Phase)
 	}
 	got := s.get(t, nc)
-	got.Status.NominatedPods = 2
-	if err := s.kube.Status().Update(ctx, got); err != nil {
+	got.Spec.NominatedPods = 2
+	if err := s.kube.Update(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if phase := s.get(t, nc).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
-		t.Fatalf("once the status counts both pods: phase %s, want Launching", phase)
+		t.Fatalf("once the spec counts both pods: phase %s, want Launching", phase)
 	}
 
 	late := claim(v1alpha1.NodeClaimNominating)
 	late.Name, late.UID = "pool-late", "uid-3"
 	s = newSteps(t, late, nominated("c", late.Name), nominated("d", late.Name))
-	late.Status.NominatedPods = 1
-	if err := s.kube.Status().Update(ctx, late); err != nil {
+	late.Spec.NominatedPods = 1
+	if err := s.kube.Update(ctx, late); err != nil {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(time.Minute) // past the batch's longest window
@@ -669,7 +669,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 }
 
 // TestBatchWaitsForNominationsWrittenAfterTheClaim: past its idle window,
-// a claim whose status counts pods none of which is seen naming it yet
+// a claim whose spec counts pods none of which is seen naming it yet
 // (the scheduler's claim write came before its pods' nominations, as
 // with SchedulerAsyncAPICalls) is neither deleted nor closed; once a pod
 // names it, it closes; a claim whose pods never come is deleted once it
@@ -678,9 +678,9 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 	ctx := context.Background()
 	nc := claim(v1alpha1.NodeClaimNominating)
 	s := newSteps(t, nc)
-	nc.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
-	nc.Status.NominatedPods = 2
-	if err := s.kube.Status().Update(ctx, nc); err != nil {
+	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	nc.Spec.NominatedPods = 2
+	if err := s.kube.Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(1100 * time.Millisecond)
@@ -701,9 +701,9 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 	gone := claim(v1alpha1.NodeClaimNominating)
 	gone.Name, gone.UID = "pool-gone", "uid-4"
 	s = newSteps(t, gone)
-	gone.Status.LastNominationTime = &metav1.MicroTime{Time: s.now}
-	gone.Status.NominatedPods = 2
-	if err := s.kube.Status().Update(ctx, gone); err != nil {
+	gone.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
+	gone.Spec.NominatedPods = 2
+	if err := s.kube.Update(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
 	s.now = gone.CreationTimestamp.Add(s.c.opts.BatchMax)
