@@ -2,16 +2,15 @@ package simulator
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"maps"
+	"slices"
 )
 
 // Cluster is the nodes and bound pods the simulator places pods among,
@@ -27,11 +26,13 @@ type Cluster struct {
 // NewCluster builds the cluster of nodes with pods counted on them. Pods
 // bound to a node not among nodes, and finished pods, are left out, as the
 // scheduler's cache leaves them.
-func NewCluster(nodes []*v1.Node, pods []*v1.Pod) *Cluster { return newCluster(nodes, pods, nil) }
+func NewCluster(nodes []*corev1.Node, pods []*corev1.Pod) *Cluster {
+	return newCluster(nodes, pods, nil)
+}
 
 // newCluster is NewCluster taking each pod's PodInfo from infoOf when it
 // has one (nil: made anew).
-func newCluster(nodes []*v1.Node, pods []*v1.Pod, infoOf func(*v1.Pod) *framework.PodInfo) *Cluster {
+func newCluster(nodes []*corev1.Node, pods []*corev1.Pod, infoOf func(*corev1.Pod) *framework.PodInfo) *Cluster {
 	c := &Cluster{infos: make(map[string]*framework.NodeInfo, len(nodes)), pvcs: map[string]int{}}
 	images := map[string]sets.Set[string]{}
 	for _, n := range nodes {
@@ -75,7 +76,7 @@ func newCluster(nodes []*v1.Node, pods []*v1.Pod, infoOf func(*v1.Pod) *framewor
 
 // imageStates is what ImageLocality reads of a node: each image it holds,
 // with its size and on how many nodes it is.
-func imageStates(n *v1.Node, images map[string]sets.Set[string]) map[string]*fwk.ImageStateSummary {
+func imageStates(n *corev1.Node, images map[string]sets.Set[string]) map[string]*fwk.ImageStateSummary {
 	out := map[string]*fwk.ImageStateSummary{}
 	for _, img := range n.Status.Images {
 		for _, name := range img.Names {
@@ -115,7 +116,7 @@ func (c *Cluster) Without(names ...string) *View {
 // spread constraint (whose nodeTaintsPolicy is Ignore by default), so a
 // pod that must go to a draining node's zone has nowhere to go until the
 // node is gone. IsDraining tells a placement on one of them.
-func (c *Cluster) Draining(taint v1.Taint, names ...string) *View {
+func (c *Cluster) Draining(taint corev1.Taint, names ...string) *View {
 	v := c.Without(names...)
 	v.draining = sets.New[string]()
 	for _, name := range names {
@@ -159,7 +160,7 @@ type viewLists struct {
 
 // Add adds a node, with no pods, to the view: a node that does not exist
 // yet (a replacement the simulator is asked about).
-func (v *View) Add(node *v1.Node) {
+func (v *View) Add(node *corev1.Node) {
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)
 	v.changed[node.Name] = ni
@@ -168,7 +169,7 @@ func (v *View) Add(node *v1.Node) {
 }
 
 // Bind counts pod on the named node of the view.
-func (v *View) Bind(pod *v1.Pod, node string) error {
+func (v *View) Bind(pod *corev1.Pod, node string) error {
 	ni, err := v.writable(node)
 	if err != nil {
 		return err
@@ -185,7 +186,7 @@ func (v *View) Bind(pod *v1.Pod, node string) error {
 
 // Unbind takes pod off the named node of the view: a pod a what-if moves
 // elsewhere.
-func (v *View) Unbind(pod *v1.Pod, node string) error {
+func (v *View) Unbind(pod *corev1.Pod, node string) error {
 	ni, err := v.writable(node)
 	if err != nil {
 		return err

@@ -2,10 +2,10 @@ package simulator
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/daemon/util"
@@ -17,10 +17,10 @@ import (
 // DaemonSet whose required node affinity the node does not match, or
 // whose pods do not tolerate its NoSchedule and NoExecute taints, runs
 // nothing there.
-func DaemonSetPods(dss []*appsv1.DaemonSet, node *v1.Node) []*v1.Pod {
-	var out []*v1.Pod
+func DaemonSetPods(dss []*appsv1.DaemonSet, node *corev1.Node) []*corev1.Pod {
+	var out []*corev1.Pod
 	for _, ds := range dss {
-		pod := &v1.Pod{ObjectMeta: *ds.Spec.Template.ObjectMeta.DeepCopy(), Spec: *ds.Spec.Template.Spec.DeepCopy()}
+		pod := &corev1.Pod{ObjectMeta: *ds.Spec.Template.ObjectMeta.DeepCopy(), Spec: *ds.Spec.Template.Spec.DeepCopy()}
 		pod.Namespace = ds.Namespace
 		pod.Name = ds.Name + "-daemon"
 		pod.UID = types.UID("daemonset-" + string(ds.UID))
@@ -31,8 +31,8 @@ func DaemonSetPods(dss []*appsv1.DaemonSet, node *v1.Node) []*v1.Pod {
 		if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
 			continue
 		}
-		if _, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.TODO(), node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
-			return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.TODO(), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 		}, false); untolerated {
 			continue
 		}

@@ -4,12 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -25,6 +20,10 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 )
 
 // SharedState returns the framework options that carry the state the
@@ -180,8 +179,8 @@ func (g *Gate) Start(ctx context.Context, timeout time.Duration) error {
 // own informers never refuses a pod the node can take. A nil or Success
 // status means the scheduler would accept the pod there; otherwise the
 // status says which plugin refused and why.
-func (g *Gate) Check(ctx context.Context, pod *v1.Pod, node *v1.Node, onNode []*v1.Pod) (s *fwk.Status, handOff string) {
-	session, err := g.Session(node, slices.DeleteFunc(slices.Clone(onNode), func(p *v1.Pod) bool { return p.UID == pod.UID }))
+func (g *Gate) Check(ctx context.Context, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) (s *fwk.Status, handOff string) {
+	session, err := g.Session(node, slices.DeleteFunc(slices.Clone(onNode), func(p *corev1.Pod) bool { return p.UID == pod.UID }))
 	if err != nil {
 		return fwk.AsStatus(err), ""
 	}
@@ -199,12 +198,12 @@ type GateSession struct {
 	view *View
 	// elsewhere are the pods the informers have bound to other nodes, by
 	// UID: a pod judged is left out of the cluster, wherever it is.
-	elsewhere map[types.UID]*v1.Pod
+	elsewhere map[types.UID]*corev1.Pod
 }
 
 // Session begins judging pods for node, with onNode counted on it (see
 // Check for what the caller's node and pods replace).
-func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
+func (g *Gate) Session(node *corev1.Node, onNode []*corev1.Pod) (*GateSession, error) {
 	cached, err := g.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -214,15 +213,15 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 	// will be open in a moment, and constraints that count only nodes a
 	// pod tolerates (topology spread with nodeTaintsPolicy Honor) must
 	// count them as they will be.
-	unheld := func(n *v1.Node) *v1.Node {
-		if g.ignore == "" || !slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore }) {
+	unheld := func(n *corev1.Node) *corev1.Node {
+		if g.ignore == "" || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == g.ignore }) {
 			return n
 		}
 		n = n.DeepCopy()
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == g.ignore })
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == g.ignore })
 		return n
 	}
-	nodes := []*v1.Node{unheld(node)}
+	nodes := []*corev1.Node{unheld(node)}
 	for _, n := range cached {
 		if n.Name != node.Name {
 			nodes = append(nodes, unheld(n))
@@ -233,8 +232,8 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 		return nil, err
 	}
 	seen := map[types.UID]bool{}
-	elsewhere := map[types.UID]*v1.Pod{}
-	var bound []*v1.Pod
+	elsewhere := map[types.UID]*corev1.Pod{}
+	var bound []*corev1.Pod
 	for _, p := range onNode {
 		if !seen[p.UID] {
 			seen[p.UID] = true
@@ -251,7 +250,7 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 		}
 	}
 	infos := g.podInfos(all)
-	infoOf := func(p *v1.Pod) *framework.PodInfo {
+	infoOf := func(p *corev1.Pod) *framework.PodInfo {
 		if e, ok := infos[p.UID]; ok && e.pod == p {
 			return e.pi
 		}
@@ -262,7 +261,7 @@ func (g *Gate) Session(node *v1.Node, onNode []*v1.Pod) (*GateSession, error) {
 
 // podInfoOf is a pod object of the informer's and its PodInfo.
 type podInfoOf struct {
-	pod *v1.Pod
+	pod *corev1.Pod
 	pi  *framework.PodInfo
 }
 
@@ -270,7 +269,7 @@ type podInfoOf struct {
 // informer's objects): the last session's for a pod that is the same
 // object, else a new one. They are kept for the next session, and the
 // map returned is never written again.
-func (g *Gate) podInfos(pods []*v1.Pod) map[types.UID]podInfoOf {
+func (g *Gate) podInfos(pods []*corev1.Pod) map[types.UID]podInfoOf {
 	g.infoMu.Lock()
 	defer g.infoMu.Unlock()
 	next := make(map[types.UID]podInfoOf, len(g.infos))
@@ -297,11 +296,11 @@ func (g *Gate) podInfos(pods []*v1.Pod) map[types.UID]podInfoOf {
 
 // Placed counts pod on the session's node: the caller bound it there, or
 // handed it to the scheduler to bind there.
-func (s *GateSession) Placed(pod *v1.Pod) error { return s.view.Bind(pod, s.node) }
+func (s *GateSession) Placed(pod *corev1.Pod) error { return s.view.Bind(pod, s.node) }
 
 // Check is Gate.Check for pod on the session's node, with the pods placed
 // so far counted there. The pod must not be one of them.
-func (gs *GateSession) Check(ctx context.Context, pod *v1.Pod) (s *fwk.Status, handOff string) {
+func (gs *GateSession) Check(ctx context.Context, pod *corev1.Pod) (s *fwk.Status, handOff string) {
 	g, view, nodeName := gs.g, gs.view, gs.node
 	if p, ok := gs.elsewhere[pod.UID]; ok {
 		// Bound elsewhere as the informers have it (a moment ahead of the

@@ -2,28 +2,27 @@ package simulator
 
 import (
 	"context"
-	"strings"
-	"sync"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"strings"
+	"sync"
+	"testing"
+	"time"
 )
 
 // startGate starts a gate on cs for the default profile, with ignore as the
 // taint held back.
-func startGate(ctx context.Context, t *testing.T, cs *fake.Clientset, ignore string) *Gate {
+func startGate(ctx context.Context, t *testing.T, cs *kubefake.Clientset, ignore string) *Gate {
 	t.Helper()
 	cfg, err := latest.Default()
 	if err != nil {
@@ -41,7 +40,7 @@ func startGate(ctx context.Context, t *testing.T, cs *fake.Clientset, ignore str
 
 // watchStarted returns a channel closed once a watch of resource has been
 // opened on cs: the fake clientset's own watch, signalled.
-func watchStarted(cs *fake.Clientset, resource string) <-chan struct{} {
+func watchStarted(cs *kubefake.Clientset, resource string) <-chan struct{} {
 	started := make(chan struct{})
 	var once sync.Once
 	cs.PrependWatchReactor(resource, func(action clienttesting.Action) (bool, watch.Interface, error) {
@@ -59,17 +58,17 @@ func watchStarted(cs *fake.Clientset, resource string) <-chan struct{} {
 	return started
 }
 
-func gateNode(name string, taints ...v1.Taint) *v1.Node {
-	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelHostname: name}}, Spec: v1.NodeSpec{Taints: taints},
-		Status: v1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+func gateNode(name string, taints ...corev1.Taint) *corev1.Node {
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}, Spec: corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }
 
-func gatePod(name string, port int32) *v1.Pod {
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: apitypes.UID("uid-" + name)}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c",
-		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}}}}
+func gatePod(name string, port int32) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}}
 	if port > 0 {
-		p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: v1.ProtocolTCP}}
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
 	}
 	return p
 }
@@ -80,20 +79,20 @@ func TestGateJudgesAsTheScheduler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const binding = "example.com/binding"
-	cs := fake.NewClientset(
-		gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule}),
-		gateNode("tainted", v1.Taint{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule}),
+	cs := kubefake.NewClientset(
+		gateNode("held", corev1.Taint{Key: binding, Effect: corev1.TaintEffectNoSchedule}),
+		gateNode("tainted", corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}),
 	)
 	g := startGate(ctx, t, cs, binding)
-	held := gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule})
-	tainted := gateNode("tainted", v1.Taint{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule})
+	held := gateNode("held", corev1.Taint{Key: binding, Effect: corev1.TaintEffectNoSchedule})
+	tainted := gateNode("tainted", corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule})
 	if s, _ := g.Check(ctx, gatePod("a", 80), held, nil); !s.IsSuccess() {
 		t.Fatalf("pod refused on a node held only by the binding taint: %s %s", s.Plugin(), s.Message())
 	}
 	if s, _ := g.Check(ctx, gatePod("a", 0), tainted, nil); s.IsSuccess() || s.Plugin() != "TaintToleration" {
 		t.Fatalf("pod accepted on a node with an untolerated taint: %v %s", s.Code(), s.Plugin())
 	}
-	if s, _ := g.Check(ctx, gatePod("b", 80), held, []*v1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
+	if s, _ := g.Check(ctx, gatePod("b", 80), held, []*corev1.Pod{gatePod("a", 80)}); s.IsSuccess() || s.Plugin() != "NodePorts" {
 		t.Fatalf("second pod on host port 80 beside one just bound: %v %s %s", s.Code(), s.Plugin(), s.Message())
 	}
 	// In a session, a pod placed counts for the pods judged after it.
@@ -144,26 +143,26 @@ func TestGateSaysWhatOnlyTheBindingCycleDoes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	pvc := func(name, volume string) *v1.PersistentVolumeClaim {
-		c := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: v1.PersistentVolumeClaimSpec{
-			StorageClassName: ptrTo("wffc"), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, VolumeName: volume,
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	pvc := func(name, volume string) *corev1.PersistentVolumeClaim {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptrTo("wffc"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: volume,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 		if volume != "" {
-			c.Status.Phase = v1.ClaimBound
+			c.Status.Phase = corev1.ClaimBound
 			c.Annotations = map[string]string{"pv.kubernetes.io/bind-completed": "yes"}
 		}
 		return c
 	}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-bound"}, Spec: v1.PersistentVolumeSpec{
-		StorageClassName: "wffc", AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-		ClaimRef: &v1.ObjectReference{Namespace: "default", Name: "bound"}, PersistentVolumeSource: v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/tmp/x"}}},
-		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound}}
-	cs := fake.NewClientset(gateNode("n"), pvc("unbound", ""), pvc("bound", "pv-bound"), pv,
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-bound"}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: "wffc", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef: &corev1.ObjectReference{Namespace: "default", Name: "bound"}, PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}}},
+		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound}}
+	cs := kubefake.NewClientset(gateNode("n"), pvc("unbound", ""), pvc("bound", "pv-bound"), pv,
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "wffc"}, Provisioner: "example.com/fake", VolumeBindingMode: &wffc})
 	g := startGate(ctx, t, cs, "")
-	withClaim := func(name, claim string) *v1.Pod {
+	withClaim := func(name, claim string) *corev1.Pod {
 		p := gatePod(name, 0)
-		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
 		return p
 	}
 	node := gateNode("n")
@@ -225,11 +224,11 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	defer cancel()
 	big := gatePod("big", 0)
 	big.Spec.NodeName = "other"
-	big.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("4")
+	big.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
 	gone := gatePod("gone", 0)
 	gone.Spec.NodeName = "other"
-	gone.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("0")
-	cs := fake.NewClientset(gateNode("held"), gateNode("other"), big, gone)
+	gone.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("0")
+	cs := kubefake.NewClientset(gateNode("held"), gateNode("other"), big, gone)
 	podsWatched := watchStarted(cs, "pods")
 	g := startGate(ctx, t, cs, "")
 	wantOnOther := func(s *GateSession) {
@@ -279,7 +278,7 @@ func TestGateSessionsShareUnchangedPodInfos(t *testing.T) {
 	}
 	small := big.DeepCopy()
 	small.ResourceVersion = "2"
-	small.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("1")
+	small.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")
 	if _, err := cs.CoreV1().Pods("default").Update(ctx, small, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,7 @@ package simulator
 
 import (
 	"cmp"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
@@ -12,7 +11,7 @@ import (
 // pending pods (higher priority first, then older), ties broken by
 // namespace and name so that which of two pods that cannot share a node
 // is bound does not depend on a cache's order.
-func BindOrder(a, b *v1.Pod) int {
+func BindOrder(a, b *corev1.Pod) int {
 	return cmp.Or(
 		cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
 		a.CreationTimestamp.Compare(b.CreationTimestamp.Time),

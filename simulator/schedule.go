@@ -3,9 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
-	"sync"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"sync"
 )
 
 // Scheduler places pods on a View the way kube-scheduler's scheduling
@@ -53,7 +52,7 @@ func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profi
 // Place finds the node the scheduler would bind pod to in view, and binds
 // it there in the view, so that the next pod placed sees it. When no node
 // can take the pod, the status says which plugin refused it where.
-func (s *Scheduler) Place(ctx context.Context, view *View, pod *v1.Pod) (string, *fwk.Status) {
+func (s *Scheduler) Place(ctx context.Context, view *View, pod *corev1.Pod) (string, *fwk.Status) {
 	return s.place(ctx, view, pod, false)
 }
 
@@ -61,7 +60,7 @@ func (s *Scheduler) Place(ctx context.Context, view *View, pod *v1.Pod) (string,
 // in the view's order, that the Filter plugins accept. It answers "does
 // the pod fit somewhere?" faster, for a search over many what-ifs; where
 // the scheduler would really put it, Place says.
-func (s *Scheduler) PlaceAny(ctx context.Context, view *View, pod *v1.Pod) (string, *fwk.Status) {
+func (s *Scheduler) PlaceAny(ctx context.Context, view *View, pod *corev1.Pod) (string, *fwk.Status) {
 	return s.place(ctx, view, pod, true)
 }
 
@@ -69,7 +68,7 @@ func (s *Scheduler) PlaceAny(ctx context.Context, view *View, pod *v1.Pod) (stri
 // that the profile's PreFilter and Filter plugins accept in view, and
 // binds it there in the view: "which of these new nodes takes this pod?",
 // for a repack that decides where each pod of a batch goes.
-func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *v1.Pod, names []string) (string, *fwk.Status) {
+func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *corev1.Pod, names []string) (string, *fwk.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.current.set(view)
@@ -98,7 +97,7 @@ func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *v1.Pod, nam
 	return "", last
 }
 
-func (s *Scheduler) place(ctx context.Context, view *View, pod *v1.Pod, first bool) (string, *fwk.Status) {
+func (s *Scheduler) place(ctx context.Context, view *View, pod *corev1.Pod, first bool) (string, *fwk.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.current.set(view)
@@ -115,7 +114,7 @@ func (s *Scheduler) place(ctx context.Context, view *View, pod *v1.Pod, first bo
 // preFilter runs the PreFilter plugins for a copy of pod, unbound, as a
 // pending pod: its cycle state, the copy, what PreFilter narrowed the
 // nodes to, and a status only when the pod can go nowhere.
-func (s *Scheduler) preFilter(ctx context.Context, pod *v1.Pod) (fwk.CycleState, *v1.Pod, *fwk.PreFilterResult, *fwk.Status) {
+func (s *Scheduler) preFilter(ctx context.Context, pod *corev1.Pod) (fwk.CycleState, *corev1.Pod, *fwk.PreFilterResult, *fwk.Status) {
 	state := framework.NewCycleState()
 	pod = pod.DeepCopy()
 	pod.Spec.NodeName = ""
@@ -126,7 +125,7 @@ func (s *Scheduler) preFilter(ctx context.Context, pod *v1.Pod) (fwk.CycleState,
 	return state, pod, pre, nil
 }
 
-func (s *Scheduler) choose(ctx context.Context, view *View, pod *v1.Pod, first bool) (string, *fwk.Status) {
+func (s *Scheduler) choose(ctx context.Context, view *View, pod *corev1.Pod, first bool) (string, *fwk.Status) {
 	state, pod, pre, status := s.preFilter(ctx, pod)
 	if status != nil {
 		return "", status

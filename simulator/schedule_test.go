@@ -2,15 +2,14 @@ package simulator
 
 import (
 	"context"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"testing"
 )
 
 func newTestScheduler(t *testing.T) *Scheduler {
@@ -21,7 +20,7 @@ func newTestScheduler(t *testing.T) *Scheduler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset()
+	cs := kubefake.NewClientset()
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	opts, err := SharedState(ctx, cs, inf)
 	if err != nil {
@@ -36,16 +35,16 @@ func newTestScheduler(t *testing.T) *Scheduler {
 	return s
 }
 
-func bound(p *v1.Pod, node string) *v1.Pod {
+func bound(p *corev1.Pod, node string) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Spec.NodeName = node
 	return p
 }
 
-func antiAffine(p *v1.Pod, app string) *v1.Pod {
+func antiAffine(p *corev1.Pod, app string) *corev1.Pod {
 	p.Labels = map[string]string{"app": app}
-	p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, TopologyKey: v1.LabelHostname,
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, TopologyKey: corev1.LabelHostname,
 	}}}}
 	return p
 }
@@ -60,13 +59,13 @@ func TestPlaceWithoutANodeCountsWhatIsLeft(t *testing.T) {
 	// Nodes of 4 cpu. a runs two 1-cpu pods of app web (one per node:
 	// hostname anti-affinity); b runs one web pod and 2 cpu of other
 	// work; c runs nothing.
-	pods := []*v1.Pod{
+	pods := []*corev1.Pod{
 		bound(antiAffine(gatePod("web-a", 0), "web"), "a"),
 		bound(gatePod("batch-a", 0), "a"),
 		bound(antiAffine(gatePod("web-b", 0), "web"), "b"),
 		bound(gatePod("x-b", 0), "b"), bound(gatePod("y-b", 0), "b"),
 	}
-	cluster := NewCluster([]*v1.Node{gateNode("a"), gateNode("b"), gateNode("c")}, pods)
+	cluster := NewCluster([]*corev1.Node{gateNode("a"), gateNode("b"), gateNode("c")}, pods)
 
 	view := cluster.Without("a")
 	node, st := s.Place(ctx, view, antiAffine(gatePod("web-a", 0), "web"))
@@ -87,7 +86,7 @@ func TestPlaceWithoutANodeCountsWhatIsLeft(t *testing.T) {
 
 	// Without b and c, a pod of 4 cpu fits nowhere: a is used.
 	big := gatePod("big", 0)
-	big.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("4")
+	big.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
 	if _, st := s.Place(ctx, cluster.Without("b", "c"), big); st.IsSuccess() || st.Plugin() != "NodeResourcesFit" {
 		t.Errorf("4-cpu pod on a node with 2 cpu used: %v, want refused by NodeResourcesFit", st)
 	}
@@ -102,22 +101,22 @@ func TestPlaceWithoutANodeCountsWhatIsLeft(t *testing.T) {
 func TestDrainingNodesStillCountAsSpreadDomains(t *testing.T) {
 	s := newTestScheduler(t)
 	ctx := context.Background()
-	zoned := func(name, zone string) *v1.Node {
+	zoned := func(name, zone string) *corev1.Node {
 		n := gateNode(name)
-		n.Labels[v1.LabelTopologyZone] = zone
+		n.Labels[corev1.LabelTopologyZone] = zone
 		return n
 	}
-	spread := func(name string) *v1.Pod {
+	spread := func(name string) *corev1.Pod {
 		p := gatePod(name, 0)
 		p.Labels = map[string]string{"app": "spread"}
-		p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone,
-			WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
 		return p
 	}
 	cluster := NewCluster(
-		[]*v1.Node{zoned("a1", "zone-a"), zoned("a2", "zone-a"), zoned("b1", "zone-b"), zoned("c1", "zone-c")},
-		[]*v1.Pod{bound(spread("s-a"), "a1"), bound(spread("s-b"), "b1"), bound(spread("s-c"), "c1")})
-	taint := v1.Taint{Key: "example.com/disrupted", Effect: v1.TaintEffectNoSchedule}
+		[]*corev1.Node{zoned("a1", "zone-a"), zoned("a2", "zone-a"), zoned("b1", "zone-b"), zoned("c1", "zone-c")},
+		[]*corev1.Pod{bound(spread("s-a"), "a1"), bound(spread("s-b"), "b1"), bound(spread("s-c"), "c1")})
+	taint := corev1.Taint{Key: "example.com/disrupted", Effect: corev1.TaintEffectNoSchedule}
 
 	if node, st := s.Place(ctx, cluster.Without("c1"), spread("s-c")); !st.IsSuccess() {
 		t.Fatalf("without c1, s-c was refused (%v); zones a and b hold one spread pod each", st)
@@ -146,7 +145,7 @@ func TestDrainingNodesStillCountAsSpreadDomains(t *testing.T) {
 	// A pod that tolerates the taint may be placed on the draining node;
 	// callers tell it with IsDraining.
 	tolerant := spread("s-c")
-	tolerant.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}}
+	tolerant.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	if node, st := s.Place(ctx, view, tolerant); !st.IsSuccess() || !view.IsDraining(node) {
 		t.Errorf("a pod tolerating every taint went to %q (%v), want the draining c1, the only node of zone c", node, st)
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
 // Profile is p as the simulator runs it: named p's name plus "-"+suffix
@@ -46,6 +46,6 @@ func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *
 func New(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, opts ...frameworkruntime.Option) (framework.Framework, error) {
 	// The framework counts into the scheduler's metrics; kube-scheduler
 	// registers them at start, and registering is done once per process.
-	metrics.Register()
+	schedmetrics.Register()
 	return frameworkruntime.NewFramework(ctx, registry, profile, opts...)
 }

@@ -1,10 +1,9 @@
 package simulator
 
 import (
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
+	"slices"
 )
 
 // SnapshotOptions say how Snapshot counts what is not a pod bound to a
@@ -24,7 +23,7 @@ type SnapshotOptions struct {
 	// sets them, as the room a launching claim will take is taken for the
 	// batch it packs; disruption does not, as it decides nothing while a
 	// claim is launching (its pods' nodes are not known yet).
-	Launching []*v1.Node
+	Launching []*corev1.Node
 	// Skip are claims whose nominated pods are not counted: packing
 	// places the pods of its own batch anew.
 	Skip map[string]bool
@@ -34,7 +33,7 @@ type SnapshotOptions struct {
 // for a nominated pod, its claim's node, or the node it is nominated to
 // when isNode says there is one. "" when it does not count: finished,
 // nominated to a skipped claim, or nominated nowhere known.
-func (o *SnapshotOptions) CountsOn(p *v1.Pod, isNode func(string) bool) string {
+func (o *SnapshotOptions) CountsOn(p *corev1.Pod, isNode func(string) bool) string {
 	if podutil.IsPodTerminal(p) {
 		return ""
 	}
@@ -59,10 +58,10 @@ func (o *SnapshotOptions) CountsOn(p *v1.Pod, isNode func(string) bool) string {
 // counts (CountsOn) where it counts; a pod counted on a node it is not
 // bound to is a copy with spec.nodeName set. Pass the result to
 // NewCluster.
-func Snapshot(nodes []*v1.Node, pods []*v1.Pod, o SnapshotOptions) ([]*v1.Node, []*v1.Pod) {
-	all := make([]*v1.Node, 0, len(nodes)+len(o.Launching))
+func Snapshot(nodes []*corev1.Node, pods []*corev1.Pod, o SnapshotOptions) ([]*corev1.Node, []*corev1.Pod) {
+	all := make([]*corev1.Node, 0, len(nodes)+len(o.Launching))
 	names := make(map[string]bool, len(nodes)+len(o.Launching))
-	held := func(t v1.Taint) bool { return t.Key == o.LiftTaint }
+	held := func(t corev1.Taint) bool { return t.Key == o.LiftTaint }
 	for _, n := range slices.Concat(nodes, o.Launching) {
 		if o.LiftTaint != "" && slices.ContainsFunc(n.Spec.Taints, held) {
 			n = n.DeepCopy()
@@ -72,7 +71,7 @@ func Snapshot(nodes []*v1.Node, pods []*v1.Pod, o SnapshotOptions) ([]*v1.Node, 
 		names[n.Name] = true
 	}
 	isNode := func(name string) bool { return names[name] }
-	var out []*v1.Pod
+	var out []*corev1.Pod
 	for _, p := range pods {
 		node := o.CountsOn(p, isNode)
 		if node == "" {

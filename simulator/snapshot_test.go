@@ -1,10 +1,9 @@
 package simulator
 
 import (
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"testing"
 )
 
 // TestSnapshotCountsEachPodWhereItWillRun: bound pods stay put; a pod
@@ -14,25 +13,25 @@ import (
 // count; the binding taint is lifted and nothing given is changed.
 func TestSnapshotCountsEachPodWhereItWillRun(t *testing.T) {
 	const binding = "example.com/binding"
-	held := gateNode("held", v1.Taint{Key: binding, Effect: v1.TaintEffectNoSchedule}, v1.Taint{Key: "other", Effect: v1.TaintEffectNoSchedule})
+	held := gateNode("held", corev1.Taint{Key: binding, Effect: corev1.TaintEffectNoSchedule}, corev1.Taint{Key: "other", Effect: corev1.TaintEffectNoSchedule})
 	open := gateNode("open")
 	launching := gateNode("claim-l")
-	pod := func(name, node, nominated string, phase v1.PodPhase) *v1.Pod {
-		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{NodeName: node}, Status: v1.PodStatus{NominatedNodeName: nominated, Phase: phase}}
+	pod := func(name, node, nominated string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{NominatedNodeName: nominated, Phase: phase}}
 	}
-	pods := []*v1.Pod{
-		pod("bound", "open", "", v1.PodRunning),
-		pod("to-claim", "", "claim-a", v1.PodPending),
-		pod("to-launching", "", "claim-l", v1.PodPending),
-		pod("to-node", "", "held", v1.PodPending),
-		pod("to-batch", "", "claim-b", v1.PodPending),
-		pod("to-nothing", "", "claim-x", v1.PodPending),
-		pod("finished", "open", "", v1.PodSucceeded),
+	pods := []*corev1.Pod{
+		pod("bound", "open", "", corev1.PodRunning),
+		pod("to-claim", "", "claim-a", corev1.PodPending),
+		pod("to-launching", "", "claim-l", corev1.PodPending),
+		pod("to-node", "", "held", corev1.PodPending),
+		pod("to-batch", "", "claim-b", corev1.PodPending),
+		pod("to-nothing", "", "claim-x", corev1.PodPending),
+		pod("finished", "open", "", corev1.PodSucceeded),
 	}
-	nodes, counted := Snapshot([]*v1.Node{held, open}, pods, SnapshotOptions{
+	nodes, counted := Snapshot([]*corev1.Node{held, open}, pods, SnapshotOptions{
 		LiftTaint:  binding,
 		ClaimNodes: map[string]string{"claim-a": "open", "claim-b": "held"},
-		Launching:  []*v1.Node{launching},
+		Launching:  []*corev1.Node{launching},
 		Skip:       map[string]bool{"claim-b": true},
 	})
 	want := map[string]string{"bound": "open", "to-claim": "open", "to-launching": "claim-l", "to-node": "held"}

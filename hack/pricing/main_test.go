@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
@@ -358,8 +357,8 @@ type fakePricingAPI struct {
 func (f fakePricingAPI) GetProducts(_ context.Context, in *awspricing.GetProductsInput, _ ...func(*awspricing.Options)) (*awspricing.GetProductsOutput, error) {
 	var region string
 	for _, filter := range in.Filters {
-		if aws.ToString(filter.Field) == "regionCode" {
-			region = aws.ToString(filter.Value)
+		if sdkaws.ToString(filter.Field) == "regionCode" {
+			region = sdkaws.ToString(filter.Value)
 		}
 	}
 	var docs []string
@@ -375,7 +374,7 @@ func (f fakePricingAPI) GetProducts(_ context.Context, in *awspricing.GetProduct
 		}
 		docs = append(docs, string(doc))
 	}
-	return &awspricing.GetProductsOutput{FormatVersion: aws.String("aws_v1"), PriceList: docs}, nil
+	return &awspricing.GetProductsOutput{FormatVersion: sdkaws.String("aws_v1"), PriceList: docs}, nil
 }
 
 func TestRunFromPricingAPI(t *testing.T) {

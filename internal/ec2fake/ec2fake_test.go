@@ -5,6 +5,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
 	"math"
 	"net/http"
 	"net/netip"
@@ -15,14 +22,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 )
@@ -46,17 +45,17 @@ var (
 
 // fastRetryer is the SDK's standard retryer without the waiting, so tests
 // that exercise retries stay quick.
-func fastRetryer(attempts int) aws.Retryer {
+func fastRetryer(attempts int) sdkaws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = attempts
 		o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 	})
 }
 
-func newClient(url string, retryer aws.Retryer) *ec2.Client {
+func newClient(url string, retryer sdkaws.Retryer) *ec2.Client {
 	return ec2.New(ec2.Options{
 		Region:       "us-west-2",
-		BaseEndpoint: aws.String(url),
+		BaseEndpoint: sdkaws.String(url),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""),
 		Retryer:      retryer,
 	})
@@ -90,16 +89,16 @@ func wantCode(t *testing.T, err error, code string) {
 	}
 }
 
-func tagMap(tags []types.Tag) map[string]string {
+func tagMap(tags []ec2types.Tag) map[string]string {
 	m := map[string]string{}
 	for _, t := range tags {
-		m[aws.ToString(t.Key)] = aws.ToString(t.Value)
+		m[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
 	}
 	return m
 }
 
-func filter(name string, values ...string) types.Filter {
-	return types.Filter{Name: aws.String(name), Values: values}
+func filter(name string, values ...string) ec2types.Filter {
+	return ec2types.Filter{Name: sdkaws.String(name), Values: values}
 }
 
 var ctx = context.Background()
@@ -112,17 +111,17 @@ func TestDescribeAvailabilityZones(t *testing.T) {
 	}
 	var got []string
 	for _, z := range out.AvailabilityZones {
-		got = append(got, aws.ToString(z.ZoneName)+"="+aws.ToString(z.ZoneId))
-		if z.State != types.AvailabilityZoneStateAvailable || aws.ToString(z.RegionName) != "us-west-2" {
-			t.Errorf("zone %s: state %q region %q", aws.ToString(z.ZoneName), z.State, aws.ToString(z.RegionName))
+		got = append(got, sdkaws.ToString(z.ZoneName)+"="+sdkaws.ToString(z.ZoneId))
+		if z.State != ec2types.AvailabilityZoneStateAvailable || sdkaws.ToString(z.RegionName) != "us-west-2" {
+			t.Errorf("zone %s: state %q region %q", sdkaws.ToString(z.ZoneName), z.State, sdkaws.ToString(z.RegionName))
 		}
 	}
 	if want := []string{"us-west-2a=usw2-az1", "us-west-2b=usw2-az2", "us-west-2c=usw2-az3"}; !slices.Equal(got, want) {
 		t.Errorf("zones = %v; want %v", got, want)
 	}
 
-	out, err = c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{Filters: []types.Filter{filter("zone-id", "usw2-az2")}})
-	if err != nil || len(out.AvailabilityZones) != 1 || aws.ToString(out.AvailabilityZones[0].ZoneName) != "us-west-2b" {
+	out, err = c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{Filters: []ec2types.Filter{filter("zone-id", "usw2-az2")}})
+	if err != nil || len(out.AvailabilityZones) != 1 || sdkaws.ToString(out.AvailabilityZones[0].ZoneName) != "us-west-2b" {
 		t.Errorf("zone-id filter: %v, %+v", err, out)
 	}
 	_, err = c.DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{ZoneNames: []string{"us-west-2z"}})
@@ -133,35 +132,35 @@ func TestDescribeInstanceTypes(t *testing.T) {
 	_, c, _ := start(t, world)
 
 	t.Run("a named type is described with its published figures", func(t *testing.T) {
-		out, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{"m5.large", "g4dn.xlarge", "m6g.large"}})
+		out, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{"m5.large", "g4dn.xlarge", "m6g.large"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		byName := map[types.InstanceType]types.InstanceTypeInfo{}
+		byName := map[ec2types.InstanceType]ec2types.InstanceTypeInfo{}
 		for _, it := range out.InstanceTypes {
 			byName[it.InstanceType] = it
 		}
 		m5 := byName["m5.large"]
-		if aws.ToInt32(m5.VCpuInfo.DefaultVCpus) != 2 || aws.ToInt32(m5.VCpuInfo.DefaultCores) != 1 || aws.ToInt32(m5.VCpuInfo.DefaultThreadsPerCore) != 2 {
+		if sdkaws.ToInt32(m5.VCpuInfo.DefaultVCpus) != 2 || sdkaws.ToInt32(m5.VCpuInfo.DefaultCores) != 1 || sdkaws.ToInt32(m5.VCpuInfo.DefaultThreadsPerCore) != 2 {
 			t.Errorf("m5.large vCPU info = %+v", *m5.VCpuInfo)
 		}
-		if aws.ToInt64(m5.MemoryInfo.SizeInMiB) != 8192 {
-			t.Errorf("m5.large memory = %d", aws.ToInt64(m5.MemoryInfo.SizeInMiB))
+		if sdkaws.ToInt64(m5.MemoryInfo.SizeInMiB) != 8192 {
+			t.Errorf("m5.large memory = %d", sdkaws.ToInt64(m5.MemoryInfo.SizeInMiB))
 		}
-		if aws.ToInt32(m5.NetworkInfo.MaximumNetworkInterfaces) != 3 || aws.ToInt32(m5.NetworkInfo.Ipv4AddressesPerInterface) != 10 {
+		if sdkaws.ToInt32(m5.NetworkInfo.MaximumNetworkInterfaces) != 3 || sdkaws.ToInt32(m5.NetworkInfo.Ipv4AddressesPerInterface) != 10 {
 			t.Errorf("m5.large network = %+v", *m5.NetworkInfo)
 		}
-		if len(m5.NetworkInfo.NetworkCards) != 1 || aws.ToInt32(m5.NetworkInfo.DefaultNetworkCardIndex) != 0 {
+		if len(m5.NetworkInfo.NetworkCards) != 1 || sdkaws.ToInt32(m5.NetworkInfo.DefaultNetworkCardIndex) != 0 {
 			t.Errorf("m5.large network cards = %+v", m5.NetworkInfo.NetworkCards)
 		}
-		if !slices.Equal(m5.ProcessorInfo.SupportedArchitectures, []types.ArchitectureType{"x86_64"}) {
+		if !slices.Equal(m5.ProcessorInfo.SupportedArchitectures, []ec2types.ArchitectureType{"x86_64"}) {
 			t.Errorf("m5.large architectures = %v", m5.ProcessorInfo.SupportedArchitectures)
 		}
-		if !slices.Equal(m5.SupportedUsageClasses, []types.UsageClassType{"on-demand", "spot"}) {
+		if !slices.Equal(m5.SupportedUsageClasses, []ec2types.UsageClassType{"on-demand", "spot"}) {
 			t.Errorf("m5.large usage classes = %v", m5.SupportedUsageClasses)
 		}
-		if m5.Hypervisor != types.InstanceTypeHypervisorNitro || aws.ToBool(m5.BareMetal) || !aws.ToBool(m5.CurrentGeneration) || aws.ToBool(m5.InstanceStorageSupported) {
-			t.Errorf("m5.large hypervisor %q bare metal %v current %v storage %v", m5.Hypervisor, aws.ToBool(m5.BareMetal), aws.ToBool(m5.CurrentGeneration), aws.ToBool(m5.InstanceStorageSupported))
+		if m5.Hypervisor != ec2types.InstanceTypeHypervisorNitro || sdkaws.ToBool(m5.BareMetal) || !sdkaws.ToBool(m5.CurrentGeneration) || sdkaws.ToBool(m5.InstanceStorageSupported) {
+			t.Errorf("m5.large hypervisor %q bare metal %v current %v storage %v", m5.Hypervisor, sdkaws.ToBool(m5.BareMetal), sdkaws.ToBool(m5.CurrentGeneration), sdkaws.ToBool(m5.InstanceStorageSupported))
 		}
 		if m5.GpuInfo != nil {
 			t.Errorf("m5.large has GPU info %+v", m5.GpuInfo)
@@ -171,26 +170,26 @@ func TestDescribeInstanceTypes(t *testing.T) {
 			t.Fatalf("g4dn.xlarge GPU info = %+v", g4.GpuInfo)
 		}
 		gpu := g4.GpuInfo.Gpus[0]
-		if aws.ToString(gpu.Name) != "T4" || aws.ToString(gpu.Manufacturer) != "NVIDIA" || aws.ToInt32(gpu.Count) != 1 || aws.ToInt32(gpu.MemoryInfo.SizeInMiB) != 16384 {
+		if sdkaws.ToString(gpu.Name) != "T4" || sdkaws.ToString(gpu.Manufacturer) != "NVIDIA" || sdkaws.ToInt32(gpu.Count) != 1 || sdkaws.ToInt32(gpu.MemoryInfo.SizeInMiB) != 16384 {
 			t.Errorf("g4dn.xlarge GPU = %+v", gpu)
 		}
-		if aws.ToInt32(g4.GpuInfo.TotalGpuMemoryInMiB) != 16384 {
-			t.Errorf("g4dn.xlarge total GPU memory = %d", aws.ToInt32(g4.GpuInfo.TotalGpuMemoryInMiB))
+		if sdkaws.ToInt32(g4.GpuInfo.TotalGpuMemoryInMiB) != 16384 {
+			t.Errorf("g4dn.xlarge total GPU memory = %d", sdkaws.ToInt32(g4.GpuInfo.TotalGpuMemoryInMiB))
 		}
-		if !slices.Equal(byName["m6g.large"].ProcessorInfo.SupportedArchitectures, []types.ArchitectureType{"arm64"}) {
+		if !slices.Equal(byName["m6g.large"].ProcessorInfo.SupportedArchitectures, []ec2types.ArchitectureType{"arm64"}) {
 			t.Errorf("m6g.large architectures = %v", byName["m6g.large"].ProcessorInfo.SupportedArchitectures)
 		}
 	})
 
 	tests := []struct {
 		name    string
-		filters []types.Filter
+		filters []ec2types.Filter
 		want    []string
 	}{
-		{"a wildcard instance-type filter matches a family", []types.Filter{filter("instance-type", "m5.*")}, []string{"m5.2xlarge", "m5.large", "m5.xlarge"}},
-		{"filter values are ORed", []types.Filter{filter("instance-type", "c5.large", "c6g.large")}, []string{"c5.large", "c6g.large"}},
-		{"filters are ANDed", []types.Filter{filter("instance-type", "*.xlarge"), filter("processor-info.supported-architecture", "arm64")}, []string{"c7g.xlarge", "m6g.xlarge"}},
-		{"a question mark matches one character", []types.Filter{filter("instance-type", "c?i.large")}, []string{"c7i.large"}},
+		{"a wildcard instance-type filter matches a family", []ec2types.Filter{filter("instance-type", "m5.*")}, []string{"m5.2xlarge", "m5.large", "m5.xlarge"}},
+		{"filter values are ORed", []ec2types.Filter{filter("instance-type", "c5.large", "c6g.large")}, []string{"c5.large", "c6g.large"}},
+		{"filters are ANDed", []ec2types.Filter{filter("instance-type", "*.xlarge"), filter("processor-info.supported-architecture", "arm64")}, []string{"c7g.xlarge", "m6g.xlarge"}},
+		{"a question mark matches one character", []ec2types.Filter{filter("instance-type", "c?i.large")}, []string{"c7i.large"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,8 +209,8 @@ func TestDescribeInstanceTypes(t *testing.T) {
 	}
 
 	t.Run("the paginator walks every page", func(t *testing.T) {
-		p := ec2.NewDescribeInstanceTypesPaginator(c, &ec2.DescribeInstanceTypesInput{MaxResults: aws.Int32(5)})
-		pages, seen := 0, map[types.InstanceType]bool{}
+		p := ec2.NewDescribeInstanceTypesPaginator(c, &ec2.DescribeInstanceTypesInput{MaxResults: sdkaws.Int32(5)})
+		pages, seen := 0, map[ec2types.InstanceType]bool{}
 		for p.HasMorePages() {
 			out, err := p.NextPage(ctx)
 			if err != nil {
@@ -234,15 +233,15 @@ func TestDescribeInstanceTypes(t *testing.T) {
 	})
 
 	t.Run("an unknown type is an error", func(t *testing.T) {
-		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []types.InstanceType{"m5.huge"}})
+		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{InstanceTypes: []ec2types.InstanceType{"m5.huge"}})
 		wantCode(t, err, "InvalidInstanceType")
 	})
 	t.Run("MaxResults out of range is an error", func(t *testing.T) {
-		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{MaxResults: aws.Int32(500)})
+		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{MaxResults: sdkaws.Int32(500)})
 		wantCode(t, err, "InvalidParameterValue")
 	})
 	t.Run("an unknown filter is an error", func(t *testing.T) {
-		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{Filters: []types.Filter{filter("instance-typo", "m5.large")}})
+		_, err := c.DescribeInstanceTypes(ctx, &ec2.DescribeInstanceTypesInput{Filters: []ec2types.Filter{filter("instance-typo", "m5.large")}})
 		wantCode(t, err, "InvalidParameterValue")
 	})
 }
@@ -259,13 +258,13 @@ func TestDescribeInstanceTypeOfferings(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, o := range out.InstanceTypeOfferings {
-				got[string(o.InstanceType)] = append(got[string(o.InstanceType)], aws.ToString(o.Location))
+				got[string(o.InstanceType)] = append(got[string(o.InstanceType)], sdkaws.ToString(o.Location))
 			}
 		}
 		return got
 	}
 
-	byZone := offered(&ec2.DescribeInstanceTypeOfferingsInput{LocationType: types.LocationTypeAvailabilityZone, MaxResults: aws.Int32(7)})
+	byZone := offered(&ec2.DescribeInstanceTypeOfferingsInput{LocationType: ec2types.LocationTypeAvailabilityZone, MaxResults: sdkaws.Int32(7)})
 	if got := byZone["g4dn.xlarge"]; !slices.Equal(got, []string{"us-west-2a", "us-west-2b"}) {
 		t.Errorf("g4dn.xlarge offered in %v; want us-west-2a and us-west-2b", got)
 	}
@@ -273,8 +272,8 @@ func TestDescribeInstanceTypeOfferings(t *testing.T) {
 		t.Errorf("m5.large offered in %v; want every zone", got)
 	}
 	inC := offered(&ec2.DescribeInstanceTypeOfferingsInput{
-		LocationType: types.LocationTypeAvailabilityZone,
-		Filters:      []types.Filter{filter("location", "us-west-2c"), filter("instance-type", "g4dn.*", "m5.large")},
+		LocationType: ec2types.LocationTypeAvailabilityZone,
+		Filters:      []ec2types.Filter{filter("location", "us-west-2c"), filter("instance-type", "g4dn.*", "m5.large")},
 	})
 	if len(inC) != 1 || inC["m5.large"] == nil {
 		t.Errorf("offerings in us-west-2c = %v; want only m5.large", inC)
@@ -283,7 +282,7 @@ func TestDescribeInstanceTypeOfferings(t *testing.T) {
 	if len(byRegion) != len(world.InstanceTypes) || byRegion["t3.medium"][0] != "us-west-2" {
 		t.Errorf("region offerings = %v", byRegion)
 	}
-	byID := offered(&ec2.DescribeInstanceTypeOfferingsInput{LocationType: types.LocationTypeAvailabilityZoneId, Filters: []types.Filter{filter("instance-type", "g4dn.xlarge")}})
+	byID := offered(&ec2.DescribeInstanceTypeOfferingsInput{LocationType: ec2types.LocationTypeAvailabilityZoneId, Filters: []ec2types.Filter{filter("instance-type", "g4dn.xlarge")}})
 	if got := byID["g4dn.xlarge"]; !slices.Equal(got, []string{"usw2-az1", "usw2-az2"}) {
 		t.Errorf("g4dn.xlarge zone IDs = %v", got)
 	}
@@ -292,9 +291,9 @@ func TestDescribeInstanceTypeOfferings(t *testing.T) {
 func TestDescribeSpotPriceHistory(t *testing.T) {
 	s, c, _ := start(t, world)
 	out, err := c.DescribeSpotPriceHistory(ctx, &ec2.DescribeSpotPriceHistoryInput{
-		InstanceTypes:       []types.InstanceType{"m5.large", "c6g.large"},
+		InstanceTypes:       []ec2types.InstanceType{"m5.large", "c6g.large"},
 		ProductDescriptions: []string{"Linux/UNIX"},
-		StartTime:           aws.Time(time.Now()),
+		StartTime:           sdkaws.Time(time.Now()),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -303,16 +302,16 @@ func TestDescribeSpotPriceHistory(t *testing.T) {
 		t.Fatalf("got %d prices; want one per type and zone (6)", len(out.SpotPriceHistory))
 	}
 	for _, p := range out.SpotPriceHistory {
-		price, err := strconv.ParseFloat(aws.ToString(p.SpotPrice), 64)
+		price, err := strconv.ParseFloat(sdkaws.ToString(p.SpotPrice), 64)
 		if err != nil {
 			t.Fatal(err)
 		}
 		od := world.OnDemandPrices[string(p.InstanceType)]
 		if price < 0.29*od || price > 0.41*od {
-			t.Errorf("%s in %s costs %v; want 30-40%% of %v", p.InstanceType, aws.ToString(p.AvailabilityZone), price, od)
+			t.Errorf("%s in %s costs %v; want 30-40%% of %v", p.InstanceType, sdkaws.ToString(p.AvailabilityZone), price, od)
 		}
-		if want := world.SpotPrices[string(p.InstanceType)][aws.ToString(p.AvailabilityZone)]; math.Abs(price-want) > 1e-9 {
-			t.Errorf("%s in %s costs %v; the world says %v", p.InstanceType, aws.ToString(p.AvailabilityZone), price, want)
+		if want := world.SpotPrices[string(p.InstanceType)][sdkaws.ToString(p.AvailabilityZone)]; math.Abs(price-want) > 1e-9 {
+			t.Errorf("%s in %s costs %v; the world says %v", p.InstanceType, sdkaws.ToString(p.AvailabilityZone), price, want)
 		}
 		if p.ProductDescription != "Linux/UNIX" || p.Timestamp == nil || p.Timestamp.After(time.Now()) {
 			t.Errorf("price %+v: product %q timestamp %v", p, p.ProductDescription, p.Timestamp)
@@ -321,13 +320,13 @@ func TestDescribeSpotPriceHistory(t *testing.T) {
 
 	s.SetSpotPrice("m5.large", "us-west-2b", 0.5)
 	out, err = c.DescribeSpotPriceHistory(ctx, &ec2.DescribeSpotPriceHistoryInput{
-		InstanceTypes: []types.InstanceType{"m5.large"},
-		Filters:       []types.Filter{filter("availability-zone", "us-west-2b")},
+		InstanceTypes: []ec2types.InstanceType{"m5.large"},
+		Filters:       []ec2types.Filter{filter("availability-zone", "us-west-2b")},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.SpotPriceHistory) != 1 || aws.ToString(out.SpotPriceHistory[0].SpotPrice) != "0.500000" {
+	if len(out.SpotPriceHistory) != 1 || sdkaws.ToString(out.SpotPriceHistory[0].SpotPrice) != "0.500000" {
 		t.Errorf("after SetSpotPrice: %+v", out.SpotPriceHistory)
 	}
 	out, err = c.DescribeSpotPriceHistory(ctx, &ec2.DescribeSpotPriceHistoryInput{ProductDescriptions: []string{"Windows"}})
@@ -344,14 +343,14 @@ func TestDescribeSubnets(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{"a tag filter matches the tagged subnets", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, taggedZones, ""},
-		{"a tag value may be a wildcard", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "sand*")}}, taggedZones, ""},
-		{"tag-key matches any value", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("tag-key", "nodeforge.dev/discovery")}}, taggedZones, ""},
-		{"a tag filter with another value matches nothing", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "prod")}}, nil, ""},
-		{"a zone filter and a tag filter are ANDed", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("availability-zone", "us-west-2a"), filter("tag-key", "Name")}}, []string{subnetA}, ""},
+		{"a tag filter matches the tagged subnets", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, taggedZones, ""},
+		{"a tag value may be a wildcard", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/discovery", "sand*")}}, taggedZones, ""},
+		{"tag-key matches any value", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("tag-key", "nodeforge.dev/discovery")}}, taggedZones, ""},
+		{"a tag filter with another value matches nothing", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/discovery", "prod")}}, nil, ""},
+		{"a zone filter and a tag filter are ANDed", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("availability-zone", "us-west-2a"), filter("tag-key", "Name")}}, []string{subnetA}, ""},
 		{"no filter lists every subnet", ec2.DescribeSubnetsInput{}, []string{subnetA, subnetB, subnetC, untagged}, ""},
 		{"subnet IDs select subnets", ec2.DescribeSubnetsInput{SubnetIds: []string{untagged, subnetB}}, []string{subnetB, untagged}, ""},
-		{"vpc-id matches", ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("vpc-id", world.Subnets[0].VpcID), filter("subnet-id", subnetC)}}, []string{subnetC}, ""},
+		{"vpc-id matches", ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("vpc-id", world.Subnets[0].VpcID), filter("subnet-id", subnetC)}}, []string{subnetC}, ""},
 		{"an unknown subnet ID is an error", ec2.DescribeSubnetsInput{SubnetIds: []string{"subnet-0123456789abcdef0"}}, nil, "InvalidSubnetID.NotFound"},
 		{"a malformed subnet ID is an error", ec2.DescribeSubnetsInput{SubnetIds: []string{"sub-1"}}, nil, "InvalidSubnetID.Malformed"},
 	}
@@ -367,7 +366,7 @@ func TestDescribeSubnets(t *testing.T) {
 			}
 			var got []string
 			for _, sn := range out.Subnets {
-				got = append(got, aws.ToString(sn.SubnetId))
+				got = append(got, sdkaws.ToString(sn.SubnetId))
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("subnets = %v; want %v", got, tc.want)
@@ -380,9 +379,9 @@ func TestDescribeSubnets(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := out.Subnets[0]
-	if aws.ToString(sn.AvailabilityZone) != "us-west-2a" || aws.ToString(sn.AvailabilityZoneId) != "usw2-az1" ||
-		aws.ToString(sn.CidrBlock) != "10.0.0.0/20" || aws.ToInt32(sn.AvailableIpAddressCount) != 4091 ||
-		aws.ToString(sn.VpcId) != world.Subnets[0].VpcID || tagMap(sn.Tags)["nodeforge.dev/discovery"] != "sandbox" {
+	if sdkaws.ToString(sn.AvailabilityZone) != "us-west-2a" || sdkaws.ToString(sn.AvailabilityZoneId) != "usw2-az1" ||
+		sdkaws.ToString(sn.CidrBlock) != "10.0.0.0/20" || sdkaws.ToInt32(sn.AvailableIpAddressCount) != 4091 ||
+		sdkaws.ToString(sn.VpcId) != world.Subnets[0].VpcID || tagMap(sn.Tags)["nodeforge.dev/discovery"] != "sandbox" {
 		t.Errorf("subnet = %+v", sn)
 	}
 }
@@ -395,10 +394,10 @@ func TestDescribeSecurityGroups(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{"a tag filter matches the tagged group", ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, []string{"sandbox-nodes"}, ""},
-		{"tag-key matches the tagged group", ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{filter("tag-key", "nodeforge.dev/*")}}, []string{"sandbox-nodes"}, ""},
-		{"group-name matches", ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{filter("group-name", "default")}}, []string{"default"}, ""},
-		{"group-id matches", ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{filter("group-id", nodesGroup)}}, []string{"sandbox-nodes"}, ""},
+		{"a tag filter matches the tagged group", ec2.DescribeSecurityGroupsInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, []string{"sandbox-nodes"}, ""},
+		{"tag-key matches the tagged group", ec2.DescribeSecurityGroupsInput{Filters: []ec2types.Filter{filter("tag-key", "nodeforge.dev/*")}}, []string{"sandbox-nodes"}, ""},
+		{"group-name matches", ec2.DescribeSecurityGroupsInput{Filters: []ec2types.Filter{filter("group-name", "default")}}, []string{"default"}, ""},
+		{"group-id matches", ec2.DescribeSecurityGroupsInput{Filters: []ec2types.Filter{filter("group-id", nodesGroup)}}, []string{"sandbox-nodes"}, ""},
 		{"group IDs select groups", ec2.DescribeSecurityGroupsInput{GroupIds: []string{nodesGroup}}, []string{"sandbox-nodes"}, ""},
 		{"an unknown group ID is an error", ec2.DescribeSecurityGroupsInput{GroupIds: []string{"sg-0123456789abcdef0"}}, nil, "InvalidGroup.NotFound"},
 	}
@@ -414,8 +413,8 @@ func TestDescribeSecurityGroups(t *testing.T) {
 			}
 			var got []string
 			for _, g := range out.SecurityGroups {
-				got = append(got, aws.ToString(g.GroupName))
-				if aws.ToString(g.VpcId) == "" || aws.ToString(g.GroupId) == "" {
+				got = append(got, sdkaws.ToString(g.GroupName))
+				if sdkaws.ToString(g.VpcId) == "" || sdkaws.ToString(g.GroupId) == "" {
 					t.Errorf("group %+v lacks an ID or VPC", g)
 				}
 			}
@@ -436,16 +435,16 @@ func TestDescribeImages(t *testing.T) {
 	}{
 		{
 			"a name wildcard and the amazon owner alias find the EKS images of one architecture",
-			ec2.DescribeImagesInput{Owners: []string{"amazon"}, Filters: []types.Filter{filter("name", "amazon-eks-node-al2023-x86_64-standard-1.37-*")}},
+			ec2.DescribeImagesInput{Owners: []string{"amazon"}, Filters: []ec2types.Filter{filter("name", "amazon-eks-node-al2023-x86_64-standard-1.37-*")}},
 			[]string{"amazon-eks-node-al2023-x86_64-standard-1.37-v20261001", "amazon-eks-node-al2023-x86_64-standard-1.37-v20261101"}, "",
 		},
 		{
 			"the EKS account ID is an owner too",
-			ec2.DescribeImagesInput{Owners: []string{ec2fake.EKSAccountID}, Filters: []types.Filter{filter("architecture", "arm64")}},
+			ec2.DescribeImagesInput{Owners: []string{ec2fake.EKSAccountID}, Filters: []ec2types.Filter{filter("architecture", "arm64")}},
 			[]string{"amazon-eks-node-al2023-arm64-nvidia-1.37-v20261101", "amazon-eks-node-al2023-arm64-standard-1.37-v20261001", "amazon-eks-node-al2023-arm64-standard-1.37-v20261101"}, "",
 		},
 		{"self is the caller's account", ec2.DescribeImagesInput{Owners: []string{"self"}}, []string{"nodeforge-custom-al2023-x86_64-20261115"}, ""},
-		{"a tag filter finds the custom image", ec2.DescribeImagesInput{Filters: []types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, []string{"nodeforge-custom-al2023-x86_64-20261115"}, ""},
+		{"a tag filter finds the custom image", ec2.DescribeImagesInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/discovery", "sandbox")}}, []string{"nodeforge-custom-al2023-x86_64-20261115"}, ""},
 		{"another owner sees nothing", ec2.DescribeImagesInput{Owners: []string{"999999999999"}}, nil, ""},
 		{"an image ID selects an image", ec2.DescribeImagesInput{ImageIds: []string{amiARM}}, []string{"amazon-eks-node-al2023-arm64-standard-1.37-v20261101"}, ""},
 		{"an unknown image ID is an error", ec2.DescribeImagesInput{ImageIds: []string{"ami-0123456789abcdef0"}}, nil, "InvalidAMIID.NotFound"},
@@ -463,7 +462,7 @@ func TestDescribeImages(t *testing.T) {
 			}
 			var got []string
 			for _, im := range out.Images {
-				got = append(got, aws.ToString(im.Name))
+				got = append(got, sdkaws.ToString(im.Name))
 			}
 			sort.Strings(got)
 			if !slices.Equal(got, tc.want) {
@@ -477,10 +476,10 @@ func TestDescribeImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	im := out.Images[0]
-	if aws.ToString(im.CreationDate) != "2026-11-01T00:00:00.000Z" || im.Architecture != types.ArchitectureValuesX8664 ||
-		aws.ToString(im.OwnerId) != ec2fake.EKSAccountID || im.State != types.ImageStateAvailable || aws.ToString(im.ImageOwnerAlias) != "amazon" {
-		t.Errorf("image = creation %q arch %q owner %q state %q alias %q", aws.ToString(im.CreationDate), im.Architecture,
-			aws.ToString(im.OwnerId), im.State, aws.ToString(im.ImageOwnerAlias))
+	if sdkaws.ToString(im.CreationDate) != "2026-11-01T00:00:00.000Z" || im.Architecture != ec2types.ArchitectureValuesX8664 ||
+		sdkaws.ToString(im.OwnerId) != ec2fake.EKSAccountID || im.State != ec2types.ImageStateAvailable || sdkaws.ToString(im.ImageOwnerAlias) != "amazon" {
+		t.Errorf("image = creation %q arch %q owner %q state %q alias %q", sdkaws.ToString(im.CreationDate), im.Architecture,
+			sdkaws.ToString(im.OwnerId), im.State, sdkaws.ToString(im.ImageOwnerAlias))
 	}
 }
 
@@ -488,36 +487,36 @@ func TestDescribeImages(t *testing.T) {
 func createTemplate(t *testing.T, c *ec2.Client, name, image, userData string) string {
 	t.Helper()
 	out, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-		LaunchTemplateName: aws.String(name),
-		LaunchTemplateData: &types.RequestLaunchTemplateData{
-			ImageId:            aws.String(image),
-			UserData:           aws.String(base64.StdEncoding.EncodeToString([]byte(userData))),
+		LaunchTemplateName: sdkaws.String(name),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{
+			ImageId:            sdkaws.String(image),
+			UserData:           sdkaws.String(base64.StdEncoding.EncodeToString([]byte(userData))),
 			SecurityGroupIds:   []string{nodesGroup},
-			IamInstanceProfile: &types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: aws.String("sandbox-node")},
-			MetadataOptions: &types.LaunchTemplateInstanceMetadataOptionsRequest{
-				HttpTokens: types.LaunchTemplateHttpTokensStateRequired, HttpPutResponseHopLimit: aws.Int32(1),
-				HttpEndpoint: types.LaunchTemplateInstanceMetadataEndpointStateEnabled,
+			IamInstanceProfile: &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: sdkaws.String("sandbox-node")},
+			MetadataOptions: &ec2types.LaunchTemplateInstanceMetadataOptionsRequest{
+				HttpTokens: ec2types.LaunchTemplateHttpTokensStateRequired, HttpPutResponseHopLimit: sdkaws.Int32(1),
+				HttpEndpoint: ec2types.LaunchTemplateInstanceMetadataEndpointStateEnabled,
 			},
-			BlockDeviceMappings: []types.LaunchTemplateBlockDeviceMappingRequest{{
-				DeviceName: aws.String("/dev/xvda"),
-				Ebs: &types.LaunchTemplateEbsBlockDeviceRequest{
-					VolumeSize: aws.Int32(20), VolumeType: types.VolumeTypeGp3, Encrypted: aws.Bool(true), DeleteOnTermination: aws.Bool(true),
+			BlockDeviceMappings: []ec2types.LaunchTemplateBlockDeviceMappingRequest{{
+				DeviceName: sdkaws.String("/dev/xvda"),
+				Ebs: &ec2types.LaunchTemplateEbsBlockDeviceRequest{
+					VolumeSize: sdkaws.Int32(20), VolumeType: ec2types.VolumeTypeGp3, Encrypted: sdkaws.Bool(true), DeleteOnTermination: sdkaws.Bool(true),
 				},
 			}},
-			TagSpecifications: []types.LaunchTemplateTagSpecificationRequest{{
-				ResourceType: types.ResourceTypeInstance,
-				Tags:         []types.Tag{{Key: aws.String("from-template"), Value: aws.String("yes")}},
+			TagSpecifications: []ec2types.LaunchTemplateTagSpecificationRequest{{
+				ResourceType: ec2types.ResourceTypeInstance,
+				Tags:         []ec2types.Tag{{Key: sdkaws.String("from-template"), Value: sdkaws.String("yes")}},
 			}},
 		},
-		TagSpecifications: []types.TagSpecification{{
-			ResourceType: types.ResourceTypeLaunchTemplate,
-			Tags:         []types.Tag{{Key: aws.String("nodeforge.dev/nodeclass"), Value: aws.String(name)}},
+		TagSpecifications: []ec2types.TagSpecification{{
+			ResourceType: ec2types.ResourceTypeLaunchTemplate,
+			Tags:         []ec2types.Tag{{Key: sdkaws.String("nodeforge.dev/nodeclass"), Value: sdkaws.String(name)}},
 		}},
 	})
 	if err != nil {
 		t.Fatalf("creating launch template %s: %v", name, err)
 	}
-	return aws.ToString(out.LaunchTemplate.LaunchTemplateId)
+	return sdkaws.ToString(out.LaunchTemplate.LaunchTemplateId)
 }
 
 func TestLaunchTemplates(t *testing.T) {
@@ -529,16 +528,16 @@ func TestLaunchTemplates(t *testing.T) {
 
 	t.Run("a duplicate name is refused", func(t *testing.T) {
 		_, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-			LaunchTemplateName: aws.String("nodes-default"),
-			LaunchTemplateData: &types.RequestLaunchTemplateData{ImageId: aws.String(amiX86)},
+			LaunchTemplateName: sdkaws.String("nodes-default"),
+			LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: sdkaws.String(amiX86)},
 		})
 		wantCode(t, err, "InvalidLaunchTemplateName.AlreadyExistsException")
 	})
 
 	t.Run("a retried create with the same client token returns the same template", func(t *testing.T) {
 		in := &ec2.CreateLaunchTemplateInput{
-			LaunchTemplateName: aws.String("nodes-retried"), ClientToken: aws.String("token-1"),
-			LaunchTemplateData: &types.RequestLaunchTemplateData{ImageId: aws.String(amiX86)},
+			LaunchTemplateName: sdkaws.String("nodes-retried"), ClientToken: sdkaws.String("token-1"),
+			LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: sdkaws.String(amiX86)},
 		}
 		first, err := c.CreateLaunchTemplate(ctx, in)
 		if err != nil {
@@ -548,8 +547,8 @@ func TestLaunchTemplates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if aws.ToString(first.LaunchTemplate.LaunchTemplateId) != aws.ToString(again.LaunchTemplate.LaunchTemplateId) {
-			t.Errorf("IDs differ: %s, %s", aws.ToString(first.LaunchTemplate.LaunchTemplateId), aws.ToString(again.LaunchTemplate.LaunchTemplateId))
+		if sdkaws.ToString(first.LaunchTemplate.LaunchTemplateId) != sdkaws.ToString(again.LaunchTemplate.LaunchTemplateId) {
+			t.Errorf("IDs differ: %s, %s", sdkaws.ToString(first.LaunchTemplate.LaunchTemplateId), sdkaws.ToString(again.LaunchTemplate.LaunchTemplateId))
 		}
 	})
 
@@ -557,17 +556,17 @@ func TestLaunchTemplates(t *testing.T) {
 		for _, in := range []*ec2.DescribeLaunchTemplatesInput{
 			{LaunchTemplateNames: []string{"nodes-default"}},
 			{LaunchTemplateIds: []string{id}},
-			{Filters: []types.Filter{filter("tag:nodeforge.dev/nodeclass", "nodes-*")}},
+			{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/nodeclass", "nodes-*")}},
 		} {
 			out, err := c.DescribeLaunchTemplates(ctx, in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(out.LaunchTemplates) != 1 || aws.ToString(out.LaunchTemplates[0].LaunchTemplateId) != id {
+			if len(out.LaunchTemplates) != 1 || sdkaws.ToString(out.LaunchTemplates[0].LaunchTemplateId) != id {
 				t.Fatalf("templates = %+v; want only %s", out.LaunchTemplates, id)
 			}
 			lt := out.LaunchTemplates[0]
-			if aws.ToInt64(lt.LatestVersionNumber) != 1 || lt.CreateTime == nil || tagMap(lt.Tags)["nodeforge.dev/nodeclass"] != "nodes-default" {
+			if sdkaws.ToInt64(lt.LatestVersionNumber) != 1 || lt.CreateTime == nil || tagMap(lt.Tags)["nodeforge.dev/nodeclass"] != "nodes-default" {
 				t.Errorf("template = %+v", lt)
 			}
 		}
@@ -580,7 +579,7 @@ func TestLaunchTemplates(t *testing.T) {
 
 	t.Run("the version reads back the data", func(t *testing.T) {
 		out, err := c.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{
-			LaunchTemplateName: aws.String("nodes-default"), Versions: []string{"$Latest"},
+			LaunchTemplateName: sdkaws.String("nodes-default"), Versions: []string{"$Latest"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -590,26 +589,26 @@ func TestLaunchTemplates(t *testing.T) {
 		}
 		v := out.LaunchTemplateVersions[0]
 		d := v.LaunchTemplateData
-		ud, _ := base64.StdEncoding.DecodeString(aws.ToString(d.UserData))
-		if string(ud) != "#!/bin/bash\necho hello\n" || aws.ToString(d.ImageId) != amiX86 ||
-			!slices.Equal(d.SecurityGroupIds, []string{nodesGroup}) || aws.ToString(d.IamInstanceProfile.Name) != "sandbox-node" {
-			t.Errorf("data = user data %q image %q groups %v profile %+v", ud, aws.ToString(d.ImageId), d.SecurityGroupIds, d.IamInstanceProfile)
+		ud, _ := base64.StdEncoding.DecodeString(sdkaws.ToString(d.UserData))
+		if string(ud) != "#!/bin/bash\necho hello\n" || sdkaws.ToString(d.ImageId) != amiX86 ||
+			!slices.Equal(d.SecurityGroupIds, []string{nodesGroup}) || sdkaws.ToString(d.IamInstanceProfile.Name) != "sandbox-node" {
+			t.Errorf("data = user data %q image %q groups %v profile %+v", ud, sdkaws.ToString(d.ImageId), d.SecurityGroupIds, d.IamInstanceProfile)
 		}
-		if md := d.MetadataOptions; md.HttpTokens != types.LaunchTemplateHttpTokensStateRequired || aws.ToInt32(md.HttpPutResponseHopLimit) != 1 ||
-			md.HttpEndpoint != types.LaunchTemplateInstanceMetadataEndpointStateEnabled {
+		if md := d.MetadataOptions; md.HttpTokens != ec2types.LaunchTemplateHttpTokensStateRequired || sdkaws.ToInt32(md.HttpPutResponseHopLimit) != 1 ||
+			md.HttpEndpoint != ec2types.LaunchTemplateInstanceMetadataEndpointStateEnabled {
 			t.Errorf("metadata options = %+v", md)
 		}
-		if len(d.BlockDeviceMappings) != 1 || aws.ToInt32(d.BlockDeviceMappings[0].Ebs.VolumeSize) != 20 ||
-			d.BlockDeviceMappings[0].Ebs.VolumeType != types.VolumeTypeGp3 || !aws.ToBool(d.BlockDeviceMappings[0].Ebs.Encrypted) {
+		if len(d.BlockDeviceMappings) != 1 || sdkaws.ToInt32(d.BlockDeviceMappings[0].Ebs.VolumeSize) != 20 ||
+			d.BlockDeviceMappings[0].Ebs.VolumeType != ec2types.VolumeTypeGp3 || !sdkaws.ToBool(d.BlockDeviceMappings[0].Ebs.Encrypted) {
 			t.Errorf("block devices = %+v", d.BlockDeviceMappings)
 		}
 		if len(d.TagSpecifications) != 1 || tagMap(d.TagSpecifications[0].Tags)["from-template"] != "yes" {
 			t.Errorf("tag specifications = %+v", d.TagSpecifications)
 		}
-		if aws.ToInt64(v.VersionNumber) != 1 || !aws.ToBool(v.DefaultVersion) {
-			t.Errorf("version %d default %v", aws.ToInt64(v.VersionNumber), aws.ToBool(v.DefaultVersion))
+		if sdkaws.ToInt64(v.VersionNumber) != 1 || !sdkaws.ToBool(v.DefaultVersion) {
+			t.Errorf("version %d default %v", sdkaws.ToInt64(v.VersionNumber), sdkaws.ToBool(v.DefaultVersion))
 		}
-		_, err = c.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateId: aws.String(id), Versions: []string{"7"}})
+		_, err = c.DescribeLaunchTemplateVersions(ctx, &ec2.DescribeLaunchTemplateVersionsInput{LaunchTemplateId: sdkaws.String(id), Versions: []string{"7"}})
 		wantCode(t, err, "InvalidLaunchTemplateId.VersionNotFound")
 	})
 
@@ -628,46 +627,46 @@ func TestLaunchTemplates(t *testing.T) {
 
 	t.Run("user data that is not base64 is refused", func(t *testing.T) {
 		_, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-			LaunchTemplateName: aws.String("bad-user-data"),
-			LaunchTemplateData: &types.RequestLaunchTemplateData{UserData: aws.String("not base64!")},
+			LaunchTemplateName: sdkaws.String("bad-user-data"),
+			LaunchTemplateData: &ec2types.RequestLaunchTemplateData{UserData: sdkaws.String("not base64!")},
 		})
 		wantCode(t, err, "InvalidUserData.Malformed")
 	})
 
 	t.Run("a deleted template is gone", func(t *testing.T) {
-		out, err := c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateId: aws.String(id)})
+		out, err := c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateId: sdkaws.String(id)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if aws.ToString(out.LaunchTemplate.LaunchTemplateName) != "nodes-default" {
+		if sdkaws.ToString(out.LaunchTemplate.LaunchTemplateName) != "nodes-default" {
 			t.Errorf("deleted %+v", out.LaunchTemplate)
 		}
 		_, err = c.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateIds: []string{id}})
 		wantCode(t, err, "InvalidLaunchTemplateId.NotFound")
-		_, err = c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: aws.String("nodes-default")})
+		_, err = c.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: sdkaws.String("nodes-default")})
 		wantCode(t, err, "InvalidLaunchTemplateName.NotFoundException")
 	})
 }
 
 // override is one launch template override.
-func override(instanceType, subnet string) types.FleetLaunchTemplateOverridesRequest {
-	return types.FleetLaunchTemplateOverridesRequest{InstanceType: types.InstanceType(instanceType), SubnetId: aws.String(subnet), AvailabilityZone: aws.String(zoneOf[subnet])}
+func override(instanceType, subnet string) ec2types.FleetLaunchTemplateOverridesRequest {
+	return ec2types.FleetLaunchTemplateOverridesRequest{InstanceType: ec2types.InstanceType(instanceType), SubnetId: sdkaws.String(subnet), AvailabilityZone: sdkaws.String(zoneOf[subnet])}
 }
 
 // fleet is an instant fleet request for total instances of capacityType.
-func fleet(template string, total int32, capacityType types.DefaultTargetCapacityType, overrides ...types.FleetLaunchTemplateOverridesRequest) *ec2.CreateFleetInput {
+func fleet(template string, total int32, capacityType ec2types.DefaultTargetCapacityType, overrides ...ec2types.FleetLaunchTemplateOverridesRequest) *ec2.CreateFleetInput {
 	return &ec2.CreateFleetInput{
-		Type: types.FleetTypeInstant,
-		LaunchTemplateConfigs: []types.FleetLaunchTemplateConfigRequest{{
-			LaunchTemplateSpecification: &types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
+		Type: ec2types.FleetTypeInstant,
+		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: sdkaws.String(template), Version: sdkaws.String("$Latest")},
 			Overrides:                   overrides,
 		}},
-		TargetCapacitySpecification: &types.TargetCapacitySpecificationRequest{TotalTargetCapacity: aws.Int32(total), DefaultTargetCapacityType: capacityType},
-		SpotOptions:                 &types.SpotOptionsRequest{AllocationStrategy: types.SpotAllocationStrategyPriceCapacityOptimized},
-		OnDemandOptions:             &types.OnDemandOptionsRequest{AllocationStrategy: types.FleetOnDemandAllocationStrategyLowestPrice},
-		TagSpecifications: []types.TagSpecification{{
-			ResourceType: types.ResourceTypeInstance,
-			Tags:         []types.Tag{{Key: aws.String("nodeforge.dev/nodepool"), Value: aws.String("default")}},
+		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{TotalTargetCapacity: sdkaws.Int32(total), DefaultTargetCapacityType: capacityType},
+		SpotOptions:                 &ec2types.SpotOptionsRequest{AllocationStrategy: ec2types.SpotAllocationStrategyPriceCapacityOptimized},
+		OnDemandOptions:             &ec2types.OnDemandOptionsRequest{AllocationStrategy: ec2types.FleetOnDemandAllocationStrategyLowestPrice},
+		TagSpecifications: []ec2types.TagSpecification{{
+			ResourceType: ec2types.ResourceTypeInstance,
+			Tags:         []ec2types.Tag{{Key: sdkaws.String("nodeforge.dev/nodepool"), Value: sdkaws.String("default")}},
 		}},
 	}
 }
@@ -677,8 +676,8 @@ type pool struct{ instanceType, subnet string }
 
 func (p pool) String() string { return p.instanceType + "@" + zoneOf[p.subnet] }
 
-func overridePool(lo *types.LaunchTemplateAndOverridesResponse) pool {
-	return pool{string(lo.Overrides.InstanceType), aws.ToString(lo.Overrides.SubnetId)}
+func overridePool(lo *ec2types.LaunchTemplateAndOverridesResponse) pool {
+	return pool{string(lo.Overrides.InstanceType), sdkaws.ToString(lo.Overrides.SubnetId)}
 }
 
 // launchedPools returns how many instances each pool launched.
@@ -694,7 +693,7 @@ func launchedPools(out *ec2.CreateFleetOutput) map[pool]int {
 func failedPools(out *ec2.CreateFleetOutput) map[pool]string {
 	got := map[pool]string{}
 	for _, e := range out.Errors {
-		got[overridePool(e.LaunchTemplateAndOverrides)] = aws.ToString(e.ErrorCode)
+		got[overridePool(e.LaunchTemplateAndOverrides)] = sdkaws.ToString(e.ErrorCode)
 	}
 	return got
 }
@@ -713,8 +712,8 @@ func TestCreateFleet(t *testing.T) {
 	s, c, _ := start(t, world)
 	createTemplate(t, c, "nodes", amiX86, "#!/bin/bash\n/etc/eks/bootstrap.sh sandbox\n")
 	all := []pool{{"m5.large", subnetA}, {"m5.large", subnetB}, {"m5.large", subnetC}, {"c5.large", subnetA}, {"c5.large", subnetB}, {"c5.large", subnetC}}
-	overrides := func(pools ...pool) []types.FleetLaunchTemplateOverridesRequest {
-		var out []types.FleetLaunchTemplateOverridesRequest
+	overrides := func(pools ...pool) []ec2types.FleetLaunchTemplateOverridesRequest {
+		var out []ec2types.FleetLaunchTemplateOverridesRequest
 		for _, p := range pools {
 			out = append(out, override(p.instanceType, p.subnet))
 		}
@@ -723,7 +722,7 @@ func TestCreateFleet(t *testing.T) {
 	cheapest := bySpotPrice(all...)
 
 	t.Run("a spot fleet launches in the cheapest pool", func(t *testing.T) {
-		out, err := c.CreateFleet(ctx, fleet("nodes", 2, types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 2, ec2types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -734,22 +733,22 @@ func TestCreateFleet(t *testing.T) {
 			t.Errorf("errors = %v; want none", failedPools(out))
 		}
 		fi := out.Instances[0]
-		if fi.Lifecycle != types.InstanceLifecycleSpot || string(fi.InstanceType) != cheapest[0].instanceType || aws.ToString(fi.SubnetId) != cheapest[0].subnet {
+		if fi.Lifecycle != ec2types.InstanceLifecycleSpot || string(fi.InstanceType) != cheapest[0].instanceType || sdkaws.ToString(fi.SubnetId) != cheapest[0].subnet {
 			t.Errorf("fleet instance = %+v", fi)
 		}
 		spec := fi.LaunchTemplateAndOverrides.LaunchTemplateSpecification
-		if !strings.HasPrefix(aws.ToString(spec.LaunchTemplateId), "lt-") || aws.ToString(spec.Version) != "1" {
+		if !strings.HasPrefix(sdkaws.ToString(spec.LaunchTemplateId), "lt-") || sdkaws.ToString(spec.Version) != "1" {
 			t.Errorf("launch template specification = %+v", spec)
 		}
-		if !strings.HasPrefix(aws.ToString(out.FleetId), "fleet-") {
-			t.Errorf("fleet ID = %q", aws.ToString(out.FleetId))
+		if !strings.HasPrefix(sdkaws.ToString(out.FleetId), "fleet-") {
+			t.Errorf("fleet ID = %q", sdkaws.ToString(out.FleetId))
 		}
 
 		desc, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: fi.InstanceIds})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var insts []types.Instance
+		var insts []ec2types.Instance
 		for _, r := range desc.Reservations {
 			insts = append(insts, r.Instances...)
 		}
@@ -758,34 +757,34 @@ func TestCreateFleet(t *testing.T) {
 		}
 		cidr := netip.MustParsePrefix(world.Subnets[slices.IndexFunc(world.Subnets, func(sn ec2fake.Subnet) bool { return sn.ID == cheapest[0].subnet })].CIDR)
 		for _, inst := range insts {
-			id := aws.ToString(inst.InstanceId)
+			id := sdkaws.ToString(inst.InstanceId)
 			if len(id) != len("i-")+17 {
 				t.Errorf("instance ID %q is not i- and 17 hex digits", id)
 			}
-			ip := netip.MustParseAddr(aws.ToString(inst.PrivateIpAddress))
+			ip := netip.MustParseAddr(sdkaws.ToString(inst.PrivateIpAddress))
 			if !cidr.Contains(ip) {
 				t.Errorf("%s has address %s outside %s", id, ip, cidr)
 			}
-			if want := "ip-" + strings.ReplaceAll(ip.String(), ".", "-") + ".us-west-2.compute.internal"; aws.ToString(inst.PrivateDnsName) != want {
-				t.Errorf("%s private DNS name = %q; want %q", id, aws.ToString(inst.PrivateDnsName), want)
+			if want := "ip-" + strings.ReplaceAll(ip.String(), ".", "-") + ".us-west-2.compute.internal"; sdkaws.ToString(inst.PrivateDnsName) != want {
+				t.Errorf("%s private DNS name = %q; want %q", id, sdkaws.ToString(inst.PrivateDnsName), want)
 			}
-			if inst.State.Name != types.InstanceStateNameRunning || aws.ToInt32(inst.State.Code) != 16 {
+			if inst.State.Name != ec2types.InstanceStateNameRunning || sdkaws.ToInt32(inst.State.Code) != 16 {
 				t.Errorf("%s state = %+v", id, *inst.State)
 			}
-			if inst.InstanceLifecycle != types.InstanceLifecycleTypeSpot || aws.ToString(inst.ImageId) != amiX86 ||
-				aws.ToString(inst.Placement.AvailabilityZone) != zoneOf[cheapest[0].subnet] || inst.LaunchTime == nil {
-				t.Errorf("%s = lifecycle %q image %q zone %q", id, inst.InstanceLifecycle, aws.ToString(inst.ImageId), aws.ToString(inst.Placement.AvailabilityZone))
+			if inst.InstanceLifecycle != ec2types.InstanceLifecycleTypeSpot || sdkaws.ToString(inst.ImageId) != amiX86 ||
+				sdkaws.ToString(inst.Placement.AvailabilityZone) != zoneOf[cheapest[0].subnet] || inst.LaunchTime == nil {
+				t.Errorf("%s = lifecycle %q image %q zone %q", id, inst.InstanceLifecycle, sdkaws.ToString(inst.ImageId), sdkaws.ToString(inst.Placement.AvailabilityZone))
 			}
 			tags := tagMap(inst.Tags)
-			if tags["nodeforge.dev/nodepool"] != "default" || tags["from-template"] != "yes" || tags["aws:ec2:fleet-id"] != aws.ToString(out.FleetId) {
+			if tags["nodeforge.dev/nodepool"] != "default" || tags["from-template"] != "yes" || tags["aws:ec2:fleet-id"] != sdkaws.ToString(out.FleetId) {
 				t.Errorf("%s tags = %v", id, tags)
 			}
-			if len(inst.SecurityGroups) != 1 || aws.ToString(inst.SecurityGroups[0].GroupName) != "sandbox-nodes" {
+			if len(inst.SecurityGroups) != 1 || sdkaws.ToString(inst.SecurityGroups[0].GroupName) != "sandbox-nodes" {
 				t.Errorf("%s groups = %+v", id, inst.SecurityGroups)
 			}
 		}
 		for _, inst := range s.Instances() {
-			if inst.FleetID == aws.ToString(out.FleetId) && inst.UserData != "#!/bin/bash\n/etc/eks/bootstrap.sh sandbox\n" {
+			if inst.FleetID == sdkaws.ToString(out.FleetId) && inst.UserData != "#!/bin/bash\n/etc/eks/bootstrap.sh sandbox\n" {
 				t.Errorf("%s user data = %q", inst.ID, inst.UserData)
 			}
 		}
@@ -795,7 +794,7 @@ func TestCreateFleet(t *testing.T) {
 		defer s.ClearFaults()
 		s.FailCapacity(ec2fake.CapacityFault{InstanceType: cheapest[0].instanceType, Zone: zoneOf[cheapest[0].subnet], CapacityType: "spot"})
 		s.FailCapacity(ec2fake.CapacityFault{InstanceType: cheapest[1].instanceType, Zone: zoneOf[cheapest[1].subnet], Code: "MaxSpotInstanceCountExceeded"})
-		out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -807,7 +806,7 @@ func TestCreateFleet(t *testing.T) {
 			t.Errorf("errors = %v; want %v", got, want)
 		}
 		for _, e := range out.Errors {
-			if e.Lifecycle != types.InstanceLifecycleSpot || aws.ToString(e.ErrorMessage) == "" {
+			if e.Lifecycle != ec2types.InstanceLifecycleSpot || sdkaws.ToString(e.ErrorMessage) == "" {
 				t.Errorf("error %+v lacks lifecycle or message", e)
 			}
 		}
@@ -817,7 +816,7 @@ func TestCreateFleet(t *testing.T) {
 		defer s.ClearFaults()
 		s.FailCapacity(ec2fake.CapacityFault{})
 		before := len(s.Instances())
-		out, err := c.CreateFleet(ctx, fleet("nodes", 3, types.DefaultTargetCapacityTypeOnDemand, overrides(all...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeOnDemand, overrides(all...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -825,8 +824,8 @@ func TestCreateFleet(t *testing.T) {
 			t.Errorf("instances %d errors %d; want none and %d", len(out.Instances), len(out.Errors), len(all))
 		}
 		for _, e := range out.Errors {
-			if aws.ToString(e.ErrorCode) != "InsufficientInstanceCapacity" || e.Lifecycle != types.InstanceLifecycleOnDemand {
-				t.Errorf("error = %s %s", aws.ToString(e.ErrorCode), e.Lifecycle)
+			if sdkaws.ToString(e.ErrorCode) != "InsufficientInstanceCapacity" || e.Lifecycle != ec2types.InstanceLifecycleOnDemand {
+				t.Errorf("error = %s %s", sdkaws.ToString(e.ErrorCode), e.Lifecycle)
 			}
 		}
 	})
@@ -835,7 +834,7 @@ func TestCreateFleet(t *testing.T) {
 		defer s.ClearFaults()
 		s.LimitCapacity("r5.large", "", "on-demand", 2)
 		p := pool{"r5.large", subnetB}
-		out, err := c.CreateFleet(ctx, fleet("nodes", 3, types.DefaultTargetCapacityTypeOnDemand, overrides(p)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeOnDemand, overrides(p)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -850,7 +849,7 @@ func TestCreateFleet(t *testing.T) {
 	t.Run("a limit spills over into the next pool", func(t *testing.T) {
 		defer s.ClearFaults()
 		s.LimitCapacity(cheapest[0].instanceType, zoneOf[cheapest[0].subnet], "spot", 1)
-		out, err := c.CreateFleet(ctx, fleet("nodes", 3, types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeSpot, overrides(all...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -862,7 +861,7 @@ func TestCreateFleet(t *testing.T) {
 
 	t.Run("a type not offered in a zone is Unsupported there", func(t *testing.T) {
 		pools := []pool{{"g4dn.xlarge", subnetC}, {"g4dn.xlarge", subnetA}}
-		out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeOnDemand, overrides(pools...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeOnDemand, overrides(pools...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -876,7 +875,7 @@ func TestCreateFleet(t *testing.T) {
 
 	t.Run("an arm64 type with an x86_64 image fails that pool", func(t *testing.T) {
 		pools := []pool{{"m6g.large", subnetA}, {"m5.large", subnetA}}
-		out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeOnDemand, overrides(pools...)...))
+		out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeOnDemand, overrides(pools...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -890,8 +889,8 @@ func TestCreateFleet(t *testing.T) {
 
 	t.Run("an image override replaces the template's", func(t *testing.T) {
 		o := override("m6g.large", subnetB)
-		o.ImageId = aws.String(amiARM)
-		out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeOnDemand, o))
+		o.ImageId = sdkaws.String(amiARM)
+		out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeOnDemand, o))
 		if err != nil || len(out.Instances) != 1 {
 			t.Fatalf("fleet: %v, %+v", err, out)
 		}
@@ -905,9 +904,9 @@ func TestCreateFleet(t *testing.T) {
 
 	t.Run("prioritized on-demand follows priorities, not prices", func(t *testing.T) {
 		expensive, cheap := override("m5.2xlarge", subnetA), override("t3.medium", subnetA)
-		expensive.Priority, cheap.Priority = aws.Float64(0), aws.Float64(1)
-		in := fleet("nodes", 1, types.DefaultTargetCapacityTypeOnDemand, cheap, expensive)
-		in.OnDemandOptions.AllocationStrategy = types.FleetOnDemandAllocationStrategyPrioritized
+		expensive.Priority, cheap.Priority = sdkaws.Float64(0), sdkaws.Float64(1)
+		in := fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeOnDemand, cheap, expensive)
+		in.OnDemandOptions.AllocationStrategy = ec2types.FleetOnDemandAllocationStrategyPrioritized
 		out, err := c.CreateFleet(ctx, in)
 		if err != nil {
 			t.Fatal(err)
@@ -915,7 +914,7 @@ func TestCreateFleet(t *testing.T) {
 		if got := launchedPools(out); got[pool{"m5.2xlarge", subnetA}] != 1 {
 			t.Errorf("launched %v; want the priority 0 pool", got)
 		}
-		in.OnDemandOptions.AllocationStrategy = types.FleetOnDemandAllocationStrategyLowestPrice
+		in.OnDemandOptions.AllocationStrategy = ec2types.FleetOnDemandAllocationStrategyLowestPrice
 		// The SDK wrote the ClientToken it generated into in; sending
 		// changed parameters with it would be IdempotentParameterMismatch.
 		in.ClientToken = nil
@@ -929,25 +928,25 @@ func TestCreateFleet(t *testing.T) {
 	})
 
 	t.Run("on-demand and spot targets split the fleet", func(t *testing.T) {
-		in := fleet("nodes", 3, types.DefaultTargetCapacityTypeSpot, overrides(all...)...)
-		in.TargetCapacitySpecification.OnDemandTargetCapacity = aws.Int32(1)
+		in := fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeSpot, overrides(all...)...)
+		in.TargetCapacitySpecification.OnDemandTargetCapacity = sdkaws.Int32(1)
 		out, err := c.CreateFleet(ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := map[types.InstanceLifecycle]int{}
+		n := map[ec2types.InstanceLifecycle]int{}
 		for _, fi := range out.Instances {
 			n[fi.Lifecycle] += len(fi.InstanceIds)
 		}
-		if n[types.InstanceLifecycleOnDemand] != 1 || n[types.InstanceLifecycleSpot] != 2 {
+		if n[ec2types.InstanceLifecycleOnDemand] != 1 || n[ec2types.InstanceLifecycleSpot] != 2 {
 			t.Errorf("launched %v; want 1 on-demand and 2 spot", n)
 		}
 	})
 
 	t.Run("diversified spreads spot instances over the pools", func(t *testing.T) {
 		pools := []pool{{"m5.large", subnetA}, {"m5.large", subnetB}, {"m5.large", subnetC}}
-		in := fleet("nodes", 3, types.DefaultTargetCapacityTypeSpot, overrides(pools...)...)
-		in.SpotOptions.AllocationStrategy = types.SpotAllocationStrategyDiversified
+		in := fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeSpot, overrides(pools...)...)
+		in.SpotOptions.AllocationStrategy = ec2types.SpotAllocationStrategyDiversified
 		out, err := c.CreateFleet(ctx, in)
 		if err != nil {
 			t.Fatal(err)
@@ -960,8 +959,8 @@ func TestCreateFleet(t *testing.T) {
 
 	t.Run("a spot max price below the market fails the pool", func(t *testing.T) {
 		o := override(cheapest[0].instanceType, cheapest[0].subnet)
-		o.MaxPrice = aws.String("0.001")
-		out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeSpot, o))
+		o.MaxPrice = sdkaws.String("0.001")
+		out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeSpot, o))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -971,8 +970,8 @@ func TestCreateFleet(t *testing.T) {
 	})
 
 	t.Run("the same client token returns the same fleet and launches nothing", func(t *testing.T) {
-		in := fleet("nodes", 2, types.DefaultTargetCapacityTypeSpot, overrides(all...)...)
-		in.ClientToken = aws.String("nodeclaim-abc")
+		in := fleet("nodes", 2, ec2types.DefaultTargetCapacityTypeSpot, overrides(all...)...)
+		in.ClientToken = sdkaws.String("nodeclaim-abc")
 		first, err := c.CreateFleet(ctx, in)
 		if err != nil {
 			t.Fatal(err)
@@ -982,17 +981,17 @@ func TestCreateFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if aws.ToString(first.FleetId) != aws.ToString(again.FleetId) ||
+		if sdkaws.ToString(first.FleetId) != sdkaws.ToString(again.FleetId) ||
 			!slices.Equal(first.Instances[0].InstanceIds, again.Instances[0].InstanceIds) || len(s.Instances()) != before {
 			t.Errorf("replay: fleet %s vs %s, instances %v vs %v, %d new",
-				aws.ToString(first.FleetId), aws.ToString(again.FleetId), first.Instances[0].InstanceIds, again.Instances[0].InstanceIds, len(s.Instances())-before)
+				sdkaws.ToString(first.FleetId), sdkaws.ToString(again.FleetId), first.Instances[0].InstanceIds, again.Instances[0].InstanceIds, len(s.Instances())-before)
 		}
-		in.TargetCapacitySpecification.TotalTargetCapacity = aws.Int32(3)
+		in.TargetCapacitySpecification.TotalTargetCapacity = sdkaws.Int32(3)
 		_, err = c.CreateFleet(ctx, in)
 		wantCode(t, err, "IdempotentParameterMismatch")
 	})
 
-	tooMany := make([]types.FleetLaunchTemplateOverridesRequest, 301)
+	tooMany := make([]ec2types.FleetLaunchTemplateOverridesRequest, 301)
 	for i := range tooMany {
 		tooMany[i] = override(fmt.Sprintf("x%d.large", i), subnetA)
 	}
@@ -1003,28 +1002,30 @@ func TestCreateFleet(t *testing.T) {
 	}{
 		{"a fleet that is not instant is refused", func(in *ec2.CreateFleetInput) { in.Type = "" }, "UnsupportedOperation"},
 		{"an unknown subnet is InvalidSubnetID.NotFound", func(in *ec2.CreateFleetInput) {
-			in.LaunchTemplateConfigs[0].Overrides[0].SubnetId = aws.String("subnet-0123456789abcdef0")
+			in.LaunchTemplateConfigs[0].Overrides[0].SubnetId = sdkaws.String("subnet-0123456789abcdef0")
 			in.LaunchTemplateConfigs[0].Overrides[0].AvailabilityZone = nil
 		}, "InvalidSubnetID.NotFound"},
 		{"an unknown launch template name is refused", func(in *ec2.CreateFleetInput) {
-			in.LaunchTemplateConfigs[0].LaunchTemplateSpecification.LaunchTemplateName = aws.String("missing")
+			in.LaunchTemplateConfigs[0].LaunchTemplateSpecification.LaunchTemplateName = sdkaws.String("missing")
 		}, "InvalidLaunchTemplateName.NotFoundException"},
 		{"an unknown launch template ID is refused", func(in *ec2.CreateFleetInput) {
-			in.LaunchTemplateConfigs[0].LaunchTemplateSpecification = &types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateId: aws.String("lt-0123456789abcdef0"), Version: aws.String("$Latest")}
+			in.LaunchTemplateConfigs[0].LaunchTemplateSpecification = &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateId: sdkaws.String("lt-0123456789abcdef0"), Version: sdkaws.String("$Latest")}
 		}, "InvalidLaunchTemplateId.NotFound"},
 		{"more than 300 overrides are refused", func(in *ec2.CreateFleetInput) { in.LaunchTemplateConfigs[0].Overrides = tooMany }, "InvalidParameterValue"},
 		{"a pool given twice is refused", func(in *ec2.CreateFleetInput) {
 			in.LaunchTemplateConfigs[0].Overrides = append(in.LaunchTemplateConfigs[0].Overrides, in.LaunchTemplateConfigs[0].Overrides[0])
 		}, "InvalidFleetConfig"},
 		{"a zone that disagrees with the subnet is refused", func(in *ec2.CreateFleetInput) {
-			in.LaunchTemplateConfigs[0].Overrides[0].AvailabilityZone = aws.String("us-west-2c")
+			in.LaunchTemplateConfigs[0].Overrides[0].AvailabilityZone = sdkaws.String("us-west-2c")
 		}, "InvalidParameterValue"},
-		{"targets larger than the total are refused", func(in *ec2.CreateFleetInput) { in.TargetCapacitySpecification.OnDemandTargetCapacity = aws.Int32(2) }, "InvalidParameterValue"},
+		{"targets larger than the total are refused", func(in *ec2.CreateFleetInput) {
+			in.TargetCapacitySpecification.OnDemandTargetCapacity = sdkaws.Int32(2)
+		}, "InvalidParameterValue"},
 		{"an unknown allocation strategy is refused", func(in *ec2.CreateFleetInput) { in.SpotOptions.AllocationStrategy = "cheapest" }, "InvalidParameterValue"},
 	}
 	for _, tc := range invalid {
 		t.Run(tc.name, func(t *testing.T) {
-			in := fleet("nodes", 1, types.DefaultTargetCapacityTypeSpot, override("m5.large", subnetA))
+			in := fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeSpot, override("m5.large", subnetA))
 			tc.modify(in)
 			_, err := c.CreateFleet(ctx, in)
 			wantCode(t, err, tc.code)
@@ -1048,9 +1049,9 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 // instance tags and returns their IDs.
 func launch(t *testing.T, c *ec2.Client, n int32, subnet string, tags map[string]string) []string {
 	t.Helper()
-	in := fleet("nodes", n, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnet))
+	in := fleet("nodes", n, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnet))
 	for k, v := range tags {
-		in.TagSpecifications[0].Tags = append(in.TagSpecifications[0].Tags, types.Tag{Key: aws.String(k), Value: aws.String(v)})
+		in.TagSpecifications[0].Tags = append(in.TagSpecifications[0].Tags, ec2types.Tag{Key: sdkaws.String(k), Value: sdkaws.String(v)})
 	}
 	out, err := c.CreateFleet(ctx, in)
 	if err != nil {
@@ -1076,11 +1077,11 @@ func describeIDs(t *testing.T, c *ec2.Client, in *ec2.DescribeInstancesInput) []
 			t.Fatal(err)
 		}
 		for _, r := range out.Reservations {
-			if !strings.HasPrefix(aws.ToString(r.ReservationId), "r-") {
-				t.Errorf("reservation ID %q", aws.ToString(r.ReservationId))
+			if !strings.HasPrefix(sdkaws.ToString(r.ReservationId), "r-") {
+				t.Errorf("reservation ID %q", sdkaws.ToString(r.ReservationId))
 			}
 			for _, inst := range r.Instances {
-				ids = append(ids, aws.ToString(inst.InstanceId))
+				ids = append(ids, sdkaws.ToString(inst.InstanceId))
 			}
 		}
 	}
@@ -1102,13 +1103,13 @@ func TestDescribeInstances(t *testing.T) {
 		in   ec2.DescribeInstancesInput
 		want []string
 	}{
-		{"the paginator walks every page", ec2.DescribeInstancesInput{MaxResults: aws.Int32(5)}, everyone},
-		{"a tag filter selects by value", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag:team", "green")}}, green},
-		{"a tag filter takes wildcards", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag:team", "gr*")}}, green},
-		{"tag-key selects by key", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag-key", "nodeforge.dev/claim")}}, green},
-		{"instance-state-name running leaves out the terminated", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag:team", "green"), filter("instance-state-name", "running", "pending")}}, green[1:]},
-		{"terminated instances stay visible", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("instance-state-name", "terminated")}}, green[:1]},
-		{"instance-id selects", ec2.DescribeInstancesInput{Filters: []types.Filter{filter("instance-id", blue[2], green[3])}}, []string{blue[2], green[3]}},
+		{"the paginator walks every page", ec2.DescribeInstancesInput{MaxResults: sdkaws.Int32(5)}, everyone},
+		{"a tag filter selects by value", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag:team", "green")}}, green},
+		{"a tag filter takes wildcards", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag:team", "gr*")}}, green},
+		{"tag-key selects by key", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag-key", "nodeforge.dev/claim")}}, green},
+		{"instance-state-name running leaves out the terminated", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag:team", "green"), filter("instance-state-name", "running", "pending")}}, green[1:]},
+		{"terminated instances stay visible", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("instance-state-name", "terminated")}}, green[:1]},
+		{"instance-id selects", ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("instance-id", blue[2], green[3])}}, []string{blue[2], green[3]}},
 		{"instance IDs select", ec2.DescribeInstancesInput{InstanceIds: []string{green[4], blue[0]}}, []string{blue[0], green[4]}},
 	}
 	for _, tc := range tests {
@@ -1126,8 +1127,8 @@ func TestDescribeInstances(t *testing.T) {
 	}{
 		{"an unknown instance ID is InvalidInstanceID.NotFound", ec2.DescribeInstancesInput{InstanceIds: []string{"i-0123456789abcdef0"}}, "InvalidInstanceID.NotFound"},
 		{"a malformed instance ID is InvalidInstanceID.Malformed", ec2.DescribeInstancesInput{InstanceIds: []string{"instance-1"}}, "InvalidInstanceID.Malformed"},
-		{"instance IDs and MaxResults do not mix", ec2.DescribeInstancesInput{InstanceIds: blue[:1], MaxResults: aws.Int32(5)}, "InvalidParameterCombination"},
-		{"a bad token is refused", ec2.DescribeInstancesInput{NextToken: aws.String("garbage")}, "InvalidPaginationToken"},
+		{"instance IDs and MaxResults do not mix", ec2.DescribeInstancesInput{InstanceIds: blue[:1], MaxResults: sdkaws.Int32(5)}, "InvalidParameterCombination"},
+		{"a bad token is refused", ec2.DescribeInstancesInput{NextToken: sdkaws.String("garbage")}, "InvalidPaginationToken"},
 	}
 	for _, tc := range errs {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1152,7 +1153,7 @@ func TestTerminateInstances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return aws.ToInt32(out.Subnets[0].AvailableIpAddressCount)
+		return sdkaws.ToInt32(out.Subnets[0].AvailableIpAddressCount)
 	}
 	before := free()
 	ids := launch(t, c, 2, subnetC, nil)
@@ -1165,8 +1166,8 @@ func TestTerminateInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ch := range out.TerminatingInstances {
-		if ch.PreviousState.Name != types.InstanceStateNameRunning || ch.CurrentState.Name != types.InstanceStateNameShuttingDown || aws.ToInt32(ch.CurrentState.Code) != 32 {
-			t.Errorf("%s: %s -> %s", aws.ToString(ch.InstanceId), ch.PreviousState.Name, ch.CurrentState.Name)
+		if ch.PreviousState.Name != ec2types.InstanceStateNameRunning || ch.CurrentState.Name != ec2types.InstanceStateNameShuttingDown || sdkaws.ToInt32(ch.CurrentState.Code) != 32 {
+			t.Errorf("%s: %s -> %s", sdkaws.ToString(ch.InstanceId), ch.PreviousState.Name, ch.CurrentState.Name)
 		}
 	}
 	if got := free(); got != before {
@@ -1177,7 +1178,7 @@ func TestTerminateInstances(t *testing.T) {
 	if err != nil {
 		t.Fatalf("terminating again: %v", err)
 	}
-	if ch := out.TerminatingInstances[0]; ch.PreviousState.Name != types.InstanceStateNameTerminated || ch.CurrentState.Name != types.InstanceStateNameTerminated {
+	if ch := out.TerminatingInstances[0]; ch.PreviousState.Name != ec2types.InstanceStateNameTerminated || ch.CurrentState.Name != ec2types.InstanceStateNameTerminated {
 		t.Errorf("terminating again: %s -> %s; want terminated -> terminated", ch.PreviousState.Name, ch.CurrentState.Name)
 	}
 	if !slices.Equal(terminated, ids) {
@@ -1266,20 +1267,20 @@ func TestTags(t *testing.T) {
 	id := launch(t, c, 1, subnetA, nil)[0]
 	_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{
 		Resources: []string{id, subnetB},
-		Tags:      []types.Tag{{Key: aws.String("karpenter.sh/nodeclaim"), Value: aws.String("claim-9")}, {Key: aws.String("Name"), Value: aws.String("node-9")}},
+		Tags:      []ec2types.Tag{{Key: sdkaws.String("karpenter.sh/nodeclaim"), Value: sdkaws.String("claim-9")}, {Key: sdkaws.String("Name"), Value: sdkaws.String("node-9")}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := describeIDs(t, c, &ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag:karpenter.sh/nodeclaim", "claim-9")}}); !slices.Equal(got, []string{id}) {
+	if got := describeIDs(t, c, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag:karpenter.sh/nodeclaim", "claim-9")}}); !slices.Equal(got, []string{id}) {
 		t.Errorf("tagged instances = %v; want %s", got, id)
 	}
-	subnets, err := c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []types.Filter{filter("tag:Name", "node-9")}})
+	subnets, err := c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: []ec2types.Filter{filter("tag:Name", "node-9")}})
 	if err != nil || len(subnets.Subnets) != 1 {
 		t.Errorf("tagged subnets: %v, %+v", err, subnets)
 	}
 
-	_, err = c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("Name"), Value: aws.String("other")}, {Key: aws.String("karpenter.sh/nodeclaim")}}})
+	_, err = c.DeleteTags(ctx, &ec2.DeleteTagsInput{Resources: []string{id}, Tags: []ec2types.Tag{{Key: sdkaws.String("Name"), Value: sdkaws.String("other")}, {Key: sdkaws.String("karpenter.sh/nodeclaim")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1289,9 +1290,9 @@ func TestTags(t *testing.T) {
 		t.Errorf("tags after DeleteTags = %v; want the claim tag gone and Name kept (its value did not match)", tags)
 	}
 
-	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("aws:reserved"), Value: aws.String("x")}}})
+	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: []ec2types.Tag{{Key: sdkaws.String("aws:reserved"), Value: sdkaws.String("x")}}})
 	wantCode(t, err, "InvalidParameterValue")
-	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{"i-0123456789abcdef0"}, Tags: []types.Tag{{Key: aws.String("a"), Value: aws.String("b")}}})
+	_, err = c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{"i-0123456789abcdef0"}, Tags: []ec2types.Tag{{Key: sdkaws.String("a"), Value: sdkaws.String("b")}}})
 	wantCode(t, err, "InvalidInstanceID.NotFound")
 }
 
@@ -1311,7 +1312,7 @@ func TestThrottling(t *testing.T) {
 
 	t.Run("without retries the SDK surfaces RequestLimitExceeded", func(t *testing.T) {
 		s.Throttle("", 1)
-		once := newClient(url, aws.NopRetryer{})
+		once := newClient(url, sdkaws.NopRetryer{})
 		_, err := once.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{})
 		wantCode(t, err, "RequestLimitExceeded")
 		var re *awshttp.ResponseError
@@ -1341,9 +1342,9 @@ func TestDeny(t *testing.T) {
 		t.Errorf("another action was denied too: %v", err)
 	}
 	// A permission probe with DryRun tells allowed from denied.
-	_, err = c.DescribeImages(ctx, &ec2.DescribeImagesInput{DryRun: aws.Bool(true)})
+	_, err = c.DescribeImages(ctx, &ec2.DescribeImagesInput{DryRun: sdkaws.Bool(true)})
 	wantCode(t, err, "UnauthorizedOperation")
-	_, err = c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{DryRun: aws.Bool(true)})
+	_, err = c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{DryRun: sdkaws.Bool(true)})
 	wantCode(t, err, "DryRunOperation")
 	s.Deny("DescribeImages", false)
 	if _, err := c.DescribeImages(ctx, &ec2.DescribeImagesInput{}); err != nil {
@@ -1352,11 +1353,11 @@ func TestDeny(t *testing.T) {
 	// Launches counts the fleets clients tried, refused ones included,
 	// and not their dry runs.
 	s.Deny("CreateFleet", true)
-	probe := fleet("nodes-default", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a"))
-	probe.DryRun = aws.Bool(true)
+	probe := fleet("nodes-default", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a"))
+	probe.DryRun = sdkaws.Bool(true)
 	_, err = c.CreateFleet(ctx, probe)
 	wantCode(t, err, "UnauthorizedOperation")
-	_, err = c.CreateFleet(ctx, fleet("nodes-default", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a")))
+	_, err = c.CreateFleet(ctx, fleet("nodes-default", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", "subnet-a")))
 	wantCode(t, err, "UnauthorizedOperation")
 	if n, calls := s.Launches(), s.Calls("CreateFleet"); n != 1 || calls != 2 {
 		t.Errorf("after a dry run and a launch, both denied: Launches() = %d, Calls = %d; want 1 and 2", n, calls)
@@ -1376,14 +1377,14 @@ func TestRequestsMustBeSignedAndKnown(t *testing.T) {
 	}
 
 	wrongRegion := ec2.New(ec2.Options{
-		Region: "eu-west-1", BaseEndpoint: aws.String(url),
-		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""), Retryer: aws.NopRetryer{},
+		Region: "eu-west-1", BaseEndpoint: sdkaws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("AKID", "SECRET", ""), Retryer: sdkaws.NopRetryer{},
 	})
 	_, err = wrongRegion.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{})
 	wantCode(t, err, "AuthFailure")
 
 	// An action the fake does not model, sent by the real SDK.
-	c := newClient(url, aws.NopRetryer{})
+	c := newClient(url, sdkaws.NopRetryer{})
 	_, err = c.DescribeVpcs(ctx, &ec2.DescribeVpcsInput{})
 	wantCode(t, err, "InvalidAction")
 
@@ -1410,7 +1411,7 @@ func TestOnLaunchAndAddInstance(t *testing.T) {
 	}
 
 	orphan := s.AddInstance(ec2fake.Instance{Type: "m5.large", SubnetID: subnetC, ImageID: amiX86, Tags: map[string]string{"nodeforge.dev/nodepool": "default"}})
-	got := describeIDs(t, c, &ec2.DescribeInstancesInput{Filters: []types.Filter{filter("tag:nodeforge.dev/nodepool", "default"), filter("availability-zone", "us-west-2c")}})
+	got := describeIDs(t, c, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("tag:nodeforge.dev/nodepool", "default"), filter("availability-zone", "us-west-2c")}})
 	if !slices.Equal(got, []string{orphan.ID}) || orphan.PrivateIP == "" || orphan.State != "running" {
 		t.Errorf("orphan %+v; described %v", orphan, got)
 	}
@@ -1427,7 +1428,7 @@ func TestConcurrentFleetsGetDistinctAddresses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.CreateFleet(ctx, fleet("nodes", 3, types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetA))); err != nil {
+			if _, err := c.CreateFleet(ctx, fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetA))); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -1451,7 +1452,7 @@ func TestAFullSubnetFulfilsPartially(t *testing.T) {
 	_, c, _ := start(t, w)
 	createTemplate(t, c, "nodes", amiX86, "")
 	p := pool{"m5.large", subnetA}
-	out, err := c.CreateFleet(ctx, fleet("nodes", 3, types.DefaultTargetCapacityTypeOnDemand, override(p.instanceType, p.subnet)))
+	out, err := c.CreateFleet(ctx, fleet("nodes", 3, ec2types.DefaultTargetCapacityTypeOnDemand, override(p.instanceType, p.subnet)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,14 @@ package ec2fake_test
 
 import (
 	"errors"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 )
@@ -34,7 +33,7 @@ func limited(t *testing.T) (*ec2fake.Server, *ec2.Client, *bucketClock) {
 	w.Now = clk.now
 	w.RequestRateLimits = true
 	s, _, url := start(t, w)
-	return s, newClient(url, aws.NopRetryer{}), clk
+	return s, newClient(url, sdkaws.NopRetryer{}), clk
 }
 
 // calls makes n calls and returns how many EC2 throttled; any other error
@@ -59,13 +58,13 @@ func calls(t *testing.T, n int, call func() error) int {
 func TestRequestRateLimits(t *testing.T) {
 	filtered := func(c *ec2.Client) func() error {
 		return func() error {
-			_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{filter("instance-state-name", "running")}})
+			_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{filter("instance-state-name", "running")}})
 			return err
 		}
 	}
 	tag := func(c *ec2.Client, id string) func() error {
 		return func() error {
-			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}})
+			_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{id}, Tags: []ec2types.Tag{{Key: sdkaws.String("k"), Value: sdkaws.String("v")}}})
 			return err
 		}
 	}
@@ -125,7 +124,7 @@ func TestRequestRateLimits(t *testing.T) {
 		s, c, _ := limited(t)
 		in := s.AddInstance(ec2fake.Instance{Type: "m5.large", SubnetID: subnetA})
 		calls(t, 50, tag(c, in.ID))
-		_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{in.ID}, Tags: []types.Tag{{Key: aws.String("after"), Value: aws.String("x")}}})
+		_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{in.ID}, Tags: []ec2types.Tag{{Key: sdkaws.String("after"), Value: sdkaws.String("x")}}})
 		wantCode(t, err, "RequestLimitExceeded")
 		for _, i := range s.Instances() {
 			if _, ok := i.Tags["after"]; i.ID == in.ID && ok {

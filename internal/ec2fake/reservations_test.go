@@ -1,13 +1,12 @@
 package ec2fake_test
 
 import (
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 )
@@ -40,13 +39,13 @@ func reservedWorld() ec2fake.World {
 // launches set it), or with the preference alone when id is empty.
 func reservedTemplate(t *testing.T, c *ec2.Client, name, preference, id string) {
 	t.Helper()
-	spec := &types.LaunchTemplateCapacityReservationSpecificationRequest{CapacityReservationPreference: types.CapacityReservationPreference(preference)}
+	spec := &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{CapacityReservationPreference: ec2types.CapacityReservationPreference(preference)}
 	if id != "" {
-		spec.CapacityReservationTarget = &types.CapacityReservationTarget{CapacityReservationId: aws.String(id)}
+		spec.CapacityReservationTarget = &ec2types.CapacityReservationTarget{CapacityReservationId: sdkaws.String(id)}
 	}
 	if _, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-		LaunchTemplateName: aws.String(name),
-		LaunchTemplateData: &types.RequestLaunchTemplateData{ImageId: aws.String(amiX86), SecurityGroupIds: []string{nodesGroup}, CapacityReservationSpecification: spec},
+		LaunchTemplateName: sdkaws.String(name),
+		LaunchTemplateData: &ec2types.RequestLaunchTemplateData{ImageId: sdkaws.String(amiX86), SecurityGroupIds: []string{nodesGroup}, CapacityReservationSpecification: spec},
 	}); err != nil {
 		t.Fatalf("creating launch template %s: %v", name, err)
 	}
@@ -71,7 +70,7 @@ func TestDescribeCapacityReservations(t *testing.T) {
 		}
 		var got []string
 		for _, cr := range out.CapacityReservations {
-			got = append(got, aws.ToString(cr.CapacityReservationId))
+			got = append(got, sdkaws.ToString(cr.CapacityReservationId))
 		}
 		return got
 	}
@@ -84,12 +83,12 @@ func TestDescribeCapacityReservations(t *testing.T) {
 			t.Fatalf("%d reservations, want 1", len(out.CapacityReservations))
 		}
 		cr := out.CapacityReservations[0]
-		got := []any{aws.ToString(cr.InstanceType), aws.ToString(cr.AvailabilityZone), aws.ToString(cr.AvailabilityZoneId), aws.ToString(cr.OwnerId),
-			aws.ToInt32(cr.TotalInstanceCount), aws.ToInt32(cr.AvailableInstanceCount), cr.State, cr.InstanceMatchCriteria, cr.InstancePlatform,
-			cr.Tenancy, cr.EndDateType, aws.ToTime(cr.EndDate), cr.ReservationType, tagMap(cr.Tags)["team"]}
-		want := []any{"m5.xlarge", "us-west-2a", "usw2-az1", otherOwner, int32(4), int32(4), types.CapacityReservationStateActive,
-			types.InstanceMatchCriteriaOpen, types.CapacityReservationInstancePlatformLinuxUnix, types.CapacityReservationTenancyDefault,
-			types.EndDateTypeLimited, reservedAt.Add(time.Hour), types.CapacityReservationTypeDefault, "ml"}
+		got := []any{sdkaws.ToString(cr.InstanceType), sdkaws.ToString(cr.AvailabilityZone), sdkaws.ToString(cr.AvailabilityZoneId), sdkaws.ToString(cr.OwnerId),
+			sdkaws.ToInt32(cr.TotalInstanceCount), sdkaws.ToInt32(cr.AvailableInstanceCount), cr.State, cr.InstanceMatchCriteria, cr.InstancePlatform,
+			cr.Tenancy, cr.EndDateType, sdkaws.ToTime(cr.EndDate), cr.ReservationType, tagMap(cr.Tags)["team"]}
+		want := []any{"m5.xlarge", "us-west-2a", "usw2-az1", otherOwner, int32(4), int32(4), ec2types.CapacityReservationStateActive,
+			ec2types.InstanceMatchCriteriaOpen, ec2types.CapacityReservationInstancePlatformLinuxUnix, ec2types.CapacityReservationTenancyDefault,
+			ec2types.EndDateTypeLimited, reservedAt.Add(time.Hour), ec2types.CapacityReservationTypeDefault, "ml"}
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("field %d = %v, want %v", i, got[i], want[i])
@@ -98,16 +97,16 @@ func TestDescribeCapacityReservations(t *testing.T) {
 	})
 	t.Run("filters: state active, a tag, the owner, the match criteria", func(t *testing.T) {
 		active := filter("state", "active")
-		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []types.Filter{active}}); !slices.Equal(got, []string{crTargeted, crOpen, crShared}) {
+		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{active}}); !slices.Equal(got, []string{crTargeted, crOpen, crShared}) {
 			t.Errorf("active = %v", got)
 		}
-		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []types.Filter{active, filter("tag:team", "ml")}}); !slices.Equal(got, []string{crTargeted, crShared}) {
+		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{active, filter("tag:team", "ml")}}); !slices.Equal(got, []string{crTargeted, crShared}) {
 			t.Errorf("active, team=ml = %v", got)
 		}
-		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []types.Filter{filter("tag:team", "ml"), filter("owner-id", otherOwner)}}); !slices.Equal(got, []string{crShared}) {
+		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{filter("tag:team", "ml"), filter("owner-id", otherOwner)}}); !slices.Equal(got, []string{crShared}) {
 			t.Errorf("team=ml of %s = %v", otherOwner, got)
 		}
-		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []types.Filter{filter("instance-match-criteria", "targeted")}}); !slices.Equal(got, []string{crTargeted}) {
+		if got := ids(t, &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{filter("instance-match-criteria", "targeted")}}); !slices.Equal(got, []string{crTargeted}) {
 			t.Errorf("targeted = %v", got)
 		}
 	})
@@ -116,14 +115,14 @@ func TestDescribeCapacityReservations(t *testing.T) {
 		wantCode(t, err, "InvalidCapacityReservationId.NotFound")
 		_, err = c.DescribeCapacityReservations(ctx, &ec2.DescribeCapacityReservationsInput{CapacityReservationIds: []string{"cr-nope"}})
 		wantCode(t, err, "InvalidCapacityReservationId.Malformed")
-		_, err = c.DescribeCapacityReservations(ctx, &ec2.DescribeCapacityReservationsInput{CapacityReservationIds: []string{crOpen}, MaxResults: aws.Int32(10)})
+		_, err = c.DescribeCapacityReservations(ctx, &ec2.DescribeCapacityReservationsInput{CapacityReservationIds: []string{crOpen}, MaxResults: sdkaws.Int32(10)})
 		wantCode(t, err, "InvalidParameterCombination")
-		_, err = c.DescribeCapacityReservations(ctx, &ec2.DescribeCapacityReservationsInput{Filters: []types.Filter{filter("colour", "red")}})
+		_, err = c.DescribeCapacityReservations(ctx, &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{filter("colour", "red")}})
 		wantCode(t, err, "InvalidParameterValue")
 	})
 	t.Run("pages of MaxResults", func(t *testing.T) {
 		var got []string
-		pages := ec2.NewDescribeCapacityReservationsPaginator(c, &ec2.DescribeCapacityReservationsInput{MaxResults: aws.Int32(1)})
+		pages := ec2.NewDescribeCapacityReservationsPaginator(c, &ec2.DescribeCapacityReservationsInput{MaxResults: sdkaws.Int32(1)})
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
 			if err != nil {
@@ -133,7 +132,7 @@ func TestDescribeCapacityReservations(t *testing.T) {
 				t.Errorf("a page of %d", len(page.CapacityReservations))
 			}
 			for _, cr := range page.CapacityReservations {
-				got = append(got, aws.ToString(cr.CapacityReservationId))
+				got = append(got, sdkaws.ToString(cr.CapacityReservationId))
 			}
 		}
 		if !slices.Equal(got, []string{crTargeted, crOpen, crShared, crBlock}) {
@@ -149,7 +148,7 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 		// On-demand m5.large has no capacity in the zone: the reservation
 		// does not care.
 		s.FailCapacity(ec2fake.CapacityFault{InstanceType: "m5.large", Zone: "us-west-2a", CapacityType: "on-demand"})
-		out, err := c.CreateFleet(ctx, fleet("reserved", 3, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
+		out, err := c.CreateFleet(ctx, fleet("reserved", 3, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,12 +167,12 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 			t.Fatal(err)
 		}
 		inst := desc.Reservations[0].Instances[0]
-		if aws.ToString(inst.CapacityReservationId) != crTargeted || inst.CapacityReservationSpecification == nil ||
-			inst.CapacityReservationSpecification.CapacityReservationPreference != types.CapacityReservationPreferenceCapacityReservationsOnly ||
-			aws.ToString(inst.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId) != crTargeted {
-			t.Errorf("instance reports reservation %q, spec %+v; want %s, capacity-reservations-only targeting it", aws.ToString(inst.CapacityReservationId), inst.CapacityReservationSpecification, crTargeted)
+		if sdkaws.ToString(inst.CapacityReservationId) != crTargeted || inst.CapacityReservationSpecification == nil ||
+			inst.CapacityReservationSpecification.CapacityReservationPreference != ec2types.CapacityReservationPreferenceCapacityReservationsOnly ||
+			sdkaws.ToString(inst.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId) != crTargeted {
+			t.Errorf("instance reports reservation %q, spec %+v; want %s, capacity-reservations-only targeting it", sdkaws.ToString(inst.CapacityReservationId), inst.CapacityReservationSpecification, crTargeted)
 		}
-		again, err := c.CreateFleet(ctx, fleet("reserved", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
+		again, err := c.CreateFleet(ctx, fleet("reserved", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,14 +189,14 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 	t.Run("a pool of another type than the reservation's fails; spot never goes into one", func(t *testing.T) {
 		s, c, _ := start(t, reservedWorld())
 		reservedTemplate(t, c, "reserved", "capacity-reservations-only", crTargeted)
-		out, err := c.CreateFleet(ctx, fleet("reserved", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.xlarge", subnetA)))
+		out, err := c.CreateFleet(ctx, fleet("reserved", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.xlarge", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := failedPools(out)[pool{"m5.xlarge", subnetA}]; got != "InvalidParameterCombination" {
 			t.Errorf("m5.xlarge into an m5.large reservation: %q, want InvalidParameterCombination", got)
 		}
-		out, err = c.CreateFleet(ctx, fleet("reserved", 1, types.DefaultTargetCapacityTypeSpot, override("m5.large", subnetA)))
+		out, err = c.CreateFleet(ctx, fleet("reserved", 1, ec2types.DefaultTargetCapacityTypeSpot, override("m5.large", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +211,7 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 		s, c, _ := start(t, reservedWorld())
 		reservedTemplate(t, c, "open", "open", "")
 		reservedTemplate(t, c, "none", "none", "")
-		out, err := c.CreateFleet(ctx, fleet("open", 2, types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetB), override("m5.large", subnetA)))
+		out, err := c.CreateFleet(ctx, fleet("open", 2, ec2types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetB), override("m5.large", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +232,7 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 		}
 		s2, c2, _ := start(t, reservedWorld())
 		reservedTemplate(t, c2, "none", "none", "")
-		if _, err := c2.CreateFleet(ctx, fleet("none", 1, types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetB))); err != nil {
+		if _, err := c2.CreateFleet(ctx, fleet("none", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("c5.large", subnetB))); err != nil {
 			t.Fatal(err)
 		}
 		if n := available(t, s2, crOpen); n != 1 {
@@ -243,8 +242,8 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 	t.Run("UsageStrategy use-capacity-reservations-first tries the pool with a reservation before a cheaper one", func(t *testing.T) {
 		s, c, _ := start(t, reservedWorld())
 		reservedTemplate(t, c, "open", "open", "")
-		in := fleet("open", 1, types.DefaultTargetCapacityTypeOnDemand, override("t3.medium", subnetB), override("c5.large", subnetB))
-		in.OnDemandOptions.CapacityReservationOptions = &types.CapacityReservationOptionsRequest{UsageStrategy: types.FleetCapacityReservationUsageStrategyUseCapacityReservationsFirst}
+		in := fleet("open", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("t3.medium", subnetB), override("c5.large", subnetB))
+		in.OnDemandOptions.CapacityReservationOptions = &ec2types.CapacityReservationOptionsRequest{UsageStrategy: ec2types.FleetCapacityReservationUsageStrategyUseCapacityReservationsFirst}
 		out, err := c.CreateFleet(ctx, in)
 		if err != nil {
 			t.Fatal(err)
@@ -255,7 +254,7 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 		if n := available(t, s, crOpen); n != 0 {
 			t.Errorf("open reservation available = %d, want 0", n)
 		}
-		without := fleet("open", 1, types.DefaultTargetCapacityTypeOnDemand, override("t3.medium", subnetB), override("c5.large", subnetB))
+		without := fleet("open", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("t3.medium", subnetB), override("c5.large", subnetB))
 		out, err = c.CreateFleet(ctx, without)
 		if err != nil {
 			t.Fatal(err)
@@ -268,7 +267,7 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 		s, c, _ := start(t, reservedWorld())
 		reservedTemplate(t, c, "reserved", "capacity-reservations-only", crTargeted)
 		s.SetCapacityReservationState(crTargeted, ec2fake.ReservationCancelled)
-		out, err := c.CreateFleet(ctx, fleet("reserved", 1, types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
+		out, err := c.CreateFleet(ctx, fleet("reserved", 1, ec2types.DefaultTargetCapacityTypeOnDemand, override("m5.large", subnetA)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,12 +277,12 @@ func TestCreateFleetIntoACapacityReservation(t *testing.T) {
 	})
 	t.Run("a template with an unknown preference or a malformed reservation id is refused", func(t *testing.T) {
 		_, c, _ := start(t, reservedWorld())
-		_, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String("bad"), LaunchTemplateData: &types.RequestLaunchTemplateData{
-			ImageId: aws.String(amiX86), CapacityReservationSpecification: &types.LaunchTemplateCapacityReservationSpecificationRequest{CapacityReservationPreference: "sometimes"}}})
+		_, err := c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: sdkaws.String("bad"), LaunchTemplateData: &ec2types.RequestLaunchTemplateData{
+			ImageId: sdkaws.String(amiX86), CapacityReservationSpecification: &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{CapacityReservationPreference: "sometimes"}}})
 		wantCode(t, err, "InvalidParameterValue")
-		_, err = c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: aws.String("bad"), LaunchTemplateData: &types.RequestLaunchTemplateData{
-			ImageId: aws.String(amiX86), CapacityReservationSpecification: &types.LaunchTemplateCapacityReservationSpecificationRequest{
-				CapacityReservationTarget: &types.CapacityReservationTarget{CapacityReservationId: aws.String("cr-x")}}}})
+		_, err = c.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{LaunchTemplateName: sdkaws.String("bad"), LaunchTemplateData: &ec2types.RequestLaunchTemplateData{
+			ImageId: sdkaws.String(amiX86), CapacityReservationSpecification: &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
+				CapacityReservationTarget: &ec2types.CapacityReservationTarget{CapacityReservationId: sdkaws.String("cr-x")}}}})
 		wantCode(t, err, "InvalidCapacityReservationId.Malformed")
 	})
 }

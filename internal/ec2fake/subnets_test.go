@@ -1,12 +1,11 @@
 package ec2fake_test
 
 import (
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 )
@@ -18,7 +17,7 @@ func freeIn(t *testing.T, c *ec2.Client, subnet string) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return aws.ToInt32(out.Subnets[0].AvailableIpAddressCount)
+	return sdkaws.ToInt32(out.Subnets[0].AvailableIpAddressCount)
 }
 
 // TestAddressesAreHeldUntilTheInstanceIsTerminated follows one subnet's
@@ -61,7 +60,7 @@ func TestAFullSubnetFailsItsOverrideAndTheFleetGoesOn(t *testing.T) {
 		t.Fatalf("DescribeSubnets says %d free in the full subnet; want 0", got)
 	}
 	full, other := pool{"m5.large", subnetA}, pool{"m5.large", untagged}
-	out, err := c.CreateFleet(ctx, fleet("nodes", 1, types.DefaultTargetCapacityTypeOnDemand,
+	out, err := c.CreateFleet(ctx, fleet("nodes", 1, ec2types.DefaultTargetCapacityTypeOnDemand,
 		override(full.instanceType, full.subnet), override(other.instanceType, other.subnet)))
 	if err != nil {
 		t.Fatal(err)

@@ -4,19 +4,18 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"net/http"
-	"testing"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/eks"
-	"github.com/aws/aws-sdk-go-v2/service/eks/types"
+	ekstypes "github.com/aws/aws-sdk-go-v2/service/eks/types"
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"net/http"
+	"testing"
+	"time"
 
 	"github.com/nodeforge/nodeforge/internal/eksfake"
 )
@@ -44,44 +43,44 @@ func start(t *testing.T) (*eksfake.Server, *eks.Client) {
 }
 
 func client(url, region string) *eks.Client {
-	cfg := aws.Config{
+	cfg := sdkaws.Config{
 		Region:      region,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		Retryer: func() aws.Retryer {
+		Retryer: func() sdkaws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = 4
 				o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 			})
 		},
 	}
-	return eks.NewFromConfig(cfg, func(o *eks.Options) { o.BaseEndpoint = aws.String(url) })
+	return eks.NewFromConfig(cfg, func(o *eks.Options) { o.BaseEndpoint = sdkaws.String(url) })
 }
 
 // fromSDK turns what the SDK decoded back into the fake's Cluster, so that
 // a round trip can be compared whole.
-func fromSDK(t *testing.T, c *types.Cluster) eksfake.Cluster {
+func fromSDK(t *testing.T, c *ekstypes.Cluster) eksfake.Cluster {
 	t.Helper()
 	out := eksfake.Cluster{
-		Name:            aws.ToString(c.Name),
-		ARN:             aws.ToString(c.Arn),
+		Name:            sdkaws.ToString(c.Name),
+		ARN:             sdkaws.ToString(c.Arn),
 		Status:          string(c.Status),
-		Version:         aws.ToString(c.Version),
-		PlatformVersion: aws.ToString(c.PlatformVersion),
-		Endpoint:        aws.ToString(c.Endpoint),
-		CreatedAt:       aws.ToTime(c.CreatedAt),
+		Version:         sdkaws.ToString(c.Version),
+		PlatformVersion: sdkaws.ToString(c.PlatformVersion),
+		Endpoint:        sdkaws.ToString(c.Endpoint),
+		CreatedAt:       sdkaws.ToTime(c.CreatedAt),
 	}
 	if c.CertificateAuthority != nil {
-		pem, err := base64.StdEncoding.DecodeString(aws.ToString(c.CertificateAuthority.Data))
+		pem, err := base64.StdEncoding.DecodeString(sdkaws.ToString(c.CertificateAuthority.Data))
 		if err != nil {
 			t.Fatalf("certificateAuthority.data is not base64: %v", err)
 		}
 		out.CertificateAuthority = pem
 	}
 	if n := c.KubernetesNetworkConfig; n != nil {
-		out.IPFamily, out.ServiceIPv4CIDR, out.ServiceIPv6CIDR = string(n.IpFamily), aws.ToString(n.ServiceIpv4Cidr), aws.ToString(n.ServiceIpv6Cidr)
+		out.IPFamily, out.ServiceIPv4CIDR, out.ServiceIPv6CIDR = string(n.IpFamily), sdkaws.ToString(n.ServiceIpv4Cidr), sdkaws.ToString(n.ServiceIpv6Cidr)
 	}
 	if v := c.ResourcesVpcConfig; v != nil {
-		out.VpcID, out.SubnetIDs, out.SecurityGroupIDs, out.ClusterSecurityGroupID = aws.ToString(v.VpcId), v.SubnetIds, v.SecurityGroupIds, aws.ToString(v.ClusterSecurityGroupId)
+		out.VpcID, out.SubnetIDs, out.SecurityGroupIDs, out.ClusterSecurityGroupID = sdkaws.ToString(v.VpcId), v.SubnetIds, v.SecurityGroupIds, sdkaws.ToString(v.ClusterSecurityGroupId)
 	}
 	if a := c.AccessConfig; a != nil {
 		out.AuthenticationMode = string(a.AuthenticationMode)
@@ -92,9 +91,9 @@ func fromSDK(t *testing.T, c *types.Cluster) eksfake.Cluster {
 // createdAt goes over the wire as epoch seconds with milliseconds.
 var approxTime = cmpopts.EquateApproxTime(time.Millisecond)
 
-func describe(t *testing.T, c *eks.Client, name string) (*types.Cluster, error) {
+func describe(t *testing.T, c *eks.Client, name string) (*ekstypes.Cluster, error) {
 	t.Helper()
-	out, err := c.DescribeCluster(context.Background(), &eks.DescribeClusterInput{Name: aws.String(name)})
+	out, err := c.DescribeCluster(context.Background(), &eks.DescribeClusterInput{Name: sdkaws.String(name)})
 	if err != nil {
 		return nil, err
 	}
@@ -193,14 +192,14 @@ func TestClusterChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if aws.ToString(got.Version) != "1.37" || got.Status != types.ClusterStatusUpdating {
-		t.Errorf("after SetCluster: version %s, status %s; want 1.37, UPDATING", aws.ToString(got.Version), got.Status)
+	if sdkaws.ToString(got.Version) != "1.37" || got.Status != ekstypes.ClusterStatusUpdating {
+		t.Errorf("after SetCluster: version %s, status %s; want 1.37, UPDATING", sdkaws.ToString(got.Version), got.Status)
 	}
-	if !cmp.Equal(first.CreatedAt, aws.ToTime(got.CreatedAt), approxTime) {
-		t.Errorf("createdAt = %v after SetCluster, want the creation time %v", aws.ToTime(got.CreatedAt), first.CreatedAt)
+	if !cmp.Equal(first.CreatedAt, sdkaws.ToTime(got.CreatedAt), approxTime) {
+		t.Errorf("createdAt = %v after SetCluster, want the creation time %v", sdkaws.ToTime(got.CreatedAt), first.CreatedAt)
 	}
 	s.DeleteCluster("sandbox")
-	if _, err := describe(t, c, "sandbox"); !errors.As(err, new(*types.ResourceNotFoundException)) {
+	if _, err := describe(t, c, "sandbox"); !errors.As(err, new(*ekstypes.ResourceNotFoundException)) {
 		t.Errorf("DescribeCluster of a deleted cluster = %v, want ResourceNotFoundException", err)
 	}
 }
@@ -210,7 +209,7 @@ func TestClusterChanges(t *testing.T) {
 func TestNotFound(t *testing.T) {
 	s, c := start(t)
 	_, err := describe(t, c, "missing")
-	var nf *types.ResourceNotFoundException
+	var nf *ekstypes.ResourceNotFoundException
 	if !errors.As(err, &nf) {
 		t.Fatalf("DescribeCluster(missing) = %v, want *types.ResourceNotFoundException", err)
 	}
@@ -254,7 +253,7 @@ func TestFaults(t *testing.T) {
 
 	s.FailNext("DescribeCluster", 1, http.StatusForbidden, "AccessDeniedException")
 	_, err := describe(t, c, "sandbox")
-	if !errors.As(err, new(*types.AccessDeniedException)) || httpStatus(err) != http.StatusForbidden {
+	if !errors.As(err, new(*ekstypes.AccessDeniedException)) || httpStatus(err) != http.StatusForbidden {
 		t.Errorf("with an access-denied fault: %v, want a 403 *types.AccessDeniedException", err)
 	}
 	if calls() != 1 {
@@ -280,7 +279,7 @@ func TestFaults(t *testing.T) {
 	s.FailNext("DescribeCluster", 0, 0, "")
 
 	s.FailNext("ListClusters", 5, http.StatusForbidden, "AccessDeniedException")
-	if _, err := c.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: aws.String("sandbox")}); err != nil {
+	if _, err := c.DescribeCluster(ctx, &eks.DescribeClusterInput{Name: sdkaws.String("sandbox")}); err != nil {
 		t.Errorf("a fault for ListClusters failed DescribeCluster: %v", err)
 	}
 }

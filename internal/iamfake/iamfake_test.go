@@ -5,21 +5,20 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
+	"github.com/aws/smithy-go"
+	"github.com/google/go-cmp/cmp"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/iam"
-	"github.com/aws/aws-sdk-go-v2/service/iam/types"
-	"github.com/aws/smithy-go"
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeforge/nodeforge/internal/iamfake"
 )
@@ -40,7 +39,7 @@ func start(t *testing.T) (*iamfake.Server, *iam.Client, string) {
 	t.Cleanup(stop)
 	c := iam.New(iam.Options{
 		Region:       "us-east-1",
-		BaseEndpoint: aws.String(u),
+		BaseEndpoint: sdkaws.String(u),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 3
@@ -66,10 +65,10 @@ func apiError(t *testing.T, err error) (code, message string, status int) {
 	return ae.ErrorCode(), ae.ErrorMessage(), status
 }
 
-func tagMap(tags []types.Tag) map[string]string {
+func tagMap(tags []iamtypes.Tag) map[string]string {
 	out := map[string]string{}
 	for _, tg := range tags {
-		out[aws.ToString(tg.Key)] = aws.ToString(tg.Value)
+		out[sdkaws.ToString(tg.Key)] = sdkaws.ToString(tg.Value)
 	}
 	return out
 }
@@ -84,19 +83,19 @@ func TestInstanceProfileLifecycle(t *testing.T) {
 	before := time.Now().Add(-time.Second)
 
 	created, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
-		InstanceProfileName: aws.String("nodeforge_prod_default"),
-		Path:                aws.String("/nodeforge/"),
-		Tags:                []types.Tag{{Key: aws.String("nodeforge.dev/cluster"), Value: aws.String("prod")}, {Key: aws.String("team"), Value: aws.String("")}},
+		InstanceProfileName: sdkaws.String("nodeforge_prod_default"),
+		Path:                sdkaws.String("/nodeforge/"),
+		Tags:                []iamtypes.Tag{{Key: sdkaws.String("nodeforge.dev/cluster"), Value: sdkaws.String("prod")}, {Key: sdkaws.String("team"), Value: sdkaws.String("")}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := created.InstanceProfile
-	if aws.ToString(p.InstanceProfileName) != "nodeforge_prod_default" || aws.ToString(p.Path) != "/nodeforge/" ||
-		aws.ToString(p.Arn) != "arn:aws:iam::000000000000:instance-profile/nodeforge/nodeforge_prod_default" {
-		t.Errorf("created %s at %s as %s", aws.ToString(p.InstanceProfileName), aws.ToString(p.Path), aws.ToString(p.Arn))
+	if sdkaws.ToString(p.InstanceProfileName) != "nodeforge_prod_default" || sdkaws.ToString(p.Path) != "/nodeforge/" ||
+		sdkaws.ToString(p.Arn) != "arn:aws:iam::000000000000:instance-profile/nodeforge/nodeforge_prod_default" {
+		t.Errorf("created %s at %s as %s", sdkaws.ToString(p.InstanceProfileName), sdkaws.ToString(p.Path), sdkaws.ToString(p.Arn))
 	}
-	if id := aws.ToString(p.InstanceProfileId); !strings.HasPrefix(id, "AIPA") || len(id) != 21 {
+	if id := sdkaws.ToString(p.InstanceProfileId); !strings.HasPrefix(id, "AIPA") || len(id) != 21 {
 		t.Errorf("InstanceProfileId = %q, want AIPA and 17 characters", id)
 	}
 	if p.CreateDate == nil || p.CreateDate.Before(before) || p.CreateDate.After(time.Now().Add(time.Second)) {
@@ -114,10 +113,10 @@ func TestInstanceProfileLifecycle(t *testing.T) {
 		t.Errorf("CreateInstanceProfile was sent as %v", got)
 	}
 
-	if _, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default"), RoleName: aws.String("NodeRole")}); err != nil {
+	if _, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default"), RoleName: sdkaws.String("NodeRole")}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default")})
+	got, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,40 +124,40 @@ func TestInstanceProfileLifecycle(t *testing.T) {
 		t.Fatalf("roles after adding one: %+v", got.InstanceProfile.Roles)
 	}
 	r := got.InstanceProfile.Roles[0]
-	if aws.ToString(r.RoleName) != "NodeRole" || aws.ToString(r.Arn) != role.ARN || aws.ToString(r.RoleId) != role.ID || aws.ToString(r.Path) != "/" || r.CreateDate == nil {
+	if sdkaws.ToString(r.RoleName) != "NodeRole" || sdkaws.ToString(r.Arn) != role.ARN || sdkaws.ToString(r.RoleId) != role.ID || sdkaws.ToString(r.Path) != "/" || r.CreateDate == nil {
 		t.Errorf("role in profile = %+v, want %+v", r, role)
 	}
 	if diff := cmp.Diff(tagMap(p.Tags), tagMap(got.InstanceProfile.Tags)); diff != "" {
 		t.Errorf("GetInstanceProfile tags (-want,+got):\n%s", diff)
 	}
 
-	_, err = c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default"), RoleName: aws.String(other.Name)})
-	var limit *types.LimitExceededException
+	_, err = c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default"), RoleName: sdkaws.String(other.Name)})
+	var limit *iamtypes.LimitExceededException
 	if !errors.As(err, &limit) {
 		t.Errorf("a second role: %v, want LimitExceeded", err)
 	} else if _, _, status := apiError(t, err); status != http.StatusConflict {
 		t.Errorf("LimitExceeded came with HTTP %d, want 409", status)
 	}
-	_, err = c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default")})
-	var conflict *types.DeleteConflictException
+	_, err = c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default")})
+	var conflict *iamtypes.DeleteConflictException
 	if !errors.As(err, &conflict) {
 		t.Errorf("deleting a profile that holds a role: %v, want DeleteConflict", err)
 	}
 
-	if _, err := c.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default"), RoleName: aws.String("NodeRole")}); err != nil {
+	if _, err := c.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default"), RoleName: sdkaws.String("NodeRole")}); err != nil {
 		t.Fatal(err)
 	}
 	if ps := s.InstanceProfiles(); len(ps) != 1 || len(ps[0].Roles) != 0 {
 		t.Errorf("after removing the role: %+v", ps)
 	}
-	if _, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default")}); err != nil {
+	if _, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default")}); err != nil {
 		t.Fatal(err)
 	}
 	if ps := s.InstanceProfiles(); len(ps) != 0 {
 		t.Errorf("after deletion, profiles %+v remain", ps)
 	}
-	_, err = c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String("nodeforge_prod_default")})
-	var missing *types.NoSuchEntityException
+	_, err = c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String("nodeforge_prod_default")})
+	var missing *iamtypes.NoSuchEntityException
 	if !errors.As(err, &missing) {
 		t.Errorf("GetInstanceProfile after deletion: %v, want NoSuchEntity", err)
 	}
@@ -187,67 +186,67 @@ func TestErrors(t *testing.T) {
 		message string
 	}{
 		{"creating a profile that exists", func() error {
-			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("Existing")})
+			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("Existing")})
 			return err
 		}, "EntityAlreadyExists", 409, "Instance Profile Existing already exists."},
 		{"names are unique regardless of case", func() error {
-			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("EXISTING")})
+			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("EXISTING")})
 			return err
 		}, "EntityAlreadyExists", 409, "already exists"},
 		{"getting a missing profile", func() error {
-			_, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String("gone")})
+			_, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String("gone")})
 			return err
 		}, "NoSuchEntity", 404, "Instance Profile gone cannot be found."},
 		{"adding a missing role", func() error {
-			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String("Empty"), RoleName: aws.String("NoSuchRole")})
+			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String("Empty"), RoleName: sdkaws.String("NoSuchRole")})
 			return err
 		}, "NoSuchEntity", 404, "The role with name NoSuchRole cannot be found."},
 		{"adding a role to a missing profile", func() error {
-			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String("gone"), RoleName: aws.String("NodeRole")})
+			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String("gone"), RoleName: sdkaws.String("NodeRole")})
 			return err
 		}, "NoSuchEntity", 404, "Instance Profile gone cannot be found."},
 		{"adding the role a profile already holds", func() error {
-			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String("Existing"), RoleName: aws.String("NodeRole")})
+			_, err := c.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String("Existing"), RoleName: sdkaws.String("NodeRole")})
 			return err
 		}, "LimitExceeded", 409, "InstanceSessionsPerInstanceProfile: 1"},
 		{"removing a role the profile does not hold", func() error {
-			_, err := c.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: aws.String("Empty"), RoleName: aws.String("NodeRole")})
+			_, err := c.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: sdkaws.String("Empty"), RoleName: sdkaws.String("NodeRole")})
 			return err
 		}, "NoSuchEntity", 404, "is not in instance profile Empty"},
 		{"deleting a missing profile", func() error {
-			_, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String("gone")})
+			_, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String("gone")})
 			return err
 		}, "NoSuchEntity", 404, "cannot be found"},
 		{"deleting a profile that holds a role", func() error {
-			_, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String("Existing")})
+			_, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String("Existing")})
 			return err
 		}, "DeleteConflict", 409, "must remove roles from instance profile first"},
 		{"a name IAM does not accept", func() error {
-			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("no spaces")})
+			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("no spaces")})
 			return err
 		}, "ValidationError", 400, "regular expression pattern"},
 		{"a name longer than 128", func() error {
-			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String(strings.Repeat("a", 129))})
+			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String(strings.Repeat("a", 129))})
 			return err
 		}, "ValidationError", 400, "length"},
 		{"a path that does not end in a slash", func() error {
-			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("p"), Path: aws.String("/nodeforge")})
+			_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("p"), Path: sdkaws.String("/nodeforge")})
 			return err
 		}, "ValidationError", 400, "'path'"},
 		{"a tag key reserved for AWS", func() error {
-			_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: aws.String("Empty"), Tags: []types.Tag{{Key: aws.String("aws:x"), Value: aws.String("y")}}})
+			_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: sdkaws.String("Empty"), Tags: []iamtypes.Tag{{Key: sdkaws.String("aws:x"), Value: sdkaws.String("y")}}})
 			return err
 		}, "InvalidInput", 400, "aws:"},
 		{"tagging a missing profile", func() error {
-			_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: aws.String("gone"), Tags: []types.Tag{{Key: aws.String("a"), Value: aws.String("b")}}})
+			_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: sdkaws.String("gone"), Tags: []iamtypes.Tag{{Key: sdkaws.String("a"), Value: sdkaws.String("b")}}})
 			return err
 		}, "NoSuchEntity", 404, "cannot be found"},
 		{"a bad path prefix", func() error {
-			_, err := c.ListInstanceProfiles(ctx, &iam.ListInstanceProfilesInput{PathPrefix: aws.String("nodeforge/")})
+			_, err := c.ListInstanceProfiles(ctx, &iam.ListInstanceProfilesInput{PathPrefix: sdkaws.String("nodeforge/")})
 			return err
 		}, "ValidationError", 400, "pathPrefix"},
 		{"getting a missing role", func() error {
-			_, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: aws.String("NoSuchRole")})
+			_, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: sdkaws.String("NoSuchRole")})
 			return err
 		}, "NoSuchEntity", 404, "The role with name NoSuchRole cannot be found."},
 	} {
@@ -263,13 +262,13 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	// The typed errors the provider relies on.
-	_, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String("gone")})
-	var nse *types.NoSuchEntityException
+	_, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String("gone")})
+	var nse *iamtypes.NoSuchEntityException
 	if !errors.As(err, &nse) {
 		t.Errorf("NoSuchEntity decoded as %T, want *types.NoSuchEntityException", err)
 	}
-	_, err = c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("Existing")})
-	var eae *types.EntityAlreadyExistsException
+	_, err = c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("Existing")})
+	var eae *iamtypes.EntityAlreadyExistsException
 	if !errors.As(err, &eae) {
 		t.Errorf("EntityAlreadyExists decoded as %T, want *types.EntityAlreadyExistsException", err)
 	}
@@ -286,12 +285,12 @@ func TestTags(t *testing.T) {
 	if _, err := s.AddInstanceProfile(iamfake.InstanceProfile{Name: "p", Tags: map[string]string{"Team": "a", "keep": "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: aws.String("p"),
-		Tags: []types.Tag{{Key: aws.String("team"), Value: aws.String("b")}, {Key: aws.String("new"), Value: aws.String("2")}}}); err != nil {
+	if _, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: sdkaws.String("p"),
+		Tags: []iamtypes.Tag{{Key: sdkaws.String("team"), Value: sdkaws.String("b")}, {Key: sdkaws.String("new"), Value: sdkaws.String("2")}}}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	pages := iam.NewListInstanceProfileTagsPaginator(c, &iam.ListInstanceProfileTagsInput{InstanceProfileName: aws.String("p"), MaxItems: aws.Int32(1)})
+	pages := iam.NewListInstanceProfileTagsPaginator(c, &iam.ListInstanceProfileTagsInput{InstanceProfileName: sdkaws.String("p"), MaxItems: sdkaws.Int32(1)})
 	n := 0
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -300,17 +299,17 @@ func TestTags(t *testing.T) {
 		}
 		n++
 		for _, tg := range page.Tags {
-			got = append(got, aws.ToString(tg.Key)+"="+aws.ToString(tg.Value))
+			got = append(got, sdkaws.ToString(tg.Key)+"="+sdkaws.ToString(tg.Value))
 		}
 	}
 	if diff := cmp.Diff([]string{"keep=1", "new=2", "team=b"}, got); diff != "" || n != 3 {
 		t.Errorf("tags over %d pages (-want,+got):\n%s", n, diff)
 	}
-	var many []types.Tag
+	var many []iamtypes.Tag
 	for i := range 49 {
-		many = append(many, types.Tag{Key: aws.String(fmt.Sprintf("k%d", i)), Value: aws.String("v")})
+		many = append(many, iamtypes.Tag{Key: sdkaws.String(fmt.Sprintf("k%d", i)), Value: sdkaws.String("v")})
 	}
-	_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: aws.String("p"), Tags: many})
+	_, err := c.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: sdkaws.String("p"), Tags: many})
 	if code, _, status := apiError(t, err); code != "LimitExceeded" || status != 409 {
 		t.Errorf("52 tags: %s HTTP %d, want LimitExceeded 409", code, status)
 	}
@@ -336,9 +335,9 @@ func TestListInstanceProfiles(t *testing.T) {
 		}
 	}
 	list := func(prefix string) (names []string, pages int) {
-		in := &iam.ListInstanceProfilesInput{MaxItems: aws.Int32(2)}
+		in := &iam.ListInstanceProfilesInput{MaxItems: sdkaws.Int32(2)}
 		if prefix != "" {
-			in.PathPrefix = aws.String(prefix)
+			in.PathPrefix = sdkaws.String(prefix)
 		}
 		p := iam.NewListInstanceProfilesPaginator(c, in)
 		for p.HasMorePages() {
@@ -348,11 +347,11 @@ func TestListInstanceProfiles(t *testing.T) {
 			}
 			pages++
 			for _, ip := range page.InstanceProfiles {
-				names = append(names, aws.ToString(ip.InstanceProfileName))
+				names = append(names, sdkaws.ToString(ip.InstanceProfileName))
 				if len(ip.Tags) != 0 {
-					t.Errorf("ListInstanceProfiles gave the tags of %s", aws.ToString(ip.InstanceProfileName))
+					t.Errorf("ListInstanceProfiles gave the tags of %s", sdkaws.ToString(ip.InstanceProfileName))
 				}
-				if aws.ToString(ip.InstanceProfileName) == "a" && (len(ip.Roles) != 1 || aws.ToString(ip.Roles[0].RoleName) != "NodeRole") {
+				if sdkaws.ToString(ip.InstanceProfileName) == "a" && (len(ip.Roles) != 1 || sdkaws.ToString(ip.Roles[0].RoleName) != "NodeRole") {
 					t.Errorf("ListInstanceProfiles gave a's roles as %+v", ip.Roles)
 				}
 			}
@@ -375,22 +374,22 @@ func TestListInstanceProfiles(t *testing.T) {
 func TestRoles(t *testing.T) {
 	s, c, _ := start(t)
 	const trust = `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}`
-	created, err := c.CreateRole(ctx, &iam.CreateRoleInput{RoleName: aws.String("Nodes"), Path: aws.String("/teams/"), AssumeRolePolicyDocument: aws.String(trust)})
+	created, err := c.CreateRole(ctx, &iam.CreateRoleInput{RoleName: sdkaws.String("Nodes"), Path: sdkaws.String("/teams/"), AssumeRolePolicyDocument: sdkaws.String(trust)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if aws.ToString(created.Role.Arn) != "arn:aws:iam::000000000000:role/teams/Nodes" || !strings.HasPrefix(aws.ToString(created.Role.RoleId), "AROA") {
-		t.Errorf("created role %s %s", aws.ToString(created.Role.Arn), aws.ToString(created.Role.RoleId))
+	if sdkaws.ToString(created.Role.Arn) != "arn:aws:iam::000000000000:role/teams/Nodes" || !strings.HasPrefix(sdkaws.ToString(created.Role.RoleId), "AROA") {
+		t.Errorf("created role %s %s", sdkaws.ToString(created.Role.Arn), sdkaws.ToString(created.Role.RoleId))
 	}
-	got, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: aws.String("nodes")})
+	got, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: sdkaws.String("nodes")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc, err := url.QueryUnescape(aws.ToString(got.Role.AssumeRolePolicyDocument)); err != nil || doc != trust {
-		t.Errorf("trust policy = %q (%v), want %s URL-encoded", aws.ToString(got.Role.AssumeRolePolicyDocument), err, trust)
+	if doc, err := url.QueryUnescape(sdkaws.ToString(got.Role.AssumeRolePolicyDocument)); err != nil || doc != trust {
+		t.Errorf("trust policy = %q (%v), want %s URL-encoded", sdkaws.ToString(got.Role.AssumeRolePolicyDocument), err, trust)
 	}
-	_, err = c.CreateRole(ctx, &iam.CreateRoleInput{RoleName: aws.String("Nodes"), AssumeRolePolicyDocument: aws.String(trust)})
-	var eae *types.EntityAlreadyExistsException
+	_, err = c.CreateRole(ctx, &iam.CreateRoleInput{RoleName: sdkaws.String("Nodes"), AssumeRolePolicyDocument: sdkaws.String(trust)})
+	var eae *iamtypes.EntityAlreadyExistsException
 	if !errors.As(err, &eae) {
 		t.Errorf("creating a role again: %v, want EntityAlreadyExists", err)
 	}
@@ -400,7 +399,7 @@ func TestRoles(t *testing.T) {
 	if again := s.AddRole("NodeRole"); again.ID != s.AddRole("NodeRole").ID {
 		t.Errorf("AddRole of an existing role made another")
 	}
-	if _, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: aws.String("NodeRole")}); err != nil {
+	if _, err := c.GetRole(ctx, &iam.GetRoleInput{RoleName: sdkaws.String("NodeRole")}); err != nil {
 		t.Errorf("GetRole of a role AddRole made: %v", err)
 	}
 }
@@ -411,7 +410,7 @@ func TestRoles(t *testing.T) {
 func TestFaults(t *testing.T) {
 	s, c, _ := start(t)
 	create := func() error {
-		_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: aws.String("p"), Path: aws.String("/nodeforge/")})
+		_, err := c.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{InstanceProfileName: sdkaws.String("p"), Path: sdkaws.String("/nodeforge/")})
 		return err
 	}
 	s.FailNext("CreateInstanceProfile", 1, iamfake.Status("AccessDenied"), "AccessDenied")
@@ -429,7 +428,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	s.FailNext("GetInstanceProfile", 1, iamfake.Status("Throttling"), "Throttling")
-	if _, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String("p")}); err != nil {
+	if _, err := c.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String("p")}); err != nil {
 		t.Errorf("one throttled call was not retried: %v", err)
 	}
 	if n := s.Calls("GetInstanceProfile"); n != 2 {
@@ -438,7 +437,7 @@ func TestFaults(t *testing.T) {
 
 	s.FailNext("DeleteInstanceProfile", 100, iamfake.Status("ServiceFailure"), "ServiceFailure")
 	s.ClearFaults()
-	if _, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String("p")}); err != nil {
+	if _, err := c.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String("p")}); err != nil {
 		t.Errorf("after ClearFaults: %v", err)
 	}
 }

@@ -2,6 +2,11 @@ package imdsfake
 
 import (
 	"context"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/google/go-cmp/cmp"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -9,12 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
-	"github.com/google/go-cmp/cmp"
 )
 
 // These tests drive the fake with the SDK's own IMDS client over loopback
@@ -49,7 +48,7 @@ func start(t *testing.T, inst Instance) *Server {
 func client(s *Server) *imds.Client {
 	return imds.New(imds.Options{
 		Endpoint:                 s.URL(),
-		EnableFallback:           aws.FalseTernary,
+		EnableFallback:           sdkaws.FalseTernary,
 		DisableDefaultMaxBackoff: true,
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 3

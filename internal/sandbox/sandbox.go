@@ -12,21 +12,20 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"maps"
-	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
-	"sync"
-	"syscall"
-	"time"
-
-	"k8s.io/apimachinery/pkg/api/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
 	"sigs.k8s.io/yaml"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/eksfake"
@@ -893,7 +892,7 @@ func waitServed(ctx context.Context, cfg *rest.Config) error {
 				return nil
 			}
 		}
-		if err != nil && !errors.IsNotFound(err) {
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("waiting for the Nodeforge CRDs: %w", err)
 		}
 		select {

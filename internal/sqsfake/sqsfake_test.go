@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 )
 
@@ -38,7 +38,7 @@ func start(t *testing.T, opts ...func(*sqs.Options)) (*Server, *sqs.Client) {
 	return s, sqs.NewFromConfig(cfg, opts...)
 }
 
-var receiveCount = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}
+var receiveCount = []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount}
 
 // TestQueueThroughTheSDK: create, find, send, long-poll receive (a message
 // sent during the wait ends it), redelivery after the visibility timeout
@@ -97,7 +97,7 @@ func TestQueueThroughTheSDK(t *testing.T) {
 	if r1.Messages[0].MD5OfBody == nil || r1.Messages[0].ReceiptHandle == nil {
 		t.Errorf("received message has no MD5OfBody or ReceiptHandle: %+v", r1.Messages[0])
 	}
-	if n := r1.Messages[0].Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; n != "1" {
+	if n := r1.Messages[0].Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)]; n != "1" {
 		t.Errorf("first ApproximateReceiveCount = %q, want 1", n)
 	}
 
@@ -113,7 +113,7 @@ func TestQueueThroughTheSDK(t *testing.T) {
 	if err != nil || len(r2.Messages) != 1 {
 		t.Fatalf("the message did not come back after its visibility timeout: %+v, %v", r2, err)
 	}
-	if n, _ := strconv.Atoi(r2.Messages[0].Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); n != 2 {
+	if n, _ := strconv.Atoi(r2.Messages[0].Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)]); n != 2 {
 		t.Errorf("ApproximateReceiveCount = %v, want 2", r2.Messages[0].Attributes)
 	}
 	if sdkaws.ToString(r2.Messages[0].ReceiptHandle) == sdkaws.ToString(r1.Messages[0].ReceiptHandle) {
@@ -156,7 +156,7 @@ func TestReceiveOptions(t *testing.T) {
 	}
 	ten, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url, MaxNumberOfMessages: 10,
 		//lint:ignore SA1019 the fake must still read the older AttributeNames that clients send
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll}})
 	if err != nil || len(ten.Messages) != 10 {
 		t.Fatalf("receive of up to 10 = %d messages, %v; want 10", len(ten.Messages), err)
 	}
@@ -225,7 +225,7 @@ func TestQueueLifecycle(t *testing.T) {
 	if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: url}); err != nil {
 		t.Fatal(err)
 	}
-	var missing *types.QueueDoesNotExist
+	var missing *sqstypes.QueueDoesNotExist
 	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: sdkaws.String("x")}); !errors.As(err, &missing) {
 		t.Errorf("SendMessage to a deleted queue: %v, want *types.QueueDoesNotExist", err)
 	}
@@ -246,7 +246,7 @@ func TestErrorsAreTheSDKsTypes(t *testing.T) {
 	ctx := context.Background()
 	s, c := start(t)
 	_, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: sdkaws.String("missing")})
-	var missing *types.QueueDoesNotExist
+	var missing *sqstypes.QueueDoesNotExist
 	if !errors.As(err, &missing) {
 		t.Errorf("GetQueueUrl of a missing queue: %v (%T), want *types.QueueDoesNotExist", err, err)
 	} else if missing.ErrorCode() != "AWS.SimpleQueueService.NonExistentQueue" {
@@ -254,12 +254,12 @@ func TestErrorsAreTheSDKsTypes(t *testing.T) {
 	}
 	url := sdkaws.String(s.CreateQueue("q"))
 	_, err = c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: url, ReceiptHandle: sdkaws.String("made-up")})
-	var invalid *types.ReceiptHandleIsInvalid
+	var invalid *sqstypes.ReceiptHandleIsInvalid
 	if !errors.As(err, &invalid) {
 		t.Errorf("DeleteMessage with a made-up handle: %v (%T), want *types.ReceiptHandleIsInvalid", err, err)
 	}
 	_, err = c.ListQueues(ctx, &sqs.ListQueuesInput{})
-	var unsupported *types.UnsupportedOperation
+	var unsupported *sqstypes.UnsupportedOperation
 	if !errors.As(err, &unsupported) || !strings.Contains(unsupported.ErrorMessage(), "ListQueues") {
 		t.Errorf("ListQueues: %v (%T), want *types.UnsupportedOperation naming the action", err, err)
 	}
@@ -302,7 +302,7 @@ func TestErrorsAreTheSDKsTypes(t *testing.T) {
 	// More faults than the retryer's 4 attempts: the typed error surfaces.
 	s.FailNext("SendMessage", 10, 400, "RequestThrottled")
 	_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url, MessageBody: sdkaws.String("x")})
-	var throttled *types.RequestThrottled
+	var throttled *sqstypes.RequestThrottled
 	if !errors.As(err, &throttled) {
 		t.Errorf("send throttled past the retries: %v, want *types.RequestThrottled", err)
 	}

@@ -4,13 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"regexp"
-	"strings"
-	"testing"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -19,6 +13,11 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/ssmfake"
@@ -44,17 +43,17 @@ func start(t *testing.T) (*ssmfake.Server, *ssm.Client) {
 }
 
 func client(url, region string) *ssm.Client {
-	cfg := aws.Config{
+	cfg := sdkaws.Config{
 		Region:      region,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		Retryer: func() aws.Retryer {
+		Retryer: func() sdkaws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = 4
 				o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 			})
 		},
 	}
-	return ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(url) })
+	return ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = sdkaws.String(url) })
 }
 
 // param is a Parameter as the SDK decodes it, flattened for cmp.Diff.
@@ -67,8 +66,8 @@ type param struct {
 func flatten(ps ...types.Parameter) []param {
 	out := make([]param, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, param{Name: aws.ToString(p.Name), Type: string(p.Type), Value: aws.ToString(p.Value), ARN: aws.ToString(p.ARN),
-			DataType: aws.ToString(p.DataType), Version: p.Version, LastModified: aws.ToTime(p.LastModifiedDate)})
+		out = append(out, param{Name: sdkaws.ToString(p.Name), Type: string(p.Type), Value: sdkaws.ToString(p.Value), ARN: sdkaws.ToString(p.ARN),
+			DataType: sdkaws.ToString(p.DataType), Version: p.Version, LastModified: sdkaws.ToTime(p.LastModifiedDate)})
 	}
 	return out
 }
@@ -76,7 +75,7 @@ func flatten(ps ...types.Parameter) []param {
 func names(ps []types.Parameter) []string {
 	out := []string{}
 	for _, p := range ps {
-		out = append(out, aws.ToString(p.Name))
+		out = append(out, sdkaws.ToString(p.Name))
 	}
 	return out
 }
@@ -98,7 +97,7 @@ func httpStatus(err error) int {
 }
 
 func get(c *ssm.Client, name string) (*types.Parameter, error) {
-	out, err := c.GetParameter(context.Background(), &ssm.GetParameterInput{Name: aws.String(name)})
+	out, err := c.GetParameter(context.Background(), &ssm.GetParameterInput{Name: sdkaws.String(name)})
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +141,7 @@ func TestGetParameter(t *testing.T) {
 	}
 
 	s.Put("flat", "x")
-	if got, err := get(c, "flat"); err != nil || aws.ToString(got.ARN) != "arn:aws:ssm:us-west-2:000000000000:parameter/flat" {
+	if got, err := get(c, "flat"); err != nil || sdkaws.ToString(got.ARN) != "arn:aws:ssm:us-west-2:000000000000:parameter/flat" {
 		t.Errorf("a name without a slash: %v, %v; want ARN ...:parameter/flat", got, err)
 	}
 
@@ -176,7 +175,7 @@ func TestGetParameters(t *testing.T) {
 	if diff := cmp.Diff([]string{"/missing"}, out.InvalidParameters); diff != "" {
 		t.Errorf("InvalidParameters (-want,+got):\n%s", diff)
 	}
-	if v := aws.ToString(out.Parameters[1].Value); v != "2" {
+	if v := sdkaws.ToString(out.Parameters[1].Value); v != "2" {
 		t.Errorf("/b = %q, want 2", v)
 	}
 
@@ -202,9 +201,9 @@ func TestGetParametersByPath(t *testing.T) {
 	}
 	all := func(path string, recursive bool, max int32) (got []string, pages []int) {
 		t.Helper()
-		in := &ssm.GetParametersByPathInput{Path: aws.String(path), Recursive: aws.Bool(recursive)}
+		in := &ssm.GetParametersByPathInput{Path: sdkaws.String(path), Recursive: sdkaws.Bool(recursive)}
 		if max > 0 {
-			in.MaxResults = aws.Int32(max)
+			in.MaxResults = sdkaws.Int32(max)
 		}
 		p := ssm.NewGetParametersByPathPaginator(c, in)
 		for p.HasMorePages() {
@@ -254,19 +253,19 @@ func TestGetParametersByPath(t *testing.T) {
 	if _, pages := all("/many", false, 0); !cmp.Equal(pages, []int{10, 2}) {
 		t.Errorf("12 parameters without MaxResults came in pages of %v, want [10 2]", pages)
 	}
-	_, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: aws.String("/many"), MaxResults: aws.Int32(11)})
+	_, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: sdkaws.String("/many"), MaxResults: sdkaws.Int32(11)})
 	if !errors.As(err, new(*types.ValidationException)) {
 		t.Errorf("MaxResults 11 = %v, want ValidationException", err)
 	}
 
 	// A page starts after the last name of the one before, so a parameter
 	// put in between, before that name, is not returned twice.
-	first, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: aws.String("/p"), Recursive: aws.Bool(true), MaxResults: aws.Int32(2)})
+	first, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: sdkaws.String("/p"), Recursive: sdkaws.Bool(true), MaxResults: sdkaws.Int32(2)})
 	if err != nil || first.NextToken == nil {
 		t.Fatalf("first page = %+v, %v; want a NextToken", first, err)
 	}
 	s.Put("/p/0", "v")
-	next, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: aws.String("/p"), Recursive: aws.Bool(true), MaxResults: aws.Int32(2), NextToken: first.NextToken})
+	next, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: sdkaws.String("/p"), Recursive: sdkaws.Bool(true), MaxResults: sdkaws.Int32(2), NextToken: first.NextToken})
 	if err != nil || !cmp.Equal(names(next.Parameters), []string{"/p/c/d", "/p/c/e/f"}) || next.NextToken != nil {
 		t.Errorf("second page = %v, %v, %v; want /p/c/d, /p/c/e/f and no NextToken", names(next.Parameters), next.NextToken, err)
 	}
@@ -276,10 +275,10 @@ func TestGetParametersByPath(t *testing.T) {
 		in   ssm.GetParametersByPathInput
 		code string
 	}{
-		{"a token that is not one", ssm.GetParametersByPathInput{Path: aws.String("/p"), Recursive: aws.Bool(true), NextToken: aws.String("garbage!")}, "InvalidNextToken"},
-		{"a token for another path", ssm.GetParametersByPathInput{Path: aws.String("/other"), Recursive: aws.Bool(true), NextToken: first.NextToken}, "InvalidNextToken"},
-		{"a path without a leading slash", ssm.GetParametersByPathInput{Path: aws.String("p")}, "ValidationException"},
-		{"parameter filters, which are not modelled", ssm.GetParametersByPathInput{Path: aws.String("/p"), ParameterFilters: []types.ParameterStringFilter{{Key: aws.String("Type"), Values: []string{"String"}}}}, "ValidationException"},
+		{"a token that is not one", ssm.GetParametersByPathInput{Path: sdkaws.String("/p"), Recursive: sdkaws.Bool(true), NextToken: sdkaws.String("garbage!")}, "InvalidNextToken"},
+		{"a token for another path", ssm.GetParametersByPathInput{Path: sdkaws.String("/other"), Recursive: sdkaws.Bool(true), NextToken: first.NextToken}, "InvalidNextToken"},
+		{"a path without a leading slash", ssm.GetParametersByPathInput{Path: sdkaws.String("p")}, "ValidationException"},
+		{"parameter filters, which are not modelled", ssm.GetParametersByPathInput{Path: sdkaws.String("/p"), ParameterFilters: []types.ParameterStringFilter{{Key: sdkaws.String("Type"), Values: []string{"String"}}}}, "ValidationException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.GetParametersByPath(ctx, &tc.in)
@@ -289,7 +288,7 @@ func TestGetParametersByPath(t *testing.T) {
 		})
 	}
 	if !errors.As(func() error {
-		_, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: aws.String("/p"), NextToken: aws.String("garbage!")})
+		_, err := c.GetParametersByPath(ctx, &ssm.GetParametersByPathInput{Path: sdkaws.String("/p"), NextToken: sdkaws.String("garbage!")})
 		return err
 	}(), new(*types.InvalidNextToken)) {
 		t.Error("a bad token is not decoded as *types.InvalidNextToken")
@@ -358,7 +357,7 @@ func TestRefusals(t *testing.T) {
 	if _, err := get(client(s.URL(), "eu-west-1"), "/a"); errorCode(err) != "InvalidSignatureException" {
 		t.Errorf("signed for eu-west-1: %v, want InvalidSignatureException", err)
 	}
-	_, err = c.PutParameter(context.Background(), &ssm.PutParameterInput{Name: aws.String("/a"), Value: aws.String("2")})
+	_, err = c.PutParameter(context.Background(), &ssm.PutParameterInput{Name: sdkaws.String("/a"), Value: sdkaws.String("2")})
 	if errorCode(err) != "UnknownOperationException" {
 		t.Errorf("PutParameter = %v, want UnknownOperationException", err)
 	}
@@ -409,7 +408,7 @@ func TestSeedEKSOptimizedAL2023(t *testing.T) {
 		{al2023 + "x86_64/neuron/recommended/image_id", imgs[5].ImageID},
 	} {
 		got, err := get(c, tc.name)
-		if err != nil || aws.ToString(got.Value) != tc.want || aws.ToString(got.DataType) != "aws:ec2:image" {
+		if err != nil || sdkaws.ToString(got.Value) != tc.want || sdkaws.ToString(got.DataType) != "aws:ec2:image" {
 			t.Errorf("%s = %v, %v; want %s of DataType aws:ec2:image", tc.name, got, err, tc.want)
 		}
 	}
@@ -423,7 +422,7 @@ func TestSeedEKSOptimizedAL2023(t *testing.T) {
 
 	// A node class that lists the x86_64 images walks the tree.
 	var under []string
-	p := ssm.NewGetParametersByPathPaginator(c, &ssm.GetParametersByPathInput{Path: aws.String(al2023 + "x86_64"), Recursive: aws.Bool(true)})
+	p := ssm.NewGetParametersByPathPaginator(c, &ssm.GetParametersByPathInput{Path: sdkaws.String(al2023 + "x86_64"), Recursive: sdkaws.Bool(true)})
 	for pages := 0; p.HasMorePages(); pages++ {
 		if pages == 20 {
 			t.Fatalf("still paging after 20 pages: %v", under)
@@ -445,7 +444,7 @@ func TestSeedEKSOptimizedAL2023(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := get(c, al2023+"x86_64/standard/recommended/image_id")
-	if err != nil || aws.ToString(rec.Value) != more[2].ImageID || more[2].Release != "v20261201" || rec.Version != 2 {
+	if err != nil || sdkaws.ToString(rec.Value) != more[2].ImageID || more[2].Release != "v20261201" || rec.Version != 2 {
 		t.Errorf("recommended after a new release = %v, %v; want %s at version 2", rec, err, more[2].ImageID)
 	}
 	if old, err := get(c, newest.ImageIDParameter()); err != nil || old.Version != 1 {
@@ -454,7 +453,7 @@ func TestSeedEKSOptimizedAL2023(t *testing.T) {
 
 	// A test publishes its own recommended image and the client sees it.
 	s.Put(al2023+"x86_64/standard/recommended/image_id", "ami-0fedcba9876543210")
-	if rec, err := get(c, al2023+"x86_64/standard/recommended/image_id"); err != nil || aws.ToString(rec.Value) != "ami-0fedcba9876543210" || rec.Version != 3 {
+	if rec, err := get(c, al2023+"x86_64/standard/recommended/image_id"); err != nil || sdkaws.ToString(rec.Value) != "ami-0fedcba9876543210" || rec.Version != 3 {
 		t.Errorf("recommended after Put = %v, %v; want the new image at version 3", rec, err)
 	}
 
@@ -493,7 +492,7 @@ func TestSeedFromEC2World(t *testing.T) {
 			t.Fatalf("ec2fake.DefaultWorld has no %s v20261101 EKS image to check against", arch)
 		}
 		got, err := get(c, ssmfake.RecommendedImageIDParameter("1.37", arch, "standard"))
-		if err != nil || aws.ToString(got.Value) != want {
+		if err != nil || sdkaws.ToString(got.Value) != want {
 			t.Errorf("recommended %s = %v, %v; want the world's v20261101 image %s", arch, got, err, want)
 		}
 	}

@@ -45,9 +45,7 @@ package gatedpreemption
 import (
 	"context"
 	"fmt"
-	"sync"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	basemetrics "k8s.io/component-base/metrics"
@@ -62,7 +60,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+	"sync"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -167,7 +166,7 @@ func (pl *GatedPreemption) Name() string { return Name }
 
 // PostFilter answers without a dry run when no candidate node holds a pod
 // the pod could preempt, and otherwise runs DefaultPreemption.
-func (pl *GatedPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (pl *GatedPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	nodes, err := pl.fh.MutableSnapshotSharedLister().NodeInfos().List()
 	if err != nil || len(nodes) == 0 {
 		return pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
@@ -176,7 +175,7 @@ func (pl *GatedPreemption) PostFilter(ctx context.Context, state fwk.CycleState,
 	if err != nil || !pl.gateMayAnswer(pod) || pl.someVictim(candidates, corev1helpers.PodPriority(pod), len(nodes)) {
 		return pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
 	}
-	metrics.PreemptionAttempts.Inc() // an attempt, as DefaultPreemption counts it
+	schedmetrics.PreemptionAttempts.Inc() // an attempt, as DefaultPreemption counts it
 	dryRunsSkipped.Inc()
 	statuses := framework.NewDefaultNodeToStatus()
 	for _, n := range candidates {
@@ -193,8 +192,8 @@ func (pl *GatedPreemption) PostFilter(ctx context.Context, state fwk.CycleState,
 // gateMayAnswer reports whether the gate may answer for the pod: it may
 // preempt, and it is not nominated to a node of the snapshot (where
 // DefaultPreemption looks for victims it already chose).
-func (pl *GatedPreemption) gateMayAnswer(pod *v1.Pod) bool {
-	if p := pod.Spec.PreemptionPolicy; p != nil && *p == v1.PreemptNever {
+func (pl *GatedPreemption) gateMayAnswer(pod *corev1.Pod) bool {
+	if p := pod.Spec.PreemptionPolicy; p != nil && *p == corev1.PreemptNever {
 		return false
 	}
 	if n := pod.Status.NominatedNodeName; n != "" {

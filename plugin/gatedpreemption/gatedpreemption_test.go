@@ -2,11 +2,7 @@ package gatedpreemption
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"strings"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -26,8 +22,11 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
+	"math/rand/v2"
+	"strings"
+	"testing"
 
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -35,10 +34,10 @@ import (
 // cluster is what one comparison runs on: nodes, the pods bound to them,
 // PodDisruptionBudgets, and the pod that fits no node.
 type cluster struct {
-	nodes     []*v1.Node
-	pods      []*v1.Pod
+	nodes     []*corev1.Node
+	pods      []*corev1.Pod
 	pdbs      []*policyv1.PodDisruptionBudget
-	preemptor *v1.Pod
+	preemptor *corev1.Pod
 }
 
 // answer is a PostFilter's answer, as the scheduler uses it.
@@ -63,7 +62,7 @@ func (a answer) String() string {
 func postFilter(t *testing.T, plugin string, c cluster) answer {
 	t.Helper()
 	ctx := klog.NewContext(t.Context(), klog.Background().V(0))
-	metrics.Register()
+	schedmetrics.Register()
 	cfg, err := latest.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +88,7 @@ func postFilter(t *testing.T, plugin string, c cluster) answer {
 	for _, p := range c.pdbs {
 		objs = append(objs, p)
 	}
-	cs := fake.NewClientset(objs...)
+	cs := kubefake.NewClientset(objs...)
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	shared, err := simulator.SharedState(ctx, cs, inf)
 	if err != nil {
@@ -136,14 +135,14 @@ func postFilter(t *testing.T, plugin string, c cluster) answer {
 type noNominations struct{}
 
 func (noNominations) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
-func (noNominations) DeleteNominatedPodIfExists(*v1.Pod)                            {}
-func (noNominations) UpdateNominatedPod(klog.Logger, *v1.Pod, fwk.PodInfo)          {}
+func (noNominations) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
+func (noNominations) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
 func (noNominations) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }
 
 // noActivations is the queue's activator: no pod here waits in a queue.
 type noActivations struct{}
 
-func (noActivations) Activate(klog.Logger, map[string]*v1.Pod) {}
+func (noActivations) Activate(klog.Logger, map[string]*corev1.Pod) {}
 
 // mayPreempt is what the gate must find, worked out apart from it: whether
 // a node the Filter plugins found Unschedulable (not unresolvable) holds
@@ -157,30 +156,30 @@ func mayPreempt(c cluster, unresolvable map[string]bool) bool {
 	return false
 }
 
-func node(name, zone, cpu string, taint bool) *v1.Node {
-	n := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), Labels: map[string]string{v1.LabelHostname: name, v1.LabelTopologyZone: zone}},
-		Status: v1.NodeStatus{Allocatable: v1.ResourceList{
-			v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110"),
+func node(name, zone, cpu string, taint bool) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelTopologyZone: zone}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
 		}},
 	}
 	if taint {
-		n.Spec.Taints = []v1.Taint{{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}}
+		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}}
 	}
 	return n
 }
 
-func pod(name, nodeName, cpu string, priority int32, app string) *v1.Pod {
-	return &v1.Pod{
+func pod(name, nodeName, cpu string, priority int32, app string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: map[string]string{"app": app}},
-		Spec: v1.PodSpec{
+		Spec: corev1.PodSpec{
 			NodeName: nodeName,
 			Priority: ptr.To(priority),
-			Containers: []v1.Container{{Name: "c", Image: "pause", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-				v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse("100Mi"),
+			Containers: []corev1.Container{{Name: "c", Image: "pause", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("100Mi"),
 			}}}},
 		},
-		Status: v1.PodStatus{Phase: v1.PodRunning},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 }
 
@@ -213,12 +212,12 @@ func randomCluster(r *rand.Rand) cluster {
 		})
 	}
 	p := pod("preemptor", "", "1", priorities[r.IntN(len(priorities))], "preemptor")
-	p.Status.Phase = v1.PodPending
+	p.Status.Phase = corev1.PodPending
 	switch r.IntN(6) {
 	case 0:
-		p.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
+		p.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
 	case 1:
-		p.Spec.NodeSelector = map[string]string{v1.LabelTopologyZone: "zone-a"}
+		p.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: "zone-a"}
 	case 2:
 		p.Status.NominatedNodeName = c.nodes[0].Name
 	case 3:
@@ -236,7 +235,7 @@ func unresolvableNodes(c cluster) map[string]bool {
 		if len(n.Spec.Taints) > 0 {
 			out[n.Name] = true
 		}
-		if z, ok := c.preemptor.Spec.NodeSelector[v1.LabelTopologyZone]; ok && n.Labels[v1.LabelTopologyZone] != z {
+		if z, ok := c.preemptor.Spec.NodeSelector[corev1.LabelTopologyZone]; ok && n.Labels[corev1.LabelTopologyZone] != z {
 			out[n.Name] = true
 		}
 	}
@@ -296,7 +295,7 @@ func describe(c cluster) string {
 	s := fmt.Sprintf("preemptor priority %d never=%t selector=%v nominated=%q;", ptr.Deref(c.preemptor.Spec.Priority, 0),
 		c.preemptor.Spec.PreemptionPolicy != nil, c.preemptor.Spec.NodeSelector, c.preemptor.Status.NominatedNodeName)
 	for _, n := range c.nodes {
-		s += fmt.Sprintf(" %s(%s,%s,taint=%t)", n.Name, n.Labels[v1.LabelTopologyZone], n.Status.Allocatable.Cpu(), len(n.Spec.Taints) > 0)
+		s += fmt.Sprintf(" %s(%s,%s,taint=%t)", n.Name, n.Labels[corev1.LabelTopologyZone], n.Status.Allocatable.Cpu(), len(n.Spec.Taints) > 0)
 	}
 	for _, p := range c.pods {
 		s += fmt.Sprintf(" %s@%s/%d", p.Name, p.Spec.NodeName, *p.Spec.Priority)
@@ -309,8 +308,8 @@ func describe(c cluster) string {
 // the victim is deleted, as DefaultPreemption does.
 func TestAPodOfHigherPriorityStillPreempts(t *testing.T) {
 	c := cluster{
-		nodes:     []*v1.Node{node("n", "zone-a", "2", false)},
-		pods:      []*v1.Pod{pod("low", "n", "1500m", 0, "batch")},
+		nodes:     []*corev1.Node{node("n", "zone-a", "2", false)},
+		pods:      []*corev1.Pod{pod("low", "n", "1500m", 0, "batch")},
 		preemptor: pod("high", "", "1", 1000, "web"),
 	}
 	got := postFilter(t, Name, c)
@@ -324,10 +323,10 @@ func TestAPodOfHigherPriorityStillPreempts(t *testing.T) {
 // the pods' priorities: a group's victim priority is the group's.
 func TestSameSchedulingGroupIsLeftToDefaultPreemption(t *testing.T) {
 	member := pod("member", "n", "1500m", 1000, "batch")
-	member.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptr.To("g")}
+	member.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("g")}
 	c := cluster{
-		nodes:     []*v1.Node{node("n", "zone-a", "2", false)},
-		pods:      []*v1.Pod{member},
+		nodes:     []*corev1.Node{node("n", "zone-a", "2", false)},
+		pods:      []*corev1.Pod{member},
 		preemptor: pod("p", "", "1", 0, "web"),
 	}
 	before, _ := testutil.GetCounterMetricValue(dryRunsSkipped)

@@ -15,8 +15,7 @@ package refusenodes
 import (
 	"context"
 	"fmt"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,7 +66,7 @@ func (p *Plugin) Name() string { return Name }
 
 // Filter refuses a node the selector matches. No pod can change that, so
 // the refusal is UnschedulableAndUnresolvable: preemption does not try.
-func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	if node := ni.Node(); node != nil && p.selector.Matches(labels.Set(node.Labels)) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node(s) refused by %s (%s)", Name, p.selector))
 	}

@@ -2,14 +2,13 @@ package refusenodes
 
 import (
 	"context"
-	"strings"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"strings"
+	"testing"
 )
 
 func args(raw string) runtime.Object {
@@ -35,13 +34,13 @@ func TestFilterRefusesMatchingNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for labels, refused := range map[string]bool{"gpu": true, "db": true, "web": false, "": false} {
-		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}}}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}}}
 		if labels != "" {
 			node.Labels["team"] = labels
 		}
 		ni := framework.NewNodeInfo()
 		ni.SetNode(node)
-		s := p.(fwk.FilterPlugin).Filter(context.Background(), nil, &v1.Pod{}, ni)
+		s := p.(fwk.FilterPlugin).Filter(context.Background(), nil, &corev1.Pod{}, ni)
 		if got := s.Code() == fwk.UnschedulableAndUnresolvable; got != refused {
 			t.Errorf("node with team=%q: refused=%v (%v), want %v", labels, got, s.Message(), refused)
 		}

@@ -2,17 +2,16 @@ package registry
 
 import (
 	"context"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"testing"
+	"time"
 
 	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
@@ -68,8 +67,8 @@ type refuseZoneA struct{}
 
 func (refuseZoneA) Name() string { return "RefuseZoneA" }
 
-func (refuseZoneA) Filter(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	if ni.Node().Labels[v1.LabelTopologyZone] == "zone-a" {
+func (refuseZoneA) Filter(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if ni.Node().Labels[corev1.LabelTopologyZone] == "zone-a" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "zone-a is refused")
 	}
 	return nil
@@ -92,15 +91,15 @@ func TestAUsersPluginCountsInTheBindGate(t *testing.T) {
 	profile := &cfg.Profiles[0]
 	profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, config.Plugin{Name: "RefuseZoneA"})
 	a, b := zoneNode("a", "zone-a"), zoneNode("b", "zone-b")
-	gate, err := simulator.NewGate(ctx, reg, fake.NewClientset(a, b), profile, "")
+	gate, err := simulator.NewGate(ctx, reg, kubefake.NewClientset(a, b), profile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := gate.Start(ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p"},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c"}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
 	if s, _ := gate.Check(ctx, pod, a, nil); s.IsSuccess() || s.Plugin() != "RefuseZoneA" {
 		t.Errorf("the gate let the pod onto a zone-a node (%v, plugin %q); the user's plugin refuses it", s.Code(), s.Plugin())
 	}
@@ -109,8 +108,8 @@ func TestAUsersPluginCountsInTheBindGate(t *testing.T) {
 	}
 }
 
-func zoneNode(name, zone string) *v1.Node {
-	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelHostname: name, v1.LabelTopologyZone: zone}},
-		Status: v1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+func zoneNode(name, zone string) *corev1.Node {
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelTopologyZone: zone}},
+		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }

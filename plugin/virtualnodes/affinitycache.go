@@ -3,8 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -48,7 +47,7 @@ type affinityEntry struct {
 	real    realPrint
 	n       int
 	state   fwk.StateData
-	skip    *v1.Pod
+	skip    *corev1.Pod
 }
 
 // realPrint identifies the real nodes of the scheduler's snapshot as they
@@ -66,7 +65,7 @@ const maxSavedStates = 512
 
 // checkAffinityHit, when set (by tests), is given each saved state a
 // decision used and the state the plugin computes afresh for the same pod.
-var checkAffinityHit func(pod *v1.Pod, saved, fresh fwk.StateData)
+var checkAffinityHit func(pod *corev1.Pod, saved, fresh fwk.StateData)
 
 // changed records a change to the view that is not a nomination: every
 // saved state is dropped.
@@ -79,12 +78,12 @@ func (v *view) changed() {
 
 // added records pods put on a virtual node already in the view by a
 // nomination.
-func (v *view) added(node fwk.NodeInfo, pods ...*v1.Pod) { v.add(node, false, pods) }
+func (v *view) added(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, false, pods) }
 
 // joined records a new virtual node joining the view with pods.
-func (v *view) joined(node fwk.NodeInfo, pods ...*v1.Pod) { v.add(node, true, pods) }
+func (v *view) joined(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, true, pods) }
 
-func (v *view) add(node fwk.NodeInfo, joined bool, pods []*v1.Pod) {
+func (v *view) add(node fwk.NodeInfo, joined bool, pods []*corev1.Pod) {
 	for i, pod := range pods {
 		pi, err := framework.NewPodInfo(pod)
 		if err != nil {
@@ -118,10 +117,10 @@ func (v *view) print() (realPrint, bool) {
 
 // affinityClass is what InterPodAffinity's PreFilter state depends on in
 // the pod itself: its namespace, labels and inter-pod affinity.
-func affinityClass(pod *v1.Pod) (string, bool) {
+func affinityClass(pod *corev1.Pod) (string, bool) {
 	var aff struct {
-		A *v1.PodAffinity     `json:"a,omitempty"`
-		N *v1.PodAntiAffinity `json:"n,omitempty"`
+		A *corev1.PodAffinity     `json:"a,omitempty"`
+		N *corev1.PodAntiAffinity `json:"n,omitempty"`
 	}
 	if pod.Spec.Affinity != nil {
 		aff.A, aff.N = pod.Spec.Affinity.PodAffinity, pod.Spec.Affinity.PodAntiAffinity
@@ -158,7 +157,7 @@ func wrapPlugin[T fwk.Plugin](registry frameworkruntime.Registry, name string, w
 
 // PreFilter computes the state, or adds the nominations since to the one
 // saved for the pod's class.
-func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	v := c.view
 	class, ok := affinityClass(pod)
 	rp, printed := v.print()
@@ -221,11 +220,11 @@ func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, po
 // the fast path, while no pod has it by hostname). An added pod's term
 // is taken to match when its label selector does, whatever the
 // namespaces: a Skip is given up sooner, never kept wrongly.
-func (c *cachedAffinity) skipHolds(pod *v1.Pod, added []addition) bool {
+func (c *cachedAffinity) skipHolds(pod *corev1.Pod, added []addition) bool {
 	set := labels.Set(pod.Labels)
 	for _, a := range added {
 		for _, t := range a.pod.GetRequiredAntiAffinityTerms() {
-			if t.Selector.Matches(set) || c.fastPath && t.TopologyKey == v1.LabelHostname {
+			if t.Selector.Matches(set) || c.fastPath && t.TopologyKey == corev1.LabelHostname {
 				return false
 			}
 		}
@@ -237,7 +236,7 @@ func (c *cachedAffinity) skipHolds(pod *v1.Pod, added []addition) bool {
 // for a Skip) and the state pl's own PreFilter computes afresh for pod
 // (nil when it skips too), read under key. pl is the plugin itself, not
 // its saving wrapper.
-func checkSaved(ctx context.Context, hook func(*v1.Pod, fwk.StateData, fwk.StateData), pl fwk.PreFilterPlugin, key fwk.StateKey, pod *v1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
+func checkSaved(ctx context.Context, hook func(*corev1.Pod, fwk.StateData, fwk.StateData), pl fwk.PreFilterPlugin, key fwk.StateKey, pod *corev1.Pod, nodes []fwk.NodeInfo, saved fwk.StateData) {
 	if hook == nil {
 		return
 	}

@@ -3,15 +3,14 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"reflect"
 	"sync/atomic"
 	"testing"
 	"unsafe"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 // affinityHits counts the saved states decisions used, in this package's
@@ -29,8 +28,8 @@ func init() {
 // panicOnDiff is a check of saved states for plugin: it counts the states
 // used in hits and panics when one differs from the fresh one (diff says
 // how), failing whatever test made the decision.
-func panicOnDiff(plugin string, hits *atomic.Int64, diff func(saved, fresh fwk.StateData) string) func(*v1.Pod, fwk.StateData, fwk.StateData) {
-	return func(pod *v1.Pod, saved, fresh fwk.StateData) {
+func panicOnDiff(plugin string, hits *atomic.Int64, diff func(saved, fresh fwk.StateData) string) func(*corev1.Pod, fwk.StateData, fwk.StateData) {
+	return func(pod *corev1.Pod, saved, fresh fwk.StateData) {
 		hits.Add(1)
 		if d := diff(saved, fresh); d != "" {
 			panic(fmt.Sprintf("saved %s state for pod %s/%s differs from a fresh one: %s", plugin, pod.Namespace, pod.Name, d))

@@ -4,18 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"strings"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -23,8 +17,13 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/plugin/registry"
@@ -50,17 +49,17 @@ type harness struct {
 }
 
 // setReal makes the real cluster nodes with pods, for the cycles to come.
-func (h *harness) setReal(pods []*v1.Pod, nodes ...*v1.Node) {
-	*h.snapshot = *cache.NewSnapshot(pods, append([]*v1.Node{controlPlaneNode()}, nodes...))
+func (h *harness) setReal(pods []*corev1.Pod, nodes ...*corev1.Node) {
+	*h.snapshot = *cache.NewSnapshot(pods, append([]*corev1.Node{controlPlaneNode()}, nodes...))
 	h.real, _ = h.snapshot.NodeInfos().List()
 }
 
 // controlPlaneNode is the one real node: tainted, so no workload fits it.
-func controlPlaneNode() *v1.Node {
-	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "control-plane", Labels: map[string]string{v1.LabelHostname: "control-plane", v1.LabelTopologyZone: "zone-a"}},
-		Spec:       v1.NodeSpec{Taints: []v1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: v1.TaintEffectNoSchedule}}},
-		Status:     v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}},
+func controlPlaneNode() *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "control-plane", Labels: map[string]string{corev1.LabelHostname: "control-plane", corev1.LabelTopologyZone: "zone-a"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}},
+		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}},
 	}
 }
 
@@ -83,7 +82,7 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, edit func(*config.KubeSchedulerProfile)) *harness {
 	tb.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	metrics.Register() // as the scheduler does at start
+	schedmetrics.Register() // as the scheduler does at start
 	cfg, err := latest.Default()
 	if err != nil {
 		tb.Fatal(err)
@@ -92,9 +91,9 @@ func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool,
 	if edit != nil {
 		edit(profile)
 	}
-	cs := fake.NewClientset()
+	cs := kubefake.NewClientset()
 	inf := informers.NewSharedInformerFactory(cs, 0)
-	snapshot := cache.NewSnapshot(nil, []*v1.Node{controlPlaneNode()})
+	snapshot := cache.NewSnapshot(nil, []*corev1.Node{controlPlaneNode()})
 	shared, err := simulator.SharedState(ctx, cs, inf)
 	if err != nil {
 		tb.Fatal(err)
@@ -120,7 +119,7 @@ func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool,
 }
 
 // schedule runs one pod; it returns the claim it was nominated to, or nil.
-func (h *harness) schedule(ctx context.Context, pod *v1.Pod) (*claim, *fwk.Status) {
+func (h *harness) schedule(ctx context.Context, pod *corev1.Pod) (*claim, *fwk.Status) {
 	state := framework.NewCycleState()
 	if _, s, _ := h.live.RunPreFilterPlugins(ctx, state, pod); s.IsSuccess() {
 		for _, n := range h.real {
@@ -155,12 +154,12 @@ func benchCatalog() []v1alpha1.InstanceType {
 	for i := range 400 {
 		cpu, gib := i+1, 2*(i+1)
 		od := 0.025*float64(cpu) + 0.001*float64(gib)
-		alloc := v1.ResourceList{
-			v1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
-			v1.ResourceMemory: *resource.NewQuantity(int64(gib)<<30, resource.BinarySI),
-			v1.ResourcePods:   *resource.NewQuantity(int64(10*(i+1)), resource.DecimalSI),
+		alloc := corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(int64(gib)<<30, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(int64(10*(i+1)), resource.DecimalSI),
 		}
-		it := v1alpha1.InstanceType{Name: fmt.Sprintf("t%d", i), Labels: map[string]string{v1.LabelArchStable: "amd64"}, Capacity: alloc, Allocatable: alloc}
+		it := v1alpha1.InstanceType{Name: fmt.Sprintf("t%d", i), Labels: map[string]string{corev1.LabelArchStable: "amd64"}, Capacity: alloc, Allocatable: alloc}
 		for _, z := range []string{"zone-a", "zone-b", "zone-c"} {
 			it.Offerings = append(it.Offerings, v1alpha1.Offering{Zone: z, CapacityType: "on-demand", Price: fmt.Sprintf("%.6f", od), Available: true})
 		}
@@ -173,31 +172,31 @@ func benchCatalog() []v1alpha1.InstanceType {
 }
 
 // benchPods is the workload: n pods in five equal groups.
-func benchPods(n int) []*v1.Pod {
+func benchPods(n int) []*corev1.Pod {
 	rng := rand.New(rand.NewPCG(42, 42))
 	cpus := []string{"100m", "250m", "500m", "1", "1.5"}
 	mems := []string{"100Mi", "512Mi", "1Gi", "2Gi", "4Gi"}
-	pods := make([]*v1.Pod, n)
+	pods := make([]*corev1.Pod, n)
 	for i := range n {
 		group := i % 5
 		labels := map[string]string{"group": fmt.Sprint(group)}
 		sel := &metav1.LabelSelector{MatchLabels: labels}
-		pod := &v1.Pod{
+		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d", i)), Labels: labels,
 				OwnerReferences: []metav1.OwnerReference{{UID: types.UID(fmt.Sprint("owner-", group)), Controller: ptr.To(true), Kind: "ReplicaSet", Name: fmt.Sprint("rs-", group), APIVersion: "apps/v1"}}},
-			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-				v1.ResourceCPU: resource.MustParse(cpus[rng.IntN(5)]), v1.ResourceMemory: resource.MustParse(mems[rng.IntN(5)]),
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpus[rng.IntN(5)]), corev1.ResourceMemory: resource.MustParse(mems[rng.IntN(5)]),
 			}}}}},
 		}
 		switch group {
 		case 1:
-			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+			pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
 		case 2:
-			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+			pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
 		case 3:
-			pod.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelTopologyZone}}}}
+			pod.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: corev1.LabelTopologyZone}}}}
 		case 4:
-			pod.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelHostname}}}}
+			pod.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: corev1.LabelHostname}}}}
 		}
 		pods[i] = pod
 	}
@@ -212,9 +211,9 @@ func benchPods(n int) []*v1.Pod {
 func BenchmarkNominate(b *testing.B) {
 	// The tests check every saved affinity and spread state against a
 	// fresh one; the benchmark measures without.
-	defer func(check func(*v1.Pod, fwk.StateData, fwk.StateData)) { checkAffinityHit = check }(checkAffinityHit)
+	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkAffinityHit = check }(checkAffinityHit)
 	checkAffinityHit = nil
-	defer func(check func(*v1.Pod, fwk.StateData, fwk.StateData)) { checkSpreadHit = check }(checkSpreadHit)
+	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkSpreadHit = check }(checkSpreadHit)
 	checkSpreadHit = nil
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
@@ -320,9 +319,9 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 		return cmp.Or(cmp.Compare(a.zone, b.zone), cmp.Compare(a.capacityType, b.capacityType), cmp.Compare(a.arch, b.arch))
 	})
 	// Every group's nodes with their pods, as the plans so far have them.
-	nodes := map[*group][]*v1.Node{}
-	pods := map[*group][]*v1.Pod{}
-	bound := func(pod *v1.Pod, node string) *v1.Pod {
+	nodes := map[*group][]*corev1.Node{}
+	pods := map[*group][]*corev1.Pod{}
+	bound := func(pod *corev1.Pod, node string) *corev1.Pod {
 		p := pod.DeepCopy()
 		p.Spec.NodeName = node
 		return p
@@ -331,7 +330,7 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 	for _, g := range groups {
 		optionsOf[g] = map[string]*repack.Option{}
 		for _, o := range g.options {
-			optionsOf[g][o.name] = &repack.Option{Name: o.name, Price: o.price, Node: func(name string) *v1.Node { return g.node(g.pool.template, name, o) }}
+			optionsOf[g][o.name] = &repack.Option{Name: o.name, Price: o.price, Node: func(name string) *corev1.Node { return g.node(g.pool.template, name, o) }}
 		}
 		slices.SortFunc(byGroup[g], func(a, b *claim) int { return cmp.Compare(a.name, b.name) })
 		for _, c := range byGroup[g] {
@@ -345,7 +344,7 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 	var cost float64
 	moved, fresh := 0, 0
 	for _, g := range groups {
-		prob := repack.Problem{Scheduler: sched, DaemonSetPods: h.plugin.daemonSetPods, Nodes: []*v1.Node{controlPlaneNode()},
+		prob := repack.Problem{Scheduler: sched, DaemonSetPods: h.plugin.daemonSetPods, Nodes: []*corev1.Node{controlPlaneNode()},
 			NewName: func() string { fresh++; return fmt.Sprintf("repack-%d", fresh) }}
 		for _, other := range groups {
 			if other != g {
@@ -364,7 +363,7 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 			for _, pod := range c.pods {
 				bin.Pods = append(bin.Pods, pod)
 			}
-			slices.SortFunc(bin.Pods, func(a, b *v1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+			slices.SortFunc(bin.Pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
 			prob.Batch = append(prob.Batch, bin)
 		}
 		plan, err := repack.Repack(ctx, prob)

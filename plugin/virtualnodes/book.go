@@ -1,16 +1,15 @@
 package virtualnodes
 
 import (
-	"maps"
-	"slices"
-	"sync"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"maps"
+	"slices"
+	"sync"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -55,7 +54,7 @@ type book struct {
 	// name: limits are checked several times per scheduling cycle, and
 	// committed changes far less often. Cleared when committed or the
 	// pools change.
-	committedUsage map[string]v1.ResourceList
+	committedUsage map[string]corev1.ResourceList
 	// repacked are the claims a repack emptied and deleted, when: a pod
 	// the scheduler retries with an object still naming one of them was
 	// moved (follow), and keeps the claim it was moved to.
@@ -75,7 +74,7 @@ func newBook(v *view, openGauge interface{ Add(float64) }) *book {
 		hints:          map[string]*claim{},
 		settling:       map[*claim]struct{}{},
 		committed:      map[string]*v1alpha1.NodeClaim{},
-		committedUsage: map[string]v1.ResourceList{},
+		committedUsage: map[string]corev1.ResourceList{},
 		repacked:       map[string]time.Time{},
 		left:           map[types.UID]string{},
 	}
@@ -226,10 +225,10 @@ func (b *book) dropLocked(c *claim) {
 // for the caller to send back to be decided again. A claim whose spec was
 // never written keeps its pods: its create is what failed, and the
 // caller handles that.
-func (b *book) closeAt(c *claim, written map[types.UID]*v1.Pod) []*v1.Pod {
+func (b *book) closeAt(c *claim, written map[types.UID]*corev1.Pod) []*corev1.Pod {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var late []*v1.Pod
+	var late []*corev1.Pod
 	if written != nil {
 		for uid, pod := range c.pods {
 			if _, ok := written[uid]; !ok && b.nominated[uid] == c {
@@ -249,13 +248,13 @@ func (b *book) closeAt(c *claim, written map[types.UID]*v1.Pod) []*v1.Pod {
 
 // unview takes a pod off a closed claim's node; the node leaves the view
 // with its last pod.
-func (b *book) unview(c *claim, pod *v1.Pod) {
+func (b *book) unview(c *claim, pod *corev1.Pod) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unviewLocked(c, pod)
 }
 
-func (b *book) unviewLocked(c *claim, pod *v1.Pod) {
+func (b *book) unviewLocked(c *claim, pod *corev1.Pod) {
 	if b.nominated[pod.UID] == c {
 		delete(b.nominated, pod.UID)
 	}
@@ -303,13 +302,13 @@ func (b *book) settle() {
 
 // forget drops a claim and returns the pods still nominated to it, for
 // the caller to send back to be decided again.
-func (b *book) forget(c *claim) []*v1.Pod {
+func (b *book) forget(c *claim) []*corev1.Pod {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closeLocked(c)
 	b.dropLocked(c)
 	delete(b.claims, c.name)
-	var pods []*v1.Pod
+	var pods []*corev1.Pod
 	for uid, pod := range c.pods {
 		if b.nominated[uid] == c {
 			delete(b.nominated, uid)
@@ -326,7 +325,7 @@ func (b *book) forget(c *claim) []*v1.Pod {
 // plugin still holds open is closed here, ahead of the informer's news.
 // A nomination naming no known claim (the claim's node, a claim gone) is
 // not a move.
-func (b *book) follow(pod *v1.Pod, to string) bool {
+func (b *book) follow(pod *corev1.Pod, to string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from, dst := b.nominated[pod.UID], b.claims[to]
@@ -373,7 +372,7 @@ func (b *book) forgetLeft(uid types.UID) {
 // the pod was nominated to one. A pod bound from a closed claim keeps
 // counting on the claim's node until the scheduler's snapshot shows it on
 // the node it was bound to (settle).
-func (b *book) podGone(pod *v1.Pod, deleted bool) bool {
+func (b *book) podGone(pod *corev1.Pod, deleted bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.left, pod.UID)
@@ -427,10 +426,10 @@ func (b *book) restore(c *claim) {
 // restoreClosed records a claim closed to nominations whose node this
 // plugin cannot build (its pool or types gone), for its pods: they keep
 // their nomination and wait for its node.
-func (b *book) restoreClosed(name, nodeName string, pods []*v1.Pod) {
+func (b *book) restoreClosed(name, nodeName string, pods []*corev1.Pod) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := &claim{name: name, nodeName: nodeName, pods: map[types.UID]*v1.Pod{}}
+	c := &claim{name: name, nodeName: nodeName, pods: map[types.UID]*corev1.Pod{}}
 	for _, pod := range pods {
 		c.pods[pod.UID] = pod
 		b.nominated[pod.UID] = c
@@ -450,7 +449,7 @@ func (b *book) nominations() int {
 // to nominations, its pods waiting for its node once it has one. It
 // returns the pods nominated to the claim when this change named its node
 // for the first time, and nil otherwise.
-func (b *book) committedChanged(nc *v1alpha1.NodeClaim) []*v1.Pod {
+func (b *book) committedChanged(nc *v1alpha1.NodeClaim) []*corev1.Pod {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.committed[nc.Name] = nc
@@ -463,7 +462,7 @@ func (b *book) committedChanged(nc *v1alpha1.NodeClaim) []*v1.Pod {
 		return nil
 	}
 	c.nodeName = nc.Status.NodeName
-	var pods []*v1.Pod
+	var pods []*corev1.Pod
 	for uid, pod := range c.pods {
 		if b.nominated[uid] == c {
 			pods = append(pods, pod)
@@ -523,5 +522,5 @@ type write struct {
 	obj    *v1alpha1.NodeClaim
 	create bool
 	// pods are the claim's pods obj counts.
-	pods map[types.UID]*v1.Pod
+	pods map[types.UID]*corev1.Pod
 }

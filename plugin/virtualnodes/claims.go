@@ -3,18 +3,17 @@ package virtualnodes
 import (
 	"cmp"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -38,13 +37,13 @@ type claim struct {
 	// the daemonset pods that would run there and the nominated pods. It is
 	// in the view, so other pods' topology spread and affinity see it.
 	info   *framework.NodeInfo
-	dsPods []*v1.Pod
+	dsPods []*corev1.Pod
 	// lastNode and lastDS are info's node and daemonset pods when the
 	// claim left the view with its last pod: a closed claim a repack
 	// moves pods onto comes back with them.
-	lastNode  *v1.Node
-	lastDS    []*v1.Pod
-	pods      map[types.UID]*v1.Pod
+	lastNode  *corev1.Node
+	lastDS    []*corev1.Pod
+	pods      map[types.UID]*corev1.Pod
 	created   time.Time
 	lastAdded time.Time
 	open      bool
@@ -61,7 +60,7 @@ type claim struct {
 	// specPods are the pods the spec last written counts (its requests
 	// and the instance types that hold them): what the provisioner
 	// launches for.
-	specPods map[types.UID]*v1.Pod
+	specPods map[types.UID]*corev1.Pod
 	dirty    bool
 }
 
@@ -78,13 +77,13 @@ func newClaimName(pool string) string {
 
 // selectsOnNodeLabels reports whether the pod's placement depends on node
 // labels at all; only then do options need checking one by one.
-func selectsOnNodeLabels(pod *v1.Pod) bool {
+func selectsOnNodeLabels(pod *corev1.Pod) bool {
 	return len(pod.Spec.NodeSelector) > 0 || pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil && pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
 }
 
 // narrow returns the options that can take the requested resources with
 // podCount pods and whose nodes (of template t) every pod in pods accepts.
-func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.Resource, podCount int, pods ...*v1.Pod) []*option {
+func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.Resource, podCount int, pods ...*corev1.Pod) []*option {
 	var selective []nodeaffinity.RequiredNodeAffinity
 	for _, p := range pods {
 		if selectsOnNodeLabels(p) {
@@ -96,14 +95,14 @@ func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.R
 	out := make([]*option, 0, len(options))
 	// Node affinity reads labels (and the name): the probe carries each
 	// option's labels, without copying its resources.
-	probe := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
+	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
 	for _, o := range options {
 		if !nodeshape.Fits(o.alloc, req, podCount) {
 			continue
 		}
 		if len(selective) > 0 {
 			probe.Labels = t.NodeLabels(o.it, g.zone, g.capacityType)
-			probe.Labels[v1.LabelHostname] = probe.Name
+			probe.Labels[corev1.LabelHostname] = probe.Name
 			ok := true
 			for _, na := range selective {
 				if match, _ := na.Match(probe); !match {
@@ -129,7 +128,7 @@ func largest(options []*option) *option {
 
 // add nominates pod to the claim: its NodeInfo gets the pod, and the
 // options narrow to those that still hold everything.
-func (c *claim) add(pod *v1.Pod, options []*option, now time.Time) {
+func (c *claim) add(pod *corev1.Pod, options []*option, now time.Time) {
 	c.pods[pod.UID] = pod
 	c.info.AddPod(pod)
 	c.setOptions(options)
@@ -142,18 +141,18 @@ func (c *claim) add(pod *v1.Pod, options []*option, now time.Time) {
 func (c *claim) setOptions(options []*option) {
 	c.options = options
 	big := largest(options)
-	if c.info.Node() == nil || c.info.Node().Labels[v1.LabelInstanceTypeStable] != big.name {
+	if c.info.Node() == nil || c.info.Node().Labels[corev1.LabelInstanceTypeStable] != big.name {
 		c.info.SetNode(c.node(big))
 	}
 }
 
 // node is the claim's node with instance type o.
-func (c *claim) node(o *option) *v1.Node {
+func (c *claim) node(o *option) *corev1.Node {
 	return c.group.node(c.template, c.name, o)
 }
 
 // remove takes a pod off the claim.
-func (c *claim) remove(pod *v1.Pod) {
+func (c *claim) remove(pod *corev1.Pod) {
 	if _, ok := c.pods[pod.UID]; !ok {
 		return
 	}
@@ -163,7 +162,7 @@ func (c *claim) remove(pod *v1.Pod) {
 }
 
 // requests is what the claim's node must hold: nominated and daemonset pods.
-func (c *claim) requests() v1.ResourceList {
+func (c *claim) requests() corev1.ResourceList {
 	return nodeshape.ResourceList(c.info.Requested, len(c.info.Pods))
 }
 

@@ -1,10 +1,9 @@
 package virtualnodes
 
 import (
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	quota "k8s.io/apiserver/pkg/quota/v1"
+	"slices"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
@@ -35,12 +34,12 @@ func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*
 // pool rebuilt from a changed NodePool or catalog still counts the claims
 // made before. The provisioner checks again before each launch; this
 // forecast keeps pods it would refuse from being nominated at all.
-func (b *book) poolUsage(pl *pool, except *claim) v1.ResourceList {
+func (b *book) poolUsage(pl *pool, except *claim) corev1.ResourceList {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	committed, ok := b.committedUsage[pl.np.Name]
 	if !ok {
-		committed = v1.ResourceList{}
+		committed = corev1.ResourceList{}
 		for _, nc := range b.committed {
 			if nc.Spec.NodePool != pl.np.Name {
 				continue
@@ -50,7 +49,7 @@ func (b *book) poolUsage(pl *pool, except *claim) v1.ResourceList {
 				continue
 			}
 			for _, r := range nc.Spec.Requirements {
-				if r.Key == v1.LabelInstanceTypeStable && r.Operator == v1.NodeSelectorOpIn && len(r.Values) > 0 {
+				if r.Key == corev1.LabelInstanceTypeStable && r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0 {
 					// Options are written cheapest first.
 					committed = quota.Add(committed, pl.capacity[r.Values[0]])
 					break

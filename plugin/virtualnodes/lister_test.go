@@ -2,12 +2,11 @@ package virtualnodes
 
 import (
 	"errors"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"testing"
 )
 
 // brokenLister is a snapshot whose lists fail while err is set.
@@ -30,7 +29,7 @@ func (b *brokenLister) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fw
 
 func nodeInfo(name string) fwk.NodeInfo {
 	ni := framework.NewNodeInfo()
-	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	return ni
 }
 

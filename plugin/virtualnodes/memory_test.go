@@ -3,16 +3,15 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 )
 
 // BenchmarkNominateMemory measures what VirtualNodes holds while a burst
@@ -34,18 +33,18 @@ func BenchmarkNominateMemory(b *testing.B) {
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
 				h := newHarness(b, []*pool{benchPool(b)})
-				nodes := make([]*v1.Node, n/10)
+				nodes := make([]*corev1.Node, n/10)
 				for i := range nodes {
-					nodes[i] = &v1.Node{
+					nodes[i] = &corev1.Node{
 						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("real-%d", i), Labels: map[string]string{
-							v1.LabelHostname: fmt.Sprintf("real-%d", i), v1.LabelTopologyZone: []string{"zone-a", "zone-b", "zone-c"}[i%3]}},
-						Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: "reserved", Effect: v1.TaintEffectNoSchedule}}},
-						Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"),
-							v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}},
+							corev1.LabelHostname: fmt.Sprintf("real-%d", i), corev1.LabelTopologyZone: []string{"zone-a", "zone-b", "zone-c"}[i%3]}},
+						Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "reserved", Effect: corev1.TaintEffectNoSchedule}}},
+						Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"),
+							corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}},
 					}
 				}
 				h.setReal(nil, nodes...)
-				pods := make([]*v1.Pod, n)
+				pods := make([]*corev1.Pod, n)
 				for i := range pods {
 					pods[i] = testPod(fmt.Sprintf("p%d", i), "500m", "512Mi")
 				}

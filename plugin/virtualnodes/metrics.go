@@ -1,11 +1,10 @@
 package virtualnodes
 
 import (
+	basemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"sync"
 	"time"
-
-	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // result is what PostFilter did with a pod, the result label of
@@ -64,28 +63,28 @@ const (
 var refusalNames = [numRefusals]string{"", "NotSynced", "NoNodePool", "PreFilterRefused", "FilterRefused", "TooLarge", "NoInstanceTypeMatches", "MinValues", "LimitReached", "NoOffering"}
 
 var (
-	nominationsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+	nominationsTotal = basemetrics.NewCounterVec(&basemetrics.CounterOpts{
 		Name:           "nodeforge_virtualnodes_nominations_total",
 		Help:           "Pods VirtualNodes' PostFilter decided, by result: existingClaim (nominated to an open claim), newClaim (to a claim made for it), kept (tried again, kept its nomination), refused.",
-		StabilityLevel: metrics.ALPHA,
+		StabilityLevel: basemetrics.ALPHA,
 	}, []string{"result"})
-	decisionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+	decisionDuration = basemetrics.NewHistogramVec(&basemetrics.HistogramOpts{
 		Name: "nodeforge_virtualnodes_decision_duration_seconds",
 		Help: "Seconds VirtualNodes' PostFilter held the scheduling cycle for one pod, waiting for the lock and the first sync included, by result (as nodeforge_virtualnodes_nominations_total).",
 		// 100µs to 3.3s: a nomination takes tens of µs to a few ms; a
 		// pod refused before the first sync waits 2s.
-		Buckets:        metrics.ExponentialBuckets(0.0001, 2, 16),
-		StabilityLevel: metrics.ALPHA,
+		Buckets:        basemetrics.ExponentialBuckets(0.0001, 2, 16),
+		StabilityLevel: basemetrics.ALPHA,
 	}, []string{"result"})
-	claimsOpen = metrics.NewGauge(&metrics.GaugeOpts{
+	claimsOpen = basemetrics.NewGauge(&basemetrics.GaugeOpts{
 		Name:           "nodeforge_virtualnodes_claims_open",
 		Help:           "NodeClaims VirtualNodes holds open to nominations (not yet closed by the provisioner or by their batch window).",
-		StabilityLevel: metrics.ALPHA,
+		StabilityLevel: basemetrics.ALPHA,
 	})
-	podsRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+	podsRefused = basemetrics.NewCounterVec(&basemetrics.CounterOpts{
 		Name:           "nodeforge_virtualnodes_pods_refused_total",
 		Help:           "Pods VirtualNodes refused, by reason: NotSynced, NoNodePool, PreFilterRefused, FilterRefused, TooLarge, NoInstanceTypeMatches, MinValues, LimitReached, NoOffering (when every pool refuses, the first pool's by weight).",
-		StabilityLevel: metrics.ALPHA,
+		StabilityLevel: basemetrics.ALPHA,
 	}, []string{"reason"})
 )
 
@@ -93,10 +92,10 @@ var (
 // looked up once: a decision then costs a counter add and a histogram
 // observation, atomic, with no label lookup, lock or allocation.
 type decisionMetrics struct {
-	nominations [numResults]metrics.CounterMetric
-	durations   [numResults]metrics.ObserverMetric
-	refused     [numRefusals]metrics.CounterMetric
-	open        metrics.GaugeMetric
+	nominations [numResults]basemetrics.CounterMetric
+	durations   [numResults]basemetrics.ObserverMetric
+	refused     [numRefusals]basemetrics.CounterMetric
+	open        basemetrics.GaugeMetric
 }
 
 var (

@@ -2,12 +2,11 @@ package virtualnodes
 
 import (
 	"context"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/component-base/metrics/testutil"
+	"testing"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -79,7 +78,7 @@ func TestMetricsCountEachDecision(t *testing.T) {
 	a := testPod("a", "1", "1Gi")
 	for _, step := range []struct {
 		name string
-		pod  *v1.Pod
+		pod  *corev1.Pod
 		want map[string]float64
 	}{
 		{"a new claim", a, map[string]float64{"nominations/newClaim": 1, "durations/newClaim": 1, "open": 1}},
@@ -106,20 +105,20 @@ func TestMetricsCountEachDecision(t *testing.T) {
 // counted under its reason, once a pod.
 func TestMetricsCountRefusalReasons(t *testing.T) {
 	limited := benchPool(t)
-	limited.np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("4")}
+	limited.np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("4")}
 	for _, tc := range []struct {
 		name  string
 		pools []*pool
 		edit  func(*harness)
-		pod   *v1.Pod
+		pod   *corev1.Pod
 		want  string
 	}{
 		{"no pool", nil, nil, testPod("a", "1", "1Gi"), "NoNodePool"},
 		{"over the pool's cpu limit", []*pool{limited}, nil, testPod("a", "5", "1Gi"), "LimitReached"},
 		{"no type matches the pod's selector", []*pool{benchPool(t)}, nil,
-			func() *v1.Pod {
+			func() *corev1.Pod {
 				p := testPod("a", "1", "1Gi")
-				p.Spec.NodeSelector = map[string]string{v1.LabelInstanceTypeStable: "no-such-type"}
+				p.Spec.NodeSelector = map[string]string{corev1.LabelInstanceTypeStable: "no-such-type"}
 				return p
 			}(), "NoInstanceTypeMatches"},
 		{"not synced", []*pool{benchPool(t)}, func(h *harness) { h.plugin.synced = make(chan struct{}) }, testPod("a", "1", "1Gi"), "NotSynced"},

@@ -2,12 +2,11 @@ package virtualnodes
 
 import (
 	"context"
-	"strings"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"strings"
+	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -23,7 +22,7 @@ func minValuesPool(t *testing.T, n int32) *pool {
 		names[i] = it.Name
 	}
 	// As the API server admits it: operator In, with at least n values.
-	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: v1.LabelInstanceTypeStable, Operator: v1.NodeSelectorOpIn, Values: names, MinValues: ptr.To(n)}}
+	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: names, MinValues: ptr.To(n)}}
 	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: types}}
 	pl, err := newPool(np, cat)
 	if err != nil {
@@ -48,7 +47,7 @@ func TestMinValuesKeepsEnoughInstanceTypesOpen(t *testing.T) {
 		t.Errorf("claim keeps %d instance types, want at least minValues 70", len(c.options))
 	}
 	for _, r := range c.object().Spec.Requirements {
-		if r.Key == v1.LabelInstanceTypeStable && (r.MinValues == nil || *r.MinValues != 70 || len(r.Values) < 70) {
+		if r.Key == corev1.LabelInstanceTypeStable && (r.MinValues == nil || *r.MinValues != 70 || len(r.Values) < 70) {
 			t.Errorf("claim's instance-type requirement %+v does not carry minValues 70 with at least 70 values", r)
 		}
 	}

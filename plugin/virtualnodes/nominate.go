@@ -4,11 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"sort"
-	"strings"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +12,9 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"slices"
+	"sort"
+	"strings"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
@@ -33,7 +32,7 @@ type decision struct {
 // from the first pool (by weight) that can hold it. Fit is the simulation
 // framework's Filter verdict on the claim's node, with PreFilter run over
 // the view that includes every virtual node. Callers hold p.mu.
-func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
+func (p *VirtualNodes) nominate(ctx context.Context, pod *corev1.Pod) decision {
 	logger := klog.FromContext(ctx)
 	p.book.settle()
 	p.view.reset()
@@ -84,7 +83,7 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *v1.Pod) decision {
 // holds it as it is, trying at most MaxClaimsTried of them: hint first,
 // then the claims left with the least room once the pod is in. It returns
 // nil when none takes the pod.
-func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) *claim {
+func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) *claim {
 	type slack struct {
 		c     *claim
 		left  float64 // the larger of the fractions of cpu and memory the cheapest option has left
@@ -143,7 +142,7 @@ func (f *firstK[T]) add(x T) {
 // larger instance type, trying at most MaxClaimsTried of them, those whose
 // price rises least first (the hint, then the newest, among equals). It
 // returns the claim, or nil, and how many claims were tried.
-func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, hint *claim) (*claim, int) {
+func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) (*claim, int) {
 	type growth struct {
 		c     *claim
 		rise  float64
@@ -229,7 +228,7 @@ func room(alloc *framework.Resource, used fwk.Resource, req *framework.Resource,
 
 // tryClaim nominates pod to c if the options left can hold it and the
 // Filter plugins accept it on c's node.
-func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, c *claim) bool {
+func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, c *claim) bool {
 	opts := c.group.narrow(c.template, c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
 	// Growing a claim may need a larger instance type: the pool's limits
 	// hold for that too.
@@ -237,7 +236,7 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 		return false
 	}
 	before := c.info.Node()
-	if big := largest(opts); big.name != before.Labels[v1.LabelInstanceTypeStable] {
+	if big := largest(opts); big.name != before.Labels[corev1.LabelInstanceTypeStable] {
 		c.info.SetNode(c.node(big))
 	}
 	if s := p.fw.RunFilterPlugins(ctx, state, pod, c.info); !s.IsSuccess() {
@@ -258,11 +257,11 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 // newClaim makes a claim in pool pl for pod, in the group whose cheapest
 // fitting instance type is cheapest among those the Filter plugins accept.
 // It returns why not otherwise, and that in a sentence for the pod's Event.
-func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *v1.Pod, req *framework.Resource, pl *pool) (*claim, refusal, string) {
+func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool) (*claim, refusal, string) {
 	type candidate struct {
 		g    *group
 		info *framework.NodeInfo
-		ds   []*v1.Pod
+		ds   []*corev1.Pod
 		opts []*option
 	}
 	name := p.book.newName(pl.np.Name)
@@ -312,7 +311,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			}
 			continue
 		}
-		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*v1.Pod{}, created: p.now(), open: true}
+		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, created: p.now(), open: true}
 		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
 		p.book.register(c)
@@ -342,10 +341,10 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 // no type offers a resource at all: "no instance type offers
 // ephemeral-storage, which the pod requests (2Gi)".
 func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
-	want := v1.ResourceList{
-		v1.ResourceCPU:              *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
-		v1.ResourceMemory:           *resource.NewQuantity(req.Memory, resource.BinarySI),
-		v1.ResourceEphemeralStorage: *resource.NewQuantity(req.EphemeralStorage, resource.BinarySI),
+	want := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(req.Memory, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(req.EphemeralStorage, resource.BinarySI),
 	}
 	for name, q := range req.ScalarResources {
 		want[name] = *resource.NewQuantity(q, resource.DecimalSI)
@@ -371,8 +370,8 @@ func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
 	return strings.Join(parts, "; ")
 }
 
-func sortedNames(l v1.ResourceList) []v1.ResourceName {
-	out := make([]v1.ResourceName, 0, len(l))
+func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
+	out := make([]corev1.ResourceName, 0, len(l))
 	for n := range l {
 		out = append(out, n)
 	}
@@ -398,7 +397,7 @@ func sum(a fwk.Resource, b *framework.Resource) *framework.Resource {
 
 // signature groups pods that the same claim is likely to take: pods of one
 // owner, or with the same labels in one namespace.
-func signature(pod *v1.Pod) string {
+func signature(pod *corev1.Pod) string {
 	for _, o := range pod.OwnerReferences {
 		if o.Controller != nil && *o.Controller {
 			return string(o.UID)

@@ -10,13 +10,7 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
-	goruntime "runtime"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -26,6 +20,11 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -50,7 +49,7 @@ type VirtualNodes struct {
 	now      func() time.Time
 	// daemonSets returns the pods the cluster's DaemonSets would run on a
 	// node; nil means none.
-	daemonSets func(*v1.Node) []*v1.Pod
+	daemonSets func(*corev1.Node) []*corev1.Pod
 
 	// synced is closed once pools are read from the API server and the
 	// caches claims are rebuilt from have synced; until then PostFilter
@@ -62,7 +61,7 @@ type VirtualNodes struct {
 	// VirtualNodes refused are retried through it when pools, catalogs or
 	// claims change: kube-scheduler ignores the requeue events of PostFilter
 	// plugins, and would otherwise wait minutes to retry them.
-	activate func(map[string]*v1.Pod)
+	activate func(map[string]*corev1.Pod)
 
 	// nodes reads the scheduler's node informer: whether a claim's node
 	// is open (see queue.go). Nil in unit tests without an API server.
@@ -77,7 +76,7 @@ type VirtualNodes struct {
 	// the write loop, and guards what follows; whoever changes the book
 	// holds it too (see book).
 	mu      sync.Mutex
-	refused map[types.UID]*v1.Pod
+	refused map[types.UID]*corev1.Pod
 	pools   map[string]*pool
 	ordered []*pool // by weight, highest first, then name
 	// poolInputs are what the pools were last built from (resyncPools);
@@ -113,7 +112,7 @@ func (n *nomination) Clone() fwk.StateData { return n }
 // VirtualNodes has not nominated, nearly every pod that fits a real node,
 // skips Filter: VirtualNodes then costs the scheduler one map lookup per
 // pod, not a lock per node.
-func (p *VirtualNodes) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *VirtualNodes) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	n := p.nominationOf(pod)
 	if n == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -135,7 +134,7 @@ func readState(state fwk.CycleState) (fwk.StateData, error) {
 // nominationOf returns the claim pod is nominated to, or nil. It takes
 // the book's lock only: PreFilter runs for every pod and must not wait for
 // a decision.
-func (p *VirtualNodes) nominationOf(pod *v1.Pod) *nomination {
+func (p *VirtualNodes) nominationOf(pod *corev1.Pod) *nomination {
 	return p.book.nominationOf(pod.UID)
 }
 
@@ -146,7 +145,7 @@ func (p *VirtualNodes) nominationOf(pod *v1.Pod) *nomination {
 // affinity that placement kept (all pods of a zone spread in the zone
 // whose node registered first) and leave its own node empty. Pods
 // VirtualNodes has not nominated pass.
-func (p *VirtualNodes) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+func (p *VirtualNodes) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	var n *nomination
 	if d, err := readState(state); err == nil {
 		n = d.(*nomination)
@@ -233,14 +232,14 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		book:     newBook(v, m.open),
 		metrics:  m,
 		pools:    map[string]*pool{},
-		refused:  map[types.UID]*v1.Pod{},
+		refused:  map[types.UID]*corev1.Pod{},
 		synced:   make(chan struct{}),
 	}, nil
 }
 
 // PostFilter nominates a pod that fits no real node to a virtual node,
 // and counts what it decided and how long the scheduling cycle waited.
-func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	start := time.Now()
 	res, status, r, why := p.postFilter(ctx, pod)
 	if r < numResults { // not a cancelled cycle
@@ -251,7 +250,7 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 
 // postFilter is PostFilter's decision, with its result and, for a refused
 // pod, the reason; the result is numResults when the cycle was cancelled.
-func (p *VirtualNodes) postFilter(ctx context.Context, pod *v1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
+func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
 	logger := klog.FromContext(ctx)
 	// Wait for the rebuild, but never hold the scheduling loop long: a
 	// plugin that cannot read the API (RBAC, a down server) refuses the
@@ -319,7 +318,7 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *v1.Pod) (*fwk.PostFi
 	if d.claim == nil {
 		msg := "no NodePool can launch a node for this pod: " + strings.Join(d.reasons, "; ")
 		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
-		p.event(pod, v1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
+		p.event(pod, corev1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
 		p.refused[pod.UID] = pod
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg), resultRefused, d.refusal
 	}
@@ -355,7 +354,7 @@ func nominatedStatus(c *claim) *fwk.Status {
 	return fwk.NewStatus(fwk.Success, msg+"; its node is launched for the pod, which is bound there once it is ready")
 }
 
-func (p *VirtualNodes) event(pod *v1.Pod, typ, reason, action, note string) {
+func (p *VirtualNodes) event(pod *corev1.Pod, typ, reason, action, note string) {
 	if p.recorder != nil {
 		p.recorder.Eventf(pod, nil, typ, reason, action, "%s", note)
 	}
@@ -384,7 +383,7 @@ func (p *VirtualNodes) heldForBinding(name string) bool {
 	if err != nil || ni.Node() == nil {
 		return false
 	}
-	return slices.ContainsFunc(ni.Node().Spec.Taints, func(t v1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+	return slices.ContainsFunc(ni.Node().Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
 }
 
 // setPools replaces the pools, as their NodePools and catalogs change.
@@ -426,7 +425,7 @@ func (p *VirtualNodes) retryRefused(why string) {
 	if len(p.refused) == 0 || p.activate == nil {
 		return
 	}
-	pods := make(map[string]*v1.Pod, len(p.refused))
+	pods := make(map[string]*corev1.Pod, len(p.refused))
 	for _, pod := range p.refused {
 		pods[pod.Namespace+"/"+pod.Name] = pod
 	}
@@ -436,7 +435,7 @@ func (p *VirtualNodes) retryRefused(why string) {
 }
 
 // daemonSetPods returns the daemonset pods that would run on node.
-func (p *VirtualNodes) daemonSetPods(node *v1.Node) []*v1.Pod {
+func (p *VirtualNodes) daemonSetPods(node *corev1.Node) []*corev1.Pod {
 	if p.daemonSets == nil {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,11 +48,11 @@ func TestDecodeArgs(t *testing.T) {
 	}
 }
 
-func testPod(name, cpu, mem string) *v1.Pod {
-	return &v1.Pod{
+func testPod(name, cpu, mem string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "t"}},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-			v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}}},
 	}
 }
 
@@ -133,7 +133,7 @@ func TestNoInstanceTypeSaysWhy(t *testing.T) {
 func TestNoInstanceTypeOffersTheResource(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	pod := testPod("scratch", "1", "1Gi")
-	pod.Spec.Containers[0].Resources.Requests[v1.ResourceEphemeralStorage] = resource.MustParse("2Gi")
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("2Gi")
 	_, s := h.schedule(context.Background(), pod)
 	if s.IsSuccess() {
 		t.Fatal("a pod asking for ephemeral storage no type has was nominated")
@@ -216,7 +216,7 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 		pl := benchPool(t)
 		// A memory limit far from reached too: the refusal names only
 		// the limit the node would cross.
-		pl.np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("1000Gi")}
+		pl.np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("1000Gi")}
 		return pl
 	}
 	h := newHarness(t, []*pool{limited()})
@@ -247,7 +247,7 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	// capacity counts.
 	launched := closed.DeepCopy()
 	launched.Status.Phase = v1alpha1.NodeClaimLaunched
-	launched.Status.Capacity = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
+	launched.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
 	h.plugin.claimChanged(launched)
 	if used := h.plugin.book.poolUsage(h.plugin.pools["bench"], nil); used.Cpu().Cmp(resource.MustParse("5")) != 0 {
 		t.Errorf("usage with a claim launched at 2 cpu and an open 3-cpu claim: %s cpu, want 5", used.Cpu())
@@ -283,7 +283,7 @@ func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
 	ctx := context.Background()
 	oldClaim, nominated, api := oldLeaderWrote(t, nil)
 	h.plugin.rebuildFrom = func(ctx context.Context) error {
-		return h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
+		return h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*corev1.Pod, error) { return []*corev1.Pod{nominated}, nil })
 	}
 
 	got, s := h.schedule(ctx, nominated)
@@ -297,17 +297,17 @@ func TestTakeoverRebuildsFromTheAPI(t *testing.T) {
 }
 
 // zoneAntiAffinePod refuses to share a zone with another app=t pod.
-func zoneAntiAffinePod(name string) *v1.Pod {
+func zoneAntiAffinePod(name string) *corev1.Pod {
 	p := testPod(name, "1", "1Gi")
-	p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "t"}}, TopologyKey: v1.LabelTopologyZone,
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "t"}}, TopologyKey: corev1.LabelTopologyZone,
 	}}}}
 	return p
 }
 
 // closedClaim nominates pod to a new claim and closes the claim in phase,
 // as the provisioner does when it takes it on.
-func (h *harness) closedClaim(t *testing.T, pod *v1.Pod, phase v1alpha1.NodeClaimPhase) *claim {
+func (h *harness) closedClaim(t *testing.T, pod *corev1.Pod, phase v1alpha1.NodeClaimPhase) *claim {
 	t.Helper()
 	c, s := h.schedule(context.Background(), pod)
 	if !s.IsSuccess() {
@@ -363,9 +363,9 @@ func TestClosedClaimPodsCountUntilSeenBound(t *testing.T) {
 	}
 
 	// The snapshot catches up: p1 on real-1, in the claim's zone.
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{v1.LabelHostname: "real-1", v1.LabelTopologyZone: first.group.zone}},
-		Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
-	h.setReal([]*v1.Pod{bound}, node)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{corev1.LabelHostname: "real-1", corev1.LabelTopologyZone: first.group.zone}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
+	h.setReal([]*corev1.Pod{bound}, node)
 	refused("p1 in the snapshot")
 	if first.info != nil || len(first.pods) != 0 {
 		t.Errorf("the claim's node is still in the view (%d pods) after its pod was seen on its real node", len(first.pods))
@@ -432,12 +432,12 @@ func TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh(t *testing.T) {
 	first := h.closedClaim(t, pod, v1alpha1.NodeClaimRegistered)
 	handed := pod.DeepCopy()
 	handed.Status.NominatedNodeName = "real-1"
-	node := func(cpu string, taints ...v1.Taint) *v1.Node {
-		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{v1.LabelHostname: "real-1", v1.LabelTopologyZone: first.group.zone}},
-			Spec:   v1.NodeSpec{Taints: taints},
-			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
+	node := func(cpu string, taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real-1", Labels: map[string]string{corev1.LabelHostname: "real-1", corev1.LabelTopologyZone: first.group.zone}},
+			Spec:   corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
 	}
-	h.setReal(nil, node("8", v1.Taint{Key: v1alpha1.TaintBinding, Effect: v1.TaintEffectNoSchedule}))
+	h.setReal(nil, node("8", corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}))
 	res, s := h.plugin.PostFilter(ctx, framework.NewCycleState(), handed, nil)
 	if !s.IsSuccess() || res.NominatedNodeName != "real-1" {
 		t.Fatalf("pod handed to the scheduler, node held: nominated to %v (%s); want real-1", res, s.Message())
@@ -472,12 +472,12 @@ func TestPodNominatedLateToAnOpenNodeIsDecidedAfresh(t *testing.T) {
 	h.plugin.claimChanged(registered)
 	nominated := pod.DeepCopy()
 	nominated.Status.NominatedNodeName = first.name
-	node := func(taints ...v1.Taint) *v1.Node {
-		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{v1.LabelHostname: "node-1", v1.LabelTopologyZone: first.group.zone}},
-			Spec:   v1.NodeSpec{Taints: taints},
-			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("16Gi"), v1.ResourcePods: resource.MustParse("110")}}}
+	node := func(taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1", corev1.LabelTopologyZone: first.group.zone}},
+			Spec:   corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
 	}
-	h.setReal(nil, node(v1.Taint{Key: v1alpha1.TaintBinding, Effect: v1.TaintEffectNoSchedule}))
+	h.setReal(nil, node(corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}))
 	c, s := h.schedule(ctx, nominated)
 	if !s.IsSuccess() || c != first {
 		t.Fatalf("pod of a claim whose node is held for binding: nominated to %v (%s); want its claim %s", c, s.Message(), first.name)
@@ -502,7 +502,7 @@ func TestNominatedPodWaitsForItsClaimsNode(t *testing.T) {
 	c := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
 	nodeInfo := func(name string) fwk.NodeInfo {
 		ni := framework.NewNodeInfo()
-		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		return ni
 	}
 	if s := h.plugin.Filter(ctx, nil, pod, nodeInfo("other")); s.IsSuccess() {
@@ -536,14 +536,14 @@ func TestTakeoverKeepsPodsWaitingForTheirClaimsNode(t *testing.T) {
 		nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimRegistered, "claim-node"
 	})
 	h.plugin.mu.Lock()
-	err := h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*v1.Pod, error) { return []*v1.Pod{nominated}, nil })
+	err := h.plugin.rebuild(ctx, api, func(labels.Selector) ([]*corev1.Pod, error) { return []*corev1.Pod{nominated}, nil })
 	h.plugin.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ni := func(name string) fwk.NodeInfo {
 		n := framework.NewNodeInfo()
-		n.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		n.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		return n
 	}
 	if s := h.plugin.Filter(ctx, nil, nominated, ni("other")); s.IsSuccess() {
@@ -557,7 +557,7 @@ func TestTakeoverKeepsPodsWaitingForTheirClaimsNode(t *testing.T) {
 // oldLeaderWrote is what a scheduler that was leader left in the API
 // server: a claim for pod a (edited by edit, as the provisioner moved it
 // on), then the pod's nomination to it.
-func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *v1.Pod, client.Reader) {
+func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *corev1.Pod, client.Reader) {
 	t.Helper()
 	old := newHarness(t, []*pool{benchPool(t)})
 	oldClaim, s := old.schedule(context.Background(), testPod("a", "1", "1Gi"))
@@ -586,7 +586,7 @@ func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *v1.P
 func TestJudgedNodeIsTheClaimsNode(t *testing.T) {
 	pl := benchPool(t)
 	pl.np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "a"}
-	pl.np.Spec.Template.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "a", Effect: v1.TaintEffectNoSchedule}}
+	pl.np.Spec.Template.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "a", Effect: corev1.TaintEffectNoSchedule}}
 	pl, err := newPool(pl.np, &v1alpha1.InstanceTypeCatalog{Spec: v1alpha1.InstanceTypeCatalogSpec{InstanceTypes: benchCatalog()}})
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +594,7 @@ func TestJudgedNodeIsTheClaimsNode(t *testing.T) {
 	h := newHarness(t, []*pool{pl})
 	ctx := context.Background()
 	pod := testPod("a", "3", "1Gi")
-	pod.Spec.Tolerations = []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpExists}}
+	pod.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
 	c, s := h.schedule(ctx, pod)
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
@@ -618,7 +618,7 @@ func TestJudgedNodeIsTheClaimsNode(t *testing.T) {
 	}
 	for _, f := range []struct {
 		what         string
-		want, judged v1.ResourceList
+		want, judged corev1.ResourceList
 	}{{"allocatable", want.Status.Allocatable, judged.Status.Allocatable}, {"capacity", want.Status.Capacity, judged.Status.Capacity}} {
 		if !equality.Semantic.DeepEqual(f.want, f.judged) {
 			t.Errorf("%s: claim's node %v, judged %v", f.what, f.want, f.judged)
@@ -640,8 +640,8 @@ func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
 			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: pool, InstanceTypeCount: int32(len(types)), InstanceTypes: types}}
 	}
 	typ := func(name, arch string) v1alpha1.InstanceType {
-		rl := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("29")}
-		return v1alpha1.InstanceType{Name: name, Labels: map[string]string{v1.LabelArchStable: arch}, Capacity: rl, Allocatable: rl,
+		rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("29")}
+		return v1alpha1.InstanceType{Name: name, Labels: map[string]string{corev1.LabelArchStable: arch}, Capacity: rl, Allocatable: rl,
 			Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityTypeOnDemand, Price: "0.1", Available: true}}}
 	}
 	scheme := runtime.NewScheme()
@@ -669,7 +669,7 @@ func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
 		t.Errorf("instance types of pool default (-want,+got):\n%s", diff)
 	}
 	pod := testPod("arm", "1", "1Gi")
-	pod.Spec.NodeSelector = map[string]string{v1.LabelArchStable: "arm64"}
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: "arm64"}
 	c, s := h.schedule(context.Background(), pod)
 	if !s.IsSuccess() {
 		t.Fatalf("an arm64 pod, which only the c7g object's type holds: %s", s.Message())
@@ -749,13 +749,13 @@ func TestClaimsDoNotGrowOntoTypesTheirPodsCannotFill(t *testing.T) {
 		if cpu <= 4 {
 			pods = 29 * cpu / 2
 		}
-		alloc := v1.ResourceList{
-			v1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
-			v1.ResourceMemory: *resource.NewQuantity(int64(2*cpu)<<30, resource.BinarySI),
-			v1.ResourcePods:   *resource.NewQuantity(int64(pods), resource.DecimalSI),
+		alloc := corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(int64(2*cpu)<<30, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(int64(pods), resource.DecimalSI),
 		}
 		types = append(types, v1alpha1.InstanceType{
-			Name: fmt.Sprintf("c.%dcpu", cpu), Labels: map[string]string{v1.LabelArchStable: "amd64"}, Capacity: alloc, Allocatable: alloc,
+			Name: fmt.Sprintf("c.%dcpu", cpu), Labels: map[string]string{corev1.LabelArchStable: "amd64"}, Capacity: alloc, Allocatable: alloc,
 			Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: "on-demand", Price: fmt.Sprintf("%.4f", perCPU*float64(cpu)), Available: true}},
 		})
 	}
@@ -828,7 +828,7 @@ func TestRepackedPodsCountWhereTheyMoved(t *testing.T) {
 			}
 			stale := p1.DeepCopy()
 			stale.Status.NominatedNodeName = a.name
-			for _, pod := range []*v1.Pod{stale, moved} {
+			for _, pod := range []*corev1.Pod{stale, moved} {
 				c, s := h.schedule(ctx, pod)
 				if !s.IsSuccess() || c != b {
 					t.Errorf("p1 retried naming %s: nominated to %v (%v), want B %s", pod.Status.NominatedNodeName, c, s.Message(), b.name)

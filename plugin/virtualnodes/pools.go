@@ -2,11 +2,10 @@ package virtualnodes
 
 import (
 	"cmp"
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"slices"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -47,11 +46,11 @@ type pool struct {
 	groups []*group // cheapest first
 	// maxAllocatable is, per resource, the most any instance type offers:
 	// what the Event quotes when a pod asks for more.
-	maxAllocatable map[v1.ResourceName]resource.Quantity
-	maxType        map[v1.ResourceName]string
+	maxAllocatable map[corev1.ResourceName]resource.Quantity
+	maxType        map[corev1.ResourceName]string
 	// capacity of each instance type in the catalog, for counting claims
 	// the provisioner has closed but not launched yet.
-	capacity map[string]v1.ResourceList
+	capacity map[string]corev1.ResourceList
 	// minValues: a requirement of the pool sets minValues, which every
 	// claim's options must keep (nodeshape.MinValuesUnmet).
 	minValues bool
@@ -86,7 +85,7 @@ func (g *group) cheapest(opts []*option, max int) []*option {
 
 // newPool groups a catalog's available offerings.
 func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, error) {
-	p := &pool{np: np, template: nodeshape.ForPool(np), maxAllocatable: map[v1.ResourceName]resource.Quantity{}, maxType: map[v1.ResourceName]string{}, capacity: map[string]v1.ResourceList{},
+	p := &pool{np: np, template: nodeshape.ForPool(np), maxAllocatable: map[corev1.ResourceName]resource.Quantity{}, maxType: map[corev1.ResourceName]string{}, capacity: map[string]corev1.ResourceList{},
 		minValues: nodeshape.HasMinValues(np.Spec.Template.Spec.Requirements)}
 	if np.Spec.Weight != nil {
 		p.weight = *np.Spec.Weight
@@ -127,8 +126,8 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 			return cmp.Or(cmp.Compare(a.alloc.MilliCPU, b.alloc.MilliCPU), cmp.Compare(a.alloc.Memory, b.alloc.Memory), cmp.Compare(a.alloc.AllowedPodNumber, b.alloc.AllowedPodNumber))
 		})
 		ph := g.node(p.template, "placeholder-"+p.np.Name+"-"+g.zone+"-"+g.capacityType+"-"+g.arch, nil)
-		delete(ph.Labels, v1.LabelInstanceTypeStable)
-		ph.Status.Allocatable = v1.ResourceList{}
+		delete(ph.Labels, corev1.LabelInstanceTypeStable)
+		ph.Status.Allocatable = corev1.ResourceList{}
 		g.placeholder = framework.NewNodeInfo()
 		g.placeholder.SetNode(ph)
 	}
@@ -142,7 +141,7 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 // register as, with instance type o (or the group's largest when nil) and
 // the given name as hostname: nodeshape's node, the one the provisioner
 // launches.
-func (g *group) node(t nodeshape.Template, name string, o *option) *v1.Node {
+func (g *group) node(t nodeshape.Template, name string, o *option) *corev1.Node {
 	if o == nil {
 		o = g.largest
 	}

@@ -2,11 +2,10 @@ package virtualnodes
 
 import (
 	"context"
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"slices"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -44,7 +43,7 @@ var (
 
 // PreEnqueue keeps a pod nominated to a claim out of the active queue
 // until the claim's node is open.
-func (p *VirtualNodes) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
+func (p *VirtualNodes) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	n := p.nominationOf(pod)
 	if n == nil || p.nodeOpen(n.node) || p.nodeOpen(pod.Status.NominatedNodeName) {
 		return nil
@@ -66,8 +65,8 @@ func (p *VirtualNodes) EventsToRegister(context.Context) ([]fwk.ClusterEventWith
 // claimNodeOpened says Queue when node is open and is the node of the
 // claim pod is nominated to, or when the pod is nominated to no claim any
 // more.
-func (p *VirtualNodes) claimNodeOpened(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
-	node, ok := newObj.(*v1.Node)
+func (p *VirtualNodes) claimNodeOpened(_ klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	node, ok := newObj.(*corev1.Node)
 	if !ok {
 		return fwk.Queue, nil
 	}
@@ -91,6 +90,6 @@ func (p *VirtualNodes) nodeOpen(name string) bool {
 	return err == nil && !bindingTainted(node)
 }
 
-func bindingTainted(node *v1.Node) bool {
-	return slices.ContainsFunc(node.Spec.Taints, func(t v1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
+func bindingTainted(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
 }

@@ -3,17 +3,16 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -34,7 +33,7 @@ func TestPodsRefusedWhileACatalogIsWrittenAreRetriedOnceItIsWhole(t *testing.T) 
 		t.Fatal("a pod was nominated with no pool")
 	}
 	var retries []int
-	h.plugin.activate = func(pods map[string]*v1.Pod) { retries = append(retries, len(pods)) }
+	h.plugin.activate = func(pods map[string]*corev1.Pod) { retries = append(retries, len(pods)) }
 
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "parts"}}
 	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(np).WithObjects(np).Build()
@@ -97,7 +96,7 @@ func TestPodsRefusedWhileACatalogIsWrittenAreRetriedOnceItIsWhole(t *testing.T) 
 func TestNominatedPodWaitsOutOfTheQueueForItsClaimsNode(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	cs := fake.NewClientset()
+	cs := kubefake.NewClientset()
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	nodes := inf.Core().V1().Nodes()
 	h.plugin.nodes = nodes.Lister()
@@ -114,9 +113,9 @@ func TestNominatedPodWaitsOutOfTheQueueForItsClaimsNode(t *testing.T) {
 		t.Fatalf("PreEnqueue of a pod nominated to open claim %s: %v, want it gated", c.name, s)
 	}
 
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-1"}, Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: v1alpha1.TaintBinding, Effect: v1.TaintEffectNoSchedule}}}}
-	other := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-2"}}
-	for _, n := range []*v1.Node{node, other} {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-1"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}}}}
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-2"}}
+	for _, n := range []*corev1.Node{node, other} {
 		if err := nodes.Informer().GetStore().Add(n); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +126,7 @@ func TestNominatedPodWaitsOutOfTheQueueForItsClaimsNode(t *testing.T) {
 	h.plugin.mu.Unlock()
 	logger := klog.Background()
 	for _, tc := range []struct {
-		node *v1.Node
+		node *corev1.Node
 		want fwk.QueueingHint
 	}{{node, fwk.QueueSkip}, {other, fwk.QueueSkip}} {
 		if got, err := h.plugin.claimNodeOpened(logger, pod, nil, tc.node); err != nil || got != tc.want {

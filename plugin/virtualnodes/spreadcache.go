@@ -3,11 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
-	"maps"
-	"math"
-	"reflect"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -16,6 +12,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"maps"
+	"math"
+	"reflect"
 )
 
 // spreadStateKey is where PodTopologySpread keeps its PreFilter state in
@@ -67,7 +66,7 @@ type spreadEntry struct {
 
 // checkSpreadHit, when set (by tests), is given each saved state a
 // decision used and the state the plugin computes afresh for the same pod.
-var checkSpreadHit func(pod *v1.Pod, saved, fresh fwk.StateData)
+var checkSpreadHit func(pod *corev1.Pod, saved, fresh fwk.StateData)
 
 // spreadClass is what PodTopologySpread's PreFilter state depends on in the
 // pod itself: its namespace and labels (the selectors and matchLabelKeys),
@@ -75,11 +74,11 @@ var checkSpreadHit func(pod *v1.Pod, saved, fresh fwk.StateData)
 // constraint counts). A pod without constraints of its own gets the
 // scheduler's default constraints, built from the Services and workloads
 // that select it: not saved (false).
-func spreadClass(pod *v1.Pod) (string, bool) {
+func spreadClass(pod *corev1.Pod) (string, bool) {
 	if len(pod.Spec.TopologySpreadConstraints) == 0 {
 		return "", false
 	}
-	var na *v1.NodeAffinity
+	var na *corev1.NodeAffinity
 	if pod.Spec.Affinity != nil {
 		na = pod.Spec.Affinity.NodeAffinity
 	}
@@ -112,7 +111,7 @@ func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkrunti
 
 // PreFilter computes the state, or brings the one saved for the pod's
 // class up to date with the nominations since.
-func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	v := c.view
 	class, ok := spreadClass(pod)
 	if !ok {
@@ -152,7 +151,7 @@ func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 // it counted through the plugin's AddPod, the nodes that joined since
 // through its PreFilter over each alone; then works out the smallest
 // counts again. False when the plugin refused one: e is then unusable.
-func (c *cachedSpread) catchUp(ctx context.Context, pod *v1.Pod, e *spreadEntry) bool {
+func (c *cachedSpread) catchUp(ctx context.Context, pod *corev1.Pod, e *spreadEntry) bool {
 	added := c.view.additions[e.n:]
 	if len(added) == 0 {
 		return true

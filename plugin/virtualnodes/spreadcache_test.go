@@ -3,11 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"sync/atomic"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +11,9 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+	"reflect"
+	"sync/atomic"
+	"testing"
 )
 
 // spreadHits counts the saved PodTopologySpread states decisions used, in
@@ -104,16 +103,18 @@ func TestSpreadClassIsWhatTheStateDependsOn(t *testing.T) {
 	if !ok {
 		t.Fatal("the zone-spread pod has no class")
 	}
-	for name, change := range map[string]func(*v1.Pod){
-		"namespace":    func(p *v1.Pod) { p.Namespace = "elsewhere" },
-		"labels":       func(p *v1.Pod) { p.Labels = map[string]string{"other": "x"} },
-		"constraints":  func(p *v1.Pod) { p.Spec.TopologySpreadConstraints[0].MaxSkew = 7 },
-		"nodeSelector": func(p *v1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "ssd"} },
-		"nodeAffinity": func(p *v1.Pod) {
-			p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
-				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "disk", Operator: v1.NodeSelectorOpExists}}}}}}}
+	for name, change := range map[string]func(*corev1.Pod){
+		"namespace":    func(p *corev1.Pod) { p.Namespace = "elsewhere" },
+		"labels":       func(p *corev1.Pod) { p.Labels = map[string]string{"other": "x"} },
+		"constraints":  func(p *corev1.Pod) { p.Spec.TopologySpreadConstraints[0].MaxSkew = 7 },
+		"nodeSelector": func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "ssd"} },
+		"nodeAffinity": func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpExists}}}}}}}
 		},
-		"tolerations": func(p *v1.Pod) { p.Spec.Tolerations = []v1.Toleration{{Key: "gpu", Operator: v1.TolerationOpExists}} },
+		"tolerations": func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}
+		},
 	} {
 		p := base.DeepCopy()
 		change(p)
@@ -163,27 +164,27 @@ func TestSpreadEmptySelectorIsNotSaved(t *testing.T) {
 func TestSpreadCacheKeepsEveryConstraintExact(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	h := newHarness(t, []*pool{benchPool(t)})
-	honor, ignore := v1.NodeInclusionPolicyHonor, v1.NodeInclusionPolicyIgnore
-	shapes := map[string]func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint{
-		"minDomains": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, MinDomains: ptr.To[int32](3)}}
+	honor, ignore := corev1.NodeInclusionPolicyHonor, corev1.NodeInclusionPolicyIgnore
+	shapes := map[string]func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint{
+		"minDomains": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel, MinDomains: ptr.To[int32](3)}}
 		},
-		"affinityHonored": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{{MaxSkew: 2, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, NodeAffinityPolicy: &honor}}
+		"affinityHonored": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{{MaxSkew: 2, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel, NodeAffinityPolicy: &honor}}
 		},
-		"affinityIgnored": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, NodeAffinityPolicy: &ignore}}
+		"affinityIgnored": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel, NodeAffinityPolicy: &ignore}}
 		},
-		"taintsHonored": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, NodeTaintsPolicy: &honor}}
+		"taintsHonored": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel, NodeTaintsPolicy: &honor}}
 		},
-		"matchLabelKeys": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel, MatchLabelKeys: []string{"revision"}}}
+		"matchLabelKeys": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel, MatchLabelKeys: []string{"revision"}}}
 		},
-		"twoConstraints": func(sel *metav1.LabelSelector) []v1.TopologySpreadConstraint {
-			return []v1.TopologySpreadConstraint{
-				{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel},
-				{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel},
+		"twoConstraints": func(sel *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+			return []corev1.TopologySpreadConstraint{
+				{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel},
+				{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel},
 			}
 		},
 	}
@@ -197,7 +198,7 @@ func TestSpreadCacheKeepsEveryConstraintExact(t *testing.T) {
 			pod.Name, pod.UID, pod.Labels = fmt.Sprintf("%s-%d", name, round), types.UID(fmt.Sprintf("%s-%d", name, round)), labels
 			pod.Spec.TopologySpreadConstraints = constraints(&metav1.LabelSelector{MatchLabels: map[string]string{"shape": name}})
 			if name == "affinityHonored" || name == "affinityIgnored" {
-				pod.Spec.NodeSelector = map[string]string{v1.LabelTopologyZone: "zone-a"}
+				pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: "zone-a"}
 			}
 			before := spreadHits.Load()
 			if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
@@ -208,7 +209,7 @@ func TestSpreadCacheKeepsEveryConstraintExact(t *testing.T) {
 			// the view between two spread decisions.
 			big := plain.DeepCopy()
 			big.Name, big.UID = fmt.Sprintf("big-%d", i), types.UID(fmt.Sprintf("big-%d", i))
-			big.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("300"), v1.ResourceMemory: resource.MustParse("1Gi")}
+			big.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("300"), corev1.ResourceMemory: resource.MustParse("1Gi")}
 			if _, s := h.schedule(ctx, big); !s.IsSuccess() {
 				t.Fatalf("pod %s: %v", big.Name, s.Message())
 			}

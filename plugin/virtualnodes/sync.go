@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
@@ -39,7 +38,7 @@ import (
 // them out.
 func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	logger := klog.FromContext(ctx).WithName(Name)
-	p.activate = func(pods map[string]*v1.Pod) { h.Activate(logger, pods) }
+	p.activate = func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -99,7 +98,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	pods := h.SharedInformerFactory().Core().V1().Pods()
 	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
-			pod := obj.(*v1.Pod)
+			pod := obj.(*corev1.Pod)
 			switch {
 			case pod.Spec.NodeName != "":
 				p.podGone(pod, false)
@@ -117,7 +116,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if pod, ok := obj.(*v1.Pod); ok {
+			if pod, ok := obj.(*corev1.Pod); ok {
 				p.podGone(pod, true)
 			}
 		},
@@ -126,7 +125,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	}
 	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
 	dsLister := h.SharedInformerFactory().Apps().V1().DaemonSets().Lister()
-	p.daemonSets = func(node *v1.Node) []*v1.Pod {
+	p.daemonSets = func(node *corev1.Node) []*corev1.Pod {
 		dss, err := dsLister.List(labels.Everything())
 		if err != nil {
 			// An informer's lister reads its local store and does not
@@ -253,7 +252,7 @@ func poolInputsOf(pools []*pool, cats map[string]*v1alpha1.InstanceTypeCatalog) 
 // first decision, which is after it became the leader: a standby that
 // takes over rebuilds from what the old leader wrote, not from what it saw
 // when it started. Callers hold p.mu.
-func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods func(labels.Selector) ([]*v1.Pod, error)) error {
+func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods func(labels.Selector) ([]*corev1.Pod, error)) error {
 	logger := klog.FromContext(ctx)
 	var ncs v1alpha1.NodeClaimList
 	if err := c.List(ctx, &ncs); err != nil {
@@ -264,7 +263,7 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 		return fmt.Errorf("listing pods to rebuild: %w", err)
 	}
 	p.book.reset()
-	byClaim := map[string][]*v1.Pod{}
+	byClaim := map[string][]*corev1.Pod{}
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 			byClaim[pod.Status.NominatedNodeName] = append(byClaim[pod.Status.NominatedNodeName], pod)
@@ -309,7 +308,7 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 
 // restore builds one claim from its NodeClaim, open, with its pods, for
 // the book to restore; nil when its group no longer exists.
-func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
+func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*corev1.Pod) *claim {
 	pl := p.pools[nc.Spec.NodePool]
 	if pl == nil {
 		return nil
@@ -328,7 +327,7 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*v1.Pod) *claim {
 		if len(opts) == 0 {
 			continue
 		}
-		cl := &claim{name: nc.Name, group: g, template: template, info: framework.NewNodeInfo(), pods: map[types.UID]*v1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
+		cl := &claim{name: nc.Name, group: g, template: template, info: framework.NewNodeInfo(), pods: map[types.UID]*corev1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
 		cl.setOptions(opts)
 		cl.dsPods = p.daemonSetPods(cl.info.Node())
 		for _, d := range cl.dsPods {
@@ -359,7 +358,7 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	// do not keep each other's order): the queueing hint could not tie
 	// the node to the claim, so its gated pods are sent back here.
 	if len(pods) > 0 && p.nodeOpen(nc.Status.NodeName) && p.activate != nil {
-		batch := make(map[string]*v1.Pod, len(pods))
+		batch := make(map[string]*corev1.Pod, len(pods))
 		for _, pod := range pods {
 			batch[pod.Namespace+"/"+pod.Name] = pod
 		}
@@ -410,7 +409,7 @@ func (p *VirtualNodes) forget(c *claim, why string) {
 // nominationCleared forgets the claim of a pod whose nomination the
 // provisioner cleared. Claims still open are left alone: the scheduler
 // writes a new nomination only after PostFilter returns.
-func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
+func (p *VirtualNodes) nominationCleared(pod *corev1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.book.nominatedTo(pod.UID); c != nil && !c.open {
@@ -422,7 +421,7 @@ func (p *VirtualNodes) nominationCleared(pod *v1.Pod) {
 
 // nominationMoved follows a pod the provisioner moved from one closed
 // claim to another.
-func (p *VirtualNodes) nominationMoved(pod *v1.Pod) {
+func (p *VirtualNodes) nominationMoved(pod *corev1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.book.follow(pod, pod.Status.NominatedNodeName)
@@ -430,7 +429,7 @@ func (p *VirtualNodes) nominationMoved(pod *v1.Pod) {
 
 // podGone takes a pod that was bound or deleted off its claim (see
 // book.podGone); it is no longer refused.
-func (p *VirtualNodes) podGone(pod *v1.Pod, deleted bool) {
+func (p *VirtualNodes) podGone(pod *corev1.Pod, deleted bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.book.podGone(pod, deleted) {

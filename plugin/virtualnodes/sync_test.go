@@ -3,19 +3,18 @@ package virtualnodes
 import (
 	"context"
 	"errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/workqueue"
 	"maps"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -155,7 +154,7 @@ func TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem(t *testing.T) 
 		t.Fatal(err)
 	}
 	var retried []string
-	h.plugin.activate = func(pods map[string]*v1.Pod) {
+	h.plugin.activate = func(pods map[string]*corev1.Pod) {
 		for _, p := range pods {
 			retried = append(retried, p.Name)
 		}
@@ -221,7 +220,7 @@ func TestNameTakenByAClaimOfAnotherClassIsForgotten(t *testing.T) {
 	if h.plugin.book.claim(c.name) != nil {
 		t.Errorf("claim %s, whose name another claim holds, is still in the plugin's book", c.name)
 	}
-	if !slices.ContainsFunc(slices.Collect(maps.Values(h.plugin.refused)), func(p *v1.Pod) bool { return p.Name == "a" }) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(h.plugin.refused)), func(p *corev1.Pod) bool { return p.Name == "a" }) {
 		t.Error("pod a is not queued to be decided again")
 	}
 	var kept v1alpha1.NodeClaim

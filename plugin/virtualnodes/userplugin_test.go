@@ -3,13 +3,12 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"reflect"
+	"testing"
 
 	"github.com/nodeforge/nodeforge/plugin/registry"
 )
@@ -22,8 +21,8 @@ const refuseZoneAName = "RefuseZoneA"
 
 func (refuseZoneA) Name() string { return refuseZoneAName }
 
-func (refuseZoneA) Filter(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	if ni.Node().Labels[v1.LabelTopologyZone] == "zone-a" {
+func (refuseZoneA) Filter(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if ni.Node().Labels[corev1.LabelTopologyZone] == "zone-a" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "zone-a is refused")
 	}
 	return nil

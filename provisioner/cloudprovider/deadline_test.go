@@ -8,20 +8,20 @@ import (
 	"time"
 
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
 
 // TestDeadlineEndsACallTheCloudDoesNotAnswer: a Create that would take an
 // hour returns a deadline error naming the call; a quick one is untouched.
 func TestDeadlineEndsACallTheCloudDoesNotAnswer(t *testing.T) {
-	slow := fake.New()
+	slow := cloudfake.New()
 	slow.CreateDelay = time.Hour
 	bounded := cloudprovider.WithDeadline(slow, 10*time.Millisecond)
 	_, err := bounded.Create(context.Background(), cloudprovider.Launch{ClaimUID: "a"})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "cloud provider Create did not answer within 10ms") {
 		t.Errorf("slow Create: %v, want a deadline error naming Create", err)
 	}
-	if _, err := cloudprovider.WithDeadline(fake.New(), time.Minute).List(context.Background()); err != nil {
+	if _, err := cloudprovider.WithDeadline(cloudfake.New(), time.Minute).List(context.Background()); err != nil {
 		t.Errorf("quick List: %v", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
 
 // FuzzReserveNeverPassesTheLimit reserves launches, each with up to three
@@ -62,7 +62,7 @@ func FuzzReserveNeverPassesTheLimit(f *testing.F) {
 			objs = append(objs, claim(fmt.Sprintf("c%d", i)))
 		}
 		ctx := context.Background()
-		l := NewLedger(newKube(t, objs...), fake.New())
+		l := NewLedger(newKube(t, objs...), cloudfake.New())
 		for i, offers := range launches {
 			before, err := l.Usage(ctx, "capped")
 			if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
 
 func offer(cpu int) cloudprovider.Offer {
@@ -57,7 +57,7 @@ func TestReserveCountsInFlightLaunchesAtTheirLargestOffer(t *testing.T) {
 	ctx := context.Background()
 	a, b := claim("a"), claim("b")
 	kube := newKube(t, a, b)
-	l := NewLedger(kube, fake.New())
+	l := NewLedger(kube, cloudfake.New())
 	pool := cappedPool("6")
 
 	got, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(2), offer(4), offer(8)})
@@ -93,7 +93,7 @@ func TestReserveCountsInFlightLaunchesAtTheirLargestOffer(t *testing.T) {
 func TestReserveRefusesPastTheLimit(t *testing.T) {
 	ctx := context.Background()
 	a, b := claim("a"), claim("b")
-	l := NewLedger(newKube(t, a, b), fake.New())
+	l := NewLedger(newKube(t, a, b), cloudfake.New())
 	pool := cappedPool("4")
 	if _, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(4)}); err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 	ctx := context.Background()
 	a := claim("a")
 	kube := newKube(t, a)
-	l := NewLedger(kube, fake.New())
+	l := NewLedger(kube, cloudfake.New())
 	if _, err := l.Reserve(ctx, cappedPool("10"), a, []cloudprovider.Offer{offer(2), offer(4)}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 func TestRestartCountsInstancesTheStatusDoesNotName(t *testing.T) {
 	ctx := context.Background()
 	a, b := claim("a"), claim("b")
-	cloud := fake.New()
+	cloud := cloudfake.New()
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///z/a", NodeClaim: "a", NodePool: "capped", Capacity: offer(4).InstanceType.Capacity})
 	l := NewLedger(newKube(t, a, b), cloud)
 	_, err := l.Reserve(ctx, cappedPool("4"), b, []cloudprovider.Offer{offer(2)})
@@ -186,7 +186,7 @@ func TestConcurrentReservationsStayUnderTheLimit(t *testing.T) {
 		claims = append(claims, c)
 		objs = append(objs, c)
 	}
-	l := NewLedger(newKube(t, objs...), fake.New())
+	l := NewLedger(newKube(t, objs...), cloudfake.New())
 	pool := cappedPool("10")
 	var wg sync.WaitGroup
 	for _, c := range claims {
@@ -217,7 +217,7 @@ func TestClaimsNotYetLaunchedCountTheirRequests(t *testing.T) {
 	launched := claim("launched")
 	launched.Status.ProviderID = "fake:///z/launched"
 	launched.Status.Capacity = offer(4).InstanceType.Capacity
-	l := NewLedger(newKube(t, waiting, launched), fake.New())
+	l := NewLedger(newKube(t, waiting, launched), cloudfake.New())
 	used, err := l.Usage(ctx, "capped")
 	if err != nil {
 		t.Fatal(err)

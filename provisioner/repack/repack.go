@@ -33,14 +33,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
-	"math"
-	"slices"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"maps"
+	"math"
+	"slices"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -52,10 +51,10 @@ type Option struct {
 	Price float64
 	// Node is the node it registers as, with the given name as its name
 	// and hostname: labels, taints and allocatable.
-	Node func(name string) *v1.Node
+	Node func(name string) *corev1.Node
 
 	alloc *framework.Resource
-	probe *v1.Node // Node("repack-probe"), for label matching
+	probe *corev1.Node // Node("repack-probe"), for label matching
 }
 
 // Bin is one node to launch: a claim of the batch, or one the repack
@@ -63,7 +62,7 @@ type Option struct {
 // cheapest first.
 type Bin struct {
 	Name    string
-	Pods    []*v1.Pod
+	Pods    []*corev1.Pod
 	Options []*Option
 }
 
@@ -81,10 +80,10 @@ type Problem struct {
 	// Nodes and Pods are the rest of the cluster: real nodes and the
 	// nodes of claims outside the batch, with the pods bound or
 	// nominated to them (Spec.NodeName set to the node).
-	Nodes []*v1.Node
-	Pods  []*v1.Pod
+	Nodes []*corev1.Node
+	Pods  []*corev1.Pod
 	// DaemonSetPods are the daemonset pods that would run on a node.
-	DaemonSetPods func(*v1.Node) []*v1.Pod
+	DaemonSetPods func(*corev1.Node) []*corev1.Pod
 	// Catalog is every option a node of the batch can launch as; Repack
 	// reads each option's node once and keeps what it read on the option.
 	Catalog []*Option
@@ -128,8 +127,8 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 	if len(p.Batch) == 0 {
 		return keep, nil
 	}
-	var pods []*v1.Pod
-	from := map[*v1.Pod]string{}
+	var pods []*corev1.Pod
+	from := map[*corev1.Pod]string{}
 	for _, b := range p.Batch {
 		for _, pod := range b.Pods {
 			pods = append(pods, pod)
@@ -142,7 +141,7 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 		keep.Why = "no instance type to launch"
 		return keep, nil
 	}
-	s := &solver{Problem: &p, catalog: catalog, requests: map[*v1.Pod]*framework.Resource{}}
+	s := &solver{Problem: &p, catalog: catalog, requests: map[*corev1.Pod]*framework.Resource{}}
 	for _, pod := range pods {
 		s.requests[pod] = framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 	}
@@ -213,9 +212,9 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 type solver struct {
 	*Problem
 	catalog  []*Option // cheapest first
-	requests map[*v1.Pod]*framework.Resource
-	masks    map[*v1.Pod][]bool  // see mask
-	fresh    map[*Option]*packed // see freshUsage
+	requests map[*corev1.Pod]*framework.Resource
+	masks    map[*corev1.Pod][]bool // see mask
+	fresh    map[*Option]*packed    // see freshUsage
 }
 
 // packing is one way to put the batch's pods on nodes, with the view the
@@ -241,7 +240,7 @@ func (pk *packing) price() float64 {
 // packed is a node a packing fills.
 type packed struct {
 	name  string
-	pods  []*v1.Pod
+	pods  []*corev1.Pod
 	used  *framework.Resource // pods and daemonset pods
 	count int
 	// allowed are the catalog's options every pod of the node may run on
@@ -286,10 +285,10 @@ func (s *solver) asIs(ctx context.Context) (*packing, error) {
 // afresh packs the pods anew: those whose place other pods constrain
 // first (they decide how many nodes there must be), then the others, each
 // in bind order, onto the node it makes dearer by least.
-func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
+func (s *solver) afresh(ctx context.Context, pods []*corev1.Pod) (*packing, error) {
 	pk := &packing{how: "afresh", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
 	order := slices.Clone(pods)
-	slices.SortStableFunc(order, func(a, b *v1.Pod) int { return compareBool(constrained(b), constrained(a)) })
+	slices.SortStableFunc(order, func(a, b *corev1.Pod) int { return compareBool(constrained(b), constrained(a)) })
 	for _, pod := range order {
 		req := s.requests[pod]
 		allowed := s.allowedFor(nil, pod)
@@ -336,7 +335,7 @@ func (s *solver) afresh(ctx context.Context, pods []*v1.Pod) (*packing, error) {
 // simulator refuses a pod a node of it. Where every node holds as many
 // pods as its type allows, or a larger type costs less per resource, this
 // beats growing nodes one pod at a time.
-func (s *solver) oneType(ctx context.Context, pods []*v1.Pod) (*packing, error) {
+func (s *solver) oneType(ctx context.Context, pods []*corev1.Pod) (*packing, error) {
 	allowed := s.allowedFor(nil, pods...)
 	if len(allowed) == 0 {
 		return &packing{how: "one type", why: "no instance type every pod may run on"}, nil
@@ -412,7 +411,7 @@ func (s *solver) oneType(ctx context.Context, pods []*v1.Pod) (*packing, error) 
 // fill places pods in order, first fit, onto nodes of option i, a new one
 // when none with room takes the pod; then shrinks each node to the
 // cheapest allowed type that holds it.
-func (s *solver) fill(ctx context.Context, pods []*v1.Pod, allowed []int, i int) (*packing, error) {
+func (s *solver) fill(ctx context.Context, pods []*corev1.Pod, allowed []int, i int) (*packing, error) {
 	pk := &packing{how: "one type", view: simulator.NewCluster(s.Nodes, s.Pods).Without()}
 	for _, pod := range pods {
 		req := s.requests[pod]
@@ -458,7 +457,7 @@ func (s *solver) fill(ctx context.Context, pods []*v1.Pod, allowed []int, i int)
 // first, and among equal rises the node whose cpu and memory it leaves
 // filled most evenly. except is left out. It returns the node, nil when
 // none takes it.
-func (s *solver) placeCheapest(ctx context.Context, pk *packing, pod *v1.Pod, except *packed, limit float64) (*packed, error) {
+func (s *solver) placeCheapest(ctx context.Context, pk *packing, pod *corev1.Pod, except *packed, limit float64) (*packed, error) {
 	req := s.requests[pod]
 	type cand struct {
 		b         *packed
@@ -538,11 +537,11 @@ func (s *solver) tighten(ctx context.Context, pk *packing) error {
 				continue
 			}
 			smallest := slices.Clone(b.pods)
-			slices.SortStableFunc(smallest, func(x, y *v1.Pod) int {
+			slices.SortStableFunc(smallest, func(x, y *corev1.Pod) int {
 				return cmp.Or(cmp.Compare(size(s.requests[x]), size(s.requests[y])), simulator.BindOrder(x, y))
 			})
 			rest := b.used.Clone()
-			var out []*v1.Pod
+			var out []*corev1.Pod
 			for _, pod := range smallest {
 				if nodeshape.Fits(s.catalog[target].alloc, rest, b.count-len(out)) {
 					break
@@ -580,10 +579,10 @@ func (s *solver) cheaperTarget(b *packed) int {
 // shed moves pods off b onto other nodes without making any of them
 // dearer, and resizes b: whether all moved and b now costs less. When
 // some cannot move, every pod moved is put back.
-func (s *solver) shed(ctx context.Context, pk *packing, b *packed, pods []*v1.Pod) (bool, error) {
+func (s *solver) shed(ctx context.Context, pk *packing, b *packed, pods []*corev1.Pod) (bool, error) {
 	pods = slices.Clone(pods)
 	type move struct {
-		pod *v1.Pod
+		pod *corev1.Pod
 		to  *packed
 	}
 	var moves []move
@@ -637,7 +636,7 @@ func (s *solver) shed(ctx context.Context, pk *packing, b *packed, pods []*v1.Po
 // simulator refuses the packing, "" when it accepts every placement.
 func (s *solver) verify(ctx context.Context, pk *packing) (string, error) {
 	view := simulator.NewCluster(s.Nodes, s.Pods).Without()
-	of := map[*v1.Pod]*packed{}
+	of := map[*corev1.Pod]*packed{}
 	for _, b := range pk.bins {
 		for _, pod := range b.pods {
 			of[pod] = b
@@ -725,14 +724,14 @@ func (s *solver) resize(b *packed) bool {
 	return true
 }
 
-func (b *packed) add(pod *v1.Pod, req *framework.Resource) {
+func (b *packed) add(pod *corev1.Pod, req *framework.Resource) {
 	b.pods = append(b.pods, pod)
 	addTo(b.used, req)
 	b.count++
 }
 
-func (b *packed) remove(pod *v1.Pod, req *framework.Resource) {
-	b.pods = slices.DeleteFunc(b.pods, func(p *v1.Pod) bool { return p == pod })
+func (b *packed) remove(pod *corev1.Pod, req *framework.Resource) {
+	b.pods = slices.DeleteFunc(b.pods, func(p *corev1.Pod) bool { return p == pod })
 	sub(b.used, req)
 	b.count--
 }
@@ -788,7 +787,7 @@ func holding(catalog []*Option, allowed []int, used *framework.Resource, count, 
 // allowedFor narrows allowed (every option of the catalog when nil) to
 // the options all of pods may run on by their required node affinity and
 // node selector.
-func (s *solver) allowedFor(allowed []int, pods ...*v1.Pod) []int {
+func (s *solver) allowedFor(allowed []int, pods ...*corev1.Pod) []int {
 	if allowed == nil {
 		allowed = make([]int, len(s.catalog))
 		for i := range allowed {
@@ -812,7 +811,7 @@ func (s *solver) allowedFor(allowed []int, pods ...*v1.Pod) []int {
 // mask says, per option of the catalog, whether pod may run on it; nil
 // when the pod may run on any (no node selector, no required node
 // affinity). Computed once a pod.
-func (s *solver) mask(pod *v1.Pod) []bool {
+func (s *solver) mask(pod *corev1.Pod) []bool {
 	if m, ok := s.masks[pod]; ok {
 		return m
 	}
@@ -826,7 +825,7 @@ func (s *solver) mask(pod *v1.Pod) []bool {
 		}
 	}
 	if s.masks == nil {
-		s.masks = map[*v1.Pod][]bool{}
+		s.masks = map[*corev1.Pod][]bool{}
 	}
 	s.masks[pod] = m
 	return m
@@ -859,7 +858,7 @@ func prepare(catalog []*Option) []*Option {
 // the batch claims still free in batch order, and only then a new name:
 // every claim the batch already has is reused before one is made. Nodes
 // left with no pod get no name (the caller skips them).
-func stableNames(bins []*packed, from map[*v1.Pod]string, batch []string, newName func() string) []string {
+func stableNames(bins []*packed, from map[*corev1.Pod]string, batch []string, newName func() string) []string {
 	type pair struct {
 		bin   int
 		claim string
@@ -912,7 +911,7 @@ func stableNames(bins []*packed, from map[*v1.Pod]string, batch []string, newNam
 // constrained says whether where the pod may go depends on other pods:
 // required pod affinity or anti-affinity, or a topology spread constraint
 // that must hold.
-func constrained(pod *v1.Pod) bool {
+func constrained(pod *corev1.Pod) bool {
 	if a := pod.Spec.Affinity; a != nil {
 		if a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
 			return true
@@ -921,8 +920,8 @@ func constrained(pod *v1.Pod) bool {
 			return true
 		}
 	}
-	return slices.ContainsFunc(pod.Spec.TopologySpreadConstraints, func(c v1.TopologySpreadConstraint) bool {
-		return c.WhenUnsatisfiable == v1.DoNotSchedule
+	return slices.ContainsFunc(pod.Spec.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+		return c.WhenUnsatisfiable == corev1.DoNotSchedule
 	})
 }
 

@@ -4,17 +4,16 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"math/rand/v2"
+	"slices"
+	"testing"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -24,7 +23,7 @@ func newScheduler(t testing.TB) *simulator.Scheduler {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s, err := simulator.DefaultScheduler(ctx, fake.NewClientset())
+	s, err := simulator.DefaultScheduler(ctx, kubefake.NewClientset())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,18 +42,18 @@ func testCatalog() []*Option {
 	}{{"c", 2, 0.034}, {"m", 4, 0.048}, {"r", 8, 0.063}} {
 		for i, cpu := range []int{1, 2, 4, 8, 16} {
 			name := fmt.Sprintf("%s.%d", f.name, cpu)
-			alloc := v1.ResourceList{
-				v1.ResourceCPU:    *resource.NewMilliQuantity(int64(cpu*1000-80), resource.DecimalSI),
-				v1.ResourceMemory: *resource.NewQuantity(int64(cpu*f.gib)<<30-(256<<20), resource.BinarySI),
-				v1.ResourcePods:   *resource.NewQuantity(int64(8+8*cpu), resource.DecimalSI),
+			alloc := corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(cpu*1000-80), resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(int64(cpu*f.gib)<<30-(256<<20), resource.BinarySI),
+				corev1.ResourcePods:   *resource.NewQuantity(int64(8+8*cpu), resource.DecimalSI),
 			}
 			price := f.price * float64(cpu) * (1 - 0.01*float64(i))
-			out = append(out, &Option{Name: name, Price: price, Node: func(node string) *v1.Node {
-				return &v1.Node{
+			out = append(out, &Option{Name: name, Price: price, Node: func(node string) *corev1.Node {
+				return &corev1.Node{
 					ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{
-						v1.LabelHostname: node, v1.LabelTopologyZone: "zone-a", v1.LabelInstanceTypeStable: name, "family": f.name,
+						corev1.LabelHostname: node, corev1.LabelTopologyZone: "zone-a", corev1.LabelInstanceTypeStable: name, "family": f.name,
 					}},
-					Status: v1.NodeStatus{Allocatable: alloc, Capacity: alloc},
+					Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
 				}
 			}})
 		}
@@ -66,28 +65,28 @@ func testCatalog() []*Option {
 // randomPods are n pods of a few apps: plain, hostname anti-affinity,
 // hostname spread (maxSkew 1 or 2), zone spread, and some that ask for a
 // family by node selector.
-func randomPods(rng *rand.Rand, n, batch int) []*v1.Pod {
+func randomPods(rng *rand.Rand, n, batch int) []*corev1.Pod {
 	cpus := []string{"100m", "250m", "500m", "1", "1500m", "3"}
 	mems := []string{"128Mi", "512Mi", "1Gi", "2Gi", "4Gi", "6Gi"}
-	var pods []*v1.Pod
+	var pods []*corev1.Pod
 	for i := range n {
 		app := fmt.Sprintf("app-%d", rng.IntN(5))
 		labels := map[string]string{"app": app}
 		sel := &metav1.LabelSelector{MatchLabels: labels}
-		pod := &v1.Pod{
+		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("b%d-p%d", batch, i), Namespace: "default", UID: types.UID(fmt.Sprintf("b%d-uid-%d", batch, i)), Labels: labels,
 				CreationTimestamp: metav1.Unix(int64(1000+i), 0)},
-			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-				v1.ResourceCPU: resource.MustParse(cpus[rng.IntN(len(cpus))]), v1.ResourceMemory: resource.MustParse(mems[rng.IntN(len(mems))]),
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse(cpus[rng.IntN(len(cpus))]), corev1.ResourceMemory: resource.MustParse(mems[rng.IntN(len(mems))]),
 			}}}}},
 		}
 		switch app {
 		case "app-1":
-			pod.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelHostname}}}}
+			pod.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: corev1.LabelHostname}}}}
 		case "app-2":
-			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: int32(1 + rng.IntN(2)), TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+			pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: int32(1 + rng.IntN(2)), TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
 		case "app-3":
-			pod.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel}}
+			pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: sel}}
 		case "app-4":
 			if rng.IntN(2) == 0 {
 				pod.Spec.NodeSelector = map[string]string{"family": []string{"c", "m", "r"}[rng.IntN(3)]}
@@ -103,13 +102,13 @@ func randomPods(rng *rand.Rand, n, batch int) []*v1.Pod {
 // claim of a random type that holds it; claims then take the cheapest
 // options that hold what they got. The batch is valid (the simulator
 // accepted every pod) and usually dearer than it needs to be.
-func naiveBatch(t *testing.T, ctx context.Context, rng *rand.Rand, s *simulator.Scheduler, catalog []*Option, nodes []*v1.Node, bound []*v1.Pod, pods []*v1.Pod) []Bin {
+func naiveBatch(t *testing.T, ctx context.Context, rng *rand.Rand, s *simulator.Scheduler, catalog []*Option, nodes []*corev1.Node, bound []*corev1.Pod, pods []*corev1.Pod) []Bin {
 	t.Helper()
 	view := simulator.NewCluster(nodes, bound).Without()
 	type claim struct {
 		name string
 		opt  *Option
-		pods []*v1.Pod
+		pods []*corev1.Pod
 		used *framework.Resource
 	}
 	var claims []*claim
@@ -192,8 +191,8 @@ func TestRepackNeverRefusedNeverDearer(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(i), 7))
 		// The rest of the cluster: two real nodes with some of the same
 		// apps running, so that spread and anti-affinity count them.
-		real := []*v1.Node{catalog[len(catalog)-1].Node(fmt.Sprintf("real-%d-a", i)), catalog[len(catalog)-2].Node(fmt.Sprintf("real-%d-b", i))}
-		var bound []*v1.Pod
+		real := []*corev1.Node{catalog[len(catalog)-1].Node(fmt.Sprintf("real-%d-a", i)), catalog[len(catalog)-2].Node(fmt.Sprintf("real-%d-b", i))}
+		var bound []*corev1.Pod
 		for j, pod := range randomPods(rng, 6, 1000+i) {
 			if pod.Spec.NodeSelector == nil {
 				p := pod.DeepCopy()
@@ -245,7 +244,7 @@ func TestRepackNeverRefusedNeverDearer(t *testing.T) {
 // batch on exactly one node of the plan, each node at its cheapest option
 // and added when its first pod (in creation order) is placed, and the
 // simulator accepting each pod on its node.
-func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what string, nodes []*v1.Node, bound []*v1.Pod, batch []Bin, plan Plan) {
+func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what string, nodes []*corev1.Node, bound []*corev1.Pod, batch []Bin, plan Plan) {
 	t.Helper()
 	want := map[types.UID]bool{}
 	for _, b := range batch {
@@ -254,8 +253,8 @@ func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what s
 		}
 	}
 	of := map[types.UID]string{}
-	var pods []*v1.Pod
-	node := map[string]*v1.Node{}
+	var pods []*corev1.Pod
+	node := map[string]*corev1.Node{}
 	for _, b := range plan.Bins {
 		if len(b.Options) == 0 {
 			t.Fatalf("%s: node %s has no option", what, b.Name)
@@ -276,7 +275,7 @@ func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what s
 	if len(want) > 0 {
 		t.Fatalf("%s: %d pods of the batch are in no node of the plan", what, len(want))
 	}
-	slices.SortFunc(pods, func(a, b *v1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	view := simulator.NewCluster(nodes, bound).Without()
 	added := map[string]bool{}
 	for _, pod := range pods {
@@ -286,7 +285,7 @@ func checkPlan(t *testing.T, ctx context.Context, s *simulator.Scheduler, what s
 			view.Add(node[name])
 		}
 		if _, st := s.PlaceAmong(ctx, view, pod, []string{name}); !st.IsSuccess() {
-			t.Errorf("%s: the simulator refuses pod %s on %s (%s): %s", what, pod.Name, name, node[name].Labels[v1.LabelInstanceTypeStable], st.Message())
+			t.Errorf("%s: the simulator refuses pod %s on %s (%s): %s", what, pod.Name, name, node[name].Labels[corev1.LabelInstanceTypeStable], st.Message())
 		}
 	}
 }
@@ -303,24 +302,24 @@ func TestRepackUniformBatchOnTheTypeItFillsBest(t *testing.T) {
 	var catalog []*Option
 	for _, cpu := range []int{2, 4, 8, 16, 32, 64} {
 		name := fmt.Sprintf("g.%d", cpu)
-		alloc := v1.ResourceList{
-			v1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
-			v1.ResourceMemory: *resource.NewQuantity(int64(4*cpu)<<30, resource.BinarySI),
-			v1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
+		alloc := corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(int64(cpu), resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(int64(4*cpu)<<30, resource.BinarySI),
+			corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
 		}
-		catalog = append(catalog, &Option{Name: name, Price: 0.04 * float64(cpu), Node: func(node string) *v1.Node {
-			return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{v1.LabelHostname: node, v1.LabelInstanceTypeStable: name}},
-				Status: v1.NodeStatus{Allocatable: alloc, Capacity: alloc}}
+		catalog = append(catalog, &Option{Name: name, Price: 0.04 * float64(cpu), Node: func(node string) *corev1.Node {
+			return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{corev1.LabelHostname: node, corev1.LabelInstanceTypeStable: name}},
+				Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc}}
 		}})
 	}
 	var batch []Bin
 	for c := range 3 {
 		b := Bin{Name: fmt.Sprintf("claim-%d", c), Options: []*Option{catalog[5]}}
 		for i := range 110 {
-			b.Pods = append(b.Pods, &v1.Pod{
+			b.Pods = append(b.Pods, &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d-%d", c, i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-%d-%d", c, i)), CreationTimestamp: metav1.Unix(int64(c*1000+i), 0)},
-				Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-					v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("512Mi"),
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi"),
 				}}}}},
 			})
 		}
@@ -349,9 +348,9 @@ func TestRepackUniformBatchOnTheTypeItFillsBest(t *testing.T) {
 // batch claim no node took, and a new name only when there is none, never
 // the same name twice.
 func TestStableNamesNeverRepeatAName(t *testing.T) {
-	pod := func(name string) *v1.Pod { return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
-	from := map[*v1.Pod]string{}
-	var x, y []*v1.Pod
+	pod := func(name string) *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	from := map[*corev1.Pod]string{}
+	var x, y []*corev1.Pod
 	for i := range 7 {
 		p := pod(fmt.Sprint("x", i))
 		from[p] = "claim-b"

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -77,13 +77,13 @@ func (w *soakWatch) run(ctx context.Context, cfg *rest.Config, cs kubernetes.Int
 	}
 	core := informers.NewSharedInformerFactory(cs, 0)
 	claims := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims"))
-	if _, err := core.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := core.Core().V1().Nodes().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.node(nil, o.(*corev1.Node)) },
 		UpdateFunc: func(old, o any) { w.node(old.(*corev1.Node), o.(*corev1.Node)) },
 		DeleteFunc: func(o any) {
 			if n, ok := o.(*corev1.Node); ok {
 				w.nodeGone(n.Name)
-			} else if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			} else if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 				if n, ok := d.Obj.(*corev1.Node); ok {
 					w.nodeGone(n.Name)
 				}
@@ -93,17 +93,17 @@ func (w *soakWatch) run(ctx context.Context, cfg *rest.Config, cs kubernetes.Int
 		cancel()
 		return nil, err
 	}
-	if _, err := core.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := core.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, o any) { w.pod(old.(*corev1.Pod), o.(*corev1.Pod)) },
 	}); err != nil {
 		cancel()
 		return nil, err
 	}
-	if _, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := claims.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.claim(o, false) },
 		UpdateFunc: func(_, o any) { w.claim(o, false) },
 		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 				o = d.Obj
 			}
 			w.claim(o, true)

@@ -1,40 +1,40 @@
 package fidelity
 
 import (
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
 // podBuilder makes the pods of a scenario: podOf("web").Req("1", "1Gi").Obj().
-type podBuilder struct{ p *v1.Pod }
+type podBuilder struct{ p *corev1.Pod }
 
 func podOf(app string) *podBuilder {
-	return &podBuilder{p: &v1.Pod{
+	return &podBuilder{p: &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: app + "-", Labels: map[string]string{"app": app}},
-		Spec: v1.PodSpec{
+		Spec: corev1.PodSpec{
 			SchedulerName:                 "nodeforge-scheduler",
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers:                    []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
+			Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}}
 }
 
-func (b *podBuilder) Obj() *v1.Pod { return b.p.DeepCopy() }
+func (b *podBuilder) Obj() *corev1.Pod { return b.p.DeepCopy() }
 
 func (b *podBuilder) Req(cpu, mem string) *podBuilder {
-	b.p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+	b.p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
 	return b
 }
 
-func (b *podBuilder) Extended(name v1.ResourceName, n string) *podBuilder {
+func (b *podBuilder) Extended(name corev1.ResourceName, n string) *podBuilder {
 	r := &b.p.Spec.Containers[0].Resources
 	if r.Requests == nil {
-		r.Requests = v1.ResourceList{}
+		r.Requests = corev1.ResourceList{}
 	}
 	r.Requests[name] = resource.MustParse(n)
-	r.Limits = v1.ResourceList{name: resource.MustParse(n)}
+	r.Limits = corev1.ResourceList{name: resource.MustParse(n)}
 	return b
 }
 
@@ -48,9 +48,9 @@ func (b *podBuilder) Selector(k, v string) *podBuilder {
 	return b
 }
 
-func (b *podBuilder) affinity() *v1.Affinity {
+func (b *podBuilder) affinity() *corev1.Affinity {
 	if b.p.Spec.Affinity == nil {
-		b.p.Spec.Affinity = &v1.Affinity{}
+		b.p.Spec.Affinity = &corev1.Affinity{}
 	}
 	return b.p.Spec.Affinity
 }
@@ -58,8 +58,8 @@ func (b *podBuilder) affinity() *v1.Affinity {
 // NodeAffinityIn adds a required node affinity term key In values.
 func (b *podBuilder) NodeAffinityIn(key string, values ...string) *podBuilder {
 	a := b.affinity()
-	a.NodeAffinity = &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-		MatchExpressions: []v1.NodeSelectorRequirement{{Key: key, Operator: v1.NodeSelectorOpIn, Values: values}},
+	a.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}},
 	}}}}
 	return b
 }
@@ -67,20 +67,20 @@ func (b *podBuilder) NodeAffinityIn(key string, values ...string) *podBuilder {
 // PreferNodeAffinityIn adds a preferred node affinity term key In values.
 func (b *podBuilder) PreferNodeAffinityIn(key string, values ...string) *podBuilder {
 	a := b.affinity()
-	a.NodeAffinity = &v1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{{Weight: 100, Preference: v1.NodeSelectorTerm{
-		MatchExpressions: []v1.NodeSelectorRequirement{{Key: key, Operator: v1.NodeSelectorOpIn, Values: values}},
+	a.NodeAffinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}},
 	}}}}
 	return b
 }
 
-func (b *podBuilder) Toleration(key, value string, effect v1.TaintEffect) *podBuilder {
-	b.p.Spec.Tolerations = append(b.p.Spec.Tolerations, v1.Toleration{Key: key, Operator: v1.TolerationOpEqual, Value: value, Effect: effect})
+func (b *podBuilder) Toleration(key, value string, effect corev1.TaintEffect) *podBuilder {
+	b.p.Spec.Tolerations = append(b.p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect})
 	return b
 }
 
 // Spread adds a topology spread constraint over pods with the same app label.
-func (b *podBuilder) Spread(key string, maxSkew int32, when v1.UnsatisfiableConstraintAction, edit ...func(*v1.TopologySpreadConstraint)) *podBuilder {
-	c := v1.TopologySpreadConstraint{MaxSkew: maxSkew, TopologyKey: key, WhenUnsatisfiable: when,
+func (b *podBuilder) Spread(key string, maxSkew int32, when corev1.UnsatisfiableConstraintAction, edit ...func(*corev1.TopologySpreadConstraint)) *podBuilder {
+	c := corev1.TopologySpreadConstraint{MaxSkew: maxSkew, TopologyKey: key, WhenUnsatisfiable: when,
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": b.p.Labels["app"]}}}
 	for _, e := range edit {
 		e(&c)
@@ -92,7 +92,7 @@ func (b *podBuilder) Spread(key string, maxSkew int32, when v1.UnsatisfiableCons
 // PodAffinity adds a required affinity to pods labelled app=app within key.
 func (b *podBuilder) PodAffinity(app, key string) *podBuilder {
 	a := b.affinity()
-	a.PodAffinity = &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+	a.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, TopologyKey: key}}}
 	return b
 }
@@ -100,22 +100,22 @@ func (b *podBuilder) PodAffinity(app, key string) *podBuilder {
 // PodAntiAffinity adds a required anti-affinity to pods labelled app=app within key.
 func (b *podBuilder) PodAntiAffinity(app, key string) *podBuilder {
 	a := b.affinity()
-	a.PodAntiAffinity = &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+	a.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, TopologyKey: key}}}
 	return b
 }
 
 func (b *podBuilder) HostPort(port int32) *podBuilder {
-	b.p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: v1.ProtocolTCP}}
+	b.p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
 	return b
 }
 
 // Init adds an init container with the given requests.
 func (b *podBuilder) Init(cpu, mem string, sidecar bool) *podBuilder {
-	c := v1.Container{Name: "init" + string(rune('a'+len(b.p.Spec.InitContainers))), Image: "registry.k8s.io/pause:3.10",
-		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}}
+	c := corev1.Container{Name: "init" + string(rune('a'+len(b.p.Spec.InitContainers))), Image: "registry.k8s.io/pause:3.10",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}
 	if sidecar {
-		c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	}
 	b.p.Spec.InitContainers = append(b.p.Spec.InitContainers, c)
 	return b
@@ -127,7 +127,7 @@ func (b *podBuilder) RuntimeClass(name string) *podBuilder {
 }
 
 func (b *podBuilder) PVC(claim string) *podBuilder {
-	b.p.Spec.Volumes = append(b.p.Spec.Volumes, v1.Volume{Name: claim, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	b.p.Spec.Volumes = append(b.p.Spec.Volumes, corev1.Volume{Name: claim, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
 	return b
 }
 
@@ -137,8 +137,8 @@ func (b *podBuilder) Owner(kind, name string, uid string) *podBuilder {
 }
 
 // times returns n copies of the pod.
-func times(n int, b *podBuilder) []*v1.Pod {
-	out := make([]*v1.Pod, n)
+func times(n int, b *podBuilder) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
 	for i := range out {
 		out[i] = b.Obj()
 	}

@@ -4,13 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -18,7 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"os"
+	"path/filepath"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"slices"
+	"testing"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
@@ -123,9 +122,9 @@ func startSandbox(t *testing.T, extra []map[string]any) *sandbox.Sandbox {
 func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 	ctx := context.Background()
 	ns := fmt.Sprintf("e2e-%d-%s", index, utilrand.String(4))
-	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	// The service account controller makes it too; whichever is first.
-	if err := kube.Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := kube.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cleanup(t, ns, sc.pools) })
@@ -160,7 +159,7 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 	agent, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
 	go liftStartupTaints(agent, t, sc.pools, 5*time.Second)
-	var pods, refused []*v1.Pod
+	var pods, refused []*corev1.Pod
 	for _, p := range sc.pods {
 		pods = append(pods, createPod(t, ns, p))
 	}
@@ -175,7 +174,7 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 			if err != nil {
 				return false, err
 			}
-			if got.Spec.NodeName == "" || got.Status.Phase != v1.PodRunning {
+			if got.Spec.NodeName == "" || got.Status.Phase != corev1.PodRunning {
 				last = fmt.Sprintf("pod %s on %q, %s", p.Name, got.Spec.NodeName, got.Status.Phase)
 				return false, nil
 			}
@@ -193,7 +192,7 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 			return false, err
 		}
 		for _, n := range nodes.Items {
-			if slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
+			if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding }) {
 				last = "node " + n.Name + " still held for binding"
 				return false, nil
 			}
@@ -237,9 +236,9 @@ func (sc scenario) endToEnd(t *testing.T, index int, sb *sandbox.Sandbox) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var others []*v1.Pod
+		var others []*corev1.Pod
 		for i := range there.Items {
-			if o := &there.Items[i]; o.UID != got.UID && o.Status.Phase != v1.PodSucceeded && o.Status.Phase != v1.PodFailed {
+			if o := &there.Items[i]; o.UID != got.UID && o.Status.Phase != corev1.PodSucceeded && o.Status.Phase != corev1.PodFailed {
 				others = append(others, o)
 			}
 		}
@@ -301,7 +300,7 @@ func liftStartupTaints(ctx context.Context, t *testing.T, pools []*v1alpha1.Node
 			if len(keys) == 0 || time.Since(node.CreationTimestamp.Time) < after {
 				continue
 			}
-			kept := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(taint v1.Taint) bool { return slices.Contains(keys, taint.Key) })
+			kept := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(taint corev1.Taint) bool { return slices.Contains(keys, taint.Key) })
 			if len(kept) == len(node.Spec.Taints) {
 				continue
 			}

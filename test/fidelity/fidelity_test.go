@@ -6,7 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,8 +21,8 @@ import (
 )
 
 const (
-	zone     = v1.LabelTopologyZone
-	hostname = v1.LabelHostname
+	zone     = corev1.LabelTopologyZone
+	hostname = corev1.LabelHostname
 )
 
 func labels(kv ...string) func(*v1alpha1.NodePool) {
@@ -34,13 +34,13 @@ func labels(kv ...string) func(*v1alpha1.NodePool) {
 	}
 }
 
-func require(key string, op v1.NodeSelectorOperator, values ...string) func(*v1alpha1.NodePool) {
+func require(key string, op corev1.NodeSelectorOperator, values ...string) func(*v1alpha1.NodePool) {
 	return func(np *v1alpha1.NodePool) {
 		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements, v1alpha1.NodeSelectorRequirementWithMinValues{Key: key, Operator: op, Values: values})
 	}
 }
 
-func taint(key, value string, effect v1.TaintEffect) func(*v1alpha1.NodePool) {
+func taint(key, value string, effect corev1.TaintEffect) func(*v1alpha1.NodePool) {
 	return func(np *v1alpha1.NodePool) {
 		np.Spec.Template.Spec.Taints = append(np.Spec.Template.Spec.Taints, v1alpha1.Taint{Key: key, Value: value, Effect: effect})
 	}
@@ -100,7 +100,7 @@ func TestFidelity(t *testing.T) {
 func scenarios() []scenario {
 	def := pool("default")
 	apps := pool("apps", labels("intent", "apps"), weight(50))
-	gpu := pool("gpu", taint("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule), require(v1.LabelInstanceTypeStable, v1.NodeSelectorOpIn, "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.12xlarge", "g6.24xlarge"))
+	gpu := pool("gpu", taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule), require(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6.12xlarge", "g6.24xlarge"))
 	web := podOf("web").Req("1", "1536Mi")
 
 	return []scenario{
@@ -114,37 +114,37 @@ func scenarios() []scenario {
 					t.Errorf("claims in %v, want all in zone-c", z)
 				}
 			}},
-		{name: "nodeSelector on architecture", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("arm").Req("1", "1Gi").Selector(v1.LabelArchStable, "arm64"))},
-		{name: "nodeSelector on instance type", pools: []*v1alpha1.NodePool{def}, pods: times(2, podOf("it").Req("1", "1Gi").Selector(v1.LabelInstanceTypeStable, "m7.xlarge"))},
+		{name: "nodeSelector on architecture", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("arm").Req("1", "1Gi").Selector(corev1.LabelArchStable, "arm64"))},
+		{name: "nodeSelector on instance type", pools: []*v1alpha1.NodePool{def}, pods: times(2, podOf("it").Req("1", "1Gi").Selector(corev1.LabelInstanceTypeStable, "m7.xlarge"))},
 		{name: "required on-demand capacity", pools: []*v1alpha1.NodePool{def}, pods: times(2, podOf("od").Req("1", "1Gi").Selector(v1alpha1.LabelCapacityType, "on-demand"))},
 		{name: "preferred node affinity does not block", pools: []*v1alpha1.NodePool{def}, pods: times(3, podOf("pref").Req("1", "1Gi").PreferNodeAffinityIn(zone, "zone-x"))},
 		{name: "pods that tolerate a pool's taint may use it; others go elsewhere", pools: []*v1alpha1.NodePool{def, gpu},
-			pods: append(times(2, podOf("tol").Req("1", "1Gi").Toleration("nvidia.com/gpu", "true", v1.TaintEffectNoSchedule).Extended(simulated.ResourceGPU, "1")), times(2, podOf("notol").Req("1", "1Gi"))...)},
+			pods: append(times(2, podOf("tol").Req("1", "1Gi").Toleration("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).Extended(simulated.ResourceGPU, "1")), times(2, podOf("notol").Req("1", "1Gi"))...)},
 		// End to end the taint is lifted 5 s after the node registers: a
 		// pod bound before that would be evicted by the taint manager.
 		{name: "startup taints need no toleration", pools: []*v1alpha1.NodePool{pool("startup", func(np *v1alpha1.NodePool) {
-			np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "example.com/agent-not-ready", Effect: v1.TaintEffectNoExecute}}
+			np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}}
 		})}, pods: times(2, podOf("st").Req("1", "1Gi"))},
 		{name: "a pod tolerating a pool's taint only for NoSchedule does not use its NoExecute pool", pools: []*v1alpha1.NodePool{
-			pool("evicting", taint("dedicated", "batch", v1.TaintEffectNoExecute), labels("intent", "batch"), weight(100)),
-			pool("holding", taint("dedicated", "batch", v1.TaintEffectNoSchedule), labels("intent", "batch")),
-		}, pods: times(2, podOf("tol").Req("1", "1Gi").Selector("intent", "batch").Toleration("dedicated", "batch", v1.TaintEffectNoSchedule)), check: onlyPool("holding")},
+			pool("evicting", taint("dedicated", "batch", corev1.TaintEffectNoExecute), labels("intent", "batch"), weight(100)),
+			pool("holding", taint("dedicated", "batch", corev1.TaintEffectNoSchedule), labels("intent", "batch")),
+		}, pods: times(2, podOf("tol").Req("1", "1Gi").Selector("intent", "batch").Toleration("dedicated", "batch", corev1.TaintEffectNoSchedule)), check: onlyPool("holding")},
 		{name: "zone spread maxSkew 1 spreads over the zones", pools: []*v1alpha1.NodePool{def},
-			pods: times(6, podOf("zs").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule)), check: atLeastZones(3)},
-		{name: "hostname spread maxSkew 1", pools: []*v1alpha1.NodePool{def}, pods: times(5, podOf("hs").Req("500m", "512Mi").Spread(hostname, 1, v1.DoNotSchedule))},
+			pods: times(6, podOf("zs").Req("500m", "512Mi").Spread(zone, 1, corev1.DoNotSchedule)), check: atLeastZones(3)},
+		{name: "hostname spread maxSkew 1", pools: []*v1alpha1.NodePool{def}, pods: times(5, podOf("hs").Req("500m", "512Mi").Spread(hostname, 1, corev1.DoNotSchedule))},
 		{name: "zone spread with minDomains 3", pools: []*v1alpha1.NodePool{def},
-			pods: times(3, podOf("md").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) { c.MinDomains = ptr.To[int32](3) })), check: atLeastZones(3)},
+			pods: times(3, podOf("md").Req("500m", "512Mi").Spread(zone, 1, corev1.DoNotSchedule, func(c *corev1.TopologySpreadConstraint) { c.MinDomains = ptr.To[int32](3) })), check: atLeastZones(3)},
 		{name: "zone spread with matchLabelKeys", pools: []*v1alpha1.NodePool{def},
-			pods: times(4, podOf("mlk").Label("pod-template-hash", "abc").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) { c.MatchLabelKeys = []string{"pod-template-hash"} })), check: atLeastZones(2)},
+			pods: times(4, podOf("mlk").Label("pod-template-hash", "abc").Req("500m", "512Mi").Spread(zone, 1, corev1.DoNotSchedule, func(c *corev1.TopologySpreadConstraint) { c.MatchLabelKeys = []string{"pod-template-hash"} })), check: atLeastZones(2)},
 		{name: "zone spread with nodeAffinityPolicy Honor and a zone selector", pools: []*v1alpha1.NodePool{def},
-			pods: times(4, podOf("nap").Req("500m", "512Mi").NodeAffinityIn(zone, "zone-a", "zone-b").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
-				c.NodeAffinityPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
+			pods: times(4, podOf("nap").Req("500m", "512Mi").NodeAffinityIn(zone, "zone-a", "zone-b").Spread(zone, 1, corev1.DoNotSchedule, func(c *corev1.TopologySpreadConstraint) {
+				c.NodeAffinityPolicy = ptr.To(corev1.NodeInclusionPolicyHonor)
 			}))},
 		{name: "zone spread with nodeTaintsPolicy Honor", pools: []*v1alpha1.NodePool{def},
-			pods: times(4, podOf("ntp").Req("500m", "512Mi").Spread(zone, 1, v1.DoNotSchedule, func(c *v1.TopologySpreadConstraint) {
-				c.NodeTaintsPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
+			pods: times(4, podOf("ntp").Req("500m", "512Mi").Spread(zone, 1, corev1.DoNotSchedule, func(c *corev1.TopologySpreadConstraint) {
+				c.NodeTaintsPolicy = ptr.To(corev1.NodeInclusionPolicyHonor)
 			}))},
-		{name: "zone spread ScheduleAnyway", pools: []*v1alpha1.NodePool{def}, pods: times(4, podOf("sa").Req("500m", "512Mi").Spread(zone, 1, v1.ScheduleAnyway))},
+		{name: "zone spread ScheduleAnyway", pools: []*v1alpha1.NodePool{def}, pods: times(4, podOf("sa").Req("500m", "512Mi").Spread(zone, 1, corev1.ScheduleAnyway))},
 		{name: "required pod affinity to pods only nominated so far", pools: []*v1alpha1.NodePool{def},
 			pods: times(4, podOf("aff").Req("2", "2Gi").PodAffinity("aff", zone)),
 			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
@@ -173,12 +173,12 @@ func scenarios() []scenario {
 		{name: "init containers, sidecars and pod overhead count", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) {
 				mustCreateOnce(t, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "sandboxed",
-					Overhead: &nodev1.Overhead{PodFixed: v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("512Mi")}}})
+					Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi")}}})
 			},
 			pods: times(3, podOf("init").Req("1", "1Gi").Init("3", "1Gi", false).Init("500m", "256Mi", true).RuntimeClass("sandboxed"))},
 		{name: "a pod with a PV bound in one zone goes to that zone", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) { zonalVolume(t, ns, "data", "zone-b") },
-			pods:  []*v1.Pod{podOf("vol").Req("1", "1Gi").PVC("data").Obj()},
+			pods:  []*corev1.Pod{podOf("vol").Req("1", "1Gi").PVC("data").Obj()},
 			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
 				if z := zonesOf(c); z["zone-b"] != 1 {
 					t.Errorf("claims in %v, want one in zone-b", z)
@@ -186,7 +186,7 @@ func scenarios() []scenario {
 			}},
 		{name: "a pod with an unbound WaitForFirstConsumer claim goes where its class can provision", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) { provisionedVolume(t, ns, "scratch", "zone-a") },
-			pods:  []*v1.Pod{podOf("wffc").Req("1", "1Gi").PVC("scratch").Obj()},
+			pods:  []*corev1.Pod{podOf("wffc").Req("1", "1Gi").PVC("scratch").Obj()},
 			check: func(t *testing.T, c []v1alpha1.NodeClaim) {
 				if z := zonesOf(c); z["zone-a"] != 1 {
 					t.Errorf("claims in %v, want one in zone-a", z)
@@ -194,11 +194,11 @@ func scenarios() []scenario {
 			}},
 		{name: "daemonset overhead is counted", pools: []*v1alpha1.NodePool{def},
 			setup: func(t *testing.T, ns string) { daemonSet(t, ns, "agent", "1", "1Gi") },
-			onNode: func(t *testing.T, ns string, node *v1.Node) {
+			onNode: func(t *testing.T, ns string, node *corev1.Node) {
 				// What the DaemonSet controller would do on the new node.
-				createPod(t, ns, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node.Name, Labels: map[string]string{"app": "agent"}}, Spec: v1.PodSpec{
-					NodeName: node.Name, Containers: []v1.Container{{Name: "agent", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{
-						Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}}}}}})
+				createPod(t, ns, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node.Name, Labels: map[string]string{"app": "agent"}}, Spec: corev1.PodSpec{
+					NodeName: node.Name, Containers: []corev1.Container{{Name: "agent", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}})
 			},
 			pods: times(7, podOf("ds").Req("1", "1Gi"))},
 		{name: "cluster default spread constraints of the profile apply", pools: []*v1alpha1.NodePool{def},
@@ -208,12 +208,12 @@ func scenarios() []scenario {
 			pods:  times(6, podOf("spread").Req("500m", "512Mi")),
 			check: atLeastZones(3)},
 		{name: "a pod no instance type can hold gets no claim and an Event", pools: []*v1alpha1.NodePool{def},
-			pods: times(1, web), refused: []*v1.Pod{podOf("huge").Req("300", "1Gi").Obj()}, refusal: "pool default: no instance type has 300 cpu; the largest has"},
+			pods: times(1, web), refused: []*corev1.Pod{podOf("huge").Req("300", "1Gi").Obj()}, refusal: "pool default: no instance type has 300 cpu; the largest has"},
 		{name: "a pod no pool matches gets no claim", pools: []*v1alpha1.NodePool{def},
-			refused: []*v1.Pod{podOf("nomatch").Req("1", "1Gi").Selector("team", "nobody").Obj()}, refusal: "pool default: "},
+			refused: []*corev1.Pod{podOf("nomatch").Req("1", "1Gi").Selector("team", "nobody").Obj()}, refusal: "pool default: "},
 		{name: "a pool at its cpu limit makes no more claims", pools: []*v1alpha1.NodePool{pool("small", func(np *v1alpha1.NodePool) {
-			np.Spec.Limits = v1alpha1.Limits{v1.ResourceCPU: resource.MustParse("2")}
-		})}, pods: times(1, podOf("lim").Req("1", "1Gi")), refused: []*v1.Pod{podOf("over").Req("1500m", "1Gi").PodAntiAffinity("lim", hostname).Obj()}, refusal: "limits reached"},
+			np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("2")}
+		})}, pods: times(1, podOf("lim").Req("1", "1Gi")), refused: []*corev1.Pod{podOf("over").Req("1500m", "1Gi").PodAntiAffinity("lim", hostname).Obj()}, refusal: "limits reached"},
 	}
 }
 
@@ -235,22 +235,22 @@ func zonalVolume(t *testing.T, ns, name, z string) {
 	mustCreate(t, sc)
 	t.Cleanup(func() { _ = cs.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
 	pvName := "pv-" + ns
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}},
-		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name), VolumeName: pvName,
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name), VolumeName: pvName,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	createdPVC, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/bound-by-controller": "yes"}}, Spec: v1.PersistentVolumeSpec{
-		Capacity:                      v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-		AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/bound-by-controller": "yes"}}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		StorageClassName:              sc.Name,
-		PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
-		PersistentVolumeSource:        v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "none.example.com", VolumeHandle: "vol-1"}},
-		ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name, UID: createdPVC.UID},
-		NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-			MatchExpressions: []v1.NodeSelectorRequirement{{Key: zone, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "none.example.com", VolumeHandle: "vol-1"}},
+		ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name, UID: createdPVC.UID},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{z}}}}}}},
 	}}
 	created, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {
@@ -260,7 +260,7 @@ func zonalVolume(t *testing.T, ns, name, z string) {
 	// End to end the PV controller writes both too: each write is retried
 	// on the object as it is now.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		created.Status.Phase = v1.VolumeBound
+		created.Status.Phase = corev1.VolumeBound
 		_, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			if latest, gerr := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{}); gerr == nil {
@@ -272,7 +272,7 @@ func zonalVolume(t *testing.T, ns, name, z string) {
 		t.Fatal(err)
 	}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		createdPVC.Status.Phase = v1.ClaimBound
+		createdPVC.Status.Phase = corev1.ClaimBound
 		createdPVC.Status.Capacity = pv.Spec.Capacity
 		createdPVC.Status.AccessModes = pv.Spec.AccessModes
 		_, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, createdPVC, metav1.UpdateOptions{})
@@ -294,11 +294,11 @@ func provisionedVolume(t *testing.T, ns, name, z string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "wffc-" + ns}, Provisioner: "disk.example.com",
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
-		AllowedTopologies: []v1.TopologySelectorTerm{{MatchLabelExpressions: []v1.TopologySelectorLabelRequirement{{Key: zone, Values: []string{z}}}}}}
+		AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: zone, Values: []string{z}}}}}}
 	mustCreate(t, sc)
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name),
-			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(sc.Name),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	mustCreate(t, pvc)
 	pvName := "pv-" + ns + "-" + name
 	t.Cleanup(func() {
@@ -313,19 +313,19 @@ func provisionedVolume(t *testing.T, ns, name, z string) {
 			if err != nil || claim.Annotations["volume.kubernetes.io/selected-node"] == "" {
 				return false, nil
 			}
-			pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": sc.Provisioner}}, Spec: v1.PersistentVolumeSpec{
-				Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				StorageClassName: sc.Name, PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
-				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: sc.Provisioner, VolumeHandle: pvName}},
-				ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: name, UID: claim.UID},
-				NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-					MatchExpressions: []v1.NodeSelectorRequirement{{Key: zone, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}},
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": sc.Provisioner}}, Spec: corev1.PersistentVolumeSpec{
+				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: sc.Name, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: sc.Provisioner, VolumeHandle: pvName}},
+				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name, UID: claim.UID},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{z}}}}}}},
 			}}
 			created, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 			if err != nil {
 				return false, nil
 			}
-			created.Status.Phase = v1.VolumeBound
+			created.Status.Phase = corev1.VolumeBound
 			if _, err := cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 				return false, nil
 			}
@@ -334,7 +334,7 @@ func provisionedVolume(t *testing.T, ns, name, z string) {
 			if claim, err = cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
 				return false, nil
 			}
-			claim.Status.Phase = v1.ClaimBound
+			claim.Status.Phase = corev1.ClaimBound
 			claim.Status.Capacity = pv.Spec.Capacity
 			_, err = cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 			return err == nil, nil
@@ -346,8 +346,8 @@ func daemonSet(t *testing.T, ns, name, cpu, mem string) {
 	l := map[string]string{"app": name}
 	mustCreate(t, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: l},
-		Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10",
-			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}}}}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}}}},
 	}})
 }
 
@@ -357,7 +357,7 @@ func daemonSet(t *testing.T, ns, name, cpu, mem string) {
 // end-to-end runs' garbage collector and ReplicaSet controller leave the
 // pods alone.
 func service(t *testing.T, ns, app string) {
-	mustCreate(t, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: v1.ServiceSpec{
-		Selector: map[string]string{"app": app}, Ports: []v1.ServicePort{{Port: 80}},
+	mustCreate(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": app}, Ports: []corev1.ServicePort{{Port: 80}},
 	}})
 }

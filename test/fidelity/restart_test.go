@@ -2,11 +2,10 @@ package fidelity
 
 import (
 	"context"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -20,8 +19,8 @@ func TestRestartKeepsNominations(t *testing.T) {
 	ctx := context.Background()
 	ns := "restart-" + utilrand.String(4)
 	np := pool("restart")
-	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	mustCreate(t, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	mustCreate(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
 	t.Cleanup(func() { cleanup(t, ns, []*v1alpha1.NodePool{np}) })
 	mustCreate(t, np.DeepCopy())
 	types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(np), nil, catalog)
@@ -33,7 +32,7 @@ func TestRestartKeepsNominations(t *testing.T) {
 
 	b := podOf("restart").Req("1", "1Gi").Owner("ReplicaSet", "restart", "rs-restart-uid")
 	stop := startScheduler(t, "before-restart", true, nil)
-	var first []*v1.Pod
+	var first []*corev1.Pod
 	for _, p := range times(3, b) {
 		first = append(first, createPod(t, ns, p))
 	}

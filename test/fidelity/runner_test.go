@@ -3,19 +3,18 @@ package fidelity
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
-	"testing"
-	"time"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"maps"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+	"slices"
+	"strings"
+	"testing"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/manifests"
@@ -30,9 +29,9 @@ type scenario struct {
 	name  string
 	pools []*v1alpha1.NodePool
 	// pods must each be nominated, then placed by the plain scheduler.
-	pods []*v1.Pod
+	pods []*corev1.Pod
 	// refused must get no claim and an Event saying why.
-	refused []*v1.Pod
+	refused []*corev1.Pod
 	// refusal is a phrase the refusal Event must contain.
 	refusal string
 	// pluginConfig is added to the profile (both schedulers).
@@ -41,7 +40,7 @@ type scenario struct {
 	setup func(t *testing.T, ns string)
 	// onNode runs for each node made from a claim, before the plain
 	// scheduler starts (e.g. the DaemonSet controller's part).
-	onNode func(t *testing.T, ns string, node *v1.Node)
+	onNode func(t *testing.T, ns string, node *corev1.Node)
 	// check asserts on the claims made.
 	check func(t *testing.T, claims []v1alpha1.NodeClaim)
 }
@@ -64,8 +63,8 @@ func (sc scenario) run(t *testing.T, index int) {
 	ctx := context.Background()
 	// Unique per run: without a namespace controller, namespaces stay.
 	ns := fmt.Sprintf("fidelity-%d-%s", index, utilrand.String(4))
-	mustCreate(t, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	mustCreate(t, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	mustCreate(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
 	t.Cleanup(func() { cleanup(t, ns, sc.pools) })
 
 	// The pools and, as the provisioner would publish them, their catalogs.
@@ -85,7 +84,7 @@ func (sc scenario) run(t *testing.T, index int) {
 
 	// 1. nodeforge-scheduler nominates.
 	stop := startScheduler(t, "with-virtualnodes", true, sc.pluginConfig)
-	var pods, refused []*v1.Pod
+	var pods, refused []*corev1.Pod
 	for _, p := range sc.pods {
 		pods = append(pods, createPod(t, ns, p))
 	}
@@ -168,7 +167,7 @@ func mustCreate(t *testing.T, obj client.Object) {
 	}
 }
 
-func createPod(t *testing.T, ns string, p *v1.Pod) *v1.Pod {
+func createPod(t *testing.T, ns string, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	p = p.DeepCopy()
 	p.Namespace = ns
@@ -230,7 +229,7 @@ func schedulerConfig(t *testing.T, virtualNodes bool, extra []map[string]any) []
 
 // waitNominated waits until every pod is nominated and every claim they
 // name is written with all of them, and returns those claims.
-func waitNominated(t *testing.T, ns string, pods []*v1.Pod) []v1alpha1.NodeClaim {
+func waitNominated(t *testing.T, ns string, pods []*corev1.Pod) []v1alpha1.NodeClaim {
 	t.Helper()
 	ctx := context.Background()
 	var claims []v1alpha1.NodeClaim
@@ -270,7 +269,7 @@ func waitNominated(t *testing.T, ns string, pods []*v1.Pod) []v1alpha1.NodeClaim
 }
 
 // waitRefused waits for the Event that says why no pool can run the pod.
-func waitRefused(t *testing.T, ns string, p *v1.Pod, phrase string) {
+func waitRefused(t *testing.T, ns string, p *corev1.Pod, phrase string) {
 	t.Helper()
 	var notes []string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -296,7 +295,7 @@ func waitRefused(t *testing.T, ns string, p *v1.Pod, phrase string) {
 
 // nodeFor is the node the provisioner would launch for a claim: its
 // cheapest offer, as nodeshape builds it for the claim's template.
-func nodeFor(t *testing.T, nc v1alpha1.NodeClaim) *v1.Node {
+func nodeFor(t *testing.T, nc v1alpha1.NodeClaim) *corev1.Node {
 	t.Helper()
 	offers, err := nodeshape.Offers(nodeshape.ForClaim(&nc), catalog, nc.Spec.Requirements)
 	if err != nil || len(offers) == 0 {
@@ -304,7 +303,7 @@ func nodeFor(t *testing.T, nc v1alpha1.NodeClaim) *v1.Node {
 	}
 	o := offers[0]
 	node := nodeshape.ForClaim(&nc).Node(nc.Name, &o.InstanceType, o.Zone, o.CapacityType)
-	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
 	return node
 }
 

@@ -14,7 +14,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
 
 // TestForeignProviderIDIsNotAdopted: a claim whose status names an
@@ -26,7 +26,7 @@ func TestForeignProviderIDIsNotAdopted(t *testing.T) {
 	defer cancel()
 	// The claims' pool: a claim is adopted only if it is what its pool makes.
 	createLimitedPool(t, "adoption", 100, []v1alpha1.InstanceType{instanceType("l2", 2)})
-	cloud := fake.New()
+	cloud := cloudfake.New()
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///zone-a/i-theirs", NodeClaim: "someone-else", Launched: time.Now()})
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///zone-a/i-ours", NodeClaim: "adopt-own", Launched: time.Now()})
 	for _, id := range []string{"i-theirs", "i-ours"} {

@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
-	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/plugin/registry"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -55,7 +55,7 @@ func TestABindGateErrorIsThePodsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	profile := &defaults.Profiles[0]
-	profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, schedconfig.Plugin{Name: "FailsForLabel"})
+	profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, config.Plugin{Name: "FailsForLabel"})
 	cs, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestABindGateErrorIsThePodsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	const deadline = 4 * time.Second
-	startLifecycle(t, ctx, fake.New(), func(o *nodeclaim.Options) { o.Gate, o.InitializationTTL = gate, deadline })
+	startLifecycle(t, ctx, cloudfake.New(), func(o *nodeclaim.Options) { o.Gate, o.InitializationTTL = gate, deadline })
 	nc := launchingClaim("gate-error-1", "gate-error", types)
 	if err := kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/plugin/registry"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -45,7 +45,7 @@ func TestLimitsAreAHardCeiling(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	types := []v1alpha1.InstanceType{instanceType("l2", 2), instanceType("l4", 4), instanceType("l8", 8)}
-	cloud := fake.New(types...)
+	cloud := cloudfake.New(types...)
 	cloud.CreateDelay = 20 * time.Millisecond
 	limits := map[string]int64{"ceiling-a": 8, "ceiling-b": 12, "ceiling-c": 14}
 	for name := range limits {
@@ -166,7 +166,7 @@ func TestLostLaunchAnswerStillCounts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	types := []v1alpha1.InstanceType{instanceType("l4", 4)}
-	cloud := fake.New(types...)
+	cloud := cloudfake.New(types...)
 	cloud.LoseAnswers(1)
 	createLimitedPool(t, "lost-answer", 4, types)
 	startLifecycle(t, ctx, cloud)

@@ -19,7 +19,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 )
 
@@ -186,7 +186,7 @@ func TestBindWaitsUntilTheNodeIsReadyForPods(t *testing.T) {
 	createLimitedPool(t, "ready-gate", 100, types, func(np *v1alpha1.NodePool) {
 		np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: agentNotReady, Effect: corev1.TaintEffectNoExecute}}
 	})
-	startLifecycle(t, ctx, fake.New())
+	startLifecycle(t, ctx, cloudfake.New())
 	nc := launchingClaim("ready-gate-1", "ready-gate", types)
 	nc.Spec.StartupTaints = []corev1.Taint{{Key: agentNotReady, Effect: corev1.TaintEffectNoExecute}}
 	// What VirtualNodes writes for the pod nominated below: the GPU is
@@ -242,7 +242,7 @@ func TestDeadlines(t *testing.T) {
 	t.Run("launches keep failing", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		cloud := fake.New()
+		cloud := cloudfake.New()
 		cloud.FailLaunches(errors.New("fake: the launch failed"))
 		startLifecycle(t, ctx, cloud, short)
 		nc := launchingClaim("deadlines-launch", "deadlines", types)
@@ -258,7 +258,7 @@ func TestDeadlines(t *testing.T) {
 	t.Run("node never Ready", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		cloud := fake.New()
+		cloud := cloudfake.New()
 		startLifecycle(t, ctx, cloud, short)
 		nc := launchingClaim("deadlines-init", "deadlines", types)
 		if err := kube.Create(ctx, nc); err != nil {
@@ -289,7 +289,7 @@ func TestBindGateIsTheSchedulers(t *testing.T) {
 	defer cancel()
 	types := []v1alpha1.InstanceType{instanceType("b1", 8)}
 	createLimitedPool(t, "bind-gate", 100, types)
-	startLifecycle(t, ctx, fake.New())
+	startLifecycle(t, ctx, cloudfake.New())
 	nc := launchingClaim("bind-gate-1", "bind-gate", types)
 	if err := kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)

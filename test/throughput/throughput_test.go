@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -119,7 +119,7 @@ func startScheduler(tb testing.TB, virtualNodes bool) func() {
 		}
 	}
 	factory := scheduler.NewInformerFactory(cs, 0, nil)
-	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dynamic.NewForConfigOrDie(cfg), 0, v1.NamespaceAll, nil)
+	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dynamic.NewForConfigOrDie(cfg), 0, corev1.NamespaceAll, nil)
 	broadcaster := events.NewEventBroadcasterAdapterWithContext(ctx, cs)
 	sched, err := scheduler.New(ctx, cs, factory, dyn,
 		func(name string) events.EventRecorderLogger { return broadcaster.NewRecorder(name) },
@@ -169,16 +169,16 @@ var (
 
 func makeCluster(b *testing.B) error {
 	ctx := context.Background()
-	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("32"), v1.ResourceMemory: resource.MustParse("128Gi"), v1.ResourcePods: resource.MustParse("110")}
+	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("128Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := range realNodes {
 		g.Go(func() error {
 			zone := fmt.Sprintf("zone-%c", 'a'+i%3)
-			n := &v1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("real-%03d", i), Labels: map[string]string{v1.LabelHostname: fmt.Sprintf("real-%03d", i), v1.LabelTopologyZone: zone}},
-				Status: v1.NodeStatus{Capacity: alloc, Allocatable: alloc,
-					Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}},
+			n := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("real-%03d", i), Labels: map[string]string{corev1.LabelHostname: fmt.Sprintf("real-%03d", i), corev1.LabelTopologyZone: zone}},
+				Status: corev1.NodeStatus{Capacity: alloc, Allocatable: alloc,
+					Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}},
 			}
 			n, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 			if err != nil {
@@ -192,11 +192,11 @@ func makeCluster(b *testing.B) error {
 		})
 	}
 	for _, ns := range []string{benchNS, heldNS} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		// No kube-controller-manager runs to make it.
-		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -225,7 +225,7 @@ func makeCluster(b *testing.B) error {
 	for i := range heldPods {
 		p := pod(fmt.Sprintf("held-%03d", i), "app", "held")
 		p.Spec.NodeSelector = map[string]string{v1alpha1.LabelNodePool: heldPool}
-		p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: v1.LabelHostname}}}}
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel, TopologyKey: corev1.LabelHostname}}}}
 		if _, err := cs.CoreV1().Pods(heldNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -247,17 +247,17 @@ func makeCluster(b *testing.B) error {
 	return nil
 }
 
-func pod(name string, labels ...string) *v1.Pod {
+func pod(name string, labels ...string) *corev1.Pod {
 	l := map[string]string{}
 	for i := 0; i+1 < len(labels); i += 2 {
 		l[labels[i]] = labels[i+1]
 	}
-	return &v1.Pod{
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l},
-		Spec: v1.PodSpec{
+		Spec: corev1.PodSpec{
 			SchedulerName: "bench",
-			Containers: []v1.Container{{Name: "c", Image: "pause", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-				v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("128Mi")}}}},
+			Containers: []corev1.Container{{Name: "c", Image: "pause", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}}},
 		},
 	}
 }

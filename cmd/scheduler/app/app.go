@@ -20,7 +20,7 @@ import (
 	k8sversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 	kubescheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 
@@ -121,5 +121,5 @@ func schedulerConfig(args []string) (*config.KubeSchedulerConfiguration, error) 
 	if *path == "" {
 		return latest.Default()
 	}
-	return options.LoadConfigFromFile(klog.Background(), *path)
+	return schedulerOptions.LoadConfigFromFile(klog.Background(), *path)
 }

@@ -2,21 +2,20 @@ package app
 
 import (
 	"context"
-	"path/filepath"
-	"slices"
-	"testing"
-
-	v1 "k8s.io/api/core/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics/legacyregistry"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+	"path/filepath"
+	"slices"
+	"testing"
 
 	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
@@ -27,24 +26,24 @@ import (
 type postFilterStub struct{}
 
 func (postFilterStub) Name() string { return virtualnodes.Name }
-func (postFilterStub) PostFilter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (postFilterStub) PostFilter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	return nil, nil
 }
-func (postFilterStub) Filter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo) *fwk.Status {
+func (postFilterStub) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeInfo) *fwk.Status {
 	return nil
 }
-func (postFilterStub) PreFilter(context.Context, fwk.CycleState, *v1.Pod, []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (postFilterStub) PreFilter(context.Context, fwk.CycleState, *corev1.Pod, []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	return nil, nil
 }
-func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions    { return nil }
-func (postFilterStub) PreEnqueue(context.Context, *v1.Pod) *fwk.Status { return nil }
+func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions        { return nil }
+func (postFilterStub) PreEnqueue(context.Context, *corev1.Pod) *fwk.Status { return nil }
 
 // TestShippedConfigRunsPreemptionBeforeVirtualNodes loads
 // manifests/scheduler/config.yaml as the scheduler does and checks the
 // profile runs preemption (GatedPreemption, in DefaultPreemption's place)
 // before VirtualNodes, VirtualNodes last.
 func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
-	metrics.Register()
+	schedmetrics.Register()
 	cfg, err := schedulerConfig([]string{"--v=2", "--config", filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"), "--leader-elect=false"})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +60,7 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset()
+	cs := kubefake.NewClientset()
 	fw, err := frameworkruntime.NewFramework(context.Background(), registry, &cfg.Profiles[0],
 		frameworkruntime.WithClientSet(cs), frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(cs, 0)),
 		frameworkruntime.WithSnapshotSharedLister(cache.NewEmptySnapshot()))

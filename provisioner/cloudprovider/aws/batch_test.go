@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -49,7 +49,7 @@ func newBatchEnv(t *testing.T) *batchEnv {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	e.kube = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
+	e.kube = crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
 	if err := e.kube.Create(context.Background(), &v1alpha1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Spec: classSpec("", "NodeforgeNodeInstanceProfile")}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -92,7 +92,7 @@ func runBurst(b *testing.B, claims, launchWorkers, otherWorkers int) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		b.Fatal(err)
 	}
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
 	prices, err := pricing.Shipped()
 	if err != nil {
 		b.Fatal(err)

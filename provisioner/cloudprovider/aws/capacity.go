@@ -1,15 +1,14 @@
 package aws
 
 import (
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"maps"
 	"math"
 	"strconv"
 	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -41,13 +40,13 @@ const ResourceGPU = v1alpha1.ResourceNVIDIAGPU
 func defaultCardENIs(info ec2types.InstanceTypeInfo) int64 {
 	n := info.NetworkInfo
 	for _, card := range n.NetworkCards {
-		if aws.ToInt32(card.NetworkCardIndex) == aws.ToInt32(n.DefaultNetworkCardIndex) {
-			return int64(aws.ToInt32(card.MaximumNetworkInterfaces))
+		if sdkaws.ToInt32(card.NetworkCardIndex) == sdkaws.ToInt32(n.DefaultNetworkCardIndex) {
+			return int64(sdkaws.ToInt32(card.MaximumNetworkInterfaces))
 		}
 	}
 	// DescribeInstanceTypes lists a card for every current type; an
 	// answer without one has a single card, the type's.
-	return int64(aws.ToInt32(n.MaximumNetworkInterfaces))
+	return int64(sdkaws.ToInt32(n.MaximumNetworkInterfaces))
 }
 
 // ENILimitedPods is how many pods the VPC CNI can address on the type
@@ -60,7 +59,7 @@ func ENILimitedPods(info ec2types.InstanceTypeInfo, reservedENIs int64) int64 {
 	if info.NetworkInfo == nil {
 		return 110 // the kubelet's default
 	}
-	ips := int64(aws.ToInt32(info.NetworkInfo.Ipv4AddressesPerInterface))
+	ips := int64(sdkaws.ToInt32(info.NetworkInfo.Ipv4AddressesPerInterface))
 	return max(defaultCardENIs(info)-reservedENIs, 0)*(ips-1) + 2
 }
 
@@ -88,7 +87,7 @@ func Pods(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration
 	}
 	capacity = nodeadm
 	if kubelet != nil && kubelet.PodsPerCore != nil && info.VCpuInfo != nil {
-		capacity = min(capacity, int64(*kubelet.PodsPerCore)*int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus)))
+		capacity = min(capacity, int64(*kubelet.PodsPerCore)*int64(sdkaws.ToInt32(info.VCpuInfo.DefaultVCpus)))
 	}
 	return nodeadm, capacity
 }
@@ -99,11 +98,11 @@ func Pods(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration
 func Capacity(info ec2types.InstanceTypeInfo, kubelet *v1alpha1.KubeletConfiguration, rootGiB int64, vmOverhead float64) corev1.ResourceList {
 	var vcpus int64
 	if info.VCpuInfo != nil {
-		vcpus = int64(aws.ToInt32(info.VCpuInfo.DefaultVCpus))
+		vcpus = int64(sdkaws.ToInt32(info.VCpuInfo.DefaultVCpus))
 	}
 	var mib int64
 	if info.MemoryInfo != nil {
-		mib = aws.ToInt64(info.MemoryInfo.SizeInMiB)
+		mib = sdkaws.ToInt64(info.MemoryInfo.SizeInMiB)
 	}
 	mib -= int64(math.Ceil(float64(mib) * vmOverhead))
 	_, pods := Pods(info, kubelet)
@@ -135,27 +134,27 @@ func Devices(info ec2types.InstanceTypeInfo) map[corev1.ResourceName]int64 {
 	out := map[corev1.ResourceName]int64{}
 	if info.GpuInfo != nil {
 		for _, g := range info.GpuInfo.Gpus {
-			switch strings.ToLower(aws.ToString(g.Manufacturer)) {
+			switch strings.ToLower(sdkaws.ToString(g.Manufacturer)) {
 			case "nvidia":
-				out[v1alpha1.ResourceNVIDIAGPU] += int64(aws.ToInt32(g.Count))
+				out[v1alpha1.ResourceNVIDIAGPU] += int64(sdkaws.ToInt32(g.Count))
 			case "amd":
-				out[v1alpha1.ResourceAMDGPU] += int64(aws.ToInt32(g.Count))
+				out[v1alpha1.ResourceAMDGPU] += int64(sdkaws.ToInt32(g.Count))
 			case "habana":
-				out[v1alpha1.ResourceHabanaGaudi] += int64(aws.ToInt32(g.Count))
+				out[v1alpha1.ResourceHabanaGaudi] += int64(sdkaws.ToInt32(g.Count))
 			}
 		}
 	}
 	if info.NeuronInfo != nil {
 		for _, d := range info.NeuronInfo.NeuronDevices {
-			n := int64(aws.ToInt32(d.Count))
+			n := int64(sdkaws.ToInt32(d.Count))
 			out[v1alpha1.ResourceNeuron] += n
 			if d.CoreInfo != nil {
-				out[v1alpha1.ResourceNeuronCore] += n * int64(aws.ToInt32(d.CoreInfo.Count))
+				out[v1alpha1.ResourceNeuronCore] += n * int64(sdkaws.ToInt32(d.CoreInfo.Count))
 			}
 		}
 	}
-	if n := info.NetworkInfo; n != nil && n.EfaInfo != nil && aws.ToBool(n.EfaSupported) {
-		out[v1alpha1.ResourceEFA] = int64(aws.ToInt32(n.EfaInfo.MaximumEfaInterfaces))
+	if n := info.NetworkInfo; n != nil && n.EfaInfo != nil && sdkaws.ToBool(n.EfaSupported) {
+		out[v1alpha1.ResourceEFA] = int64(sdkaws.ToInt32(n.EfaInfo.MaximumEfaInterfaces))
 	}
 	if branches := branchENIs(string(info.InstanceType)); branches > 0 {
 		out[v1alpha1.ResourcePodENI] = branches

@@ -5,15 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"math"
+	"slices"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -197,10 +196,10 @@ func (p *Provider) dryRun(ctx context.Context, class *v1alpha1.EC2NodeClass) (la
 	}
 	for _, capacityType := range []string{v1alpha1.CapacityTypeOnDemand, v1alpha1.CapacityTypeSpot} {
 		overrides := []ec2types.FleetLaunchTemplateOverridesRequest{{
-			InstanceType: ec2types.InstanceType(probe.instanceType), SubnetId: aws.String(probe.subnet.ID), AvailabilityZone: aws.String(probe.subnet.Zone),
+			InstanceType: ec2types.InstanceType(probe.instanceType), SubnetId: sdkaws.String(probe.subnet.ID), AvailabilityZone: sdkaws.String(probe.subnet.Zone),
 		}}
 		fleet := fleetInput(probe.template, capacityType, overrides, probe.tags)
-		fleet.DryRun = aws.Bool(true)
+		fleet.DryRun = sdkaws.Bool(true)
 		_, err := p.ec2.CreateFleet(ctx, fleet)
 		v, err := readDryRun("CreateFleet", err)
 		switch {
@@ -260,8 +259,8 @@ func (p *Provider) dryRunTemplate(ctx context.Context, probe launchProbe) error 
 		return err
 	}
 	_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-		DryRun:             aws.Bool(true),
-		LaunchTemplateName: aws.String(probe.template),
+		DryRun:             sdkaws.Bool(true),
+		LaunchTemplateName: sdkaws.String(probe.template),
 		LaunchTemplateData: p.templateData(class, probe.ami.ID, userData, ""),
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate,
 			Tags: toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})}},
@@ -277,13 +276,13 @@ func (p *Provider) dryRunTemplate(ctx context.Context, probe launchProbe) error 
 func (p *Provider) dryRunInstance(ctx context.Context, probe launchProbe) error {
 	class := probe.class
 	in := &ec2.RunInstancesInput{
-		DryRun:             aws.Bool(true),
-		ImageId:            aws.String(probe.ami.ID),
+		DryRun:             sdkaws.Bool(true),
+		ImageId:            sdkaws.String(probe.ami.ID),
 		InstanceType:       ec2types.InstanceType(probe.instanceType),
-		MinCount:           aws.Int32(1),
-		MaxCount:           aws.Int32(1),
-		SubnetId:           aws.String(probe.subnet.ID),
-		IamInstanceProfile: &ec2types.IamInstanceProfileSpecification{Name: aws.String(class.Status.InstanceProfile)},
+		MinCount:           sdkaws.Int32(1),
+		MaxCount:           sdkaws.Int32(1),
+		SubnetId:           sdkaws.String(probe.subnet.ID),
+		IamInstanceProfile: &ec2types.IamInstanceProfileSpecification{Name: sdkaws.String(class.Status.InstanceProfile)},
 		TagSpecifications: []ec2types.TagSpecification{
 			{ResourceType: ec2types.ResourceTypeInstance, Tags: probe.tags},
 			{ResourceType: ec2types.ResourceTypeVolume, Tags: probe.tags},

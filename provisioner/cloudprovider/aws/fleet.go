@@ -7,17 +7,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+	"k8s.io/klog/v2"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/smithy-go"
-	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -94,10 +93,10 @@ func (r *fleetRequest) key() string {
 	fmt.Fprintf(&b, "%s\n%s\n%s\n%s\n", r.template, r.capacityType, r.l.NodePool, r.class.Name)
 	for i, c := range r.in.LaunchTemplateConfigs {
 		if i > 0 {
-			fmt.Fprintf(&b, "template %s\n", aws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName))
+			fmt.Fprintf(&b, "template %s\n", sdkaws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName))
 		}
 		for _, o := range c.Overrides {
-			fmt.Fprintf(&b, "%s %s %s\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToString(o.AvailabilityZone))
+			fmt.Fprintf(&b, "%s %s %s\n", o.InstanceType, sdkaws.ToString(o.SubnetId), sdkaws.ToString(o.AvailabilityZone))
 		}
 	}
 	return b.String()
@@ -258,7 +257,7 @@ func (p *Provider) sendFleet(ctx context.Context, rs []*fleetRequest) {
 func (p *Provider) readFleetErrors(ctx context.Context, first *fleetRequest, errs []ec2types.CreateFleetError) (refused []cloudprovider.Offer, other []error, denied error) {
 	logger := klog.FromContext(ctx)
 	for _, e := range errs {
-		code := aws.ToString(e.ErrorCode)
+		code := sdkaws.ToString(e.ErrorCode)
 		o, ok := overrideOffer(first.byOverride, e.LaunchTemplateAndOverrides)
 		switch {
 		case code == codeNoFreeAddresses && ok:
@@ -274,18 +273,18 @@ func (p *Provider) readFleetErrors(ctx context.Context, first *fleetRequest, err
 		case code == spotRoleCode && ok:
 			// No spot service-linked role: the class's spot offerings are
 			// withheld (dryrun.go) and this claim's refused like capacity.
-			p.noSpotRole(first.class.Name, aws.ToString(e.ErrorMessage))
+			p.noSpotRole(first.class.Name, sdkaws.ToString(e.ErrorMessage))
 			refused = append(refused, o)
 		case deniedCodes[code]:
 			p.recheckLaunch(first.class.Name)
-			return nil, nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: aws.ToString(e.ErrorMessage)}}
+			return nil, nil, &cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: &smithy.GenericAPIError{Code: code, Message: sdkaws.ToString(e.ErrorMessage)}}
 		default:
 			if templateNotFound(&smithy.GenericAPIError{Code: code}) {
 				for _, t := range first.templates {
 					p.forgetTemplate(t)
 				}
 			}
-			other = append(other, fmt.Errorf("%s: %s", code, aws.ToString(e.ErrorMessage)))
+			other = append(other, fmt.Errorf("%s: %s", code, sdkaws.ToString(e.ErrorMessage)))
 		}
 	}
 	return refused, other, nil
@@ -383,11 +382,11 @@ func (p *Provider) launchedInstance(r *fleetRequest, id string, fi ec2types.Crea
 func mergedFleet(rs []*fleetRequest) *ec2.CreateFleetInput {
 	in := *rs[0].in
 	spec := *in.TargetCapacitySpecification
-	spec.TotalTargetCapacity = aws.Int32(int32(len(rs)))
+	spec.TotalTargetCapacity = sdkaws.Int32(int32(len(rs)))
 	in.TargetCapacitySpecification = &spec
 	tags := map[string]string{}
 	for _, t := range sharedTags(rs[0].in) {
-		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+		tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
 	}
 	tags["Name"] = rs[0].l.NodePool
 	uids := make([]string, 0, len(rs))
@@ -402,12 +401,12 @@ func mergedFleet(rs []*fleetRequest) *ec2.CreateFleetInput {
 	// a new one.
 	fmt.Fprintf(h, "%s\n", strings.Join(uids, ","))
 	for _, r := range rs {
-		fmt.Fprintf(h, "%s\n", aws.ToString(r.in.ClientToken))
+		fmt.Fprintf(h, "%s\n", sdkaws.ToString(r.in.ClientToken))
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:32]
 	tags[TagFleet] = sum
 	in.TagSpecifications = tagSpecifications(toTags(tags))
-	in.ClientToken = aws.String("nodeforge-fleet-" + sum)
+	in.ClientToken = sdkaws.String("nodeforge-fleet-" + sum)
 	return &in
 }
 
@@ -415,7 +414,7 @@ func mergedFleet(rs []*fleetRequest) *ec2.CreateFleetInput {
 func sharedTags(in *ec2.CreateFleetInput) []ec2types.Tag {
 	var out []ec2types.Tag
 	for _, t := range in.TagSpecifications[0].Tags {
-		switch aws.ToString(t.Key) {
+		switch sdkaws.ToString(t.Key) {
 		case TagNodeClaim, TagNodeClaimUID, "Name":
 		default:
 			out = append(out, t)

@@ -4,13 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	"slices"
+	"strings"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -85,7 +84,7 @@ func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1al
 			return nil, classify("ssm:GetParameters", err)
 		}
 		for _, prm := range out.Parameters {
-			ids[aws.ToString(prm.Name)] = aws.ToString(prm.Value)
+			ids[sdkaws.ToString(prm.Name)] = sdkaws.ToString(prm.Value)
 		}
 	}
 	var imageIDs []string
@@ -100,8 +99,8 @@ func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1al
 	slices.Sort(imageIDs)
 	images := map[string]ec2types.Image{}
 	pages := ec2.NewDescribeImagesPaginator(p.ec2, &ec2.DescribeImagesInput{Filters: []ec2types.Filter{
-		{Name: aws.String("image-id"), Values: imageIDs},
-		{Name: aws.String("state"), Values: []string{"available"}},
+		{Name: sdkaws.String("image-id"), Values: imageIDs},
+		{Name: sdkaws.String("state"), Values: []string{"available"}},
 	}})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -109,7 +108,7 @@ func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1al
 			return nil, classify("DescribeImages", err)
 		}
 		for _, img := range page.Images {
-			images[aws.ToString(img.ImageId)] = img
+			images[sdkaws.ToString(img.ImageId)] = img
 		}
 	}
 	var out []v1alpha1.ResolvedAMI
@@ -118,7 +117,7 @@ func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1al
 		if !ok {
 			continue
 		}
-		out = append(out, v1alpha1.ResolvedAMI{ID: aws.ToString(img.ImageId), Name: aws.ToString(img.Name), Architecture: w.arch, Variant: w.variant})
+		out = append(out, v1alpha1.ResolvedAMI{ID: sdkaws.ToString(img.ImageId), Name: sdkaws.ToString(img.Name), Architecture: w.arch, Variant: w.variant})
 	}
 	return out, nil
 }
@@ -129,7 +128,7 @@ func (p *Provider) aliasImagesFromSSM(ctx context.Context, alias string) ([]v1al
 func variantOf(info ec2types.InstanceTypeInfo) string {
 	if info.GpuInfo != nil {
 		for _, g := range info.GpuInfo.Gpus {
-			if strings.EqualFold(aws.ToString(g.Manufacturer), "NVIDIA") {
+			if strings.EqualFold(sdkaws.ToString(g.Manufacturer), "NVIDIA") {
 				return VariantNVIDIA
 			}
 		}
@@ -139,7 +138,7 @@ func variantOf(info ec2types.InstanceTypeInfo) string {
 	}
 	if info.InferenceAcceleratorInfo != nil {
 		for _, a := range info.InferenceAcceleratorInfo.Accelerators {
-			if strings.EqualFold(aws.ToString(a.Manufacturer), "AWS") {
+			if strings.EqualFold(sdkaws.ToString(a.Manufacturer), "AWS") {
 				return VariantNeuron
 			}
 		}

@@ -6,22 +6,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
-	"regexp"
-	"slices"
-	"strings"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/smithy-go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"maps"
+	"regexp"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"slices"
+	"strings"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -124,11 +123,11 @@ func (p *Provider) instanceProfileTags(class string) map[string]string {
 func (p *Provider) owns(class string, tags []iamtypes.Tag) bool {
 	var cluster, nodeClass bool
 	for _, t := range tags {
-		switch aws.ToString(t.Key) {
+		switch sdkaws.ToString(t.Key) {
 		case TagCluster:
-			cluster = aws.ToString(t.Value) == p.opts.ClusterName
+			cluster = sdkaws.ToString(t.Value) == p.opts.ClusterName
 		case TagNodeClass:
-			nodeClass = aws.ToString(t.Value) == class
+			nodeClass = sdkaws.ToString(t.Value) == class
 		}
 	}
 	return cluster && nodeClass
@@ -163,7 +162,7 @@ func (p *Provider) ensureInstanceProfile(ctx context.Context, class *v1alpha1.EC
 	if errors.Is(err, cloudprovider.ErrNotFound) {
 		var out *iam.CreateInstanceProfileOutput
 		out, err = api.CreateInstanceProfile(ctx, &iam.CreateInstanceProfileInput{
-			InstanceProfileName: aws.String(name), Path: aws.String(InstanceProfilePath), Tags: iamTags(p.instanceProfileTags(class.Name)),
+			InstanceProfileName: sdkaws.String(name), Path: sdkaws.String(InstanceProfilePath), Tags: iamTags(p.instanceProfileTags(class.Name)),
 		})
 		err = classify("CreateInstanceProfile", err)
 		switch {
@@ -180,14 +179,14 @@ func (p *Provider) ensureInstanceProfile(ctx context.Context, class *v1alpha1.EC
 		return iamFailure(name, err)
 	}
 	if !p.owns(class.Name, profile.Tags) {
-		log.Info("Instance profile exists and is not ours; leaving it alone", "path", aws.ToString(profile.Path))
+		log.Info("Instance profile exists and is not ours; leaving it alone", "path", sdkaws.ToString(profile.Path))
 		return profileState{name: name, reason: ReasonNotOwned, detail: fmt.Sprintf(
 			"instance profile %s exists without the tags %s=%s and %s=%s, so it is not the one Nodeforge keeps for this class; Nodeforge will not change or delete it: delete or rename it, or set spec.instanceProfile to use it as it is",
 			name, TagCluster, p.opts.ClusterName, TagNodeClass, class.Name)}, nil
 	}
 	changed := created
 	if !created && !hasTag(profile.Tags, kubernetesClusterTag(p.opts.ClusterName), "owned") {
-		if _, err := api.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: aws.String(name),
+		if _, err := api.TagInstanceProfile(ctx, &iam.TagInstanceProfileInput{InstanceProfileName: sdkaws.String(name),
 			Tags: iamTags(p.instanceProfileTags(class.Name))}); err != nil {
 			return iamFailure(name, classify("TagInstanceProfile", err))
 		}
@@ -197,13 +196,13 @@ func (p *Provider) ensureInstanceProfile(ctx context.Context, class *v1alpha1.EC
 	for _, r := range profile.Roles {
 		// IAM's names are unique regardless of case, and it answers with
 		// the role's own spelling.
-		if strings.EqualFold(aws.ToString(r.RoleName), role) {
+		if strings.EqualFold(sdkaws.ToString(r.RoleName), role) {
 			holds = true
 			continue
 		}
 		// spec.role changed: the profile holds at most one role.
-		old := aws.ToString(r.RoleName)
-		_, err := api.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: aws.String(name), RoleName: aws.String(old)})
+		old := sdkaws.ToString(r.RoleName)
+		_, err := api.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: sdkaws.String(name), RoleName: sdkaws.String(old)})
 		if err = classify("RemoveRoleFromInstanceProfile", err); err != nil && !errors.Is(err, cloudprovider.ErrNotFound) {
 			return iamFailure(name, err)
 		}
@@ -211,7 +210,7 @@ func (p *Provider) ensureInstanceProfile(ctx context.Context, class *v1alpha1.EC
 		changed = true
 	}
 	if !holds {
-		_, err := api.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: aws.String(name), RoleName: aws.String(role)})
+		_, err := api.AddRoleToInstanceProfile(ctx, &iam.AddRoleToInstanceProfileInput{InstanceProfileName: sdkaws.String(name), RoleName: sdkaws.String(role)})
 		if err = classify("AddRoleToInstanceProfile", err); err != nil {
 			if errors.Is(err, cloudprovider.ErrNotFound) {
 				// The profile was just read, so what is missing is
@@ -233,7 +232,7 @@ func (p *Provider) ensureInstanceProfile(ctx context.Context, class *v1alpha1.EC
 
 // getInstanceProfile reads a profile; ErrNotFound when there is none.
 func (p *Provider) getInstanceProfile(ctx context.Context, name string) (*iamtypes.InstanceProfile, error) {
-	out, err := p.opts.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: aws.String(name)})
+	out, err := p.opts.IAM.GetInstanceProfile(ctx, &iam.GetInstanceProfileInput{InstanceProfileName: sdkaws.String(name)})
 	if err != nil {
 		return nil, classify("GetInstanceProfile", err)
 	}
@@ -277,7 +276,7 @@ func apiMessage(err error) string {
 
 func hasTag(tags []iamtypes.Tag, key, value string) bool {
 	for _, t := range tags {
-		if aws.ToString(t.Key) == key && aws.ToString(t.Value) == value {
+		if sdkaws.ToString(t.Key) == key && sdkaws.ToString(t.Value) == value {
 			return true
 		}
 	}
@@ -287,11 +286,11 @@ func hasTag(tags []iamtypes.Tag, key, value string) bool {
 func iamTags(tags map[string]string) []iamtypes.Tag {
 	out := make([]iamtypes.Tag, 0, len(tags))
 	for _, k := range []string{TagCluster, TagNodeClass} {
-		out = append(out, iamtypes.Tag{Key: aws.String(k), Value: aws.String(tags[k])})
+		out = append(out, iamtypes.Tag{Key: sdkaws.String(k), Value: sdkaws.String(tags[k])})
 	}
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		if k != TagCluster && k != TagNodeClass {
-			out = append(out, iamtypes.Tag{Key: aws.String(k), Value: aws.String(tags[k])})
+			out = append(out, iamtypes.Tag{Key: sdkaws.String(k), Value: sdkaws.String(tags[k])})
 		}
 	}
 	return out
@@ -319,13 +318,13 @@ func (p *Provider) deleteInstanceProfile(ctx context.Context, class *v1alpha1.EC
 		return nil
 	}
 	for _, r := range profile.Roles {
-		_, err := p.opts.IAM.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: aws.String(name), RoleName: r.RoleName})
+		_, err := p.opts.IAM.RemoveRoleFromInstanceProfile(ctx, &iam.RemoveRoleFromInstanceProfileInput{InstanceProfileName: sdkaws.String(name), RoleName: r.RoleName})
 		if err = classify("RemoveRoleFromInstanceProfile", err); err != nil && !errors.Is(err, cloudprovider.ErrNotFound) {
 			return fmt.Errorf("instance profile %s: %w", name, err)
 		}
-		log.Info("Removed role from instance profile", "role", aws.ToString(r.RoleName))
+		log.Info("Removed role from instance profile", "role", sdkaws.ToString(r.RoleName))
 	}
-	_, err = p.opts.IAM.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: aws.String(name)})
+	_, err = p.opts.IAM.DeleteInstanceProfile(ctx, &iam.DeleteInstanceProfileInput{InstanceProfileName: sdkaws.String(name)})
 	if err = classify("DeleteInstanceProfile", err); err != nil && !errors.Is(err, cloudprovider.ErrNotFound) {
 		return fmt.Errorf("instance profile %s: %w", name, err)
 	}

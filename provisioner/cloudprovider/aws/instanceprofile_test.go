@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -72,7 +72,7 @@ func newIAMEnv(t *testing.T, funcs *interceptor.Funcs) *iamEnv {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}, &v1alpha1.NodeClaim{})
+	b := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}, &v1alpha1.NodeClaim{})
 	if funcs != nil {
 		b = b.WithInterceptorFuncs(*funcs)
 	}

@@ -3,15 +3,14 @@ package aws
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"maps"
+	"slices"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -70,7 +69,7 @@ func (p *Provider) describeIDs(ctx context.Context, ids []string) map[string]res
 		klog.FromContext(ctx).V(4).Info("An instance of the batch is unknown to EC2; asking again by filter", "instances", len(ids), "err", err.Error())
 		found, err = nil, nil
 		for chunk := range slices.Chunk(ids, maxFilterValues) {
-			part, e := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{Name: aws.String("instance-id"), Values: chunk}}})
+			part, e := p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{Name: sdkaws.String("instance-id"), Values: chunk}}})
 			found, err = append(found, part...), errors.Join(err, e)
 		}
 	}
@@ -101,8 +100,8 @@ func badInstanceID(err error) bool {
 // List returns the live instances tagged with this cluster.
 func (p *Provider) List(ctx context.Context) ([]*cloudprovider.Instance, error) {
 	return p.describe(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}},
-		{Name: aws.String("instance-state-name"), Values: liveStates},
+		{Name: sdkaws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}},
+		{Name: sdkaws.String("instance-state-name"), Values: liveStates},
 	}})
 }
 
@@ -190,7 +189,7 @@ func (p *Provider) terminateIDs(ctx context.Context, ids []string) map[string]re
 	}
 	for _, t := range resp.TerminatingInstances {
 		if t.CurrentState != nil && t.CurrentState.Name == ec2types.InstanceStateNameTerminated {
-			out[aws.ToString(t.InstanceId)] = result[bool]{v: true}
+			out[sdkaws.ToString(t.InstanceId)] = result[bool]{v: true}
 		}
 	}
 	return out
@@ -204,11 +203,11 @@ func live(in ec2types.Instance) bool {
 func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 	tags := map[string]string{}
 	for _, t := range in.Tags {
-		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+		tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
 	}
 	zone := ""
 	if in.Placement != nil {
-		zone = aws.ToString(in.Placement.AvailabilityZone)
+		zone = sdkaws.ToString(in.Placement.AvailabilityZone)
 	}
 	ct := v1alpha1.CapacityTypeOnDemand
 	reservation := ""
@@ -220,11 +219,11 @@ func (p *Provider) instance(in ec2types.Instance) *cloudprovider.Instance {
 		// Launched into a reservation it named (reservations.go), as
 		// Karpenter's AWS provider tells its reserved instances; one that
 		// landed in an open reservation unasked is on-demand.
-		ct, reservation = v1alpha1.CapacityTypeReserved, aws.ToString(in.CapacityReservationId)
+		ct, reservation = v1alpha1.CapacityTypeReserved, sdkaws.ToString(in.CapacityReservationId)
 	}
 	out := &cloudprovider.Instance{
-		ProviderID: providerID(zone, aws.ToString(in.InstanceId)), InstanceType: string(in.InstanceType), Zone: zone, CapacityType: ct,
-		NodeClaim: tags[TagNodeClaim], NodePool: tags[TagNodePool], Launched: aws.ToTime(in.LaunchTime), ImageID: aws.ToString(in.ImageId),
+		ProviderID: providerID(zone, sdkaws.ToString(in.InstanceId)), InstanceType: string(in.InstanceType), Zone: zone, CapacityType: ct,
+		NodeClaim: tags[TagNodeClaim], NodePool: tags[TagNodePool], Launched: sdkaws.ToTime(in.LaunchTime), ImageID: sdkaws.ToString(in.ImageId),
 		Stopping: in.State != nil && slices.Contains([]ec2types.InstanceStateName{ec2types.InstanceStateNameStopping, ec2types.InstanceStateNameStopped, ec2types.InstanceStateNameShuttingDown}, in.State.Name),
 	}
 	if claims := fleetClaims(tags); tags[TagNodeClaim] == "" && len(claims) > 0 {

@@ -2,17 +2,16 @@ package aws
 
 import (
 	"context"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
@@ -117,7 +116,7 @@ func (p *Provider) describeTypes(ctx context.Context) (map[string]ec2types.Insta
 			return nil, nil, classify("DescribeInstanceTypeOfferings", err)
 		}
 		for _, o := range page.InstanceTypeOfferings {
-			offered[string(o.InstanceType)] = append(offered[string(o.InstanceType)], aws.ToString(o.Location))
+			offered[string(o.InstanceType)] = append(offered[string(o.InstanceType)], sdkaws.ToString(o.Location))
 		}
 	}
 	return types, offered, nil
@@ -130,7 +129,7 @@ func (p *Provider) describeSpotPrices(ctx context.Context) (map[string]map[strin
 		ProductDescriptions: []string{"Linux/UNIX"},
 		// A start time of now returns the price in effect now for each
 		// type and zone (EC2 API reference, DescribeSpotPriceHistory).
-		StartTime: aws.Time(p.now()),
+		StartTime: sdkaws.Time(p.now()),
 	})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -138,12 +137,12 @@ func (p *Provider) describeSpotPrices(ctx context.Context) (map[string]map[strin
 			return nil, classify("DescribeSpotPriceHistory", err)
 		}
 		for _, sp := range page.SpotPriceHistory {
-			price, err := strconv.ParseFloat(aws.ToString(sp.SpotPrice), 64)
+			price, err := strconv.ParseFloat(sdkaws.ToString(sp.SpotPrice), 64)
 			if err != nil {
 				continue
 			}
-			t, z := string(sp.InstanceType), aws.ToString(sp.AvailabilityZone)
-			if at := aws.ToTime(sp.Timestamp); !at.Before(stamps[[2]string{t, z}]) {
+			t, z := string(sp.InstanceType), sdkaws.ToString(sp.AvailabilityZone)
+			if at := sdkaws.ToTime(sp.Timestamp); !at.Before(stamps[[2]string{t, z}]) {
 				stamps[[2]string{t, z}] = at
 				if prices[t] == nil {
 					prices[t] = map[string]float64{}
@@ -387,20 +386,20 @@ func (p *Provider) labels(info ec2types.InstanceTypeInfo) map[string]string {
 	// Karpenter labels GPUs only for a type with one kind of GPU; so do we.
 	if info.GpuInfo != nil && len(info.GpuInfo.Gpus) == 1 {
 		g := info.GpuInfo.Gpus[0]
-		labels[v1alpha1.LabelInstanceGPUName] = strings.ToLower(aws.ToString(g.Name))
-		labels[v1alpha1.LabelInstanceGPUManufacturer] = strings.ToLower(aws.ToString(g.Manufacturer))
-		labels[v1alpha1.LabelInstanceGPUCount] = itoa(int64(aws.ToInt32(g.Count)))
+		labels[v1alpha1.LabelInstanceGPUName] = strings.ToLower(sdkaws.ToString(g.Name))
+		labels[v1alpha1.LabelInstanceGPUManufacturer] = strings.ToLower(sdkaws.ToString(g.Manufacturer))
+		labels[v1alpha1.LabelInstanceGPUCount] = itoa(int64(sdkaws.ToInt32(g.Count)))
 		if g.MemoryInfo != nil && g.MemoryInfo.SizeInMiB != nil {
 			labels[v1alpha1.LabelInstanceGPUMemory] = itoa(int64(*g.MemoryInfo.SizeInMiB))
 		}
 	}
-	if s := info.InstanceStorageInfo; s != nil && s.NvmeSupport != ec2types.EphemeralNvmeSupportUnsupported && aws.ToInt64(s.TotalSizeInGB) > 0 {
-		labels[v1alpha1.LabelInstanceLocalNVMe] = itoa(aws.ToInt64(s.TotalSizeInGB))
+	if s := info.InstanceStorageInfo; s != nil && s.NvmeSupport != ec2types.EphemeralNvmeSupportUnsupported && sdkaws.ToInt64(s.TotalSizeInGB) > 0 {
+		labels[v1alpha1.LabelInstanceLocalNVMe] = itoa(sdkaws.ToInt64(s.TotalSizeInGB))
 	}
 	if n := info.NetworkInfo; n != nil {
 		// The baseline bandwidth of the default network card, in Mbit/s.
 		for _, card := range n.NetworkCards {
-			if aws.ToInt32(card.NetworkCardIndex) == aws.ToInt32(n.DefaultNetworkCardIndex) && card.BaselineBandwidthInGbps != nil {
+			if sdkaws.ToInt32(card.NetworkCardIndex) == sdkaws.ToInt32(n.DefaultNetworkCardIndex) && card.BaselineBandwidthInGbps != nil {
 				labels[v1alpha1.LabelInstanceNetworkBandwidth] = itoa(int64(math.Round(*card.BaselineBandwidthInGbps * 1000)))
 			}
 		}

@@ -2,13 +2,12 @@ package aws
 
 import (
 	"encoding/base64"
-	"strings"
-	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"strings"
+	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -17,12 +16,12 @@ import (
 func info(name string, vcpus int32, mib int64, enis, ipsPerENI int32, gpus int32) ec2types.InstanceTypeInfo {
 	it := ec2types.InstanceTypeInfo{
 		InstanceType: ec2types.InstanceType(name),
-		VCpuInfo:     &ec2types.VCpuInfo{DefaultVCpus: aws.Int32(vcpus)},
-		MemoryInfo:   &ec2types.MemoryInfo{SizeInMiB: aws.Int64(mib)},
-		NetworkInfo:  &ec2types.NetworkInfo{MaximumNetworkInterfaces: aws.Int32(enis), Ipv4AddressesPerInterface: aws.Int32(ipsPerENI)},
+		VCpuInfo:     &ec2types.VCpuInfo{DefaultVCpus: sdkaws.Int32(vcpus)},
+		MemoryInfo:   &ec2types.MemoryInfo{SizeInMiB: sdkaws.Int64(mib)},
+		NetworkInfo:  &ec2types.NetworkInfo{MaximumNetworkInterfaces: sdkaws.Int32(enis), Ipv4AddressesPerInterface: sdkaws.Int32(ipsPerENI)},
 	}
 	if gpus > 0 {
-		it.GpuInfo = &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Count: aws.Int32(gpus), Manufacturer: aws.String("NVIDIA"), Name: aws.String("T4")}}}
+		it.GpuInfo = &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Count: sdkaws.Int32(gpus), Manufacturer: sdkaws.String("NVIDIA"), Name: sdkaws.String("T4")}}}
 	}
 	return it
 }
@@ -87,7 +86,7 @@ func TestCapacityAndAllocatableOfRealTypes(t *testing.T) {
 // 7577−1465−200 MiB − 397253023 B; disk 50 GiB − 1 GiB − 10% (5368709200 B).
 func TestKubeletSettingsChangeAllocatable(t *testing.T) {
 	kubelet := &v1alpha1.KubeletConfiguration{
-		MaxPods:        aws.Int32(110),
+		MaxPods:        sdkaws.Int32(110),
 		SystemReserved: map[string]v1alpha1.KubeletValue{"memory": "200Mi", "cpu": "100m"},
 		EvictionHard:   map[string]v1alpha1.KubeletValue{"memory.available": "5%"},
 	}
@@ -113,7 +112,7 @@ func TestUserDataJoinsTheClusterWithThePoolsLabelsAndTaints(t *testing.T) {
 	script := "#!/bin/bash\necho custom setup\n"
 	class := &v1alpha1.EC2NodeClass{Spec: v1alpha1.EC2NodeClassSpec{
 		UserData: &script,
-		Kubelet:  &v1alpha1.KubeletConfiguration{MaxPods: aws.Int32(42)},
+		Kubelet:  &v1alpha1.KubeletConfiguration{MaxPods: sdkaws.Int32(42)},
 	}}
 	opts := Options{ClusterName: "prod", ClusterEndpoint: "https://ABC.gr7.us-west-2.eks.amazonaws.com", ClusterCA: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), ClusterServiceCIDR: "10.100.0.0/16"}
 	labels := map[string]string{v1alpha1.LabelNodePool: "apps", "intent": "apps"}
@@ -164,9 +163,9 @@ func TestProviderIDRoundTrip(t *testing.T) {
 // cards makes info a type with several network cards of the given
 // interfaces, the first the default.
 func cards(it ec2types.InstanceTypeInfo, enis ...int32) ec2types.InstanceTypeInfo {
-	it.NetworkInfo.DefaultNetworkCardIndex = aws.Int32(0)
+	it.NetworkInfo.DefaultNetworkCardIndex = sdkaws.Int32(0)
 	for i, n := range enis {
-		it.NetworkInfo.NetworkCards = append(it.NetworkInfo.NetworkCards, ec2types.NetworkCardInfo{NetworkCardIndex: aws.Int32(int32(i)), MaximumNetworkInterfaces: aws.Int32(n)})
+		it.NetworkInfo.NetworkCards = append(it.NetworkInfo.NetworkCards, ec2types.NetworkCardInfo{NetworkCardIndex: sdkaws.Int32(int32(i)), MaximumNetworkInterfaces: sdkaws.Int32(n)})
 	}
 	return it
 }
@@ -217,10 +216,10 @@ func TestPodsUnderTheClassSettings(t *testing.T) {
 		wantPodsPerCoreWritten bool
 	}{
 		{name: "defaults", wantNodeadm: 29, wantPods: 29},
-		{name: "maxPods", kubelet: &v1alpha1.KubeletConfiguration{MaxPods: aws.Int32(110)}, wantNodeadm: 110, wantPods: 110, wantExpression: "110"},
-		{name: "one reserved ENI", kubelet: &v1alpha1.KubeletConfiguration{ReservedENIs: aws.Int32(1)}, wantNodeadm: 20, wantPods: 20, wantExpression: "default_enis > 1 ? (default_enis - 1) * (ips_per_eni - 1) + 2 : 2"},
-		{name: "every ENI reserved", kubelet: &v1alpha1.KubeletConfiguration{ReservedENIs: aws.Int32(5)}, wantNodeadm: 2, wantPods: 2, wantExpression: "default_enis > 5 ? (default_enis - 5) * (ips_per_eni - 1) + 2 : 2"},
-		{name: "podsPerCore", kubelet: &v1alpha1.KubeletConfiguration{PodsPerCore: aws.Int32(4)}, wantNodeadm: 29, wantPods: 8, wantPodsPerCoreWritten: true},
+		{name: "maxPods", kubelet: &v1alpha1.KubeletConfiguration{MaxPods: sdkaws.Int32(110)}, wantNodeadm: 110, wantPods: 110, wantExpression: "110"},
+		{name: "one reserved ENI", kubelet: &v1alpha1.KubeletConfiguration{ReservedENIs: sdkaws.Int32(1)}, wantNodeadm: 20, wantPods: 20, wantExpression: "default_enis > 1 ? (default_enis - 1) * (ips_per_eni - 1) + 2 : 2"},
+		{name: "every ENI reserved", kubelet: &v1alpha1.KubeletConfiguration{ReservedENIs: sdkaws.Int32(5)}, wantNodeadm: 2, wantPods: 2, wantExpression: "default_enis > 5 ? (default_enis - 5) * (ips_per_eni - 1) + 2 : 2"},
+		{name: "podsPerCore", kubelet: &v1alpha1.KubeletConfiguration{PodsPerCore: sdkaws.Int32(4)}, wantNodeadm: 29, wantPods: 8, wantPodsPerCoreWritten: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodeadm, pods := Pods(m5, tc.kubelet)
@@ -250,13 +249,13 @@ func TestPodsUnderTheClassSettings(t *testing.T) {
 // Neuron, EFA and trunk-capable types.
 func TestDevicesAsTheDevicePluginsCountThem(t *testing.T) {
 	gpu := func(manufacturer string, n int32) *ec2types.GpuInfo {
-		return &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Manufacturer: aws.String(manufacturer), Count: aws.Int32(n)}}}
+		return &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Manufacturer: sdkaws.String(manufacturer), Count: sdkaws.Int32(n)}}}
 	}
 	inf2 := info("inf2.24xlarge", 96, 393216, 15, 50, 0)
-	inf2.NeuronInfo = &ec2types.NeuronInfo{NeuronDevices: []ec2types.NeuronDeviceInfo{{Count: aws.Int32(6), CoreInfo: &ec2types.NeuronDeviceCoreInfo{Count: aws.Int32(2)}}}}
+	inf2.NeuronInfo = &ec2types.NeuronInfo{NeuronDevices: []ec2types.NeuronDeviceInfo{{Count: sdkaws.Int32(6), CoreInfo: &ec2types.NeuronDeviceCoreInfo{Count: sdkaws.Int32(2)}}}}
 	p5 := info("p5.48xlarge", 192, 2097152, 64, 50, 8)
-	p5.NetworkInfo.EfaSupported = aws.Bool(true)
-	p5.NetworkInfo.EfaInfo = &ec2types.EfaInfo{MaximumEfaInterfaces: aws.Int32(32)}
+	p5.NetworkInfo.EfaSupported = sdkaws.Bool(true)
+	p5.NetworkInfo.EfaInfo = &ec2types.EfaInfo{MaximumEfaInterfaces: sdkaws.Int32(32)}
 	g4ad := info("g4ad.16xlarge", 64, 262144, 8, 30, 0)
 	g4ad.GpuInfo = gpu("AMD", 4)
 	dl1 := info("dl1.24xlarge", 96, 786432, 60, 50, 0)

@@ -7,15 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"maps"
+	"slices"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -105,7 +104,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	p.mu.Lock()
 	attempt := p.fleetErrors[l.ClaimUID]
 	p.mu.Unlock()
-	in.ClientToken = aws.String(clientToken(l.ClaimUID, capacityType, configs, attempt))
+	in.ClientToken = sdkaws.String(clientToken(l.ClaimUID, capacityType, configs, attempt))
 	return p.launchFleet(ctx, &fleetRequest{
 		l: l, class: class, in: in, template: templates[0], templates: templates, ami: ami, capacityType: capacityType, attempt: attempt,
 		offers: offers, byOverride: byOverride, short: short, reservationOf: plan.byPool, done: make(chan struct{}),
@@ -120,7 +119,7 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 func (p *Provider) launchTemplateConfigs(ctx context.Context, class *v1alpha1.EC2NodeClass, ami string, labels map[string]string, taints []corev1.Taint, efa int32,
 	overrides []ec2types.FleetLaunchTemplateOverridesRequest, plan reservationPlan) ([]ec2types.FleetLaunchTemplateConfigRequest, []string, error) {
 	spec := func(name string) *ec2types.FleetLaunchTemplateSpecificationRequest {
-		return &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(name), Version: aws.String("$Latest")}
+		return &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: sdkaws.String(name), Version: sdkaws.String("$Latest")}
 	}
 	if plan.byPool == nil {
 		template, err := p.ensureLaunchTemplate(ctx, class, ami, labels, taints, efa, "")
@@ -133,7 +132,7 @@ func (p *Provider) launchTemplateConfigs(ctx context.Context, class *v1alpha1.EC
 	var templates []string
 	index := map[string]int{} // reservation -> config
 	for _, o := range overrides {
-		id := plan.byPool[reservationPool{string(o.InstanceType), aws.ToString(o.AvailabilityZone)}]
+		id := plan.byPool[reservationPool{string(o.InstanceType), sdkaws.ToString(o.AvailabilityZone)}]
 		i, ok := index[id]
 		if !ok {
 			withID := maps.Clone(labels)
@@ -164,7 +163,7 @@ func (p *Provider) launchTemplateConfigs(ctx context.Context, class *v1alpha1.EC
 func clientToken(claimUID, capacityType string, configs []ec2types.FleetLaunchTemplateConfigRequest, attempt int) string {
 	h := sha256.New()
 	for i, c := range configs {
-		template := aws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName)
+		template := sdkaws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName)
 		if i == 0 {
 			fmt.Fprintf(h, "%s\n%s\n", template, capacityType)
 			if attempt > 0 {
@@ -174,7 +173,7 @@ func clientToken(claimUID, capacityType string, configs []ec2types.FleetLaunchTe
 			fmt.Fprintf(h, "template %s\n", template)
 		}
 		for _, o := range c.Overrides {
-			fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, aws.ToString(o.SubnetId), aws.ToFloat64(o.Priority))
+			fmt.Fprintf(h, "%s %s %v\n", o.InstanceType, sdkaws.ToString(o.SubnetId), sdkaws.ToFloat64(o.Priority))
 		}
 	}
 	return "nodeforge-" + claimUID + "-" + hex.EncodeToString(h.Sum(nil))[:16]
@@ -211,7 +210,7 @@ func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, 
 		}
 		by[key] = o
 		out = append(out, ec2types.FleetLaunchTemplateOverridesRequest{
-			InstanceType: ec2types.InstanceType(o.InstanceType.Name), SubnetId: aws.String(subnet), AvailabilityZone: aws.String(o.Zone),
+			InstanceType: ec2types.InstanceType(o.InstanceType.Name), SubnetId: sdkaws.String(subnet), AvailabilityZone: sdkaws.String(o.Zone),
 		})
 	}
 	return out, by
@@ -221,7 +220,7 @@ func overrideOffer(by map[overrideKey]cloudprovider.Offer, lto *ec2types.LaunchT
 	if lto == nil || lto.Overrides == nil {
 		return cloudprovider.Offer{}, false
 	}
-	o, ok := by[overrideKey{string(lto.Overrides.InstanceType), aws.ToString(lto.Overrides.SubnetId)}]
+	o, ok := by[overrideKey{string(lto.Overrides.InstanceType), sdkaws.ToString(lto.Overrides.SubnetId)}]
 	return o, ok
 }
 
@@ -259,7 +258,7 @@ func toTags(m map[string]string) []ec2types.Tag {
 	keys := slices.Sorted(maps.Keys(m))
 	out := make([]ec2types.Tag, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, ec2types.Tag{Key: aws.String(k), Value: aws.String(m[k])})
+		out = append(out, ec2types.Tag{Key: sdkaws.String(k), Value: sdkaws.String(m[k])})
 	}
 	return out
 }
@@ -297,7 +296,7 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 		if errors.As(err, &api) && api.ErrorCode() == "InvalidLaunchTemplateName.NotFoundException" {
 			tags := toTags(map[string]string{TagCluster: p.opts.ClusterName, TagNodeClass: class.Name, "kubernetes.io/cluster/" + p.opts.ClusterName: "owned"})
 			_, err = p.ec2.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-				LaunchTemplateName: aws.String(name),
+				LaunchTemplateName: sdkaws.String(name),
 				LaunchTemplateData: data,
 				TagSpecifications:  []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeLaunchTemplate, Tags: tags}},
 			})
@@ -331,15 +330,15 @@ func (p *Provider) ensureLaunchTemplate(ctx context.Context, class *v1alpha1.EC2
 // it by default (open).
 func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData, reservation string) *ec2types.RequestLaunchTemplateData {
 	data := &ec2types.RequestLaunchTemplateData{
-		ImageId:            aws.String(ami),
-		UserData:           aws.String(userData),
-		IamInstanceProfile: &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: aws.String(class.Status.InstanceProfile)},
+		ImageId:            sdkaws.String(ami),
+		UserData:           sdkaws.String(userData),
+		IamInstanceProfile: &ec2types.LaunchTemplateIamInstanceProfileSpecificationRequest{Name: sdkaws.String(class.Status.InstanceProfile)},
 	}
 	switch {
 	case reservation != "":
 		data.CapacityReservationSpecification = &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
 			CapacityReservationPreference: ec2types.CapacityReservationPreferenceCapacityReservationsOnly,
-			CapacityReservationTarget:     &ec2types.CapacityReservationTarget{CapacityReservationId: aws.String(reservation)},
+			CapacityReservationTarget:     &ec2types.CapacityReservationTarget{CapacityReservationId: sdkaws.String(reservation)},
 		}
 	case len(class.Spec.CapacityReservationSelectorTerms) > 0:
 		data.CapacityReservationSpecification = &ec2types.LaunchTemplateCapacityReservationSpecificationRequest{
@@ -356,7 +355,7 @@ func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData, res
 	data.MetadataOptions = &ec2types.LaunchTemplateInstanceMetadataOptionsRequest{
 		HttpEndpoint:            ec2types.LaunchTemplateInstanceMetadataEndpointState(cmp.Or(mo.HTTPEndpoint, "enabled")),
 		HttpProtocolIpv6:        ec2types.LaunchTemplateInstanceMetadataProtocolIpv6(cmp.Or(mo.HTTPProtocolIPv6, "disabled")),
-		HttpPutResponseHopLimit: aws.Int32(cmp.Or(mo.HTTPPutResponseHopLimit, 1)),
+		HttpPutResponseHopLimit: sdkaws.Int32(cmp.Or(mo.HTTPPutResponseHopLimit, 1)),
 		HttpTokens:              ec2types.LaunchTemplateHttpTokensState(cmp.Or(mo.HTTPTokens, "required")),
 	}
 	bdms := class.Spec.BlockDeviceMappings
@@ -366,14 +365,14 @@ func (p *Provider) templateData(class *v1alpha1.EC2NodeClass, ami, userData, res
 	}
 	for _, m := range bdms {
 		ebs := &ec2types.LaunchTemplateEbsBlockDeviceRequest{
-			VolumeSize: aws.Int32(m.EBS.VolumeSize), VolumeType: ec2types.VolumeType(cmp.Or(m.EBS.VolumeType, "gp3")),
+			VolumeSize: sdkaws.Int32(m.EBS.VolumeSize), VolumeType: ec2types.VolumeType(cmp.Or(m.EBS.VolumeType, "gp3")),
 			Iops: m.EBS.IOPS, Throughput: m.EBS.Throughput,
-			Encrypted: aws.Bool(m.EBS.Encrypted == nil || *m.EBS.Encrypted), DeleteOnTermination: aws.Bool(m.EBS.DeleteOnTermination == nil || *m.EBS.DeleteOnTermination),
+			Encrypted: sdkaws.Bool(m.EBS.Encrypted == nil || *m.EBS.Encrypted), DeleteOnTermination: sdkaws.Bool(m.EBS.DeleteOnTermination == nil || *m.EBS.DeleteOnTermination),
 		}
 		if m.EBS.KMSKeyID != "" {
-			ebs.KmsKeyId = aws.String(m.EBS.KMSKeyID)
+			ebs.KmsKeyId = sdkaws.String(m.EBS.KMSKeyID)
 		}
-		data.BlockDeviceMappings = append(data.BlockDeviceMappings, ec2types.LaunchTemplateBlockDeviceMappingRequest{DeviceName: aws.String(m.DeviceName), Ebs: ebs})
+		data.BlockDeviceMappings = append(data.BlockDeviceMappings, ec2types.LaunchTemplateBlockDeviceMappingRequest{DeviceName: sdkaws.String(m.DeviceName), Ebs: ebs})
 	}
 	return data
 }
@@ -400,11 +399,11 @@ func withEFA(data *ec2types.RequestLaunchTemplateData, n int32) *ec2types.Reques
 	}
 	for card := range n {
 		data.NetworkInterfaces = append(data.NetworkInterfaces, ec2types.LaunchTemplateInstanceNetworkInterfaceSpecificationRequest{
-			NetworkCardIndex:    aws.Int32(card),
-			DeviceIndex:         aws.Int32(min(card, 1)),
-			InterfaceType:       aws.String("efa"),
+			NetworkCardIndex:    sdkaws.Int32(card),
+			DeviceIndex:         sdkaws.Int32(min(card, 1)),
+			InterfaceType:       sdkaws.String("efa"),
 			Groups:              data.SecurityGroupIds,
-			DeleteOnTermination: aws.Bool(true),
+			DeleteOnTermination: sdkaws.Bool(true),
 		})
 	}
 	data.SecurityGroupIds = nil
@@ -424,11 +423,11 @@ func fleetInput(template, capacityType string, overrides []ec2types.FleetLaunchT
 	in := &ec2.CreateFleetInput{
 		Type: ec2types.FleetTypeInstant,
 		LaunchTemplateConfigs: []ec2types.FleetLaunchTemplateConfigRequest{{
-			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: aws.String(template), Version: aws.String("$Latest")},
+			LaunchTemplateSpecification: &ec2types.FleetLaunchTemplateSpecificationRequest{LaunchTemplateName: sdkaws.String(template), Version: sdkaws.String("$Latest")},
 			Overrides:                   overrides,
 		}},
 		TargetCapacitySpecification: &ec2types.TargetCapacitySpecificationRequest{
-			TotalTargetCapacity:       aws.Int32(1),
+			TotalTargetCapacity:       sdkaws.Int32(1),
 			DefaultTargetCapacityType: target,
 		},
 		TagSpecifications: tagSpecifications(tags),

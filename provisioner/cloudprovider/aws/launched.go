@@ -2,12 +2,11 @@ package aws
 
 import (
 	"context"
-	"sync"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"sync"
+	"time"
 
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
@@ -178,7 +177,7 @@ func (p *Provider) instancesByClaim(ctx context.Context) (map[string]*cloudprovi
 	}
 	fleets := map[string]*fleet{}
 	pages := ec2.NewDescribeInstancesPaginator(p.ec2, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}},
+		{Name: sdkaws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}},
 	}})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -189,7 +188,7 @@ func (p *Provider) instancesByClaim(ctx context.Context) (map[string]*cloudprovi
 			for _, in := range r.Instances {
 				tags := map[string]string{}
 				for _, t := range in.Tags {
-					tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+					tags[sdkaws.ToString(t.Key)] = sdkaws.ToString(t.Value)
 				}
 				if uid := tags[TagNodeClaimUID]; uid != "" {
 					if live(in) {
@@ -206,9 +205,9 @@ func (p *Provider) instancesByClaim(ctx context.Context) (map[string]*cloudprovi
 					f = &fleet{claims: fleetClaims(tags), live: map[string]ec2types.Instance{}}
 					fleets[id] = f
 				}
-				f.ids = append(f.ids, aws.ToString(in.InstanceId))
+				f.ids = append(f.ids, sdkaws.ToString(in.InstanceId))
 				if live(in) {
-					f.live[aws.ToString(in.InstanceId)] = in
+					f.live[sdkaws.ToString(in.InstanceId)] = in
 				}
 			}
 		}

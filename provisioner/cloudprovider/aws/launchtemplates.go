@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -48,7 +47,7 @@ func (p *Provider) forgetTemplate(name string) {
 func (p *Provider) clusterTemplates(ctx context.Context) ([]ec2types.LaunchTemplate, error) {
 	var out []ec2types.LaunchTemplate
 	pages := ec2.NewDescribeLaunchTemplatesPaginator(p.ec2, &ec2.DescribeLaunchTemplatesInput{
-		Filters: []ec2types.Filter{{Name: aws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}}},
+		Filters: []ec2types.Filter{{Name: sdkaws.String("tag:" + TagCluster), Values: []string{p.opts.ClusterName}}},
 	})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -62,8 +61,8 @@ func (p *Provider) clusterTemplates(ctx context.Context) ([]ec2types.LaunchTempl
 
 func templateTag(lt ec2types.LaunchTemplate, key string) string {
 	for _, t := range lt.Tags {
-		if aws.ToString(t.Key) == key {
-			return aws.ToString(t.Value)
+		if sdkaws.ToString(t.Key) == key {
+			return sdkaws.ToString(t.Value)
 		}
 	}
 	return ""
@@ -71,7 +70,7 @@ func templateTag(lt ec2types.LaunchTemplate, key string) string {
 
 // deleteTemplate deletes one template; one already gone counts as deleted.
 func (p *Provider) deleteTemplate(ctx context.Context, lt ec2types.LaunchTemplate, why string) error {
-	name := aws.ToString(lt.LaunchTemplateName)
+	name := sdkaws.ToString(lt.LaunchTemplateName)
 	p.forgetTemplate(name)
 	_, err := p.ec2.DeleteLaunchTemplate(ctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateId: lt.LaunchTemplateId})
 	if err != nil && !templateNotFound(err) {
@@ -116,7 +115,7 @@ func (p *Provider) CollectLaunchTemplates(ctx context.Context, classes map[strin
 	deleted := 0
 	var errs []error
 	for _, lt := range all {
-		name := aws.ToString(lt.LaunchTemplateName)
+		name := sdkaws.ToString(lt.LaunchTemplateName)
 		why := ""
 		p.mu.Lock()
 		used := p.templateUsed[name]
@@ -124,7 +123,7 @@ func (p *Provider) CollectLaunchTemplates(ctx context.Context, classes map[strin
 		switch {
 		case !classes[templateTag(lt, TagNodeClass)]:
 			why = "its EC2NodeClass is gone"
-		case now.Sub(aws.ToTime(lt.CreateTime)) > grace && now.Sub(used) > grace:
+		case now.Sub(sdkaws.ToTime(lt.CreateTime)) > grace && now.Sub(used) > grace:
 			why = fmt.Sprintf("no launch used it for %s", grace)
 		default:
 			continue

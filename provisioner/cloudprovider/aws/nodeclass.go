@@ -4,11 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,6 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"slices"
+	"strings"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -343,9 +342,9 @@ func tagFilters(tags map[string]string) []ec2types.Filter {
 	var out []ec2types.Filter
 	for _, k := range keys {
 		if tags[k] == "*" {
-			out = append(out, ec2types.Filter{Name: aws.String("tag-key"), Values: []string{k}})
+			out = append(out, ec2types.Filter{Name: sdkaws.String("tag-key"), Values: []string{k}})
 		} else {
-			out = append(out, ec2types.Filter{Name: aws.String("tag:" + k), Values: []string{tags[k]}})
+			out = append(out, ec2types.Filter{Name: sdkaws.String("tag:" + k), Values: []string{tags[k]}})
 		}
 	}
 	return out
@@ -356,7 +355,7 @@ func (p *Provider) subnets(ctx context.Context, terms []v1alpha1.SelectorTerm) (
 	for _, t := range terms {
 		in := &ec2.DescribeSubnetsInput{Filters: tagFilters(t.Tags)}
 		if t.ID != "" {
-			in.Filters = []ec2types.Filter{{Name: aws.String("subnet-id"), Values: []string{t.ID}}}
+			in.Filters = []ec2types.Filter{{Name: sdkaws.String("subnet-id"), Values: []string{t.ID}}}
 		}
 		pages := ec2.NewDescribeSubnetsPaginator(p.ec2, in)
 		for pages.HasMorePages() {
@@ -369,7 +368,7 @@ func (p *Provider) subnets(ctx context.Context, terms []v1alpha1.SelectorTerm) (
 			// (subnets.go), without a call of their own for a while.
 			p.subnetRooms.observe(p.now(), seq, nil, page.Subnets)
 			for _, s := range page.Subnets {
-				found[aws.ToString(s.SubnetId)] = v1alpha1.ResolvedSubnet{ID: aws.ToString(s.SubnetId), Zone: aws.ToString(s.AvailabilityZone), ZoneID: aws.ToString(s.AvailabilityZoneId)}
+				found[sdkaws.ToString(s.SubnetId)] = v1alpha1.ResolvedSubnet{ID: sdkaws.ToString(s.SubnetId), Zone: sdkaws.ToString(s.AvailabilityZone), ZoneID: sdkaws.ToString(s.AvailabilityZoneId)}
 			}
 		}
 	}
@@ -389,9 +388,9 @@ func (p *Provider) securityGroups(ctx context.Context, terms []v1alpha1.Security
 		in := &ec2.DescribeSecurityGroupsInput{Filters: tagFilters(t.Tags)}
 		switch {
 		case t.ID != "":
-			in.Filters = []ec2types.Filter{{Name: aws.String("group-id"), Values: []string{t.ID}}}
+			in.Filters = []ec2types.Filter{{Name: sdkaws.String("group-id"), Values: []string{t.ID}}}
 		case t.Name != "":
-			in.Filters = []ec2types.Filter{{Name: aws.String("group-name"), Values: []string{t.Name}}}
+			in.Filters = []ec2types.Filter{{Name: sdkaws.String("group-name"), Values: []string{t.Name}}}
 		}
 		pages := ec2.NewDescribeSecurityGroupsPaginator(p.ec2, in)
 		for pages.HasMorePages() {
@@ -400,7 +399,7 @@ func (p *Provider) securityGroups(ctx context.Context, terms []v1alpha1.Security
 				return nil, classify("DescribeSecurityGroups", err)
 			}
 			for _, g := range page.SecurityGroups {
-				found[aws.ToString(g.GroupId)] = v1alpha1.ResolvedSecurityGroup{ID: aws.ToString(g.GroupId), Name: aws.ToString(g.GroupName)}
+				found[sdkaws.ToString(g.GroupId)] = v1alpha1.ResolvedSecurityGroup{ID: sdkaws.ToString(g.GroupId), Name: sdkaws.ToString(g.GroupName)}
 			}
 		}
 	}
@@ -453,26 +452,26 @@ func (p *Provider) imagesByTerms(ctx context.Context, terms []v1alpha1.AMISelect
 		case t.Alias != "":
 			for _, arch := range []string{"x86_64", "arm64"} {
 				inputs = append(inputs, &ec2.DescribeImagesInput{Owners: []string{"amazon"}, Filters: []ec2types.Filter{
-					{Name: aws.String("name"), Values: []string{aliasNamePattern(t.Alias, p.opts.KubernetesVersion, arch)}},
-					{Name: aws.String("architecture"), Values: []string{arch}},
+					{Name: sdkaws.String("name"), Values: []string{aliasNamePattern(t.Alias, p.opts.KubernetesVersion, arch)}},
+					{Name: sdkaws.String("architecture"), Values: []string{arch}},
 				}})
 			}
 		case t.ID != "":
-			inputs = append(inputs, &ec2.DescribeImagesInput{Filters: []ec2types.Filter{{Name: aws.String("image-id"), Values: []string{t.ID}}}})
+			inputs = append(inputs, &ec2.DescribeImagesInput{Filters: []ec2types.Filter{{Name: sdkaws.String("image-id"), Values: []string{t.ID}}}})
 		default:
 			in := &ec2.DescribeImagesInput{Filters: tagFilters(t.Tags), Owners: []string{"self", "amazon"}}
 			if t.Owner != "" {
 				in.Owners = []string{t.Owner}
 			}
 			if t.Name != "" {
-				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("name"), Values: []string{t.Name}})
+				in.Filters = append(in.Filters, ec2types.Filter{Name: sdkaws.String("name"), Values: []string{t.Name}})
 			}
 			inputs = append(inputs, in)
 		}
 	}
 	newest := map[string]ec2types.Image{}
 	for _, in := range inputs {
-		in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("state"), Values: []string{"available"}})
+		in.Filters = append(in.Filters, ec2types.Filter{Name: sdkaws.String("state"), Values: []string{"available"}})
 		pages := ec2.NewDescribeImagesPaginator(p.ec2, in)
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
@@ -484,7 +483,7 @@ func (p *Provider) imagesByTerms(ctx context.Context, terms []v1alpha1.AMISelect
 				if arch == "" {
 					continue
 				}
-				if cur, ok := newest[arch]; !ok || aws.ToString(img.CreationDate) > aws.ToString(cur.CreationDate) {
+				if cur, ok := newest[arch]; !ok || sdkaws.ToString(img.CreationDate) > sdkaws.ToString(cur.CreationDate) {
 					newest[arch] = img
 				}
 			}
@@ -493,7 +492,7 @@ func (p *Provider) imagesByTerms(ctx context.Context, terms []v1alpha1.AMISelect
 	var out []v1alpha1.ResolvedAMI
 	for _, arch := range []string{"amd64", "arm64"} {
 		if img, ok := newest[arch]; ok {
-			ami := v1alpha1.ResolvedAMI{ID: aws.ToString(img.ImageId), Name: aws.ToString(img.Name), Architecture: arch}
+			ami := v1alpha1.ResolvedAMI{ID: sdkaws.ToString(img.ImageId), Name: sdkaws.ToString(img.Name), Architecture: arch}
 			if len(terms) == 1 && terms[0].Alias != "" {
 				// Found by name without SSM: the standard image only.
 				ami.Variant = VariantStandard

@@ -5,17 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -95,7 +94,7 @@ func (p *Provider) describeReservations(ctx context.Context, terms []v1alpha1.Ca
 	seen := map[string]bool{}
 	now := p.now()
 	for _, t := range terms {
-		active := ec2types.Filter{Name: aws.String("state"), Values: []string{string(ec2types.CapacityReservationStateActive)}}
+		active := ec2types.Filter{Name: sdkaws.String("state"), Values: []string{string(ec2types.CapacityReservationStateActive)}}
 		in := &ec2.DescribeCapacityReservationsInput{Filters: []ec2types.Filter{active}}
 		if t.ID != "" {
 			// Asked by id, EC2 takes no MaxResults.
@@ -103,12 +102,12 @@ func (p *Provider) describeReservations(ctx context.Context, terms []v1alpha1.Ca
 		} else {
 			in.Filters = append(in.Filters, tagFilters(t.Tags)...)
 			if t.OwnerID != "" {
-				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("owner-id"), Values: []string{t.OwnerID}})
+				in.Filters = append(in.Filters, ec2types.Filter{Name: sdkaws.String("owner-id"), Values: []string{t.OwnerID}})
 			}
 			if t.InstanceMatchCriteria != "" {
-				in.Filters = append(in.Filters, ec2types.Filter{Name: aws.String("instance-match-criteria"), Values: []string{t.InstanceMatchCriteria}})
+				in.Filters = append(in.Filters, ec2types.Filter{Name: sdkaws.String("instance-match-criteria"), Values: []string{t.InstanceMatchCriteria}})
 			}
-			in.MaxResults = aws.Int32(1000)
+			in.MaxResults = sdkaws.Int32(1000)
 		}
 		seq := p.reservations.begin()
 		pages := ec2.NewDescribeCapacityReservationsPaginator(p.ec2, in)
@@ -124,7 +123,7 @@ func (p *Provider) describeReservations(ctx context.Context, terms []v1alpha1.Ca
 				return out, err
 			}
 			for _, cr := range page.CapacityReservations {
-				id := aws.ToString(cr.CapacityReservationId)
+				id := sdkaws.ToString(cr.CapacityReservationId)
 				if seen[id] {
 					continue
 				}
@@ -133,10 +132,10 @@ func (p *Provider) describeReservations(ctx context.Context, terms []v1alpha1.Ca
 					out.skipped = append(out.skipped, id+" "+why)
 					continue
 				}
-				p.reservations.observe(id, int(aws.ToInt32(cr.AvailableInstanceCount)), seq)
+				p.reservations.observe(id, int(sdkaws.ToInt32(cr.AvailableInstanceCount)), seq)
 				r := v1alpha1.ResolvedCapacityReservation{
-					ID: id, InstanceType: aws.ToString(cr.InstanceType), Zone: aws.ToString(cr.AvailabilityZone),
-					AvailableInstanceCount: aws.ToInt32(cr.AvailableInstanceCount), OwnerID: aws.ToString(cr.OwnerId),
+					ID: id, InstanceType: sdkaws.ToString(cr.InstanceType), Zone: sdkaws.ToString(cr.AvailabilityZone),
+					AvailableInstanceCount: sdkaws.ToInt32(cr.AvailableInstanceCount), OwnerID: sdkaws.ToString(cr.OwnerId),
 					InstanceMatchCriteria: string(cr.InstanceMatchCriteria),
 				}
 				if cr.EndDate != nil {
@@ -158,7 +157,7 @@ func unusable(cr ec2types.CapacityReservation, now time.Time) string {
 	switch {
 	case cr.ReservationType != "" && cr.ReservationType != ec2types.CapacityReservationTypeDefault:
 		return fmt.Sprintf("is a %s (Capacity Blocks for ML are not supported yet)", cr.ReservationType)
-	case aws.ToBool(cr.Interruptible):
+	case sdkaws.ToBool(cr.Interruptible):
 		return "is interruptible (not supported yet)"
 	case cr.InstancePlatform != ec2types.CapacityReservationInstancePlatformLinuxUnix:
 		return fmt.Sprintf("is for %s instances, not Linux/UNIX", cr.InstancePlatform)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -145,7 +145,7 @@ func newReservedEnv(t *testing.T) *reservedEnv {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	e.kube = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
+	e.kube = crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
 	spec := classSpec("", "NodeforgeNodeInstanceProfile")
 	spec.CapacityReservationSelectorTerms = []v1alpha1.CapacityReservationSelectorTerm{{Tags: map[string]string{"team": "ml"}}}
 	if err := e.kube.Create(context.Background(), &v1alpha1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Spec: spec}); err != nil {

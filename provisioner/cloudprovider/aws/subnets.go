@@ -4,16 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"k8s.io/klog/v2"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
@@ -105,9 +104,9 @@ func (r *subnetRooms) observe(now time.Time, seq uint64, asked []string, subnets
 		}
 	}
 	for _, sn := range subnets {
-		id := aws.ToString(sn.SubnetId)
+		id := sdkaws.ToString(sn.SubnetId)
 		seen[id] = true
-		set(id, int(aws.ToInt32(sn.AvailableIpAddressCount)))
+		set(id, int(sdkaws.ToInt32(sn.AvailableIpAddressCount)))
 	}
 	for _, id := range asked {
 		if !seen[id] {
@@ -197,7 +196,7 @@ func (p *Provider) readSubnets(ctx context.Context, ids []string) {
 		seq := rooms.begin()
 		var found []ec2types.Subnet
 		pages := ec2.NewDescribeSubnetsPaginator(p.ec2, &ec2.DescribeSubnetsInput{
-			Filters: []ec2types.Filter{{Name: aws.String("subnet-id"), Values: chunk}},
+			Filters: []ec2types.Filter{{Name: sdkaws.String("subnet-id"), Values: chunk}},
 		})
 		for pages.HasMorePages() {
 			page, err := pages.NextPage(ctx)
@@ -378,5 +377,5 @@ func overrideSubnet(lto *ec2types.LaunchTemplateAndOverridesResponse) string {
 	if lto == nil || lto.Overrides == nil {
 		return ""
 	}
-	return aws.ToString(lto.Overrides.SubnetId)
+	return sdkaws.ToString(lto.Overrides.SubnetId)
 }

@@ -1,18 +1,17 @@
 package aws
 
 import (
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 func subnetReading(id string, free int32) ec2types.Subnet {
-	return ec2types.Subnet{SubnetId: aws.String(id), AvailableIpAddressCount: aws.Int32(free)}
+	return ec2types.Subnet{SubnetId: sdkaws.String(id), AvailableIpAddressCount: sdkaws.Int32(free)}
 }
 
 // TestSubnetRooms follows one subnet's free addresses through launches,

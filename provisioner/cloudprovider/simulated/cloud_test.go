@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -32,7 +32,7 @@ func testCloud(t *testing.T, kube client.WithWatch, faults ...v1alpha1.Simulated
 		class := &v1alpha1.SimulatedNodeClass{}
 		class.Name = "default"
 		class.Spec.Faults = faults
-		kube = fake.NewClientBuilder().WithScheme(scheme).WithObjects(class).
+		kube = crfake.NewClientBuilder().WithScheme(scheme).WithObjects(class).
 			WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	}
 	cat, err := NewCatalog("")

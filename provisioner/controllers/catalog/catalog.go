@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -50,13 +50,13 @@ type Controller struct {
 	client      client.Client
 	source      Source
 	unavailable *cloudprovider.UnavailableOfferings
-	changed     chan event.GenericEvent
+	changed     chan ctrlevent.GenericEvent
 }
 
 // NewController returns a Controller publishing what source offers, with
 // the offerings in unavailable marked so until they expire.
 func NewController(c client.Client, source Source, unavailable *cloudprovider.UnavailableOfferings) *Controller {
-	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan event.GenericEvent, 1024)}
+	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan ctrlevent.GenericEvent, 1024)}
 	unavailable.OnChange(ctrl.RepublishAll)
 	return ctrl
 }
@@ -71,7 +71,7 @@ func (c *Controller) RepublishAll() {
 			return
 		}
 		for i := range pools.Items {
-			c.changed <- event.GenericEvent{Object: &pools.Items[i]}
+			c.changed <- ctrlevent.GenericEvent{Object: &pools.Items[i]}
 		}
 	}()
 }

@@ -11,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	fakecloud "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 )
 
 func node(name, providerID string, ours bool, created time.Time) *corev1.Node {
@@ -28,7 +28,7 @@ func node(name, providerID string, ours bool, created time.Time) *corev1.Node {
 
 func TestCollect(t *testing.T) {
 	now := time.Now()
-	cloud := fakecloud.New()
+	cloud := cloudfake.New()
 	for _, in := range []*cloudprovider.Instance{
 		{ProviderID: "sim:///a/owned", NodeClaim: "owned", Launched: now.Add(-time.Hour)},
 		{ProviderID: "sim:///a/orphan", NodeClaim: "gone", Launched: now.Add(-time.Hour)},
@@ -52,7 +52,7 @@ func TestCollect(t *testing.T) {
 		nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(launched)}}
 		return nc
 	}
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		claim("owned", "sim:///a/owned", now.Add(-time.Hour)),
 		claim("sa", "sim:///a/shared-1", now.Add(-time.Hour)),
 		claim("sb", "", now.Add(-time.Hour)),

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -197,7 +197,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			// What the provider resolved for the class (its images),
 			// which its Drifted check reads, changed too.
 			inputs := hashChanged(class.DriftInputs)
-			changed.UpdateFunc = func(e event.UpdateEvent) bool {
+			changed.UpdateFunc = func(e ctrlevent.UpdateEvent) bool {
 				return hashChanged(class.Hash).Update(e) || inputs.Update(e)
 			}
 		}
@@ -241,7 +241,7 @@ func (c *Controller) reconcileLaunch(ctx context.Context, req reconcile.Request)
 // hashChanged lets through creations, deletions, and updates that change
 // what hash hashes.
 func hashChanged(hash func(client.Object) (string, error)) predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
 		before, err1 := hash(e.ObjectOld)
 		after, err2 := hash(e.ObjectNew)
 		return err1 != nil || err2 != nil || before != after

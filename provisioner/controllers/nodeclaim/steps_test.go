@@ -25,7 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
@@ -42,7 +42,7 @@ func instanceType(name, cpu, price string) v1alpha1.InstanceType {
 type steps struct {
 	c     *Controller
 	kube  client.Client
-	cloud *fake.Cloud
+	cloud *cloudfake.Cloud
 	now   time.Time
 }
 
@@ -75,7 +75,7 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 		WithIndex(&v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID} }).
 		WithIndex(&v1alpha1.NodeClaim{}, indexClaimPool, limits.ClaimPool).
 		Build()
-	cloud := fake.New(types...)
+	cloud := cloudfake.New(types...)
 	s := &steps{kube: kube, cloud: cloud, now: time.Now()}
 	s.c = NewController(kube, kubefake.NewClientset(), cloud, cloudprovider.NewUnavailableOfferings(time.Minute), events.NewFakeRecorder(100), Options{
 		BatchIdle: time.Second, BatchMax: 10 * time.Second, RegistrationTTL: time.Minute, LaunchTTL: time.Minute, InitializationTTL: time.Minute,

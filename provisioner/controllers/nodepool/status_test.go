@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
@@ -78,7 +78,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 			class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 			np := poolWithClass("pool", tc.ref)
 			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(class, np).WithStatusSubresource(np).Build()
-			cloud := fake.New()
+			cloud := cloudfake.New()
 			if tc.notReady != "" {
 				cloud.SetNodeClassReady("default", false, tc.notReady)
 			}
@@ -114,7 +114,7 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 		poolWithClass("other-name", simulatedClass("b")),
 		poolWithClass("other-kind", v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "a"}),
 	).Build()
-	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
+	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	got := c.poolsOfClass("SimulatedNodeClass")(context.Background(), &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	if len(got) != 1 || got[0].Name != "uses-it" {
 		t.Errorf("pools enqueued for SimulatedNodeClass a = %v, want only uses-it", got)
@@ -135,7 +135,7 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 	}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 	recorder := events.NewFakeRecorder(10)
-	c := NewStatusController(kube, fake.New().NodeClasses(), recorder)
+	c := NewStatusController(kube, cloudfake.New().NodeClasses(), recorder)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}
 	get := func() *v1alpha1.NodePool {
 		var got v1alpha1.NodePool
@@ -187,7 +187,7 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	np := poolWithClass("pool", simulatedClass("default"))
 	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: "node.kubernetes.io/instance-type", Operator: "NotIn"}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
-	c := NewStatusController(kube, fake.New().NodeClasses(), events.NewFakeRecorder(10))
+	c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 			np.Spec.Limits = tc.limits
 			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
 				WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
-			c := NewStatusController(kube, fake.New().NodeClasses(), events.NewFakeRecorder(10))
+			c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 			if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 		Status: v1alpha1.NodeClaimStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
 		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np, node, launching).WithStatusSubresource(np).Build()
-	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
+	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "metered"}}
 	if _, err := c.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 		{"usage", metrics.PoolUsage, "memory", 16 << 30},
 		{"limit", metrics.PoolLimit, "cpu", 100},
 	} {
-		if got := promtestutil.ToFloat64(tc.gauge.WithLabelValues("metered", tc.resource)); got != tc.want {
+		if got := testutil.ToFloat64(tc.gauge.WithLabelValues("metered", tc.resource)); got != tc.want {
 			t.Errorf("%s of %s = %v, want %v", tc.name, tc.resource, got, tc.want)
 		}
 	}
@@ -304,7 +304,7 @@ func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	np := poolWithClass("counted", simulatedClass("default"))
 	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
 		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
-	c := NewStatusController(kube, fake.New().NodeClasses(), nil)
+	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
 	c.now = func() time.Time { return now }
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "counted"}}
@@ -336,7 +336,7 @@ func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	if st.Nodes != 0 || res.RequeueAfter != CountsInterval-time.Second {
 		t.Fatalf("a node 1s after the last write: status nodes %d, requeue after %v; want 0 and %v", st.Nodes, res.RequeueAfter, CountsInterval-time.Second)
 	}
-	if got := promtestutil.ToFloat64(metrics.Nodes.WithLabelValues("counted")); got != 1 {
+	if got := testutil.ToFloat64(metrics.Nodes.WithLabelValues("counted")); got != 1 {
 		t.Errorf("nodes gauge %v, want 1 at once", got)
 	}
 	addNode("b")

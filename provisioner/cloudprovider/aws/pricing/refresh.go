@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	"k8s.io/klog/v2"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // PricingAPI is the part of the AWS Pricing API client that Refresh uses;
@@ -55,7 +54,7 @@ const (
 // (github.com/aws/karpenter-provider-aws, pkg/providers/pricing/pricing.go).
 func productFilters(region string) []pricingtypes.Filter {
 	match := func(field, value string) pricingtypes.Filter {
-		return pricingtypes.Filter{Type: pricingtypes.FilterTypeTermMatch, Field: aws.String(field), Value: aws.String(value)}
+		return pricingtypes.Filter{Type: pricingtypes.FilterTypeTermMatch, Field: sdkaws.String(field), Value: sdkaws.String(value)}
 	}
 	return []pricingtypes.Filter{
 		match("regionCode", region),
@@ -102,10 +101,10 @@ func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[stri
 	filters := productFilters(region)
 	currency := CurrencyOf(region)
 	input := &awspricing.GetProductsInput{
-		ServiceCode:   aws.String(serviceCode),
-		FormatVersion: aws.String(formatVersion),
+		ServiceCode:   sdkaws.String(serviceCode),
+		FormatVersion: sdkaws.String(formatVersion),
 		Filters:       filters,
-		MaxResults:    aws.Int32(pageSize),
+		MaxResults:    sdkaws.Int32(pageSize),
 	}
 	pages := awspricing.NewGetProductsPaginator(api, input, func(o *awspricing.GetProductsPaginatorOptions) {
 		o.StopOnDuplicateToken = true
@@ -201,7 +200,7 @@ func (o offer) usable(filters []pricingtypes.Filter) bool {
 		return false
 	}
 	for _, f := range filters {
-		if v, ok := o.attributes[aws.ToString(f.Field)]; ok && !strings.EqualFold(v, aws.ToString(f.Value)) {
+		if v, ok := o.attributes[sdkaws.ToString(f.Field)]; ok && !strings.EqualFold(v, sdkaws.ToString(f.Value)) {
 			return false
 		}
 	}

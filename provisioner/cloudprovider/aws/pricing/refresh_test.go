@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
+	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,11 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
-	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 )
 
 // priceListServer speaks the part of the AWS Price List Service's JSON 1.1
@@ -136,7 +135,7 @@ func (s *priceListServer) start(t *testing.T) *awspricing.Client {
 	t.Cleanup(srv.Close)
 	return awspricing.New(awspricing.Options{
 		Region:       "us-east-1",
-		BaseEndpoint: aws.String(srv.URL),
+		BaseEndpoint: sdkaws.String(srv.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider("a", "b", ""),
 	})
 }
