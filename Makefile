@@ -87,11 +87,12 @@ $(STATICCHECK): $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum
 	$(GO) build -C $(TOOLS_MOD) -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (checks in staticcheck.conf; the version pinned in hack/tools).
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (checks in staticcheck.conf; the version pinned in hack/tools) and the import rules (hack/importrules).
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt: not formatted (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(GO) run ./hack/importrules
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crd.

@@ -39,6 +39,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // Ledger holds the capacity reserved by launches the cluster state does not
@@ -142,17 +143,6 @@ func (l *Ledger) Usage(ctx context.Context, pool string) (corev1.ResourceList, e
 	return used, err
 }
 
-// IndexClaimPool is the field index of NodeClaims by spec.nodePool that
-// the Ledger, the pool status and the disruption budgets read through, so
-// that none lists every claim of every pool on each decision. The cache
-// they read must have it (the NodeClaim controller registers it).
-const IndexClaimPool = "spec.nodePool"
-
-// ClaimPool is IndexClaimPool's function.
-func ClaimPool(o client.Object) []string {
-	return []string{o.(*v1alpha1.NodeClaim).Spec.NodePool}
-}
-
 // usage adds up the pool's claims, nodes and reservations, leaving out the
 // claim except. It drops reservations the cache has caught up with, and
 // says whether any other launch of the pool is still in flight. Callers
@@ -171,7 +161,7 @@ func (l *Ledger) usage(ctx context.Context, pool string, except types.UID) (core
 		l.seeded = true
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := l.kube.List(ctx, &claims, client.MatchingFields{IndexClaimPool: pool}); err != nil {
+	if err := l.kube.List(ctx, &claims, client.MatchingFields{cluster.IndexClaimPool: pool}); err != nil {
 		return nil, false, fmt.Errorf("listing nodeclaims of nodepool %s: %w", pool, err)
 	}
 	var nodes corev1.NodeList

@@ -19,6 +19,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 func offer(cpu int) cloudprovider.Offer {
@@ -40,7 +41,7 @@ func newKube(t *testing.T, objs ...client.Object) client.Client {
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
 		t.Fatal(err)
 	}
-	return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, IndexClaimPool, ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 }
 
 func names(offers []cloudprovider.Offer) []string {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeforge/nodeforge/internal/sandbox"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // TestPodCreatedWithItsPoolIsTriedAtMostTwice creates a NodePool and, at
@@ -29,7 +29,7 @@ func TestPodCreatedWithItsPoolIsTriedAtMostTwice(t *testing.T) {
 	// The default pool's catalog first, so that only the new pool's is
 	// being written while the pod waits.
 	poll(t, "the default pool's catalog", func() (bool, error) {
-		types, err := catalog.InstanceTypesOf(ctx, kube, "default")
+		types, err := cluster.InstanceTypesOf(ctx, kube, "default")
 		return len(types) > 0, err
 	})
 	createZonalPool(t, kube, "together")

@@ -15,7 +15,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // TestCloudFaults injects faults through the SimulatedNodeClass and checks
@@ -102,7 +102,7 @@ func TestCloudFaults(t *testing.T) {
 		}
 		zone := node.Labels[corev1.LabelTopologyZone]
 		poll(t, "c7g.large published unavailable in "+zone, func() (bool, error) {
-			types, err := catalog.InstanceTypesOf(ctx, kube, "default")
+			types, err := cluster.InstanceTypesOf(ctx, kube, "default")
 			if err != nil {
 				return false, err
 			}

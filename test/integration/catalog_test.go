@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/regioncatalog"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 )
 
@@ -82,7 +83,7 @@ func TestRegionCatalogIsPublishedAndOneMarkWritesOneObjectPerPool(t *testing.T) 
 	// The whole catalog of every pool, read back as the provisioner does.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for name, n := range want {
-			got, err := catalog.InstanceTypesOf(ctx, kube, name)
+			got, err := cluster.InstanceTypesOf(ctx, kube, name)
 			if err != nil || len(got) != n {
 				return false, err
 			}
@@ -152,7 +153,7 @@ func TestRegionCatalogIsPublishedAndOneMarkWritesOneObjectPerPool(t *testing.T) 
 	unavailable.Mark(cloudprovider.Offer{InstanceType: m5, Zone: regioncatalog.Zones[1], CapacityType: v1alpha1.CapacityTypeSpot})
 	published := func() bool {
 		for _, pool := range []string{"region-any", "region-amd"} {
-			got, err := catalog.InstanceTypesOf(ctx, kube, pool)
+			got, err := cluster.InstanceTypesOf(ctx, kube, pool)
 			if err != nil {
 				return false
 			}

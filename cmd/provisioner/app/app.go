@@ -243,7 +243,9 @@ func Run(args []string, opts ...registry.Option) error {
 	}
 	perClaim := disruption.New(exec, disruption.NewEmptiness(mgr.GetClient(), cs, time.Now), disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()))
 	perClaim.Pause = o.disruptionPause
-	claimOpts.Disruption = perClaim
+	if err := perClaim.SetupWithManager(ctx, mgr, cloud.NodeClasses(), o.nodeClaimWorkers); err != nil {
+		return err
+	}
 	claims := nodeclaim.NewController(mgr.GetClient(), cs, measured, unavailable, recorder, claimOpts)
 	if err := claims.SetupWithManager(ctx, mgr); err != nil {
 		return err

@@ -6,7 +6,8 @@
 // offering set in one object would near etcd's size limit, and every
 // offering marked unavailable would rewrite all of it; by family, each
 // object stays small and a mark rewrites one object per pool.
-// InstanceTypesOf reads a pool's catalog back for the provisioner.
+// provisioner/cluster.InstanceTypesOf reads a pool's catalog back for the
+// provisioner.
 package catalog
 
 import (

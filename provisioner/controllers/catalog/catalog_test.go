@@ -26,6 +26,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // staticSource offers the same types every time, as fresh copies: the
@@ -162,7 +163,7 @@ func TestReconcilePublishesOneObjectPerFamily(t *testing.T) {
 	if m5.Spec.InstanceTypeCount != 2 || len(m5.Spec.InstanceTypes) != 2 || m5.Spec.Provider != "static" {
 		t.Errorf("default.m5 counts %d of %d types from %q; want 2 of 2 from static", m5.Spec.InstanceTypeCount, len(m5.Spec.InstanceTypes), m5.Spec.Provider)
 	}
-	got, err := InstanceTypesOf(context.Background(), kube, "default")
+	got, err := cluster.InstanceTypesOf(context.Background(), kube, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestReconcilePublishesOneObjectPerFamily(t *testing.T) {
 		names = append(names, it.Name)
 	}
 	if diff := cmp.Diff([]string{"c7g.large", "m5.large", "m5.xlarge", "t2"}, names); diff != "" {
-		t.Errorf("InstanceTypesOf(default) (-want,+got):\n%s", diff)
+		t.Errorf("cluster.InstanceTypesOf(default) (-want,+got):\n%s", diff)
 	}
 }
 
@@ -362,7 +363,7 @@ func TestOneMarkWritesOneObjectPerPoolOfferingTheType(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"update all.m5": 1, "update amd.m5": 1}, w.reset()); diff != "" {
 		t.Errorf("writes after one mark (-want,+got):\n%s", diff)
 	}
-	types, err := InstanceTypesOf(context.Background(), kube, "amd")
+	types, err := cluster.InstanceTypesOf(context.Background(), kube, "amd")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // benchPrice is the hourly price of the benchmark's one instance type
@@ -93,7 +93,7 @@ func BenchmarkConsolidate(b *testing.B) {
 	_ = v1alpha1.AddToScheme(scheme)
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{
 		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "0s", Budgets: []v1alpha1.Budget{{Nodes: "10%"}}}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(append(objs, pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(append(objs, pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	sched := newScheduler(ctx, b)
 	k := NewConsolidation(NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)
 	k.Timeout = time.Minute

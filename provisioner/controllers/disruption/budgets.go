@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // budgets makes "may one more node of this pool be disrupted?" and the
@@ -35,7 +35,7 @@ func (b *budgets) reserve(ctx context.Context, kube client.Reader, pool *v1alpha
 		b.pending = map[types.UID]string{}
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := kube.List(ctx, &claims, client.MatchingFields{limits.IndexClaimPool: pool.Name}); err != nil {
+	if err := kube.List(ctx, &claims, client.MatchingFields{cluster.IndexClaimPool: pool.Name}); err != nil {
 		return false, time.Time{}, err
 	}
 	total, n := 0, 0

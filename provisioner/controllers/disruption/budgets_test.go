@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 func TestBudgetNodes(t *testing.T) {
@@ -53,7 +53,7 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 		nc.Status.NodeName = fmt.Sprintf("n%d", i)
 		claims, objs = append(claims, nc), append(objs, nc)
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	var b budgets
 	var allowed atomic.Int32
 	var wg sync.WaitGroup
@@ -126,7 +126,7 @@ func FuzzBudgetNodes(f *testing.F) {
 // settle reconciles the claim and waits for the command it submitted, if
 // any, to end: the executor runs commands in the background.
 func settle(c *Controller, ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	res, err := c.Reconcile(ctx, nc)
+	res, err := c.reconcileClaim(ctx, nc)
 	c.Executor().Wait()
 	return res, err
 }

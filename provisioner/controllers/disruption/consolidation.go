@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -190,7 +190,7 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 			continue // empty: Emptiness's to remove
 		}
 		if _, ok := prices[pool.Name]; !ok {
-			types, err := catalog.InstanceTypesOf(ctx, k.cache, pool.Name)
+			types, err := cluster.InstanceTypesOf(ctx, k.cache, pool.Name)
 			if err != nil {
 				klog.FromContext(ctx).V(2).Info("Reading the catalog failed", "nodePool", pool.Name, "err", err)
 			}
@@ -223,7 +223,7 @@ func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods 
 	}
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if OwnedByDaemonSet(p) || IsMirror(p) {
+		if cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) {
 			continue
 		}
 		if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
@@ -568,7 +568,7 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 			decided[p.UID] = true
 		}
 		for _, p := range s.onNode[c.node.Name] {
-			if !OwnedByDaemonSet(p) && !IsMirror(p) && !decided[p.UID] {
+			if !cluster.OwnedByDaemonSet(p) && !cluster.IsMirror(p) && !decided[p.UID] {
 				return fmt.Sprintf("pod %s was bound or nominated to node %s", klog.KObj(p), c.node.Name), nil, nil
 			}
 			if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
@@ -584,7 +584,7 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 		}
 		cp := *c
 		cp.node = node
-		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return OwnedByDaemonSet(p) || IsMirror(p) })
+		cp.pods = slices.DeleteFunc(slices.Clone(s.onNode[c.node.Name]), func(p *corev1.Pod) bool { return cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) })
 		if why := s.pdbsRefuse(cp.pods); why != "" {
 			return why, nil, nil
 		}
@@ -622,19 +622,12 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 func fingerprint(pods []*corev1.Pod) string {
 	uids := make([]string, 0, len(pods))
 	for _, p := range pods {
-		if !OwnedByDaemonSet(p) {
+		if !cluster.OwnedByDaemonSet(p) {
 			uids = append(uids, string(p.UID))
 		}
 	}
 	slices.Sort(uids)
 	return strings.Join(uids, ",")
-}
-
-// IsMirror: a static pod's mirror is the kubelet's; it goes with its node
-// and cannot be evicted.
-func IsMirror(p *corev1.Pod) bool {
-	_, ok := p.Annotations[corev1.MirrorPodAnnotationKey]
-	return ok
 }
 
 // priceOf is the catalog's price of the claim's offering, 0 if the

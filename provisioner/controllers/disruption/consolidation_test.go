@@ -21,7 +21,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -81,7 +81,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 		for _, o := range objs {
 			cp = append(cp, o.DeepCopyObject().(client.Object))
 		}
-		return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(append(cp, pool.DeepCopy())...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+		return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(append(cp, pool.DeepCopy())...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
 	}
 	kube := build(f.objs)
 	live := kube

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // TestAFailedDisruptingWriteLeavesNoDrainDeadline: repair writes the drain
@@ -32,7 +32,7 @@ func TestAFailedDisruptingWriteLeavesNoDrainDeadline(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
 	denied := apierrors.NewForbidden(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), "p-n1", errors.New("injected"))
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
 		WithObjects(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			if nc, ok := obj.(*v1alpha1.NodeClaim); ok && nc.Status.Phase == v1alpha1.NodeClaimDisrupting {

@@ -11,7 +11,9 @@
 // capacity launched and initialized before a node whose pods fit nowhere
 // else is drained (replacement.go); then the claim marked Disrupting and
 // deleted. Draining and terminating the node is the NodeClaim
-// controller's termination step, once the claim is deleted.
+// controller's termination step, once the claim is deleted. Controller
+// is a controller of its own, "nodeclaim.disruption" (SetupWithManager);
+// consolidation, repair and interruption run beside it in the manager.
 package disruption
 
 import (
@@ -23,20 +25,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-)
-
-// Field indexes on Pods that methods read through the cache; the manager
-// must have them (the NodeClaim controller registers them).
-const (
-	// IndexPodNominated: pending pods by status.nominatedNodeName.
-	IndexPodNominated = "status.nominatedNodeName"
-	// IndexPodNode: pods by spec.nodeName.
-	IndexPodNode = "spec.nodeName"
+	"github.com/nodeforge/nodeforge/nodeshape"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // Method is one reason to disrupt a node voluntarily.
@@ -87,11 +92,93 @@ func New(exec *Executor, methods ...Method) *Controller {
 // Executor is the executor the controller hands its commands to.
 func (c *Controller) Executor() *Executor { return c.exec }
 
-// Reconcile carries on a command the claim is in on the API server
+// SetupWithManager registers the controller, "nodeclaim.disruption", with
+// workers reconciles at once. It takes the Initialized and Disrupting
+// claims that are not being deleted (the NodeClaim controller's phases
+// end there, and its termination step drains a deleted claim's node). A
+// claim is looked at again when it, its node or a pod on the node
+// changes, and for drift when its pool's template or its node class
+// (one of classes) changes in what nodes are launched with.
+func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, classes []cloudprovider.NodeClass, workers int) error {
+	if err := cluster.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	cache := mgr.GetClient()
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("nodeclaim.disruption").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, workers)}).
+		For(&v1alpha1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return judged(o.(*v1alpha1.NodeClaim))
+		}))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			// A pod bound to the node, or nominated to it or to its
+			// claim (a hand-off the node is kept for).
+			pod := o.(*corev1.Pod)
+			if pod.Spec.NodeName != "" {
+				return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, pod.Spec.NodeName)
+			}
+			if n := pod.Status.NominatedNodeName; n != "" {
+				return append(cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, n), reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
+			}
+			return nil
+		})).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache))).
+		// Drift: only changes to what nodes are launched with; pools'
+		// and classes' status writes are frequent.
+		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName())
+		}), builder.WithPredicates(cluster.HashChanged(func(o client.Object) (string, error) {
+			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
+		})))
+	for _, class := range classes {
+		changed := cluster.HashChanged(class.Hash)
+		if class.DriftInputs != nil {
+			// What the provider resolved for the class (its images),
+			// which its Drifted check reads, changed too.
+			inputs := cluster.HashChanged(class.DriftInputs)
+			changed.UpdateFunc = func(e ctrlevent.UpdateEvent) bool {
+				return cluster.HashChanged(class.Hash).Update(e) || inputs.Update(e)
+			}
+		}
+		kind := class.Kind
+		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimClass, kind+"/"+o.GetName())
+		}), builder.WithPredicates(changed))
+	}
+	return b.Complete(c)
+}
+
+// judged says whether a claim is disruption's: Initialized or
+// Disrupting, and not being deleted.
+func judged(nc *v1alpha1.NodeClaim) bool {
+	return nc.DeletionTimestamp.IsZero() &&
+		(nc.Status.Phase == v1alpha1.NodeClaimInitialized || nc.Status.Phase == v1alpha1.NodeClaimDisrupting)
+}
+
+// Reconcile judges one claim (reconcileClaim); a conflict, from a cache
+// a write behind, is read again.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var nc v1alpha1.NodeClaim
+	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !judged(&nc) {
+		return reconcile.Result{}, nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))
+	res, err := c.reconcileClaim(ctx, &nc)
+	if apierrors.IsConflict(err) {
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
+		return reconcile.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+// reconcileClaim carries on a command the claim is in on the API server
 // (Executor.Continue), or asks each method about an initialized claim in
 // no command and, when one chooses it and no do-not-disrupt annotation
 // holds it, submits the command to disrupt it.
-func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+func (c *Controller) reconcileClaim(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if res, ok, err := c.exec.Continue(ctx, nc); ok {
 		return res, err
 	}
@@ -213,17 +300,6 @@ func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m 
 		cmd.PlanFirst = true
 	}
 	return cmd
-}
-
-// OwnedByDaemonSet: a daemonset pod neither keeps a node nor is drained
-// from it; its daemonset runs it wherever there is a node.
-func OwnedByDaemonSet(p *corev1.Pod) bool {
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
 }
 
 // forceful: the reason's disruption is not held by do-not-disrupt, on

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // ReasonDisruptionBlocked is the Event a claim gets when a method chose
@@ -121,7 +122,7 @@ func (b *blockedNotes) forget(uid types.UID) {
 	delete(b.last, uid)
 }
 
-// cachedHolders reads the manager's cache, through the IndexPodNode index.
+// cachedHolders reads the manager's cache, through the cluster.IndexPodNode index.
 type cachedHolders struct{ kube client.Reader }
 
 func (h cachedHolders) node(ctx context.Context, name string) (*corev1.Node, error) {
@@ -134,7 +135,7 @@ func (h cachedHolders) node(ctx context.Context, name string) (*corev1.Node, err
 
 func (h cachedHolders) pods(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := h.kube.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}); err != nil {
+	if err := h.kube.List(ctx, &pods, client.MatchingFields{cluster.IndexPodNode: node}); err != nil {
 		return nil, err
 	}
 	return pods.Items, nil

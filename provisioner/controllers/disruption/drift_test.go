@@ -20,7 +20,7 @@ import (
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // driftWorld is a pool, its node class, and one initialized claim with
@@ -57,8 +57,8 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
 	stamp(nc, poolHash, classHash)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"team": "web", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelNodePool: "p"}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now), NewDrift(kube, classes))
 	return &driftWorld{kube: kube, c: c, pool: pool, class: class, nc: nc}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // ConditionEmpty is True while the claim's node runs no pod but daemonset
@@ -76,14 +77,14 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 // provisioner's CPU in a 5,000-pod scale-up.
 func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 	var handed corev1.PodList
-	if err := e.kube.List(ctx, &handed, client.MatchingFields{IndexPodNominated: node}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.kube.List(ctx, &handed, client.MatchingFields{cluster.IndexPodNominated: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	if len(handed.Items) > 0 {
 		return false, nil
 	}
 	var pods corev1.PodList
-	if err := e.kube.List(ctx, &pods, client.MatchingFields{IndexPodNode: node}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.kube.List(ctx, &pods, client.MatchingFields{cluster.IndexPodNode: node}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	for i := range pods.Items {
@@ -98,7 +99,7 @@ func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 // run wherever there is a node, static (mirror) pods are the node's own,
 // and finished pods hold nothing.
 func occupies(p *corev1.Pod) bool {
-	return !podutil.IsPodTerminal(p) && !OwnedByDaemonSet(p) && !IsMirror(p)
+	return !podutil.IsPodTerminal(p) && !cluster.OwnedByDaemonSet(p) && !cluster.IsMirror(p)
 }
 
 // StillCandidate looks at the API server itself, once the node has been

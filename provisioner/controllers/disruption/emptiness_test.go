@@ -16,7 +16,7 @@ import (
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands: an empty
@@ -38,9 +38,9 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 			nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 			ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", APIVersion: "apps/v1", UID: "d"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(pool, nc, node, ds).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-				WithIndex(&corev1.Pod{}, IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-				WithIndex(&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(pool, nc, node, ds).WithStatusSubresource(&v1alpha1.NodeClaim{}).
+				WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
+				WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 				Build()
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()

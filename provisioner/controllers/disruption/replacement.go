@@ -24,7 +24,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -135,7 +135,7 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		return nil, "", nil
 	}
 	template := nodeshape.ForPool(c.pool)
-	types, err := catalog.InstanceTypesOf(ctx, r.cache, c.pool.Name)
+	types, err := cluster.InstanceTypesOf(ctx, r.cache, c.pool.Name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -292,20 +292,7 @@ func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name strin
 }
 
 func (r *Replacer) daemonSets(ctx context.Context) ([]*appsv1.DaemonSet, error) {
-	return DaemonSets(ctx, r.cache)
-}
-
-// DaemonSets lists every DaemonSet, for simulator.DaemonSetPods.
-func DaemonSets(ctx context.Context, c client.Reader) ([]*appsv1.DaemonSet, error) {
-	var list appsv1.DaemonSetList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing daemonsets: %w", err)
-	}
-	out := make([]*appsv1.DaemonSet, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
+	return cluster.DaemonSets(ctx, r.cache)
 }
 
 // newReplacementName is "<pool>-<5 random characters>", as a claim the
@@ -328,7 +315,7 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 	}
 	var pods []*corev1.Pod
 	for _, p := range s.onNode[node.Name] {
-		if OwnedByDaemonSet(p) || IsMirror(p) || metav1.GetControllerOf(p) == nil {
+		if cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) || metav1.GetControllerOf(p) == nil {
 			continue
 		}
 		pods = append(pods, p)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -84,7 +85,7 @@ func (s *state) unsettled() string {
 	for _, nc := range s.claims {
 		switch {
 		case !nc.DeletionTimestamp.IsZero() || nc.Status.Phase == v1alpha1.NodeClaimDisrupting:
-			if len(s.onNode[nc.Status.NodeName]) > 0 && slices.ContainsFunc(s.onNode[nc.Status.NodeName], func(p *corev1.Pod) bool { return !OwnedByDaemonSet(p) }) {
+			if len(s.onNode[nc.Status.NodeName]) > 0 && slices.ContainsFunc(s.onNode[nc.Status.NodeName], func(p *corev1.Pod) bool { return !cluster.OwnedByDaemonSet(p) }) {
 				return fmt.Sprintf("node %s is being drained", nc.Status.NodeName)
 			}
 		case nc.Annotations[v1alpha1.AnnotationReplacement] != "":

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -29,22 +28,21 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
-// Field indexes the controller relies on.
+// Field indexes the controller reads through (cluster.RegisterIndexes).
 const (
-	indexNominated  = disruption.IndexPodNominated
-	indexPodNode    = disruption.IndexPodNode
-	indexProviderID = "spec.providerID"
-	// On NodeClaims.
-	indexClaimNode       = "status.nodeName"
-	indexClaimProviderID = "status.providerID"
-	indexClaimPool       = limits.IndexClaimPool
-	indexClaimClass      = "spec.nodeClassRef" // kind/name
+	indexNominated       = cluster.IndexPodNominated
+	indexPodNode         = cluster.IndexPodNode
+	indexProviderID      = cluster.IndexNodeProviderID
+	indexClaimNode       = cluster.IndexClaimNode
+	indexClaimProviderID = cluster.IndexClaimProviderID
+	indexClaimPool       = cluster.IndexClaimPool
+	indexClaimClass      = cluster.IndexClaimClass
 )
 
 // Options are the batching and registration settings.
@@ -96,10 +94,6 @@ type Options struct {
 	// Set it to kube-controller-manager's --node-monitor-grace-period; 0
 	// is DefaultNodeMonitorGracePeriod.
 	NodeMonitorGracePeriod time.Duration
-	// Disruption judges Initialized claims and carries on the commands
-	// that outlived a step (a claim marked Disrupting, or waiting for its
-	// replacement); nil disrupts nothing.
-	Disruption *disruption.Controller
 }
 
 // Gate is the scheduler's verdict on pods for a node, and what only its
@@ -139,44 +133,10 @@ func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: ledger, unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
 }
 
-// SetupWithManager registers the controller and the indexes it uses.
+// SetupWithManager registers the controller, and the indexes it reads
+// through if no other controller has.
 func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexNominated, func(o client.Object) []string {
-		if p := o.(*corev1.Pod); p.Status.NominatedNodeName != "" && p.Spec.NodeName == "" {
-			return []string{p.Status.NominatedNodeName}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
-		return []string{o.(*corev1.Pod).Spec.NodeName}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &corev1.Node{}, indexProviderID, func(o client.Object) []string {
-		return []string{o.(*corev1.Node).Spec.ProviderID}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.NodeClaim).Status.NodeName}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimPool, limits.ClaimPool); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &v1alpha1.NodeClaim{}, indexClaimClass, func(o client.Object) []string {
-		ref := o.(*v1alpha1.NodeClaim).Spec.NodeClassRef
-		return []string{ref.Kind + "/" + ref.Name}
-	}); err != nil {
+	if err := cluster.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -184,25 +144,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.opts.Workers)}).
 		For(&v1alpha1.NodeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(c.claimOfNode)).
-		// Drift: a pool or node class changed in what its nodes are
-		// launched with makes its initialized claims look again. Only
-		// such changes: pools' and classes' status writes are frequent.
-		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(c.claimsOfPool), builder.WithPredicates(hashChanged(func(o client.Object) (string, error) {
-			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
-		})))
-	for _, class := range c.cloud.NodeClasses() {
-		changed := hashChanged(class.Hash)
-		if class.DriftInputs != nil {
-			// What the provider resolved for the class (its images),
-			// which its Drifted check reads, changed too.
-			inputs := hashChanged(class.DriftInputs)
-			changed.UpdateFunc = func(e ctrlevent.UpdateEvent) bool {
-				return hashChanged(class.Hash).Update(e) || inputs.Update(e)
-			}
-		}
-		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(c.claimsOfClass(class.Kind)), builder.WithPredicates(changed))
-	}
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(c.kube)))
 	if err := b.Complete(c); err != nil {
 		return err
 	}
@@ -238,45 +180,6 @@ func (c *Controller) reconcileLaunch(ctx context.Context, req reconcile.Request)
 	return res, err
 }
 
-// hashChanged lets through creations, deletions, and updates that change
-// what hash hashes.
-func hashChanged(hash func(client.Object) (string, error)) predicate.Funcs {
-	return predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
-		before, err1 := hash(e.ObjectOld)
-		after, err2 := hash(e.ObjectNew)
-		return err1 != nil || err2 != nil || before != after
-	}}
-}
-
-// claimsOfPool: the pool's initialized claims, the drift candidates.
-func (c *Controller) claimsOfPool(ctx context.Context, o client.Object) []reconcile.Request {
-	return c.initializedWhere(ctx, indexClaimPool, o.GetName())
-}
-
-// claimsOfClass: the initialized claims launched from a class of kind.
-func (c *Controller) claimsOfClass(kind string) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		return c.initializedWhere(ctx, indexClaimClass, kind+"/"+o.GetName())
-	}
-}
-
-// initializedWhere returns the Initialized claims whose indexed field
-// equals value: only they are disruption's to judge.
-func (c *Controller) initializedWhere(ctx context.Context, index, value string) []reconcile.Request {
-	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims, client.MatchingFields{index: value}); err != nil {
-		klog.FromContext(ctx).Error(err, "Listing nodeclaims to check for drift", "index", index, "value", value)
-		return nil
-	}
-	var out []reconcile.Request
-	for _, nc := range claims.Items {
-		if nc.Status.Phase == v1alpha1.NodeClaimInitialized {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
-		}
-	}
-	return out
-}
-
 // claimOfPod: the claim a pod is nominated to, or the claim of its node.
 // Pod events are the most frequent the controller sees, so the lookup is
 // an index, not a scan of every claim.
@@ -285,27 +188,7 @@ func (c *Controller) claimOfPod(ctx context.Context, o client.Object) []reconcil
 	if pod.Status.NominatedNodeName != "" && pod.Spec.NodeName == "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Status.NominatedNodeName}}}
 	}
-	return c.claimsWhere(ctx, indexClaimNode, pod.Spec.NodeName)
-}
-
-func (c *Controller) claimOfNode(ctx context.Context, o client.Object) []reconcile.Request {
-	return c.claimsWhere(ctx, indexClaimProviderID, o.(*corev1.Node).Spec.ProviderID)
-}
-
-// claimsWhere returns the claims whose indexed field equals value.
-func (c *Controller) claimsWhere(ctx context.Context, index, value string) []reconcile.Request {
-	if value == "" {
-		return nil
-	}
-	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims, client.MatchingFields{index: value}); err != nil {
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(claims.Items))
-	for _, nc := range claims.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
-	}
-	return out
+	return cluster.ClaimsWhere(ctx, c.kube, indexClaimNode, pod.Spec.NodeName)
 }
 
 // Reconcile moves one claim a step forward.
@@ -371,13 +254,9 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		return c.register(ctx, nc)
 	case v1alpha1.NodeClaimRegistered:
 		return c.initialize(ctx, nc)
-	case v1alpha1.NodeClaimInitialized, v1alpha1.NodeClaimDisrupting:
-		// A claim marked Disrupting whose Delete failed, or whose
-		// provisioner stopped before it, is deleted here.
-		if c.opts.Disruption != nil {
-			return c.opts.Disruption.Reconcile(ctx, nc)
-		}
 	}
+	// Initialized and Disrupting claims are disruption's
+	// (disruption.Controller, a controller of its own).
 	return reconcile.Result{}, nil
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
@@ -29,7 +29,7 @@ import (
 // instance types, its zone and capacity type), from the pool's catalog,
 // less those marked unavailable since, cheapest first.
 func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
-	types, err := catalog.InstanceTypesOf(ctx, c.kube, nc.Spec.NodePool)
+	types, err := cluster.InstanceTypesOf(ctx, c.kube, nc.Spec.NodePool)
 	if err != nil {
 		return nil, err
 	}

@@ -24,8 +24,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/provisioner/repack"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -443,7 +442,7 @@ func (c *Controller) closingWith(ctx context.Context, nc *v1alpha1.NodeClaim, cl
 func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, batch []batchMember, claims []v1alpha1.NodeClaim) (*packPlan, string, error) {
 	group := nodeshape.ClaimGroup(nc)
 	zone, capacityType := group.Zone, group.CapacityType
-	its, err := catalog.InstanceTypesOf(ctx, c.kube, pool.Name)
+	its, err := cluster.InstanceTypesOf(ctx, c.kube, pool.Name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -466,7 +465,7 @@ func (c *Controller) planBatch(ctx context.Context, nc *v1alpha1.NodeClaim, pool
 		options[it.Name] = opt
 		catalogOptions = append(catalogOptions, opt)
 	}
-	dss, err := disruption.DaemonSets(ctx, c.kube)
+	dss, err := cluster.DaemonSets(ctx, c.kube)
 	if err != nil {
 		return nil, "", err
 	}
@@ -605,7 +604,7 @@ func (c *Controller) around(ctx context.Context, batch []batchMember, claims []v
 			name = instanceTypes(k)[0]
 		}
 		if _, ok := typesOf[k.Spec.NodePool]; !ok {
-			ts, err := catalog.InstanceTypesOf(ctx, c.kube, k.Spec.NodePool)
+			ts, err := cluster.InstanceTypesOf(ctx, c.kube, k.Spec.NodePool)
 			if err != nil {
 				return nil, nil, err
 			}

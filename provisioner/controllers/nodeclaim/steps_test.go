@@ -26,7 +26,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // These tests run each step of a claim's life on its own, against the
@@ -73,7 +73,7 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 		WithIndex(&corev1.Node{}, indexProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }).
 		WithIndex(&v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.NodeName} }).
 		WithIndex(&v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID} }).
-		WithIndex(&v1alpha1.NodeClaim{}, indexClaimPool, limits.ClaimPool).
+		WithIndex(&v1alpha1.NodeClaim{}, indexClaimPool, cluster.ClaimPool).
 		Build()
 	cloud := cloudfake.New(types...)
 	s := &steps{kube: kube, cloud: cloud, now: time.Now()}

@@ -25,7 +25,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // finalize terminates the instance and deletes the node, then lets the
@@ -153,7 +153,7 @@ func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconci
 	var held []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if disruption.OwnedByDaemonSet(p) || disruption.IsMirror(p) || podutil.IsPodTerminal(p) {
+		if cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) || podutil.IsPodTerminal(p) {
 			continue
 		}
 		remaining++
@@ -377,7 +377,7 @@ func (c *Controller) volumesOfStayingPods(ctx context.Context, node string) (map
 	out := map[string]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !disruption.OwnedByDaemonSet(p) && !disruption.IsMirror(p) {
+		if !cluster.OwnedByDaemonSet(p) && !cluster.IsMirror(p) {
 			continue
 		}
 		for _, v := range p.Spec.Volumes {

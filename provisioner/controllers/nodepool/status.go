@@ -33,7 +33,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -160,7 +160,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, fmt.Errorf("listing nodes of nodepool %s: %w", pool.Name, err)
 	}
 	var claims v1alpha1.NodeClaimList
-	if err := c.client.List(ctx, &claims, client.MatchingFields{limits.IndexClaimPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.client.List(ctx, &claims, client.MatchingFields{cluster.IndexClaimPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing nodeclaims of nodepool %s: %w", pool.Name, err)
 	}
 

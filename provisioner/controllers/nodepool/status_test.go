@@ -22,7 +22,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -77,7 +77,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 			np := poolWithClass("pool", tc.ref)
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(class, np).WithStatusSubresource(np).Build()
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(class, np).WithStatusSubresource(np).Build()
 			cloud := cloudfake.New()
 			if tc.notReady != "" {
 				cloud.SetNodeClassReady("default", false, tc.notReady)
@@ -109,7 +109,7 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(
 		poolWithClass("uses-it", simulatedClass("a")),
 		poolWithClass("other-name", simulatedClass("b")),
 		poolWithClass("other-kind", v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "a"}),
@@ -133,7 +133,7 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 		{Nodes: "10%"},
 		{Nodes: "0", Schedule: ptr.To("0 25 * * *"), Duration: &metav1.Duration{Duration: time.Hour}},
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 	recorder := events.NewFakeRecorder(10)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), recorder)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}
@@ -186,7 +186,7 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	_ = v1alpha1.AddToScheme(scheme)
 	np := poolWithClass("pool", simulatedClass("default"))
 	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: "node.kubernetes.io/instance-type", Operator: "NotIn"}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			np := poolWithClass("pool", simulatedClass("default"))
 			np.Spec.Limits = tc.limits
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
 				WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 			c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 			if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
@@ -259,7 +259,7 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}}
 	launching := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "launching"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "metered"},
 		Status: v1alpha1.NodeClaimStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
 		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np, node, launching).WithStatusSubresource(np).Build()
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "metered"}}
@@ -302,7 +302,7 @@ func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	ctx := context.Background()
 	scheme := poolScheme(t)
 	np := poolWithClass("counted", simulatedClass("default"))
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, limits.IndexClaimPool, limits.ClaimPool).
+	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
 		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
