@@ -2,6 +2,9 @@ package simulator
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -9,8 +12,6 @@ import (
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"maps"
-	"slices"
 )
 
 // Cluster is the nodes and bound pods the simulator places pods among,

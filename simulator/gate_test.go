@@ -2,6 +2,11 @@ package simulator
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,10 +19,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
-	"strings"
-	"sync"
-	"testing"
-	"time"
 )
 
 // startGate starts a gate on cs for the default profile, with ignore as the

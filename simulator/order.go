@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"cmp"
+
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )

@@ -3,6 +3,8 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -12,7 +14,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"sync"
 )
 
 // Scheduler places pods on a View the way kube-scheduler's scheduling

@@ -1,9 +1,10 @@
 package simulator
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
-	"slices"
 )
 
 // SnapshotOptions say how Snapshot counts what is not a pod bound to a

@@ -1,9 +1,10 @@
 package simulator
 
 import (
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"testing"
 )
 
 // TestSnapshotCountsEachPodWhereItWillRun: bound pods stay put; a pod

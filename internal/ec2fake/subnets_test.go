@@ -1,11 +1,12 @@
 package ec2fake_test
 
 import (
+	"testing"
+	"time"
+
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"testing"
-	"time"
 
 	"github.com/nodeforge/nodeforge/internal/ec2fake"
 )

@@ -5,6 +5,13 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -13,12 +20,6 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
-	"io"
-	"net/http"
-	"net/url"
-	"strings"
-	"testing"
-	"time"
 
 	"github.com/nodeforge/nodeforge/internal/iamfake"
 )

@@ -2,11 +2,6 @@ package imdsfake
 
 import (
 	"context"
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
-	"github.com/google/go-cmp/cmp"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -14,6 +9,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/google/go-cmp/cmp"
 )
 
 // These tests drive the fake with the SDK's own IMDS client over loopback

@@ -45,6 +45,8 @@ package gatedpreemption
 import (
 	"context"
 	"fmt"
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -61,7 +63,6 @@ import (
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
-	"sync"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.

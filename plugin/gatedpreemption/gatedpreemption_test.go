@@ -2,6 +2,10 @@ package gatedpreemption
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,9 +28,6 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
-	"math/rand/v2"
-	"strings"
-	"testing"
 
 	"github.com/nodeforge/nodeforge/simulator"
 )

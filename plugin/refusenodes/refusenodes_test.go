@@ -2,13 +2,14 @@ package refusenodes
 
 import (
 	"context"
+	"strings"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"strings"
-	"testing"
 )
 
 func args(raw string) runtime.Object {

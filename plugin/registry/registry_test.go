@@ -2,6 +2,9 @@ package registry
 
 import (
 	"context"
+	"testing"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,8 +13,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
-	"testing"
-	"time"
 
 	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"

@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"

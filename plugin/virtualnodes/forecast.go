@@ -1,9 +1,10 @@
 package virtualnodes
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	quota "k8s.io/apiserver/pkg/quota/v1"
-	"slices"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 )

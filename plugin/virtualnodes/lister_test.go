@@ -2,11 +2,12 @@ package virtualnodes
 
 import (
 	"errors"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"testing"
 )
 
 // brokenLister is a snapshot whose lists fail while err is set.

@@ -1,10 +1,11 @@
 package virtualnodes
 
 import (
-	basemetrics "k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"sync"
 	"time"
+
+	basemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // result is what PostFilter did with a pod, the result label of

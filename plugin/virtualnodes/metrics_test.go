@@ -2,11 +2,12 @@ package virtualnodes
 
 import (
 	"context"
+	"testing"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/component-base/metrics/testutil"
-	"testing"
-	"time"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

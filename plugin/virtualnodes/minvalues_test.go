@@ -2,11 +2,12 @@ package virtualnodes
 
 import (
 	"context"
+	"strings"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"strings"
-	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

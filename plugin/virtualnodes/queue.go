@@ -2,10 +2,11 @@ package virtualnodes
 
 import (
 	"context"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"slices"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

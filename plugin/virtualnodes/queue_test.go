@@ -3,6 +3,8 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,7 +14,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

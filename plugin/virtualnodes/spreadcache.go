@@ -3,6 +3,10 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"math"
+	"reflect"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -12,9 +16,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"maps"
-	"math"
-	"reflect"
 )
 
 // spreadStateKey is where PodTopologySpread keeps its PreFilter state in

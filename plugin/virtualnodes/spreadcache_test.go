@@ -3,6 +3,10 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,9 +15,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
-	"reflect"
-	"sync/atomic"
-	"testing"
 )
 
 // spreadHits counts the saved PodTopologySpread states decisions used, in

@@ -3,12 +3,13 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"reflect"
-	"testing"
 
 	"github.com/nodeforge/nodeforge/plugin/registry"
 )

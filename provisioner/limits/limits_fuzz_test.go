@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"gopkg.in/inf.v0"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -33,13 +33,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"maps"
-	"math"
-	"slices"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"

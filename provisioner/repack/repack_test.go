@@ -4,6 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,9 +15,6 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"math/rand/v2"
-	"slices"
-	"testing"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"

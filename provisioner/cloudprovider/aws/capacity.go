@@ -1,14 +1,15 @@
 package aws
 
 import (
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"maps"
 	"math"
 	"strconv"
 	"strings"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

@@ -2,12 +2,13 @@ package aws
 
 import (
 	"encoding/base64"
+	"strings"
+	"testing"
+
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"strings"
-	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

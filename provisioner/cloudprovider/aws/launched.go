@@ -2,11 +2,12 @@ package aws
 
 import (
 	"context"
+	"sync"
+	"time"
+
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"sync"
-	"time"
 
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )

@@ -1,11 +1,12 @@
 package aws
 
 import (
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"slices"
 	"testing"
 	"time"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )

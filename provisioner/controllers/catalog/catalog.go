@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"

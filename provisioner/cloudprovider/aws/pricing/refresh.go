@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	awspricing "github.com/aws/aws-sdk-go-v2/service/pricing"
 	pricingtypes "github.com/aws/aws-sdk-go-v2/service/pricing/types"
 	"k8s.io/klog/v2"
-	"strconv"
-	"strings"
-	"time"
 )
 
 // PricingAPI is the part of the AWS Pricing API client that Refresh uses;
