@@ -92,11 +92,15 @@ const (
 	// reason it is disrupted and why, "Drifted: NodePool a template
 	// changed", for the Event and log line when its node is drained.
 	AnnotationDisruption = Group + "/disruption"
-	// AnnotationDrainBy on a claim waiting for its replacement is when
-	// (RFC 3339) its node is drained whether or not the replacement is
+	// AnnotationDrainStart on a claim waiting for its replacement is when
+	// (RFC 3339) its node's drain starts whether or not the replacement is
 	// ready: the cloud takes the instance back soon after (a spot
-	// interruption).
-	AnnotationDrainBy = Group + "/drain-by"
+	// interruption). AnnotationDrainDeadline is when a drain must end.
+	AnnotationDrainStart = Group + "/drain-start"
+	// AnnotationDrainStartBefore is AnnotationDrainStart as provisioners
+	// before issue #45 wrote it ("drain-by"); still read, so that a claim
+	// interrupted across an upgrade keeps its start.
+	AnnotationDrainStartBefore = Group + "/drain-by"
 	// AnnotationDrainDeadline on a claim being removed is when (RFC 3339)
 	// PodDisruptionBudgets stop holding its drain: from then on each pod
 	// left is deleted, not evicted, with its own grace period, and the

@@ -63,7 +63,7 @@ type options struct {
 	download func(ctx context.Context, path, version string) (moduleInfo, error)
 	// api is the Pricing API client; built from the default credential
 	// chain unless a test says otherwise.
-	api pricing.PricingAPI
+	api pricing.API
 }
 
 func main() {

@@ -70,7 +70,7 @@ var checkAffinityHit func(pod *corev1.Pod, saved, fresh fwk.StateData)
 
 // changed records a change to the view that is not a nomination: every
 // saved state is dropped.
-func (v *view) changed() {
+func (v *lister) changed() {
 	v.version++
 	v.additions = nil
 	clear(v.affinity)
@@ -79,12 +79,12 @@ func (v *view) changed() {
 
 // added records pods put on a virtual node already in the view by a
 // nomination.
-func (v *view) added(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, false, pods) }
+func (v *lister) added(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, false, pods) }
 
 // joined records a new virtual node joining the view with pods.
-func (v *view) joined(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, true, pods) }
+func (v *lister) joined(node fwk.NodeInfo, pods ...*corev1.Pod) { v.add(node, true, pods) }
 
-func (v *view) add(node fwk.NodeInfo, joined bool, pods []*corev1.Pod) {
+func (v *lister) add(node fwk.NodeInfo, joined bool, pods []*corev1.Pod) {
 	for i, pod := range pods {
 		pi, err := framework.NewPodInfo(pod)
 		if err != nil {
@@ -97,7 +97,7 @@ func (v *view) add(node fwk.NodeInfo, joined bool, pods []*corev1.Pod) {
 
 // print is realPrint of the snapshot now, worked out once a decision (both
 // saving plugins ask, and it walks every real node).
-func (v *view) print() (realPrint, bool) {
+func (v *lister) print() (realPrint, bool) {
 	if v.printed != nil {
 		return *v.printed, true
 	}
@@ -134,7 +134,7 @@ func affinityClass(pod *corev1.Pod) (string, bool) {
 // class on the view; everything else is the plugin's own.
 type cachedAffinity struct {
 	*interpodaffinity.InterPodAffinity
-	view *view
+	lister *lister
 	// fastPath: the plugin also declines to Skip while any pod has
 	// anti-affinity by hostname (feature InterPodAffinityHostnameFastPath).
 	fastPath bool
@@ -159,7 +159,7 @@ func wrapPlugin[T fwk.Plugin](registry frameworkruntime.Registry, name string, w
 // PreFilter computes the state, or adds the nominations since to the one
 // saved for the pod's class.
 func (c *cachedAffinity) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	v := c.view
+	v := c.lister
 	class, ok := affinityClass(pod)
 	rp, printed := v.print()
 	if !ok || !printed {

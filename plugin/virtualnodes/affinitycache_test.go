@@ -109,7 +109,7 @@ func TestSavedStatesDecideAsAfresh(t *testing.T) {
 		out := placed{on: map[string]string{}}
 		for _, pod := range pods {
 			if !cached {
-				h.plugin.view.changed()
+				h.plugin.lister.changed()
 			}
 			claims := h.plugin.book.count()
 			if _, s := h.schedule(ctx, pod); !s.IsSuccess() {

@@ -37,8 +37,8 @@ import (
 // book and the pools as one. The order is always VirtualNodes.mu, then
 // book.mu; the book calls nothing that takes VirtualNodes.mu.
 type book struct {
-	mu   sync.Mutex
-	view *view
+	mu     sync.Mutex
+	lister *lister
 	// openGauge follows len(open): nodeforge_virtualnodes_claims_open,
 	// summed over the plugin's profiles.
 	openGauge interface{ Add(float64) }
@@ -66,9 +66,9 @@ type book struct {
 	left map[types.UID]string
 }
 
-func newBook(v *view, openGauge interface{ Add(float64) }) *book {
+func newBook(v *lister, openGauge interface{ Add(float64) }) *book {
 	return &book{
-		view:           v,
+		lister:         v,
 		openGauge:      openGauge,
 		claims:         map[string]*claim{},
 		nominated:      map[types.UID]*claim{},
@@ -163,8 +163,8 @@ func (b *book) registerLocked(c *claim) {
 	b.claims[c.name] = c
 	b.open = append(b.open, c)
 	b.openGauge.Add(1)
-	b.view.virtual = append(b.view.virtual, c.info)
-	b.view.byName[c.name] = c.info
+	b.lister.virtual = append(b.lister.virtual, c.info)
+	b.lister.byName[c.name] = c.info
 }
 
 // nominate records that pod is nominated to c.
@@ -212,10 +212,10 @@ func (b *book) dropLocked(c *claim) {
 	if c.info == nil {
 		return
 	}
-	b.view.changed()
-	b.view.virtual = slices.DeleteFunc(b.view.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
-	if b.view.byName[c.name] == fwk.NodeInfo(c.info) {
-		delete(b.view.byName, c.name)
+	b.lister.changed()
+	b.lister.virtual = slices.DeleteFunc(b.lister.virtual, func(n fwk.NodeInfo) bool { return n == fwk.NodeInfo(c.info) })
+	if b.lister.byName[c.name] == fwk.NodeInfo(c.info) {
+		delete(b.lister.byName, c.name)
 	}
 	c.lastNode, c.lastDS = c.info.Node(), c.dsPods
 	c.info, c.dsPods = nil, nil
@@ -266,7 +266,7 @@ func (b *book) unviewLocked(c *claim, pod *corev1.Pod) {
 	delete(c.bound, pod.UID)
 	if c.info != nil {
 		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
-		b.view.changed()
+		b.lister.changed()
 	}
 	if len(c.bound) == 0 {
 		delete(b.settling, c)
@@ -282,12 +282,12 @@ func (b *book) unviewLocked(c *claim, pod *corev1.Pod) {
 func (b *book) settle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.view.real == nil {
+	if b.lister.real == nil {
 		return
 	}
 	for c := range b.settling {
 		for uid, nodeName := range c.bound {
-			ni, err := b.view.real.Get(nodeName)
+			ni, err := b.lister.real.Get(nodeName)
 			if err != nil || ni.Node() == nil {
 				continue
 			}
@@ -351,12 +351,12 @@ func (b *book) follow(pod *corev1.Pod, to string) bool {
 		for _, d := range dst.dsPods {
 			dst.info.AddPod(d)
 		}
-		b.view.virtual = append(b.view.virtual, dst.info)
-		b.view.byName[dst.name] = dst.info
+		b.lister.virtual = append(b.lister.virtual, dst.info)
+		b.lister.byName[dst.name] = dst.info
 	}
 	if dst.info != nil {
 		dst.info.AddPod(pod)
-		b.view.changed()
+		b.lister.changed()
 	}
 	klog.Background().V(4).Info("Followed a pod moved to another nodeclaim of its batch", "pod", klog.KObj(pod), "from", from.name, "to", dst.name)
 	return true
@@ -385,7 +385,7 @@ func (b *book) podGone(pod *corev1.Pod, deleted bool) bool {
 	case c.open:
 		delete(b.nominated, pod.UID)
 		c.remove(pod)
-		b.view.changed()
+		b.lister.changed()
 	case deleted || c.info == nil:
 		b.unviewLocked(c, pod)
 	default:
@@ -421,7 +421,7 @@ func (b *book) restore(c *claim) {
 		b.nominated[uid] = c
 	}
 	b.registerLocked(c)
-	b.view.changed()
+	b.lister.changed()
 }
 
 // restoreClosed records a claim closed to nominations whose node this

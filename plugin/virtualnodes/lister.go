@@ -6,7 +6,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// view is the cluster as the simulation framework sees it: every real node
+// lister is the cluster as the simulation framework sees it: every real node
 // of the scheduler's current snapshot, plus the virtual nodes (open claims
 // with their nominated pods) and one empty placeholder node per place a new
 // node could be launched. It implements the scheduler's SharedLister, so the
@@ -17,7 +17,7 @@ import (
 // each zone a pool can launch in a topology domain with zero matching pods,
 // and each new node a hostname domain with zero, which is what the
 // scheduler will see once the nodes are real.
-type view struct {
+type lister struct {
 	fwk.SharedLister // the live snapshot; its NodeInfos are extended below
 	real             fwk.NodeInfoLister
 	virtual          []fwk.NodeInfo
@@ -40,14 +40,14 @@ type view struct {
 
 // reset forgets the memoised lists and print; call it whenever a decision
 // starts.
-func (v *view) reset() {
+func (v *lister) reset() {
 	clear(v.lists)
 	v.printed = nil
 }
 
 // memo returns the list under key, building it the first time. A failed
 // build is not remembered: the next caller tries again.
-func (v *view) memo(key string, build func() ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
+func (v *lister) memo(key string, build func() ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
 	if l, ok := v.lists[key]; ok {
 		return l, nil
 	}
@@ -62,16 +62,16 @@ func (v *view) memo(key string, build func() ([]fwk.NodeInfo, error)) ([]fwk.Nod
 	return l, nil
 }
 
-var _ fwk.NodeInfoLister = &view{}
+var _ fwk.NodeInfoLister = &lister{}
 
 // NodeInfos returns the combined node lister.
-func (v *view) NodeInfos() fwk.NodeInfoLister { return v }
+func (v *lister) NodeInfos() fwk.NodeInfoLister { return v }
 
 // realList lists the real nodes of the snapshot. Its error goes back to
 // the plugin that asked: a list without the real nodes would make every
 // zone look empty to topology spread and affinity, and so a wrong
 // decision, not a smaller one.
-func (v *view) realList(name string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
+func (v *lister) realList(name string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error)) ([]fwk.NodeInfo, error) {
 	if v.real == nil {
 		return nil, nil
 	}
@@ -83,7 +83,7 @@ func (v *view) realList(name string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo,
 }
 
 // List returns real then virtual nodes.
-func (v *view) List() ([]fwk.NodeInfo, error) {
+func (v *lister) List() ([]fwk.NodeInfo, error) {
 	return v.memo("all", func() ([]fwk.NodeInfo, error) {
 		real, err := v.realList("all", fwk.NodeInfoLister.List)
 		if err != nil {
@@ -96,7 +96,7 @@ func (v *view) List() ([]fwk.NodeInfo, error) {
 
 // filtered is the real nodes listed by f, then the virtual nodes keep
 // accepts.
-func (v *view) filtered(key string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error), keep func(fwk.NodeInfo) bool) ([]fwk.NodeInfo, error) {
+func (v *lister) filtered(key string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, error), keep func(fwk.NodeInfo) bool) ([]fwk.NodeInfo, error) {
 	return v.memo(key, func() ([]fwk.NodeInfo, error) {
 		real, err := v.realList(key, f)
 		if err != nil {
@@ -113,25 +113,25 @@ func (v *view) filtered(key string, f func(fwk.NodeInfoLister) ([]fwk.NodeInfo, 
 }
 
 // HavePodsWithAffinityList returns the nodes with pods with inter-pod (anti-)affinity.
-func (v *view) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) {
+func (v *lister) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) {
 	return v.filtered("affinity", fwk.NodeInfoLister.HavePodsWithAffinityList, func(n fwk.NodeInfo) bool { return len(n.GetPodsWithAffinity()) > 0 })
 }
 
 // HavePodsWithRequiredAntiAffinityList returns the nodes with pods with required anti-affinity.
-func (v *view) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
+func (v *lister) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
 	return v.filtered("antiAffinity", fwk.NodeInfoLister.HavePodsWithRequiredAntiAffinityList, func(n fwk.NodeInfo) bool { return len(n.GetPodsWithRequiredAntiAffinity()) > 0 })
 }
 
 // HavePodsWithRequiredNonHostScopedAntiAffinityList returns the nodes with
 // pods whose required anti-affinity is wider than a host.
-func (v *view) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fwk.NodeInfo, error) {
+func (v *lister) HavePodsWithRequiredNonHostScopedAntiAffinityList() ([]fwk.NodeInfo, error) {
 	return v.filtered("nonHostAntiAffinity", fwk.NodeInfoLister.HavePodsWithRequiredNonHostScopedAntiAffinityList, func(n fwk.NodeInfo) bool {
 		return len(n.GetPodsWithRequiredNonHostScopedAntiAffinity()) > 0
 	})
 }
 
 // Get returns a virtual or real node by name.
-func (v *view) Get(name string) (fwk.NodeInfo, error) {
+func (v *lister) Get(name string) (fwk.NodeInfo, error) {
 	if n, ok := v.byName[name]; ok {
 		return n, nil
 	}

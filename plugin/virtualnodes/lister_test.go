@@ -41,7 +41,7 @@ func nodeInfo(name string) fwk.NodeInfo {
 func TestViewListsReturnTheSnapshotsErrorAndRememberNoFailure(t *testing.T) {
 	boom := errors.New("snapshot unavailable")
 	real := &brokenLister{err: boom, nodes: []fwk.NodeInfo{nodeInfo("real")}}
-	v := &view{real: real, virtual: []fwk.NodeInfo{nodeInfo("virtual")}}
+	v := &lister{real: real, virtual: []fwk.NodeInfo{nodeInfo("virtual")}}
 	lists := map[string]func() ([]fwk.NodeInfo, error){
 		"List":                                 v.List,
 		"HavePodsWithAffinityList":             v.HavePodsWithAffinityList,

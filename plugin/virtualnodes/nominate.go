@@ -36,8 +36,8 @@ type decision struct {
 func (p *VirtualNodes) nominate(ctx context.Context, pod *corev1.Pod) decision {
 	logger := klog.FromContext(ctx)
 	p.book.settle()
-	p.view.reset()
-	defer p.view.reset()
+	p.lister.reset()
+	defer p.lister.reset()
 	state := framework.NewCycleState()
 	if _, s, _ := p.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
 		return decision{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
@@ -248,10 +248,10 @@ func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *
 		return false
 	}
 	if c.info.Node() != before {
-		p.view.changed() // its pods are counted under the new labels
+		p.lister.changed() // its pods are counted under the new labels
 	}
 	c.add(pod, opts, p.now())
-	p.view.added(c.info, pod)
+	p.lister.added(c.info, pod)
 	return true
 }
 
@@ -316,7 +316,7 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
 		c.add(pod, cand.opts, p.now())
 		p.book.register(c)
-		p.view.joined(c.info, append(slices.Clone(cand.ds), pod)...)
+		p.lister.joined(c.info, append(slices.Clone(cand.ds), pod)...)
 		return c, refusalNone, ""
 	}
 	switch {

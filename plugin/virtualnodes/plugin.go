@@ -45,7 +45,7 @@ const notSyncedMessage = Name + " has not read NodePools, catalogs and NodeClaim
 type VirtualNodes struct {
 	args     *Args
 	fw       framework.Framework // the profile's plugins, on the view
-	view     *view
+	lister   *lister
 	recorder events.EventRecorder
 	now      func() time.Time
 	// daemonSets returns the pods the cluster's DaemonSets would run on a
@@ -203,7 +203,7 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration, registry frameworkruntim
 // newPlugin builds the plugin's decision engine; it does not talk to the
 // API server (startSync does).
 func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Args, profile *config.KubeSchedulerProfile, h fwk.Handle) (*VirtualNodes, error) {
-	v := &view{SharedLister: h.SnapshotSharedLister(), byName: map[string]fwk.NodeInfo{}}
+	v := &lister{SharedLister: h.SnapshotSharedLister(), byName: map[string]fwk.NodeInfo{}}
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
@@ -227,7 +227,7 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	return &VirtualNodes{
 		args:     args,
 		fw:       fw,
-		view:     v,
+		lister:   v,
 		recorder: h.EventRecorder(),
 		now:      time.Now,
 		book:     newBook(v, m.open),
@@ -365,10 +365,10 @@ func (p *VirtualNodes) event(pod *corev1.Pod, typ, reason, action, note string) 
 // the scheduler's snapshot without the binding taint: a pod nominated to
 // c that reaches PostFilter was refused by that node.
 func (p *VirtualNodes) openAndRefusing(c *claim) bool {
-	if c.open || c.nodeName == "" || p.view.real == nil {
+	if c.open || c.nodeName == "" || p.lister.real == nil {
 		return false
 	}
-	if ni, err := p.view.real.Get(c.nodeName); err != nil || ni.Node() == nil {
+	if ni, err := p.lister.real.Get(c.nodeName); err != nil || ni.Node() == nil {
 		return false
 	}
 	return !p.heldForBinding(c.nodeName)
@@ -377,10 +377,10 @@ func (p *VirtualNodes) openAndRefusing(c *claim) bool {
 // heldForBinding: the real node still carries the provisioner's binding
 // taint in the scheduler's snapshot (or the snapshot is not known yet).
 func (p *VirtualNodes) heldForBinding(name string) bool {
-	if p.view.real == nil {
+	if p.lister.real == nil {
 		return true
 	}
-	ni, err := p.view.real.Get(name)
+	ni, err := p.lister.real.Get(name)
 	if err != nil || ni.Node() == nil {
 		return false
 	}
@@ -409,12 +409,12 @@ func (p *VirtualNodes) setPools(pools []*pool) {
 	})
 	// Placeholders: one empty node per group, so each zone a pool can
 	// launch in is a topology domain and a new node is always possible.
-	p.view.changed()
-	p.view.virtual = slices.DeleteFunc(p.view.virtual, func(n fwk.NodeInfo) bool { return leaving[n] })
+	p.lister.changed()
+	p.lister.virtual = slices.DeleteFunc(p.lister.virtual, func(n fwk.NodeInfo) bool { return leaving[n] })
 	for _, pl := range p.ordered {
 		p.pools[pl.np.Name] = pl
 		for _, g := range pl.groups {
-			p.view.virtual = append(p.view.virtual, g.placeholder)
+			p.lister.virtual = append(p.lister.virtual, g.placeholder)
 		}
 	}
 }

@@ -186,13 +186,13 @@ func TestPoolNamedPlaceholderKeepsItsClaims(t *testing.T) {
 	// A NodePool event rebuilds every pool object.
 	h.plugin.setPools([]*pool{named()})
 	inView := func(name string) bool {
-		return slices.ContainsFunc(h.plugin.view.virtual, func(n fwk.NodeInfo) bool { return n.Node().Name == name })
+		return slices.ContainsFunc(h.plugin.lister.virtual, func(n fwk.NodeInfo) bool { return n.Node().Name == name })
 	}
 	if !inView(first.name) {
 		t.Fatalf("claim %s left the plugin's view when its pool was rebuilt", first.name)
 	}
 	placeholders := 0
-	for _, n := range h.plugin.view.virtual {
+	for _, n := range h.plugin.lister.virtual {
 		if n != fwk.NodeInfo(first.info) {
 			placeholders++
 		}
@@ -370,7 +370,7 @@ func TestClosedClaimPodsCountUntilSeenBound(t *testing.T) {
 	if first.info != nil || len(first.pods) != 0 {
 		t.Errorf("the claim's node is still in the view (%d pods) after its pod was seen on its real node", len(first.pods))
 	}
-	for _, n := range h.plugin.view.virtual {
+	for _, n := range h.plugin.lister.virtual {
 		if n.Node() != nil && n.Node().Name == first.name {
 			t.Errorf("claim %s is still a virtual node", first.name)
 		}

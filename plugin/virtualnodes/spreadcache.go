@@ -91,21 +91,21 @@ func spreadClass(pod *corev1.Pod) (string, bool) {
 // class on the view; everything else is the plugin's own.
 type cachedSpread struct {
 	*podtopologyspread.PodTopologySpread
-	view *view
+	lister *lister
 }
 
 // withSavedStates returns a copy of registry with InterPodAffinity and
 // PodTopologySpread saving their PreFilter states on v. The registry given
 // is left as it was: the scheduler's other profiles, and the simulators
 // built from it, must run the plugins unwrapped.
-func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkruntime.Registry {
+func withSavedStates(registry frameworkruntime.Registry, v *lister) frameworkruntime.Registry {
 	registry = maps.Clone(registry)
 	fastPath := utilfeature.DefaultFeatureGate.Enabled(features.InterPodAffinityHostnameFastPath)
 	wrapPlugin(registry, interpodaffinity.Name, func(ipa *interpodaffinity.InterPodAffinity) fwk.Plugin {
-		return &cachedAffinity{InterPodAffinity: ipa, view: v, fastPath: fastPath}
+		return &cachedAffinity{InterPodAffinity: ipa, lister: v, fastPath: fastPath}
 	})
 	wrapPlugin(registry, podtopologyspread.Name, func(pts *podtopologyspread.PodTopologySpread) fwk.Plugin {
-		return &cachedSpread{PodTopologySpread: pts, view: v}
+		return &cachedSpread{PodTopologySpread: pts, lister: v}
 	})
 	return registry
 }
@@ -113,7 +113,7 @@ func withSavedStates(registry frameworkruntime.Registry, v *view) frameworkrunti
 // PreFilter computes the state, or brings the one saved for the pod's
 // class up to date with the nominations since.
 func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	v := c.view
+	v := c.lister
 	class, ok := spreadClass(pod)
 	if !ok {
 		return c.PodTopologySpread.PreFilter(ctx, state, pod, nodes)
@@ -153,7 +153,7 @@ func (c *cachedSpread) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 // through its PreFilter over each alone; then works out the smallest
 // counts again. False when the plugin refused one: e is then unusable.
 func (c *cachedSpread) catchUp(ctx context.Context, pod *corev1.Pod, e *spreadEntry) bool {
-	added := c.view.additions[e.n:]
+	added := c.lister.additions[e.n:]
 	if len(added) == 0 {
 		return true
 	}
@@ -194,7 +194,7 @@ func (c *cachedSpread) catchUp(ctx context.Context, pod *corev1.Pod, e *spreadEn
 		}
 	}
 	setCriticalPaths(e.state)
-	e.n = len(c.view.additions)
+	e.n = len(c.lister.additions)
 	return true
 }
 

@@ -151,7 +151,7 @@ func TestSpreadEmptySelectorIsNotSaved(t *testing.T) {
 			t.Fatalf("pod %s: %v", p.Name, s.Message())
 		}
 	}
-	if n := len(h.plugin.view.spread); n != 0 {
+	if n := len(h.plugin.lister.spread); n != 0 {
 		t.Fatalf("%d spread states saved for a constraint with an empty selector", n)
 	}
 }

@@ -74,7 +74,7 @@ func TestSavedStatesLeaveTheRegistryGiven(t *testing.T) {
 	}
 	factory := func(name string) uintptr { return reflect.ValueOf(reg[name]).Pointer() }
 	spread, affinity := factory("PodTopologySpread"), factory("InterPodAffinity")
-	wrapped := withSavedStates(reg, &view{})
+	wrapped := withSavedStates(reg, &lister{})
 	if factory("PodTopologySpread") != spread || factory("InterPodAffinity") != affinity {
 		t.Error("the registry given was changed")
 	}

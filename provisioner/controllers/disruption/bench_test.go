@@ -102,7 +102,7 @@ func BenchmarkConsolidate(b *testing.B) {
 	var d *decision
 	var err error
 	for b.Loop() {
-		if d, err = k.decision(ctx); err != nil {
+		if d, err = k.nextDecision(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -126,7 +126,7 @@ func BenchmarkConsolidate(b *testing.B) {
 	rounds := 0
 	for ; d != nil && rounds < 200; rounds++ {
 		apply(ctx, b, kube, d)
-		if d, err = k.decision(ctx); err != nil {
+		if d, err = k.nextDecision(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

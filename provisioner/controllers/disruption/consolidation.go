@@ -91,15 +91,15 @@ func (k *Consolidation) Start(ctx context.Context) error {
 
 // Round looks for nodes to consolidate and, on finding some, disrupts them.
 func (k *Consolidation) Round(ctx context.Context) error {
-	d, err := k.decision(ctx)
+	d, err := k.nextDecision(ctx)
 	if err != nil || d == nil {
 		return err
 	}
 	return k.execute(ctx, d)
 }
 
-// decision reads the cache and decides, or finds nothing to do.
-func (k *Consolidation) decision(ctx context.Context) (*decision, error) {
+// nextDecision reads the cache and decides, or finds nothing to do.
+func (k *Consolidation) nextDecision(ctx context.Context) (*decision, error) {
 	start := time.Now()
 	s, err := observe(ctx, k.cache)
 	if err != nil {

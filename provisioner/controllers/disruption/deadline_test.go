@@ -112,7 +112,7 @@ func TestAStaleDrainDeadlineIsRemovedBeforeAnyDecision(t *testing.T) {
 // TestGivingUpAReplacementDoesNotEraseAnInterruption: a drifted claim
 // waits for its replacement, which could not be launched; meanwhile an
 // interruption made the wait its own (Interruption.annotate: reason
-// Interrupted, a drain-by). Giving the drift up, decided on the claim as
+// Interrupted, a drain start). Giving the drift up, decided on the claim as
 // read before, must not erase the interruption: its queue message is
 // acknowledged, and the spot node would be reclaimed undrained. It
 // fails while the give-up deletes the annotations it did not read.
@@ -134,9 +134,9 @@ func TestGivingUpAReplacementDoesNotEraseAnInterruption(t *testing.T) {
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, func() time.Time { return now })
 	read := getClaim(ctx, t, kube, "p-n1") // what the give-up decides on
 	interrupted := read.DeepCopy()
-	drainBy := now.Add(90 * time.Second).UTC().Format(time.RFC3339)
+	drainStart := now.Add(90 * time.Second).UTC().Format(time.RFC3339)
 	interrupted.Annotations[v1alpha1.AnnotationDisruption] = "Interrupted: spot interruption"
-	interrupted.Annotations[v1alpha1.AnnotationDrainBy] = drainBy
+	interrupted.Annotations[v1alpha1.AnnotationDrainStart] = drainStart
 	if err := kube.Update(ctx, interrupted); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestGivingUpAReplacementDoesNotEraseAnInterruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := getClaim(ctx, t, kube, "p-n1")
-	if got.Annotations[v1alpha1.AnnotationDisruption] != "Interrupted: spot interruption" || got.Annotations[v1alpha1.AnnotationDrainBy] != drainBy || got.Annotations[v1alpha1.AnnotationReplacement] != "p-gone1" {
+	if got.Annotations[v1alpha1.AnnotationDisruption] != "Interrupted: spot interruption" || got.Annotations[v1alpha1.AnnotationDrainStart] != drainStart || got.Annotations[v1alpha1.AnnotationReplacement] != "p-gone1" {
 		t.Errorf("the interruption was erased by a drift's give-up: annotations %v", got.Annotations)
 	}
 	// Read again, it is the interruption's: drained without its

@@ -60,9 +60,9 @@ type Command struct {
 	// be had, the nodes are drained anyway (expiry, repair, interruption:
 	// the node is going regardless), rather than the command called off.
 	DrainWithoutReplacement bool
-	// DrainBy, for claims left waiting for a replacement: drained at this
-	// time at the latest.
-	DrainBy time.Time
+	// DrainStart, for claims left waiting for a replacement: their drain
+	// starts at this time at the latest.
+	DrainStart time.Time
 	// OnCalledOff is told why a command was called off before it reached
 	// any claim (a reason, not an error): the method's own Event.
 	OnCalledOff func(ctx context.Context, why string)

@@ -212,7 +212,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 	if err := in.cache.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); client.IgnoreNotFound(err) != nil {
 		return "", err
 	}
-	cmd := &Command{Reason: Interrupted, Why: why, DrainWithoutReplacement: true, DrainBy: by,
+	cmd := &Command{Reason: Interrupted, Why: why, DrainWithoutReplacement: true, DrainStart: by,
 		Targets: []Target{{Claim: nc, Pool: &pool}}}
 	replaced := false
 	if nc.Status.Phase != v1alpha1.NodeClaimInitialized || nc.Status.NodeName == "" {
@@ -224,7 +224,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 			return rep, why, err
 		}
 	}
-	logger.Info("Instance interrupted", "why", why, "drainBy", by)
+	logger.Info("Instance interrupted", "why", why, "drainStart", by)
 	err := in.run(ctx, cmd)
 	if errors.Is(err, ErrAlreadyGoing) {
 		// Another command got there first. One waiting for its
@@ -275,8 +275,8 @@ func (in *Interruption) run(ctx context.Context, cmd *Command) error {
 func (in *Interruption) annotate(ctx context.Context, nc *v1alpha1.NodeClaim, by time.Time, why string) error {
 	nc = nc.DeepCopy()
 	nc.Annotations[v1alpha1.AnnotationDisruption] = string(Interrupted) + ": " + why
-	if old, ok := drainBy(nc); !by.IsZero() && (!ok || by.Before(old)) {
-		nc.Annotations[v1alpha1.AnnotationDrainBy] = by.UTC().Format(time.RFC3339)
+	if old, ok := drainStart(nc); !by.IsZero() && (!ok || by.Before(old)) {
+		nc.Annotations[v1alpha1.AnnotationDrainStart] = by.UTC().Format(time.RFC3339)
 	}
 	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
 	return in.exec.kube.Update(ctx, nc)

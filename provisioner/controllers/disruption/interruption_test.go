@@ -89,8 +89,8 @@ func TestSpotInterruptionReplacesThenDrainsByHalfTheNotice(t *testing.T) {
 	}
 	old := s.claim(ctx, t, "p-n1")
 	wantBy := sent.Add(time.Minute).UTC().Format(time.RFC3339)
-	if got := old.Annotations[v1alpha1.AnnotationDrainBy]; got != wantBy {
-		t.Errorf("drain-by %q, want %q (halfway through the notice)", got, wantBy)
+	if got := old.Annotations[v1alpha1.AnnotationDrainStart]; got != wantBy {
+		t.Errorf("drain-start %q, want %q (halfway through the notice)", got, wantBy)
 	}
 	if evs := drain(s.rec); !strings.Contains(evs, "Interrupted") || !strings.Contains(evs, "i-n1") {
 		t.Errorf("no Interrupted Event naming the instance; events:\n%s", evs)
@@ -147,7 +147,7 @@ func TestInterruptionReadsTheClaimLive(t *testing.T) {
 	if reps := replacementsOf(ctx, t, s.kube, "p-n1"); len(reps) != 1 {
 		t.Errorf("%d replacements of p-n1, want 1", len(reps))
 	}
-	if got := s.claim(ctx, t, "p-n1"); got.Labels["bound"] != "yes" || got.Annotations[v1alpha1.AnnotationDrainBy] == "" {
+	if got := s.claim(ctx, t, "p-n1"); got.Labels["bound"] != "yes" || got.Annotations[v1alpha1.AnnotationDrainStart] == "" {
 		t.Errorf("the live claim's change was lost or the interruption not recorded: labels %v, annotations %v", got.Labels, got.Annotations)
 	}
 }
@@ -292,5 +292,33 @@ func TestInterruptionLoopRemovesWhatItHandled(t *testing.T) {
 	}
 	if !s.gone(context.Background(), "p-n2") {
 		t.Error("the stopped instance's claim was not disrupted")
+	}
+}
+
+// TestDrainStartWrittenByAnOlderProvisionerIsRead: a claim interrupted
+// before the upgrade carries its drain start under the old key; it is
+// read, the new key first when both are there.
+func TestDrainStartWrittenByAnOlderProvisionerIsRead(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        time.Time
+		ok          bool
+	}{
+		{"the new key", map[string]string{v1alpha1.AnnotationDrainStart: at.Format(time.RFC3339)}, at, true},
+		{"the old key", map[string]string{v1alpha1.AnnotationDrainStartBefore: at.Format(time.RFC3339)}, at, true},
+		{"both, the new first", map[string]string{v1alpha1.AnnotationDrainStart: at.Format(time.RFC3339),
+			v1alpha1.AnnotationDrainStartBefore: at.Add(time.Hour).Format(time.RFC3339)}, at, true},
+		{"neither", nil, time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := &v1alpha1.NodeClaim{}
+			nc.Annotations = tc.annotations
+			got, ok := drainStart(nc)
+			if ok != tc.ok || !got.Equal(tc.want) {
+				t.Errorf("drainStart: %v %v, want %v %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -350,8 +350,8 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 			fresh.Annotations[v1alpha1.AnnotationReplacement] = rep.claim.Name
 			fresh.Annotations[v1alpha1.AnnotationReplacementRequested] = e.now().UTC().Format(time.RFC3339)
 			fresh.Annotations[v1alpha1.AnnotationDisruption] = string(cmd.Reason) + ": " + t.why(cmd)
-			if !cmd.DrainBy.IsZero() {
-				fresh.Annotations[v1alpha1.AnnotationDrainBy] = cmd.DrainBy.UTC().Format(time.RFC3339)
+			if !cmd.DrainStart.IsZero() {
+				fresh.Annotations[v1alpha1.AnnotationDrainStart] = cmd.DrainStart.UTC().Format(time.RFC3339)
 			}
 			marked = &fresh
 			return e.kube.Update(ctx, &fresh)
@@ -420,8 +420,8 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 		// (the provisioner stopped in between).
 		requested, perr := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationReplacementRequested])
 		if left := e.timers.ReplacementGrace - e.now().Sub(requested); perr == nil && left > 0 {
-			if by, ok := drainBy(nc); ok && by.Sub(e.now()) < min(left, replacementWait) {
-				return e.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+			if by, ok := drainStart(nc); ok && by.Sub(e.now()) < min(left, replacementWait) {
+				return e.drainWithoutReplacement(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
 			}
 			return reconcile.Result{RequeueAfter: min(left, replacementWait)}, nil
 		}
@@ -445,8 +445,8 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 		}
 	}
 	if rep.Status.Phase != v1alpha1.NodeClaimInitialized {
-		if by, ok := drainBy(nc); ok && by.Sub(e.now()) < replacementWait {
-			return e.drainByDeadline(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
+		if by, ok := drainStart(nc); ok && by.Sub(e.now()) < replacementWait {
+			return e.drainWithoutReplacement(ctx, nc, v1alpha1.DisruptionReason(reason), why, name, by)
 		}
 		klog.FromContext(ctx).V(2).Info("Waiting for the replacement before draining node", "node", nc.Status.NodeName, "replacement", name, "phase", rep.Status.Phase)
 		return reconcile.Result{RequeueAfter: replacementWait}, nil
@@ -456,13 +456,13 @@ func (e *Executor) awaitReplacement(ctx context.Context, nc *v1alpha1.NodeClaim,
 	return e.removeWaiting(ctx, nc, v1alpha1.DisruptionReason(reason), fmt.Sprintf("%s; replaced by node %s (%s)", why, rep.Status.NodeName, rep.Name))
 }
 
-// drainByDeadline drains the node of a claim whose replacement is not
-// ready when its AnnotationDrainBy comes, or waits for it.
-func (e *Executor) drainByDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string, by time.Time) (reconcile.Result, error) {
+// drainWithoutReplacement drains the node of a claim whose replacement is not
+// ready when its AnnotationDrainStart comes, or waits for it.
+func (e *Executor) drainWithoutReplacement(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, why, name string, by time.Time) (reconcile.Result, error) {
 	if left := by.Sub(e.now()); left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
-	klog.FromContext(ctx).Info("Disrupting node before its replacement is ready: its instance is about to go", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "drainBy", by)
+	klog.FromContext(ctx).Info("Disrupting node before its replacement is ready: its instance is about to go", "node", nc.Status.NodeName, "reason", reason, "why", why, "replacement", name, "drainStart", by)
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "disrupted").Inc()
 	return e.removeWaiting(ctx, nc, reason, fmt.Sprintf("%s; draining at %s, before replacement %s is ready", why, by.UTC().Format(time.RFC3339), name))
 }
@@ -475,9 +475,14 @@ func (e *Executor) removeWaiting(ctx context.Context, nc *v1alpha1.NodeClaim, re
 	return reconcile.Result{}, err
 }
 
-// drainBy is the claim's AnnotationDrainBy, if it has one.
-func drainBy(nc *v1alpha1.NodeClaim) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339, nc.Annotations[v1alpha1.AnnotationDrainBy])
+// drainStart is the claim's AnnotationDrainStart (or, written by an older
+// provisioner, AnnotationDrainStartBefore), if it has one.
+func drainStart(nc *v1alpha1.NodeClaim) (time.Time, bool) {
+	v, ok := nc.Annotations[v1alpha1.AnnotationDrainStart]
+	if !ok {
+		v = nc.Annotations[v1alpha1.AnnotationDrainStartBefore]
+	}
+	t, err := time.Parse(time.RFC3339, v)
 	return t, err == nil
 }
 
@@ -496,7 +501,8 @@ func (e *Executor) replacementGone(ctx context.Context, nc *v1alpha1.NodeClaim, 
 
 // replacementAnnotations are what a claim waiting for its replacement
 // carries, and giving the replacement up removes.
-var replacementAnnotations = []string{v1alpha1.AnnotationReplacement, v1alpha1.AnnotationReplacementRequested, v1alpha1.AnnotationDisruption, v1alpha1.AnnotationDrainBy}
+var replacementAnnotations = []string{v1alpha1.AnnotationReplacement, v1alpha1.AnnotationReplacementRequested, v1alpha1.AnnotationDisruption,
+	v1alpha1.AnnotationDrainStart, v1alpha1.AnnotationDrainStartBefore}
 
 // errDisruptionChanged: the claim's disruption annotations are no longer
 // the ones a give-up was decided on.

@@ -15,12 +15,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// PricingAPI is the part of the AWS Pricing API client that Refresh uses;
+// API is the part of the AWS Pricing API client that Refresh uses;
 // *github.com/aws/aws-sdk-go-v2/service/pricing.Client satisfies it. Mind
 // that the Pricing API is served from a few regions only, whatever
 // region's prices are asked for (QueryAPIRegion), and not at all in
 // GovCloud or the ISO partitions.
-type PricingAPI interface {
+type API interface {
 	GetProducts(ctx context.Context, params *awspricing.GetProductsInput, optFns ...func(*awspricing.Options)) (*awspricing.GetProductsOutput, error)
 }
 
@@ -74,7 +74,7 @@ func productFilters(region string) []pricingtypes.Filter {
 // complete price list: on any error, which it returns for the caller to log,
 // the figures the table had stay. updated counts the instance types whose
 // price was added, changed or removed.
-func (t *Table) Refresh(ctx context.Context, api PricingAPI, region string) (updated int, err error) {
+func (t *Table) Refresh(ctx context.Context, api API, region string) (updated int, err error) {
 	fresh, err := FetchOnDemand(ctx, api, region)
 	if err != nil {
 		return 0, err
@@ -92,7 +92,7 @@ func (t *Table) Refresh(ctx context.Context, api PricingAPI, region string) (upd
 // the region's currency (CurrencyOf: dollars, yuan in China), walking all
 // pages of GetProducts. It fails rather than return a
 // partial or empty list. The generator under hack/pricing uses it too.
-func FetchOnDemand(ctx context.Context, api PricingAPI, region string) (map[string]float64, error) {
+func FetchOnDemand(ctx context.Context, api API, region string) (map[string]float64, error) {
 	if region == "" {
 		return nil, errors.New("fetching on-demand prices: no region")
 	}
