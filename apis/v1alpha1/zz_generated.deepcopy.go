@@ -5,7 +5,7 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -344,14 +344,14 @@ func (in *InstanceType) DeepCopyInto(out *InstanceType) {
 	}
 	if in.Capacity != nil {
 		in, out := &in.Capacity, &out.Capacity
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
 	}
 	if in.Allocatable != nil {
 		in, out := &in.Allocatable, &out.Allocatable
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
@@ -632,14 +632,14 @@ func (in *NodeClaimSpec) DeepCopyInto(out *NodeClaimSpec) {
 	}
 	if in.Taints != nil {
 		in, out := &in.Taints, &out.Taints
-		*out = make([]corev1.Taint, len(*in))
+		*out = make([]v1.Taint, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
 	if in.StartupTaints != nil {
 		in, out := &in.StartupTaints, &out.StartupTaints
-		*out = make([]corev1.Taint, len(*in))
+		*out = make([]v1.Taint, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -674,14 +674,14 @@ func (in *NodeClaimStatus) DeepCopyInto(out *NodeClaimStatus) {
 	}
 	if in.Capacity != nil {
 		in, out := &in.Capacity, &out.Capacity
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
 	}
 	if in.Allocatable != nil {
 		in, out := &in.Allocatable, &out.Allocatable
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
@@ -895,7 +895,7 @@ func (in *NodePoolStatus) DeepCopyInto(out *NodePoolStatus) {
 	*out = *in
 	if in.Resources != nil {
 		in, out := &in.Resources, &out.Resources
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}
@@ -1069,7 +1069,7 @@ func (in *ResourceRequirements) DeepCopyInto(out *ResourceRequirements) {
 	*out = *in
 	if in.Requests != nil {
 		in, out := &in.Requests, &out.Requests
-		*out = make(corev1.ResourceList, len(*in))
+		*out = make(v1.ResourceList, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val.DeepCopy()
 		}

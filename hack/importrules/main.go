@@ -12,7 +12,8 @@
 //   - Nothing but the programs imports a program's package (cmd/...).
 //   - One name per imported package across the module's files, tests
 //     included (k8s.io/api/core/v1 is corev1 everywhere): blank and dot
-//     imports and the standard library aside.
+//     imports, the standard library and generated zz_generated files
+//     aside.
 //
 // The package rules skip test files: a benchmark may compare with another
 // package.
@@ -141,8 +142,8 @@ func names(root string) ([]use, error) {
 		if d.IsDir() && p != root && (d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(p, ".go") {
-			return nil
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasPrefix(d.Name(), "zz_generated") {
+			return nil // generated code names its imports as its generator does
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
 		if err != nil {
