@@ -17,10 +17,10 @@ import (
 // node (Filter), and the provisioner binds it there itself. Tried again
 // before then, it only makes the same nomination again, with a status
 // PATCH and an Event, on a machine whose API server is the bottleneck of
-// a scale-up. Before, each node that registered or lost a taint sent
-// every such pod back to the active queue: NodeResourcesFit's queueing
-// hint sees room on the new node, and this plugin, without hints of its
-// own, counted as interested in every event.
+// a scale-up. And it would be tried again often: NodeResourcesFit's
+// queueing hint sees room on every node that registers or loses a taint,
+// and a plugin without hints of its own counts as interested in every
+// event.
 //
 // So the pod waits outside the queue, gated by PreEnqueue, until its
 // claim's node is open (its binding taint lifted: the provisioner has

@@ -21,7 +21,6 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
-	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 )
 
 // driftPool is a copy of the sandbox's default pool named name, launching
@@ -168,7 +167,7 @@ func TestChangedPoolTemplateReplacesEveryNodeOneAtATime(t *testing.T) {
 						delete(disrupting, "claim:"+nc.Name)
 					}
 				}
-				if c := meta.FindStatusCondition(nc.Status.Conditions, disruption.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
+				if c := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
 					seenDrifted[nc.Name] = c.Message
 				}
 			}

@@ -100,7 +100,7 @@ func (b *budgets) release(uid types.UID) {
 // budgetAllowed is how many nodes of a pool of total may be disrupted at
 // once for reason at now: the most restrictive budget that applies and is
 // active wins. A scheduled budget is active within its windows; one whose
-// schedule cannot be parsed always is (see schedule.go). change is the
+// schedule cannot be parsed always is (see v1alpha1.Budget.Window). change is the
 // soonest a window of a budget for reason opens or closes (zero: never).
 func budgetAllowed(pool *v1alpha1.NodePool, reason v1alpha1.DisruptionReason, total int, now time.Time) (allowed int, change time.Time) {
 	allowed = total
@@ -110,7 +110,7 @@ func budgetAllowed(pool *v1alpha1.NodePool, reason v1alpha1.DisruptionReason, to
 		}
 		// A parse error is reported on the pool's status, not here: this
 		// runs for every claim of the pool, that once per pool change.
-		active, next, _ := budgetWindow(b, now)
+		active, next, _ := b.Window(now)
 		if !next.IsZero() && (change.IsZero() || next.Before(change)) {
 			change = next
 		}

@@ -5,8 +5,8 @@
 // nodes (repair.go) and the cloud's interruptions (interruption.go). Each
 // decision is a Command, and one Executor carries every command out
 // (executor.go): the pool's budgets per reason, active within their
-// schedule windows (schedule.go); the taint; a pause and the last look at
-// live state, so that a pod bound or annotated do-not-disrupt
+// schedule windows (v1alpha1.Budget.Window); the taint; a pause and the
+// last look at live state, so that a pod bound or annotated do-not-disrupt
 // (donotdisrupt.go) meanwhile calls the disruption off; replacement
 // capacity launched and initialized before a node whose pods fit nowhere
 // else is drained (replacement.go); then the claim marked Disrupting and

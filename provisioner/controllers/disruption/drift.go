@@ -17,30 +17,6 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
-// ConditionDrifted is True on a claim whose node is no longer what its
-// pool and node class would launch now; its reason says which (one of
-// the DriftedBy reasons) and its message says what, for people. It is
-// absent from a claim that has not drifted.
-const ConditionDrifted = "Drifted"
-
-// The reasons of a Drifted condition.
-const (
-	// DriftedByRequirements: the node's labels no longer meet one of the
-	// pool's requirements.
-	DriftedByRequirements = "RequirementsDrifted"
-	// DriftedByNodePool: the pool's template (labels, annotations,
-	// taints, startup taints, requirements, node class reference) is not
-	// the one the claim was made from.
-	DriftedByNodePool = "NodePoolDrifted"
-	// DriftedByNodeClass: what the provider hashes of the node class
-	// (NodeClass.Hash) is not what the claim was launched with.
-	DriftedByNodeClass = "NodeClassDrifted"
-	// DriftedByImage: the node class resolves to other machine images
-	// than the one the instance was launched from (a newer recommended
-	// image, published by the cloud), its spec unchanged.
-	DriftedByImage = "ImageDrifted"
-)
-
 // Drift replaces a node that is no longer what its pool would launch now:
 // its pool's template changed since the claim was made, its node class
 // changed since the instance was launched, or its labels no longer meet
@@ -83,10 +59,10 @@ func (d *Drift) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1a
 		return Verdict{}, err
 	}
 	if reason == "" {
-		meta.RemoveStatusCondition(&nc.Status.Conditions, ConditionDrifted)
+		meta.RemoveStatusCondition(&nc.Status.Conditions, v1alpha1.ConditionDrifted)
 		return Verdict{}, nil
 	}
-	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: ConditionDrifted, Status: metav1.ConditionTrue, Reason: reason, Message: why, ObservedGeneration: nc.Generation}) {
+	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionDrifted, Status: metav1.ConditionTrue, Reason: reason, Message: why, ObservedGeneration: nc.Generation}) {
 		klog.FromContext(ctx).Info("Nodeclaim drifted", "nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName, "reason", reason, "why", why)
 		return Verdict{}, nil // the caller writes the condition and asks again
 	}
@@ -111,7 +87,7 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 		return "", "", fmt.Errorf("reading the requirements of nodepool %s: %w", pool.Name, err)
 	}
 	if unmet != nil {
-		return DriftedByRequirements, fmt.Sprintf("node no longer satisfies requirement %s", describe(unmet)), nil
+		return v1alpha1.DriftedByRequirements, fmt.Sprintf("node no longer satisfies requirement %s", describe(unmet)), nil
 	}
 
 	stamps := map[string]string{}
@@ -124,7 +100,7 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 		stamps[v1alpha1.AnnotationNodePoolHash] = poolHash
 		stamps[v1alpha1.AnnotationNodePoolHashVersion] = nodeshape.PoolHashVersion
 	case nc.Annotations[v1alpha1.AnnotationNodePoolHash] != poolHash:
-		return DriftedByNodePool, fmt.Sprintf("NodePool %s template changed", pool.Name), nil
+		return v1alpha1.DriftedByNodePool, fmt.Sprintf("NodePool %s template changed", pool.Name), nil
 	}
 
 	ref := nc.Spec.NodeClassRef
@@ -139,10 +115,10 @@ func (d *Drift) drifted(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alp
 	case nc.Annotations[v1alpha1.AnnotationNodeClassHash] == "":
 		stamps[v1alpha1.AnnotationNodeClassHash] = classHash
 	case nc.Annotations[v1alpha1.AnnotationNodeClassHash] != classHash:
-		return DriftedByNodeClass, fmt.Sprintf("%s %s changed", ref.Kind, ref.Name), nil
+		return v1alpha1.DriftedByNodeClass, fmt.Sprintf("%s %s changed", ref.Kind, ref.Name), nil
 	}
 	if imageWhy != "" {
-		return DriftedByImage, imageWhy, nil
+		return v1alpha1.DriftedByImage, imageWhy, nil
 	}
 	return "", "", d.stamp(ctx, nc, stamps)
 }

@@ -116,22 +116,22 @@ func TestDriftedClaimSaysWhyAndIsDisrupted(t *testing.T) {
 		wantMessage string
 	}{
 		{name: "nothing changed", change: func(*testing.T, *driftWorld) {}},
-		{name: "the pool's template labels changed", wantReason: DriftedByNodePool, wantMessage: "NodePool p template changed",
+		{name: "the pool's template labels changed", wantReason: v1alpha1.DriftedByNodePool, wantMessage: "NodePool p template changed",
 			change: func(t *testing.T, w *driftWorld) {
 				w.pool.Spec.Template.ObjectMeta.Labels["team"] = "api"
 				w.update(t, w.pool)
 			}},
-		{name: "the pool's template annotations changed", wantReason: DriftedByNodePool, wantMessage: "NodePool p template changed",
+		{name: "the pool's template annotations changed", wantReason: v1alpha1.DriftedByNodePool, wantMessage: "NodePool p template changed",
 			change: func(t *testing.T, w *driftWorld) {
 				w.pool.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "bob"}
 				w.update(t, w.pool)
 			}},
-		{name: "the node no longer satisfies a requirement", wantReason: DriftedByRequirements, wantMessage: "node no longer satisfies requirement topology.kubernetes.io/zone In [zone-b]",
+		{name: "the node no longer satisfies a requirement", wantReason: v1alpha1.DriftedByRequirements, wantMessage: "node no longer satisfies requirement topology.kubernetes.io/zone In [zone-b]",
 			change: func(t *testing.T, w *driftWorld) {
 				w.pool.Spec.Template.Spec.Requirements[0].Values = []string{"zone-b"}
 				w.update(t, w.pool)
 			}},
-		{name: "the node class's spec changed", wantReason: DriftedByNodeClass, wantMessage: "SimulatedNodeClass default changed",
+		{name: "the node class's spec changed", wantReason: v1alpha1.DriftedByNodeClass, wantMessage: "SimulatedNodeClass default changed",
 			change: func(t *testing.T, w *driftWorld) {
 				w.class.Spec.RegistrationDelay = &metav1.Duration{Duration: time.Second}
 				w.update(t, w.class)
@@ -145,7 +145,7 @@ func TestDriftedClaimSaysWhyAndIsDisrupted(t *testing.T) {
 			if nc == nil {
 				t.Fatal("the claim was deleted before its Drifted condition was written")
 			}
-			cond := meta.FindStatusCondition(nc.Status.Conditions, ConditionDrifted)
+			cond := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDrifted)
 			if tc.wantReason == "" {
 				if cond != nil {
 					t.Fatalf("an undrifted claim has condition %+v", cond)
@@ -186,7 +186,7 @@ func TestUnstampedClaimIsStampedNotDrifted(t *testing.T) {
 			if nc == nil {
 				t.Fatal("an unstamped claim was disrupted")
 			}
-			if cond := meta.FindStatusCondition(nc.Status.Conditions, ConditionDrifted); cond != nil {
+			if cond := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDrifted); cond != nil {
 				t.Fatalf("an unstamped claim has condition %+v", cond)
 			}
 			want, _ := nodeshape.PoolHash(w.pool)
@@ -202,8 +202,8 @@ func TestUnstampedClaimIsStampedNotDrifted(t *testing.T) {
 			w.class.Spec.Tags["team"] = "api"
 			w.update(t, w.class)
 			w.reconcile(t, 1)
-			cond := meta.FindStatusCondition(w.claim(t).Status.Conditions, ConditionDrifted)
-			if cond == nil || cond.Reason != DriftedByNodeClass {
+			cond := meta.FindStatusCondition(w.claim(t).Status.Conditions, v1alpha1.ConditionDrifted)
+			if cond == nil || cond.Reason != v1alpha1.DriftedByNodeClass {
 				t.Fatalf("after its class changed the stamped claim has Drifted %+v", cond)
 			}
 		})

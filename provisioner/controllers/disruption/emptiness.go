@@ -17,11 +17,6 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
-// ConditionEmpty is True while the claim's node runs no pod but daemonset
-// and static (mirror) pods; its LastTransitionTime is when it became
-// empty.
-const ConditionEmpty = "Empty"
-
 // Emptiness disrupts a node that has run no pod (daemonset, static and
 // finished pods aside, and none nominated to it) for its pool's
 // consolidateAfter. A static pod is the node's own (its kubelet runs it
@@ -58,10 +53,10 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 	if empty {
 		status = metav1.ConditionTrue
 	}
-	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: ConditionEmpty, Status: status, Reason: ConditionEmpty, ObservedGeneration: nc.Generation}) || !empty {
+	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionEmpty, Status: status, Reason: v1alpha1.ConditionEmpty, ObservedGeneration: nc.Generation}) || !empty {
 		return Verdict{}, nil
 	}
-	since := meta.FindStatusCondition(nc.Status.Conditions, ConditionEmpty).LastTransitionTime.Time
+	since := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionEmpty).LastTransitionTime.Time
 	emptyFor := e.now().Sub(since)
 	if wait := after - emptyFor; wait > 0 {
 		return Verdict{RequeueAfter: wait}, nil

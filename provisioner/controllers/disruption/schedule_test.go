@@ -23,43 +23,6 @@ func scheduled(schedule string, d time.Duration) v1alpha1.Budget {
 	return v1alpha1.Budget{Nodes: "0", Schedule: ptr.To(schedule), Duration: &metav1.Duration{Duration: d}}
 }
 
-// TestBudgetWindow: a scheduled budget applies from each start for its
-// duration, start included and start+duration not, in UTC; when it will
-// next open or close is reported so a held claim is looked at then.
-func TestBudgetWindow(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		budget     v1alpha1.Budget
-		now        time.Time
-		wantActive bool
-		wantChange time.Time
-	}{
-		{"inside the window", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T10:00:00Z"), true, at("2026-03-10T11:00:00Z")},
-		{"before the window", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T08:59:59Z"), false, at("2026-03-10T09:00:00Z")},
-		{"exactly at the start", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T09:00:00Z"), true, at("2026-03-10T11:00:00Z")},
-		{"a moment before start+duration", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T10:59:59.999Z"), true, at("2026-03-10T11:00:00Z")},
-		{"exactly at start+duration", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T11:00:00Z"), false, at("2026-03-11T09:00:00Z")},
-		{"after the window, the next day's start", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T20:00:00Z"), false, at("2026-03-11T09:00:00Z")},
-		{"@daily, just after midnight", scheduled("@daily", time.Hour), at("2026-03-10T00:30:00Z"), true, at("2026-03-10T01:00:00Z")},
-		{"@daily, after its hour", scheduled("@daily", time.Hour), at("2026-03-10T01:00:00Z"), false, at("2026-03-11T00:00:00Z")},
-		{"@hourly with 2h windows overlapping: ends 2h after the latest start", scheduled("@hourly", 2*time.Hour), at("2026-03-10T10:30:00Z"), true, at("2026-03-10T12:00:00Z")},
-		{"a window spanning midnight", scheduled("0 23 * * *", 3*time.Hour), at("2026-03-11T01:00:00Z"), true, at("2026-03-11T02:00:00Z")},
-		{"read in UTC whatever the clock's zone", scheduled("0 9 * * *", 2*time.Hour), at("2026-03-10T10:00:00Z").In(time.FixedZone("UTC+5", 5*3600)), true, at("2026-03-10T11:00:00Z")},
-		{"a zero duration is never active", scheduled("0 9 * * *", 0), at("2026-03-10T09:00:00Z"), false, at("2026-03-11T09:00:00Z")},
-		{"no schedule: always active", v1alpha1.Budget{Nodes: "0"}, at("2026-03-10T09:00:00Z"), true, time.Time{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			active, change, err := budgetWindow(tc.budget, tc.now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if active != tc.wantActive || !change.Equal(tc.wantChange) {
-				t.Errorf("at %s: active %v, changes at %s; want active %v, changes at %s", tc.now, active, change, tc.wantActive, tc.wantChange)
-			}
-		})
-	}
-}
-
 // TestBadScheduleIsActiveAndNamed: a schedule the parser refuses counts
 // as always active (the conservative reading), and v1alpha1.ValidateSchedules
 // names the budget and says why.
@@ -67,9 +30,9 @@ func TestBadScheduleIsActiveAndNamed(t *testing.T) {
 	for _, bad := range []string{"61 * * * *", "@fortnightly", "CRON_TZ=Asia/Tokyo 0 9 * * *", "@every 1h"} {
 		t.Run(bad, func(t *testing.T) {
 			b := scheduled(bad, time.Hour)
-			active, _, err := budgetWindow(b, at("2026-03-10T10:00:00Z"))
+			active, _, err := b.Window(at("2026-03-10T10:00:00Z"))
 			if err == nil || !active {
-				t.Errorf("budgetWindow(%q) = active %v, err %v; want active with an error", bad, active, err)
+				t.Errorf("Window(%q) = active %v, err %v; want active with an error", bad, active, err)
 			}
 			pool := &v1alpha1.NodePool{}
 			pool.Spec.Disruption.Budgets = []v1alpha1.Budget{scheduled("@daily", time.Hour), b}

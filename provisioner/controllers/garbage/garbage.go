@@ -100,7 +100,7 @@ func (g *Collector) Collect(ctx context.Context) error {
 		// consistent): a claim launched within the grace period, or whose
 		// instance the cloud still finds when asked by ID, is kept.
 		since := nc.CreationTimestamp.Time
-		if launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); launched != nil {
+		if launched := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); launched != nil {
 			since = launched.LastTransitionTime.Time
 		}
 		if g.now().Sub(since) < g.Grace {

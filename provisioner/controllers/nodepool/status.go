@@ -37,37 +37,16 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
-// ConditionReady is the NodePool condition that says it can launch.
-const ConditionReady = "Ready"
-
-// ConditionBudgetsValid is the NodePool condition that says every
-// disruption budget's schedule parses. The API server refuses one that
-// does not, so only a pool stored before it did can hold one; then the
-// message names the budget and the parser's complaint, and the disruption
-// controller treats that budget as always active. A condition of its own
-// rather than Ready=False: the pool still launches nodes as it should,
-// and only its disruption is held back, more than its owner meant.
-const ConditionBudgetsValid = "BudgetsValid"
-
-// ConditionLimitsSet is the NodePool condition that says spec.limits caps
-// the pool. It is False (reason NoLimits) for a pool without limits, which
-// any pod with schedulerName nodeforge-scheduler can make launch whatever
-// the pool's requirements allow, without bound. It informs and no more: a
-// pool without limits launches as its owner wrote it, and stays Ready.
-const ConditionLimitsSet = "LimitsSet"
-
 // CountsInterval is the least time between two status writes of a pool
 // that change only its counts (status.nodes and status.resources): a
 // scale-up changes them with every claim launched and node registered,
-// which was a write every few hundred milliseconds per pool, about 0.03
-// API requests a provisioned pod (docs/benchmarks.md, issue #44). Nothing
+// a write every few hundred milliseconds per pool otherwise. Nothing
 // decides on them (limits are checked against the claims and nodes
 // themselves, package limits; the nodeforge_nodepool_usage gauge is set on
 // every reconcile), so they may lag this long. Nor may anything wait on
-// them: the catalogs used to take up a node's measured memory only because
-// these writes happened to reconcile them, and are now told by the
-// provider itself (aws.Provider.OnMeasured). A change of condition is
-// written at once.
+// them: the catalogs learn a node's measured memory from the provider
+// itself (aws.Provider.OnMeasured). A change of condition is written at
+// once.
 const CountsInterval = 5 * time.Second
 
 // StatusController reconciles NodePool status.
@@ -190,16 +169,16 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		ready, reason, message = metav1.ConditionFalse, "InvalidRequirements", err.Error()+"; no instance types are published for this pool until it is fixed"
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,
+		Type: v1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,
 	})
-	budgets := metav1.Condition{Type: ConditionBudgetsValid, Status: metav1.ConditionTrue, Reason: "SchedulesValid", ObservedGeneration: pool.Generation}
+	budgets := metav1.Condition{Type: v1alpha1.ConditionBudgetsValid, Status: metav1.ConditionTrue, Reason: "SchedulesValid", ObservedGeneration: pool.Generation}
 	if err := v1alpha1.ValidateSchedules(&pool); err != nil {
 		budgets.Status, budgets.Reason = metav1.ConditionFalse, "InvalidSchedule"
 		budgets.Message = err.Error() + "; such a budget applies at all times until its schedule is fixed"
 	}
 	// The Event goes with the change of condition, not every reconcile:
 	// pools are reconciled on every change to their nodes and claims.
-	if before := meta.FindStatusCondition(pool.Status.Conditions, ConditionBudgetsValid); budgets.Status == metav1.ConditionFalse &&
+	if before := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionBudgetsValid); budgets.Status == metav1.ConditionFalse &&
 		(before == nil || before.Status != budgets.Status || before.Message != budgets.Message) {
 		klog.FromContext(ctx).Info("Disruption budget schedule cannot be parsed; the budget applies at all times", "nodePool", klog.KObj(&pool), "err", budgets.Message)
 		if c.recorder != nil {
@@ -247,7 +226,7 @@ func (c *StatusController) countsWait(pool string, was, status *v1alpha1.NodePoo
 
 // limitsSet is the pool's LimitsSet condition.
 func limitsSet(pool *v1alpha1.NodePool) metav1.Condition {
-	c := metav1.Condition{Type: ConditionLimitsSet, ObservedGeneration: pool.Generation}
+	c := metav1.Condition{Type: v1alpha1.ConditionLimitsSet, ObservedGeneration: pool.Generation}
 	if len(pool.Spec.Limits) == 0 {
 		c.Status, c.Reason = metav1.ConditionFalse, "NoLimits"
 		c.Message = "spec.limits is empty: any pod with schedulerName nodeforge-scheduler, in any namespace, can make this pool launch capacity up to what its requirements allow, without bound; set limits on cpu and memory"

@@ -90,7 +90,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 			if err := kube.Get(context.Background(), client.ObjectKey{Name: "pool"}, &got); err != nil {
 				t.Fatal(err)
 			}
-			cond := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
+			cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 			if cond == nil {
 				t.Fatal("no Ready condition")
 			}
@@ -150,12 +150,12 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 		}
 	}
 	got := get()
-	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionBudgetsValid)
+	cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionBudgetsValid)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "InvalidSchedule" ||
 		!strings.Contains(cond.Message, `budgets[1] schedule "0 25 * * *"`) || !strings.Contains(cond.Message, "above maximum") {
 		t.Errorf("BudgetsValid = %+v; want False, InvalidSchedule, naming budgets[1] and the parse error", cond)
 	}
-	if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("Ready = %+v; a bad budget schedule should not make the pool unready", ready)
 	}
 	if n := len(recorder.Events); n != 1 {
@@ -170,7 +170,7 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 	if _, err := c.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if cond := meta.FindStatusCondition(get().Status.Conditions, ConditionBudgetsValid); cond == nil || cond.Status != metav1.ConditionTrue {
+	if cond := meta.FindStatusCondition(get().Status.Conditions, v1alpha1.ConditionBudgetsValid); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("BudgetsValid after the fix = %+v; want True", cond)
 	}
 }
@@ -195,7 +195,7 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
 		t.Fatal(err)
 	}
-	ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != "InvalidRequirements" || !strings.Contains(ready.Message, "requirement 0 (node.kubernetes.io/instance-type NotIn []) cannot be read") {
 		t.Errorf("Ready = %+v; want False, InvalidRequirements, naming the requirement", ready)
 	}
@@ -235,11 +235,11 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 			if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
 				t.Fatal(err)
 			}
-			cond := meta.FindStatusCondition(got.Status.Conditions, ConditionLimitsSet)
+			cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionLimitsSet)
 			if cond == nil || cond.Status != tc.wantStatus || cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantMessage) {
 				t.Errorf("LimitsSet = %+v; want %s, %s, a message containing %q", cond, tc.wantStatus, tc.wantReason, tc.wantMessage)
 			}
-			if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
+			if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 				t.Errorf("Ready = %+v; want True whatever the limits", ready)
 			}
 		})
@@ -328,7 +328,7 @@ func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 		}
 		return res, got.Status
 	}
-	if res, st := reconcileAt(0); res.RequeueAfter != 0 || meta.FindStatusCondition(st.Conditions, ConditionReady) == nil {
+	if res, st := reconcileAt(0); res.RequeueAfter != 0 || meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady) == nil {
 		t.Fatalf("first reconcile: %+v, status %+v; want it written at once", res, st)
 	}
 	addNode("a")
@@ -347,7 +347,7 @@ func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	if err := kube.Delete(ctx, &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}); err != nil {
 		t.Fatal(err)
 	}
-	if res, st := reconcileAt(time.Second); res.RequeueAfter != 0 || meta.IsStatusConditionTrue(st.Conditions, ConditionReady) {
+	if res, st := reconcileAt(time.Second); res.RequeueAfter != 0 || meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady) {
 		t.Fatalf("class deleted 1s after a write: requeue after %v, conditions %+v; want Ready False written at once", res.RequeueAfter, st.Conditions)
 	}
 }
