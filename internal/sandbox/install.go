@@ -264,10 +264,8 @@ func (s *Sandbox) runDeployment(ctx context.Context, cs kubernetes.Interface, de
 // listenFlag is a bind address on every interface (":8080", "0.0.0.0:8080").
 var listenFlag = regexp.MustCompile(`^(--[a-z-]+=)(0\.0\.0\.0)?:([0-9]+)$`)
 
-// runPod starts the process of a pod's only container as component.
-// Not split yet: it translates one pod spec (args, env, mounts, ports,
-// probes) into one process in order; its halves would pass the whole
-// translation between them.
+// runPod starts the process of a pod's only container as component: the
+// steps the kubelet takes for a pod, on this machine.
 func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, component, bin string, fixed map[int32]int) error {
 	if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 {
 		return fmt.Errorf("the sandbox runs pods of one container and no init container; this one has %d and %d", len(pod.Spec.Containers), len(pod.Spec.InitContainers))
@@ -277,9 +275,50 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
+	token, kubeconfig, err := s.podIdentity(ctx, cs, pod, root)
+	if err != nil {
+		return err
+	}
+	mounts, err := podVolumes(ctx, cs, pod, c, root, token)
+	if err != nil {
+		return err
+	}
+	ports, err := s.podPorts(c, fixed)
+	if err != nil {
+		return err
+	}
+	args, err := programArgs(c, podArgs(c, mounts, ports, s.Dir), ports, kubeconfig, root)
+	if err != nil {
+		return err
+	}
+	env, err := containerEnv(pod, c)
+	if err != nil {
+		return err
+	}
+	criLog := filepath.Join(s.Dir, "logs", "pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), c.Name, "0.log")
+	p, err := startSpec(filepath.Join(s.Dir, "logs"), spec{name: component, bin: bin, args: args, env: append(processEnv(root, mounts), env...), ownEnv: true, criLog: criLog, restart: true})
+	if err != nil {
+		return err
+	}
+	s.add(p)
+	if s.pods == nil {
+		s.pods = map[string]string{}
+	}
+	s.pods[component] = pod.Name
+	if err := s.serveLog(ctx, pod, c.Name, criLog); err != nil {
+		return err
+	}
+	check, err := readiness(c, ports)
+	if err != nil {
+		return err
+	}
+	return s.ready(ctx, p, check)
+}
 
-	// The pod's identity: a token of its ServiceAccount bound to the pod,
-	// as its projected token volume would hold.
+// podIdentity writes <root>/kubeconfig with the pod's identity: a token of
+// its ServiceAccount bound to the pod, as its projected token volume would
+// hold. It returns the token too.
+func (s *Sandbox) podIdentity(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, root string) (token, kubeconfig string, _ error) {
 	tr, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr.To(int64(tokenLifetime.Seconds())),
@@ -287,90 +326,107 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("a token of ServiceAccount %s: %w", pod.Spec.ServiceAccountName, err)
+		return "", "", fmt.Errorf("a token of ServiceAccount %s: %w", pod.Spec.ServiceAccountName, err)
 	}
-	kubeconfig := filepath.Join(root, "kubeconfig")
+	kubeconfig = filepath.Join(root, "kubeconfig")
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["sandbox"] = &clientcmdapi.Cluster{Server: s.Server, CertificateAuthority: filepath.Join(s.Dir, "pki", "ca.crt")}
 	cfg.AuthInfos[pod.Spec.ServiceAccountName] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	cfg.Contexts["sandbox"] = &clientcmdapi.Context{Cluster: "sandbox", AuthInfo: pod.Spec.ServiceAccountName, Namespace: pod.Namespace}
 	cfg.CurrentContext = "sandbox"
 	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		return err
+		return "", "", err
 	}
+	return tr.Status.Token, kubeconfig, nil
+}
 
-	// Volumes: ConfigMaps written out, emptyDirs made; an argument naming a
-	// mount path names the directory instead.
+// podVolumes writes the container's volumes under <root>/volumes:
+// ConfigMaps written out, emptyDirs made. It returns the directory of
+// each mount path; an argument naming a mount path names the directory
+// instead (podArgs).
+func podVolumes(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c corev1.Container, root, token string) (map[string]string, error) {
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
 		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
 		if i < 0 {
-			return fmt.Errorf("volume mount %s names no volume", m.Name)
+			return nil, fmt.Errorf("volume mount %s names no volume", m.Name)
 		}
 		v := pod.Spec.Volumes[i]
 		dir := filepath.Join(root, "volumes", m.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 		switch {
 		case v.ConfigMap != nil:
 			cm, err := cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
 			if err != nil {
-				return fmt.Errorf("ConfigMap %s of volume %s: %w", v.ConfigMap.Name, v.Name, err)
+				return nil, fmt.Errorf("ConfigMap %s of volume %s: %w", v.ConfigMap.Name, v.Name, err)
 			}
 			for key, data := range cm.Data {
 				if err := os.WriteFile(filepath.Join(dir, key), []byte(data), 0o644); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		case v.EmptyDir != nil:
 		case v.Projected != nil:
-			// The ServiceAccount volume the API server adds: the token
-			// (the one above), the cluster's CA and the namespace.
-			for _, src := range v.Projected.Sources {
-				var path, data string
-				switch {
-				case src.ServiceAccountToken != nil:
-					path, data = src.ServiceAccountToken.Path, tr.Status.Token
-				case src.ConfigMap != nil:
-					cm, err := cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
-					if err != nil {
-						return fmt.Errorf("ConfigMap %s of volume %s: %w", src.ConfigMap.Name, v.Name, err)
-					}
-					for _, item := range src.ConfigMap.Items {
-						if err := os.WriteFile(filepath.Join(dir, item.Path), []byte(cm.Data[item.Key]), 0o644); err != nil {
-							return err
-						}
-					}
-					continue
-				case src.DownwardAPI != nil:
-					for _, item := range src.DownwardAPI.Items {
-						if item.FieldRef == nil {
-							return fmt.Errorf("volume %s: the sandbox resolves downward API fieldRefs only", v.Name)
-						}
-						value, err := fieldValue(pod, item.FieldRef.FieldPath)
-						if err != nil {
-							return fmt.Errorf("volume %s: %w", v.Name, err)
-						}
-						if err := os.WriteFile(filepath.Join(dir, item.Path), []byte(value), 0o644); err != nil {
-							return err
-						}
-					}
-					continue
-				default:
-					return fmt.Errorf("volume %s: a projected source the sandbox does not write", v.Name)
-				}
-				if err := os.WriteFile(filepath.Join(dir, path), []byte(data), 0o600); err != nil {
-					return err
-				}
+			if err := writeProjected(ctx, cs, pod, v, dir, token); err != nil {
+				return nil, err
 			}
 		default:
-			return fmt.Errorf("volume %s: the sandbox mounts ConfigMaps, emptyDirs and the ServiceAccount's projected volume only", v.Name)
+			return nil, fmt.Errorf("volume %s: the sandbox mounts ConfigMaps, emptyDirs and the ServiceAccount's projected volume only", v.Name)
 		}
 		mounts[m.MountPath] = dir
 	}
+	return mounts, nil
+}
 
-	// Ports: each container port on a free loopback port.
+// writeProjected writes the ServiceAccount volume the API server adds to
+// dir: the token (the pod's, from podIdentity), the cluster's CA and the
+// namespace.
+func writeProjected(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, v corev1.Volume, dir, token string) error {
+	for _, src := range v.Projected.Sources {
+		var path, data string
+		switch {
+		case src.ServiceAccountToken != nil:
+			path, data = src.ServiceAccountToken.Path, token
+		case src.ConfigMap != nil:
+			cm, err := cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("ConfigMap %s of volume %s: %w", src.ConfigMap.Name, v.Name, err)
+			}
+			for _, item := range src.ConfigMap.Items {
+				if err := os.WriteFile(filepath.Join(dir, item.Path), []byte(cm.Data[item.Key]), 0o644); err != nil {
+					return err
+				}
+			}
+			continue
+		case src.DownwardAPI != nil:
+			for _, item := range src.DownwardAPI.Items {
+				if item.FieldRef == nil {
+					return fmt.Errorf("volume %s: the sandbox resolves downward API fieldRefs only", v.Name)
+				}
+				value, err := fieldValue(pod, item.FieldRef.FieldPath)
+				if err != nil {
+					return fmt.Errorf("volume %s: %w", v.Name, err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, item.Path), []byte(value), 0o644); err != nil {
+					return err
+				}
+			}
+			continue
+		default:
+			return fmt.Errorf("volume %s: a projected source the sandbox does not write", v.Name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podPorts maps each container port to a free loopback port, or to the
+// host port fixed names for it.
+func (s *Sandbox) podPorts(c corev1.Container, fixed map[int32]int) (map[int32]int, error) {
 	ports := map[int32]int{}
 	for _, p := range c.Ports {
 		if host, ok := fixed[p.ContainerPort]; ok {
@@ -379,25 +435,28 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 		}
 		free, err := s.freePorts(1)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ports[p.ContainerPort] = free[0]
 	}
+	return ports, nil
+}
 
-	args := podArgs(c, mounts, ports, s.Dir)
-
-	// Where a pod's program reads its in-cluster credentials and listens on
-	// the pod's own address, the sandbox's must be told: per program.
+// programArgs adds to a container's command line (podArgs) what the
+// program is told on this machine: where a pod's program reads its
+// in-cluster credentials and listens on the pod's own address, the
+// sandbox's must be told, per program.
+func programArgs(c corev1.Container, args []string, ports map[int32]int, kubeconfig, root string) ([]string, error) {
 	switch c.Name {
 	case "provisioner":
 		args = append(args, "--kubeconfig="+kubeconfig)
 	case "scheduler":
 		if err := schedulerClientConnection(args, kubeconfig); err != nil {
-			return err
+			return nil, err
 		}
 		secure, ok := ports[10259]
 		if !ok {
-			return fmt.Errorf("the scheduler container has no port 10259")
+			return nil, fmt.Errorf("the scheduler container has no port 10259")
 		}
 		args = append(args,
 			"--authentication-kubeconfig="+kubeconfig,
@@ -407,13 +466,15 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 			"--cert-dir="+filepath.Join(root, "certs"),
 		)
 	default:
-		return fmt.Errorf("container %s: the sandbox runs the scheduler and provisioner containers", c.Name)
+		return nil, fmt.Errorf("container %s: the sandbox runs the scheduler and provisioner containers", c.Name)
 	}
+	return args, nil
+}
 
-	env, err := containerEnv(pod, c)
-	if err != nil {
-		return err
-	}
+// processEnv is the environment a pod's process starts from, before its
+// container's own: PATH, HOME in the pod's directory, and TMPDIR when the
+// pod mounts /tmp.
+func processEnv(root string, mounts map[string]string) []string {
 	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + root}
 	if tmp, ok := mounts["/tmp"]; ok {
 		base = append(base, "TMPDIR="+tmp)
@@ -424,17 +485,12 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 			base = append(base, k+"="+v)
 		}
 	}
-	criLog := filepath.Join(s.Dir, "logs", "pods", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), c.Name, "0.log")
-	p, err := startSpec(filepath.Join(s.Dir, "logs"), spec{name: component, bin: bin, args: args, env: append(base, env...), ownEnv: true, criLog: criLog, restart: true})
-	if err != nil {
-		return err
-	}
-	s.add(p)
-	if s.pods == nil {
-		s.pods = map[string]string{}
-	}
-	s.pods[component] = pod.Name
+	return base
+}
 
+// serveLog points kwok at the CRI log of a pod's container, so that
+// `kubectl logs` of the pod shows it.
+func (s *Sandbox) serveLog(ctx context.Context, pod *corev1.Pod, container, criLog string) error {
 	dyn, err := dynamic.NewForConfig(s.Config)
 	if err != nil {
 		return err
@@ -444,7 +500,7 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 		"kind":       "Logs",
 		"metadata":   map[string]any{"name": pod.Name, "namespace": pod.Namespace},
 		"spec": map[string]any{"logs": []any{map[string]any{
-			"containers": []any{c.Name},
+			"containers": []any{container},
 			"logsFile":   criLog,
 			"follow":     true,
 		}}},
@@ -452,12 +508,7 @@ func (s *Sandbox) runPod(ctx context.Context, cs kubernetes.Interface, pod *core
 	if _, err := dyn.Resource(kwokLogs).Namespace(pod.Namespace).Create(ctx, logs, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 		return fmt.Errorf("pointing kwok at the log of %s: %w", pod.Name, err)
 	}
-
-	check, err := readiness(c, ports)
-	if err != nil {
-		return err
-	}
-	return s.ready(ctx, p, check)
+	return nil
 }
 
 // podArgs is a container's command line as it runs on this machine: an
