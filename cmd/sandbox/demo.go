@@ -83,7 +83,33 @@ func demo(ctx context.Context, args []string) error {
 	fmt.Printf("try: kubectl --kubeconfig %s get nodeclaims,nodes\n", sb.Kubeconfig)
 	fmt.Printf("     kubectl --kubeconfig %s -n nodeforge logs deploy/nodeforge-provisioner\n", sb.Kubeconfig)
 
-	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter %s", *consolidateAfter)
+	if err := applyAppsPool(ctx, sb, *cloud, *consolidateAfter); err != nil {
+		return err
+	}
+	if err := createInflate(ctx, cs); err != nil {
+		return err
+	}
+	w := walk{cs: cs, kube: kube, logs: logs, consolidateAfter: *consolidateAfter, launched: map[string]bool{}}
+	for _, replicas := range []int32{1, 6, 0} {
+		if err := w.scaleTo(ctx, replicas); err != nil {
+			return err
+		}
+	}
+	if err := w.summary(ctx); err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Printf("The sandbox keeps running: kubectl --kubeconfig %s ... ; Ctrl-C stops it.\n", sb.Kubeconfig)
+		<-ctx.Done()
+	}
+	step("Done: every step reached its expected state")
+	return nil
+}
+
+// applyAppsPool applies NodePool apps of examples/apps.yaml, with
+// consolidateAfter, from the cloud provider's default node class.
+func applyAppsPool(ctx context.Context, sb *sandbox.Sandbox, cloud string, consolidateAfter time.Duration) error {
+	step("NodePool apps: label intent=apps, consolidationPolicy WhenEmpty, consolidateAfter %s", consolidateAfter)
 	raw, err := manifests.FS.ReadFile("examples/apps.yaml")
 	if err != nil {
 		return err
@@ -92,14 +118,16 @@ func demo(ctx context.Context, args []string) error {
 		return errors.New("examples/apps.yaml no longer says consolidateAfter: 30s; the demo sets it from --consolidate-after")
 	}
 	raw = []byte(strings.Replace(string(raw), "consolidateAfter: 30s\n", "consolidateAfter: "+consolidateAfter.String()+"\n", 1))
-	if *cloud == "aws" {
+	if cloud == "aws" {
 		// The same pool, launching from the default EC2NodeClass.
 		raw = []byte(strings.ReplaceAll(string(raw), "kind: SimulatedNodeClass", "kind: EC2NodeClass"))
 	}
-	if err := sandbox.Apply(ctx, sb.Config, raw); err != nil {
-		return err
-	}
+	return sandbox.Apply(ctx, sb.Config, raw)
+}
 
+// createInflate creates Deployment inflate with no replicas: pods that
+// only an apps node can run.
+func createInflate(ctx context.Context, cs kubernetes.Interface) error {
 	labels := map[string]string{"app": "inflate"}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "inflate", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
 		Replicas: ptr.To[int32](0),
@@ -114,64 +142,77 @@ func demo(ctx context.Context, args []string) error {
 		}},
 	}}
 	step("Deployment inflate: pause, 1 cpu and 1.5Gi each, nodeSelector intent=apps, schedulerName nodeforge-scheduler, 0 replicas")
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{})
+	return err
+}
+
+// walk is the walk-through's scaling of inflate, and what it saw there
+// for the summary.
+type walk struct {
+	cs               kubernetes.Interface
+	kube             client.Client
+	logs             *logFollower
+	consolidateAfter time.Duration
+
+	launched       map[string]bool // every claim seen
+	peakPrice      float64         // of the fleet, per hour
+	scaleUpSeconds float64         // until 6 pods ran
+}
+
+// scaleTo scales inflate to replicas and waits until that many pods run
+// and, at 0, until the empty apps nodes are gone; then shows the fleet.
+func (w *walk) scaleTo(ctx context.Context, replicas int32) error {
+	cs, logs := w.cs, w.logs
+	step("Scaling inflate to %d", replicas)
+	start := time.Now()
+	if err := scale(ctx, cs, replicas); err != nil {
 		return err
 	}
-
-	launched := map[string]bool{}
-	var peakPrice float64
-	var scaleUpSeconds float64
-	for _, replicas := range []int32{1, 6, 0} {
-		step("Scaling inflate to %d", replicas)
-		start := time.Now()
-		if err := scale(ctx, cs, replicas); err != nil {
-			return err
-		}
-		err := until(ctx, fmt.Sprintf("%d inflate pods Running", replicas), logs, func() (bool, error) {
-			return runningPods(ctx, cs, int(replicas))
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%d pods Running after %.1fs\n", replicas, time.Since(start).Seconds())
-		if replicas == 6 {
-			scaleUpSeconds = time.Since(start).Seconds()
-		}
-		if replicas == 0 {
-			step("Waiting for the empty apps nodes to go after consolidateAfter (%s)", *consolidateAfter)
-			if err := until(ctx, "no apps node left", logs, func() (bool, error) {
-				n, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodeforge.dev/nodepool=apps"})
-				return err == nil && len(n.Items) == 0, err
-			}); err != nil {
-				return err
-			}
-			fmt.Printf("apps nodes removed %.1fs after scaling to 0\n", time.Since(start).Seconds())
-		}
-		price, err := showFleet(ctx, cs, kube, launched)
-		if err != nil {
-			return err
-		}
-		peakPrice = max(peakPrice, price)
-		logs.flush()
+	err := until(ctx, fmt.Sprintf("%d inflate pods Running", replicas), logs, func() (bool, error) {
+		return runningPods(ctx, cs, int(replicas))
+	})
+	if err != nil {
+		return err
 	}
+	fmt.Printf("%d pods Running after %.1fs\n", replicas, time.Since(start).Seconds())
+	if replicas == 6 {
+		w.scaleUpSeconds = time.Since(start).Seconds()
+	}
+	if replicas == 0 {
+		step("Waiting for the empty apps nodes to go after consolidateAfter (%s)", w.consolidateAfter)
+		if err := until(ctx, "no apps node left", logs, func() (bool, error) {
+			n, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "nodeforge.dev/nodepool=apps"})
+			return err == nil && len(n.Items) == 0, err
+		}); err != nil {
+			return err
+		}
+		fmt.Printf("apps nodes removed %.1fs after scaling to 0\n", time.Since(start).Seconds())
+	}
+	price, err := showFleet(ctx, cs, w.kube, w.launched)
+	if err != nil {
+		return err
+	}
+	w.peakPrice = max(w.peakPrice, price)
+	logs.flush()
+	return nil
+}
+
+// summary prints how many nodes were launched and removed, how long the
+// scale-up took and the fleet's price at its peak.
+func (w *walk) summary(ctx context.Context) error {
 	var left v1alpha1.NodeClaimList
-	if err := kube.List(ctx, &left); err != nil {
+	if err := w.kube.List(ctx, &left); err != nil {
 		return err
 	}
 	removed := 0
-	for name := range launched {
+	for name := range w.launched {
 		if !slices.ContainsFunc(left.Items, func(nc v1alpha1.NodeClaim) bool { return nc.Name == name }) {
 			removed++
 		}
 	}
 	step("Summary")
 	fmt.Printf("nodes launched: %d, removed: %d; scale-up 1→6: all pods Running in %.1fs; fleet at peak $%.4f/h\n",
-		len(launched), removed, scaleUpSeconds, peakPrice)
-	if *keep {
-		fmt.Printf("The sandbox keeps running: kubectl --kubeconfig %s ... ; Ctrl-C stops it.\n", sb.Kubeconfig)
-		<-ctx.Done()
-	}
-	step("Done: every step reached its expected state")
+		len(w.launched), removed, w.scaleUpSeconds, w.peakPrice)
 	return nil
 }
 
