@@ -99,11 +99,6 @@ func Main(opts ...registry.Option) {
 
 // Run runs the provisioner with args (without the program name) until it
 // is stopped; opts are as for Main.
-//
-// It stays one function: it is the provisioner's wiring read top to
-// bottom (flags, manager, cloud provider, then each controller with what
-// it shares with the others), and its pieces share most of its locals;
-// the provider's own wiring is cloudProviderOf.
 func Run(args []string, opts ...registry.Option) error {
 	fs := flag.CommandLine
 	// The logging flags of kube-scheduler (component-base's):
@@ -113,6 +108,62 @@ func Run(args []string, opts ...registry.Option) error {
 	logsapi.AddGoFlags(logging, fs)
 	var o options
 	printVersion := fs.Bool("version", false, "Print the version and exit.")
+	o.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *printVersion {
+		fmt.Println(version.String("nodeforge-provisioner"))
+		return nil
+	}
+	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+
+	cfg, mgr, err := o.newManager()
+	if err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	// The scheduler's features whose APIs the server does not serve are
+	// turned off before the scheduler simulation reads them (package skew).
+	if err := skew.Fit(ctx, cfg, utilfeature.DefaultMutableFeatureGate, slices.Concat(skew.SchedulerAPIs, skew.ProvisionerAPIs),
+		"nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")"); err != nil {
+		return err
+	}
+	var d shared
+	if d.cloud, d.onMeasured, err = o.cloudProviderOf(ctx, cfg, mgr); err != nil {
+		return err
+	}
+	d.measured = cloudprovider.WithMetrics(cloudprovider.WithDeadline(d.cloud, o.cloudCallTimeout))
+	d.unavailable = cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
+	if d.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if d.gate, d.sched, err = o.simulators(ctx, d.cs, opts...); err != nil {
+		return err
+	}
+	if err := o.addControllers(ctx, mgr, d); err != nil {
+		return err
+	}
+	if err := addHealthChecks(mgr); err != nil {
+		return err
+	}
+	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(d.cloud.NodeClasses()), "leaderElect", o.leaderElect,
+		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "repack", o.repack, "registrationTTL", o.registrationTTL)
+	return mgr.Start(ctx)
+}
+
+// addFlags adds the provisioner's flags to fs, the aws provider's among
+// them.
+func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.cloudProvider, "cloud-provider", "", "Cloud provider that launches instances: simulated or aws. Required: a provisioner that guessed would launch nothing real, or real instances by mistake.")
 	fs.StringVar(&o.catalog, "simulated-catalog", "", "Catalog file of the simulated cloud; empty: the built-in one.")
 	fs.StringVar(&o.simulatedNamespace, "simulated-namespace", "nodeforge", "Namespace of the ConfigMaps that hold the simulated cloud's instances, where every replica sees them.")
@@ -153,31 +204,19 @@ func Run(args []string, opts ...registry.Option) error {
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Queries per second to the API server.")
 	fs.IntVar(&o.burst, "kube-api-burst", 300, "Burst of queries to the API server.")
 	o.aws.addFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *printVersion {
-		fmt.Println(version.String("nodeforge-provisioner"))
-		return nil
-	}
-	if err := flagsFromEnv(fs, "NODEFORGE_"); err != nil {
-		return err
-	}
-	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
-		return fmt.Errorf("logging flags: %w", err)
-	}
-	if err := o.validate(); err != nil {
-		return err
-	}
-	ctrl.SetLogger(klog.NewKlogr())
+}
 
+// newManager makes the controller manager, with leader election, metrics
+// and health endpoints, and the REST config it talks to the API server
+// with.
+func (o *options) newManager() (*rest.Config, manager.Manager, error) {
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
-		return err
+		return nil, nil, err
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nodeforge-provisioner"
@@ -194,29 +233,28 @@ func Run(args []string, opts ...registry.Option) error {
 		RetryPeriod:                   &o.retryPeriod,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
-	// The scheduler's features whose APIs the server does not serve are
-	// turned off before the scheduler simulation reads them (package skew).
-	if err := skew.Fit(ctx, cfg, utilfeature.DefaultMutableFeatureGate, slices.Concat(skew.SchedulerAPIs, skew.ProvisionerAPIs),
-		"nodeforge-provisioner (scheduler framework "+k8sversion.Get().GitVersion+")"); err != nil {
-		return err
-	}
-	cloud, onMeasured, err := o.cloudProviderOf(ctx, cfg, mgr)
-	if err != nil {
-		return err
-	}
-	measured := cloudprovider.WithMetrics(cloudprovider.WithDeadline(cloud, o.cloudCallTimeout))
-	unavailable := cloudprovider.NewUnavailableOfferings(o.unavailableTTL)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	gate, sched, err := o.simulators(ctx, cs, opts...)
-	if err != nil {
-		return err
-	}
+	return cfg, mgr, nil
+}
+
+// shared is what the provisioner's controllers share.
+type shared struct {
+	// cloud is the provider as built, measured the same with a deadline
+	// on every call and metrics; onMeasured is as cloudProviderOf returns.
+	cloud, measured cloudprovider.CloudProvider
+	onMeasured      func(func())
+	unavailable     *cloudprovider.UnavailableOfferings
+	cs              *kubernetes.Clientset
+	gate            *simulator.Gate
+	sched           *simulator.Scheduler
+}
+
+// addControllers adds the provisioner's controllers and runnables to mgr:
+// garbage collection, the disruption executor and its methods, the
+// nodeclaim, nodepool status and catalog controllers.
+func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d shared) error {
+	cloud, measured, unavailable, cs := d.cloud, d.measured, d.unavailable, d.cs
 	collector := garbage.New(mgr.GetClient(), measured)
 	collector.Interval, collector.Grace = o.gcInterval, o.gcGrace
 	if err := mgr.Add(collector); err != nil {
@@ -224,11 +262,11 @@ func Run(args []string, opts ...registry.Option) error {
 	}
 	recorder := mgr.GetEventRecorder("nodeforge-provisioner")
 	claimOpts := nodeclaim.Options{
-		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, LaunchWorkers: o.nodeClaimLaunchWorkers, Gate: gate,
+		BatchIdle: o.batchIdle, BatchMax: o.batchMax, RegistrationTTL: o.registrationTTL, LaunchTTL: o.launchTTL, InitializationTTL: o.initializationTTL, Workers: o.nodeClaimWorkers, LaunchWorkers: o.nodeClaimLaunchWorkers, Gate: d.gate,
 		NodeMonitorGracePeriod: o.nodeMonitorGrace,
 	}
 	if o.repack {
-		claimOpts.Repack, claimOpts.Claims = sched, mgr.GetAPIReader()
+		claimOpts.Repack, claimOpts.Claims = d.sched, mgr.GetAPIReader()
 	}
 	// One executor carries out every disruption; the methods only decide.
 	exec := disruption.NewExecutor(mgr.GetClient(), mgr.GetAPIReader(), cs, recorder, time.Now)
@@ -236,7 +274,7 @@ func Run(args []string, opts ...registry.Option) error {
 	// replacements are planned within what it counts.
 	ledger := limits.NewLedger(mgr.GetClient(), measured)
 	claimOpts.Limits = ledger
-	exec.SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), sched, ledger))
+	exec.SetReplacer(disruption.NewReplacer(mgr.GetClient(), mgr.GetAPIReader(), d.sched, ledger))
 	exec.SetTimers(o.disruption)
 	if err := mgr.Add(exec); err != nil {
 		return err
@@ -250,7 +288,7 @@ func Run(args []string, opts ...registry.Option) error {
 	if err := claims.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	consolidation := disruption.NewConsolidation(exec, mgr.GetClient(), mgr.GetAPIReader(), sched, time.Now)
+	consolidation := disruption.NewConsolidation(exec, mgr.GetClient(), mgr.GetAPIReader(), d.sched, time.Now)
 	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.disruptionPause
 	if err := mgr.Add(consolidation); err != nil {
 		return err
@@ -273,24 +311,24 @@ func Run(args []string, opts ...registry.Option) error {
 	if err := catalogs.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if onMeasured != nil {
+	if d.onMeasured != nil {
 		// The memory a registered node reported is offered at once.
-		onMeasured(catalogs.RepublishAll)
+		d.onMeasured(catalogs.RepublishAll)
 	}
+	return nil
+}
+
+// addHealthChecks serves /healthz, and /readyz once the informers synced.
+func addHealthChecks(mgr manager.Manager) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("informers", func(r *http.Request) error {
+	return mgr.AddReadyzCheck("informers", func(r *http.Request) error {
 		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
 			return errors.New("informers not synced")
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	klog.InfoS("Starting provisioner", "cloudProvider", o.cloudProvider, "nodeClasses", cloudprovider.ServedKinds(cloud.NodeClasses()), "leaderElect", o.leaderElect,
-		"batchIdleDuration", o.batchIdle, "batchMaxDuration", o.batchMax, "repack", o.repack, "registrationTTL", o.registrationTTL)
-	return mgr.Start(ctx)
+	})
 }
 
 // cloudProviderOf builds the cloud provider --cloud-provider names, with
