@@ -10,6 +10,11 @@
 //   - No shipped program (cmd/...) depends on a package under test/, or
 //     on internal/sandbox/sandboxtest, which imports testing.
 //   - Nothing but the programs imports a program's package (cmd/...).
+//   - The programs other than nodeforge-sandbox, and the packages they are
+//     built from, depend on nothing under internal/sandbox/ (the sandbox
+//     and its fakes): internal/ holds what the programs use (crashpoint,
+//     skew) and, under internal/sandbox/, what only the sandbox and the
+//     tests use.
 //   - One name per imported package across the module's files, tests
 //     included (k8s.io/api/core/v1 is corev1 everywhere): blank and dot
 //     imports, the standard library and generated zz_generated files
@@ -87,6 +92,11 @@ var rules = []rule{
 	}},
 	{name: "a package imports a program's", check: func(p, dep string) bool {
 		return under(dep, "cmd") && !under(p, "cmd")
+	}},
+	{name: "a program depends on the sandbox", deps: true, check: func(p, dep string) bool {
+		program := under(p, "cmd/scheduler") || under(p, "cmd/provisioner") || under(p, "cmd/convert") ||
+			under(p, "plugin") || under(p, "provisioner") || under(p, "simulator") || under(p, "nodeshape") || under(p, "apis")
+		return program && under(dep, "internal/sandbox")
 	}},
 }
 

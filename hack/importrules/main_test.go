@@ -17,6 +17,7 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 		{ImportPath: m("cmd/provisioner/app"), Imports: []string{m("provisioner/controllers/nodeclaim")},
 			Deps: []string{m("provisioner/cluster"), m("internal/sandbox/sandboxtest"), m("test/e2e")}},
 		{ImportPath: m("internal/sandbox"), Imports: []string{m("cmd/provisioner/app")}},
+		{ImportPath: m("provisioner/cloudprovider/aws"), Imports: []string{m("internal/crashpoint")}, Deps: []string{m("internal/crashpoint"), m("internal/sandbox/ec2fake")}},
 		{ImportPath: "example.com/other", Imports: []string{m("provisioner/controllers/nodeclaim")}},
 	}
 	want := []string{
@@ -26,6 +27,8 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 		"a shipped program depends on test code: cmd/provisioner/app imports internal/sandbox/sandboxtest",
 		"a shipped program depends on test code: cmd/provisioner/app imports test/e2e",
 		"a package imports a program's: internal/sandbox imports cmd/provisioner/app",
+		"a program depends on the sandbox: provisioner/cloudprovider/aws imports internal/sandbox/ec2fake",
+		"a program depends on the sandbox: cmd/provisioner/app imports internal/sandbox/sandboxtest",
 	}
 	got := check(pkgs)
 	slices.Sort(got)

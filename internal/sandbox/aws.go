@@ -23,12 +23,12 @@ import (
 	"k8s.io/client-go/util/retry"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
-	"github.com/nodeforge/nodeforge/internal/eksfake"
-	"github.com/nodeforge/nodeforge/internal/eksnode"
-	"github.com/nodeforge/nodeforge/internal/iamfake"
-	"github.com/nodeforge/nodeforge/internal/sqsfake"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksnode"
+	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodeforge/nodeforge/internal/faultproxy"
+	"github.com/nodeforge/nodeforge/internal/sandbox/faultproxy"
 )
 
 // startFaultProxy puts a faultproxy between the provisioner and the API

@@ -26,12 +26,12 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
-	"github.com/nodeforge/nodeforge/internal/eksfake"
-	"github.com/nodeforge/nodeforge/internal/faultproxy"
-	"github.com/nodeforge/nodeforge/internal/iamfake"
-	"github.com/nodeforge/nodeforge/internal/sqsfake"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/faultproxy"
+	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
 )
 
 // Options configure a sandbox.
@@ -57,8 +57,8 @@ type Options struct {
 	// election on one lease; 0 means 1. Named like the scheduler's.
 	ProvisionerReplicas int
 	// CloudProvider of the provisioner: "simulated" (the default) or
-	// "aws", which runs a fake EC2 region on loopback (internal/ec2fake,
-	// with internal/sqsfake, internal/iamfake and internal/eksfake beside
+	// "aws", which runs a fake EC2 region on loopback (internal/sandbox/ec2fake,
+	// with internal/sandbox/sqsfake, internal/sandbox/iamfake and internal/sandbox/eksfake beside
 	// it) that the provisioner reaches through the real AWS SDK; it
 	// discovers the cluster in the fake EKS, and its instances register
 	// as kwok nodes after AWSRegistrationDelay.
@@ -76,7 +76,7 @@ type Options struct {
 	// what it says.
 	Timers Timers
 	// ProvisionerFaults, when set, puts a fault-injecting proxy
-	// (internal/faultproxy) between the provisioner and the API server:
+	// (internal/sandbox/faultproxy) between the provisioner and the API server:
 	// a share of its requests fail with 429, 500, a dropped connection,
 	// or a timeout after the write was applied. Sandbox.Faults reports
 	// what was injected.

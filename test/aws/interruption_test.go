@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/nodeforge/nodeforge/internal/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/sqsfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
@@ -30,7 +30,7 @@ func sqsClient(url string) *sqs.Client {
 // through the real SQS client, finds the queue by name, receives
 // EventBridge's events (a spot interruption warning and a message it
 // cannot read), and deletes them once done, so that they are not
-// delivered again. Against internal/sqsfake always, and against moto_server
+// delivered again. Against internal/sandbox/sqsfake always, and against moto_server
 // (an AWS emulator) as a second check where it is installed.
 func TestInterruptionQueueOverTheWire(t *testing.T) {
 	endpoints := map[string]func(t *testing.T) string{

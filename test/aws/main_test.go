@@ -1,6 +1,6 @@
 // Package aws tests the EC2 cloud provider through the real aws-sdk-go-v2
 // client, on the wire, against the fake EC2 endpoint on loopback
-// (internal/ec2fake), with EC2NodeClasses and NodeClaims in a real
+// (internal/sandbox/ec2fake), with EC2NodeClasses and NodeClaims in a real
 // kube-apiserver. Every assertion about what was sent to EC2 reads the
 // request as the fake received it.
 package aws
@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )

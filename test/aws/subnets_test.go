@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 

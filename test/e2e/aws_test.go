@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 

@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 

@@ -21,7 +21,7 @@ import (
 )
 
 // TestSpotInterruptionOnAWS: on the aws provider, the sandbox's
-// interruption queue (internal/sqsfake, read through the real SQS client)
+// interruption queue (internal/sandbox/sqsfake, read through the real SQS client)
 // gets an EC2 spot interruption warning for the instance running a
 // Deployment's pods, sent 30s ago, so the instance goes 90s from now. The
 // replacement is Initialized, and every pod Running on a new node, before

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/faultproxy"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/internal/sandbox/faultproxy"
 )
 
 // soakBudget is the soak pool's one budget, for every reason.
@@ -31,7 +31,7 @@ const soakRetry = 5 * time.Second
 // TestDisruptionSoakUnderAPIFaults runs a round of every disruption, on
 // four pools of about two dozen nodes in all, while a proxy fails 5% of
 // the provisioner's writes (429, 500, a dropped connection, a timeout
-// after the write was applied; internal/faultproxy):
+// after the write was applied; internal/sandbox/faultproxy):
 //   - repair: a soak node's kubelet dies;
 //   - consolidation: the packing pool's workload shrinks from 10 pods to
 //     3; the soak workload drops its one-pod-per-node anti-affinity and

@@ -16,13 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/regioncatalog"
+	"github.com/nodeforge/nodeforge/internal/sandbox/regioncatalog"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 )
 
-// regionSource offers a whole AWS region's catalog (internal/regioncatalog),
+// regionSource offers a whole AWS region's catalog (internal/sandbox/regioncatalog),
 // fresh copies each time.
 type regionSource []v1alpha1.InstanceType
 

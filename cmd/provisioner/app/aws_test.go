@@ -22,14 +22,14 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/nodeforge/nodeforge/internal/eksfake"
-	"github.com/nodeforge/nodeforge/internal/imdsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/imdsfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
 // These tests resolve the aws provider's cluster and region as provider
-// does, through the real SDK clients: EKS's against internal/eksfake, IMDS's
-// against internal/imdsfake, and the discovery client against an API server
+// does, through the real SDK clients: EKS's against internal/sandbox/eksfake, IMDS's
+// against internal/sandbox/imdsfake, and the discovery client against an API server
 // that answers only /version.
 
 const (

@@ -9,8 +9,8 @@
 // IAM instance profile for each class that names a role.
 //
 // Everything goes through aws-sdk-go-v2; the tests drive the real SDK
-// clients against Query endpoints on loopback (internal/ec2fake,
-// internal/iamfake).
+// clients against Query endpoints on loopback (internal/sandbox/ec2fake,
+// internal/sandbox/iamfake).
 package aws
 
 import (

@@ -12,12 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eks"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeforge/nodeforge/internal/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
 // These tests read clusters through the real EKS client from the loopback
-// fake (internal/eksfake), which answers in EKS's REST-JSON shapes.
+// fake (internal/sandbox/eksfake), which answers in EKS's REST-JSON shapes.
 
 // clusterCA stands for a cluster CA; only its bytes travel.
 var clusterCA = []byte("-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAVMRMwEQYDVQQDEwprdWJlcm5ldGVz\n-----END CERTIFICATE-----\n")

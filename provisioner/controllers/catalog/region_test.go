@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/internal/regioncatalog"
+	"github.com/nodeforge/nodeforge/internal/sandbox/regioncatalog"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
@@ -17,7 +17,7 @@ import (
 const maxWrittenBytes = 512 << 10
 
 // TestRegionCatalogObjectsStayUnderHalfAMebibyte publishes a whole AWS
-// region's offering set (internal/regioncatalog: every type us-east-1 prices,
+// region's offering set (internal/sandbox/regioncatalog: every type us-east-1 prices,
 // six zones, spot and on-demand) for one pool, and weighs every object the
 // controller would write. It logs the largest and the total, and what the
 // catalog weighed as one object per pool, as it was published before.

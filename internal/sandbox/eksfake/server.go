@@ -40,7 +40,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // Account is the account ID in the ARN of every cluster that does not set

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // This file is the test-facing side of the fake: fault injection, planting

@@ -21,7 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nodeforge/nodeforge/internal/iamfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
 )
 
 // These tests drive every action through the real SDK client over loopback

@@ -31,7 +31,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // namespace is the XML namespace of every EC2 response for API version

@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
-	"github.com/nodeforge/nodeforge/internal/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
 )
 
 // These tests drive the fake through the real SDK client over loopback HTTP

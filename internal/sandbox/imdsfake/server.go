@@ -40,7 +40,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // The headers of IMDSv2 sessions.

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/nodeforge/nodeforge/internal/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
 )
 
 // These tests drive the fake through the real SDK client over loopback HTTP

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // query is a parsed EC2 Query request. EC2 flattens lists as Name.1, Name.2

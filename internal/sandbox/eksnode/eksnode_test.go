@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 )
 
 // userData is a NodeConfig part as nodeadm reads it, with kubelet holding

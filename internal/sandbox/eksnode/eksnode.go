@@ -47,7 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
-	"github.com/nodeforge/nodeforge/internal/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // CreateFleet, Type=instant only: EC2 tries the candidate pools (launch

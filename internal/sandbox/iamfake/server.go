@@ -41,7 +41,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodeforge/nodeforge/internal/awsfake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/awsfake"
 )
 
 // Account is the account ID in every ARN the fake makes.
