@@ -122,7 +122,7 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 // half the idle window: one that closes with nc.
 func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) bool {
 	return k.UID != nc.UID && (k.Status.Phase == "" || k.Status.Phase == v1alpha1.NodeClaimNominating) && k.DeletionTimestamp.IsZero() &&
-		k.Annotations[v1alpha1.AnnotationReplaces] == "" && k.Spec.NodePool == nc.Spec.NodePool && batchOf(k) == batchOf(nc) &&
+		k.Annotations[v1alpha1.AnnotationReplaces] == "" && k.Spec.NodePool == nc.Spec.NodePool && batchKeyOf(k) == batchKeyOf(nc) &&
 		now.Sub(lastNomination(k)) >= c.opts.BatchIdle/2
 }
 

@@ -145,11 +145,11 @@ func isPacked(nc *v1alpha1.NodeClaim) bool {
 	return meta.IsStatusConditionTrue(nc.Status.Conditions, conditionPacked)
 }
 
-// packGate says whether the claim may launch now, and what to return
+// mayLaunch says whether the claim may launch now, and what to return
 // when it may not: it is Packed (or a replacement, or repacking is off and
 // no plan of its pool is left unfinished). A claim a repack emptied never
 // launches; it is deleted.
-func (c *Controller) packGate(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, reconcile.Result, error) {
+func (c *Controller) mayLaunch(ctx context.Context, nc *v1alpha1.NodeClaim) (bool, reconcile.Result, error) {
 	if nc.Annotations[v1alpha1.AnnotationReplaces] != "" {
 		return true, reconcile.Result{}, nil
 	}
@@ -247,12 +247,12 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	c.packer.waited(nc.UID, c.now(), true)
-	batch, pool, why, err := c.batchOf(ctx, nc, claims.Items)
+	batch, pool, why, err := c.batchMembers(ctx, nc, claims.Items)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if why != "" {
-		// Alone: it launches at once, as it is (packGate).
+		// Alone: it launches at once, as it is (mayLaunch).
 		return reconcile.Result{}, c.markPacked(ctx, nc, "Kept", why)
 	}
 	plan, why, err := c.planBatch(ctx, nc, pool, batch, claims.Items)
@@ -265,7 +265,7 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		for _, b := range batch {
 			k := b.nc
 			if k.UID == nc.UID {
-				k = nc // it launches in this reconcile (packGate)
+				k = nc // it launches in this reconcile (mayLaunch)
 			}
 			if err := c.markPacked(ctx, k, "Kept", why); err != nil {
 				return reconcile.Result{}, err
@@ -309,12 +309,14 @@ func (c *Controller) pack(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		moved += len(m)
 	}
 	klog.FromContext(ctx).Info("Repacking batch", "nodeClaims", len(batch), "keeps", len(plan.Claims), "emptied", plan.Emptied, "podsMoved", moved,
-		"how", plan.How, "pricePerHourBefore", formatPrice(plan.Before), "pricePerHourAfter", formatPrice(plan.After), "plan", holder)
+		"how", plan.How, "pricePerHourBefore", dollarsPerHour(plan.Before), "pricePerHourAfter", dollarsPerHour(plan.After), "plan", holder)
 	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, c.finishPlan(ctx, h, plan)
 }
 
-func formatPrice(p float64) string { return strconv.FormatFloat(p, 'f', 4, 64) }
+// dollarsPerHour formats an hourly price in dollars, to the hundredth of
+// a cent, as logs and Events show it ("0.0420").
+func dollarsPerHour(p float64) string { return strconv.FormatFloat(p, 'f', 4, 64) }
 
 // batchMember is a claim of the batch with its nominated pods.
 type batchMember struct {
@@ -329,7 +331,8 @@ type batchKey struct {
 	poolHash string
 }
 
-func batchOf(nc *v1alpha1.NodeClaim) batchKey {
+// batchKeyOf is the key of the claim's batch.
+func batchKeyOf(nc *v1alpha1.NodeClaim) batchKey {
 	return batchKey{group: nodeshape.ClaimGroup(nc), poolHash: nc.Annotations[v1alpha1.AnnotationNodePoolHash]}
 }
 
@@ -367,15 +370,15 @@ func (c *Controller) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 	return ""
 }
 
-// batchOf is nc's batch: the claims of its pool and group that are closed,
-// not launched and not packed, with their pods. It says why not when nc
-// cannot be repacked or has no claim to be repacked with.
-func (c *Controller) batchOf(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, *v1alpha1.NodePool, string, error) {
-	group := batchOf(nc)
+// batchMembers are the claims of nc's batch: those of its pool and group
+// that are closed, not launched and not packed, with their pods. It says
+// why not when nc cannot be repacked or has no claim to be repacked with.
+func (c *Controller) batchMembers(ctx context.Context, nc *v1alpha1.NodeClaim, claims []v1alpha1.NodeClaim) ([]batchMember, *v1alpha1.NodePool, string, error) {
+	key := batchKeyOf(nc)
 	var batch []batchMember
 	for i := range claims {
 		k := &claims[i]
-		if k.UID != nc.UID && (k.Status.Phase != v1alpha1.NodeClaimLaunching || batchOf(k) != group) {
+		if k.UID != nc.UID && (k.Status.Phase != v1alpha1.NodeClaimLaunching || batchKeyOf(k) != key) {
 			continue
 		}
 		pods, err := c.nominatedPods(ctx, k.Name)
@@ -728,7 +731,7 @@ func (c *Controller) finishPlan(ctx context.Context, holder *v1alpha1.NodeClaim,
 		}
 	}
 	// The staying claims may launch, the plan's own last.
-	note := fmt.Sprintf("batch repacked (%s): $%s/h instead of $%s/h", plan.How, formatPrice(plan.After), formatPrice(plan.Before))
+	note := fmt.Sprintf("batch repacked (%s): $%s/h instead of $%s/h", plan.How, dollarsPerHour(plan.After), dollarsPerHour(plan.Before))
 	names := slices.DeleteFunc(slices.Sorted(maps.Keys(fresh)), func(n string) bool { return n == holder.Name })
 	if fresh[holder.Name] != nil {
 		names = append(names, holder.Name)
