@@ -2,7 +2,6 @@ package nodeclaim
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,24 +12,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
-	"github.com/nodeforge/nodeforge/simulator"
 )
-
-// nominatedPods are the pending pods nominated to the claim in the order
-// the scheduler's queue takes them (higher priority first, then older),
-// ties broken by namespace and name so that which of two pods that cannot
-// share the node is bound does not depend on the cache's order.
-func (c *Controller) nominatedPods(ctx context.Context, name string) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexNominated: name}); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(pods.Items, bindOrder)
-	return pods.Items, nil
-}
-
-// bindOrder is simulator.BindOrder for the values a list returns.
-func bindOrder(a, b corev1.Pod) int { return simulator.BindOrder(&a, &b) }
 
 // closeWhenBatched closes the claim to nominations once the batch window
 // has passed: no new nomination for BatchIdle, or open for BatchMax. The

@@ -106,15 +106,12 @@ type Gate interface {
 
 // Controller reconciles NodeClaims.
 type Controller struct {
-	kube        client.Client
-	unavailable *cloudprovider.UnavailableOfferings
-	pods        kubernetes.Interface // for the Binding API
-	cloud       cloudprovider.CloudProvider
-	limits      *limits.Ledger
-	recorder    events.EventRecorder
-	opts        Options
-	now         func() time.Time
-	refusals    refusals
+	base
+	pods     kubernetes.Interface // for the Binding API
+	cloud    cloudprovider.CloudProvider
+	limits   *limits.Ledger
+	opts     Options
+	refusals refusals
 	// refusedEvictions: when each pod's refused eviction, and each
 	// claim's drain held by do-not-disrupt pods, was last said.
 	refusedEvictions refusedEvictions
@@ -126,11 +123,17 @@ type Controller struct {
 
 // NewController returns the NodeClaim lifecycle controller.
 func NewController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options) *Controller {
+	return newController(kube, cs, cloud, unavailable, recorder, opts, time.Now)
+}
+
+// newController is NewController reading the time from now.
+func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovider.CloudProvider, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder, opts Options, now func() time.Time) *Controller {
 	ledger := opts.Limits
 	if ledger == nil {
 		ledger = limits.NewLedger(kube, cloud)
 	}
-	return &Controller{kube: kube, pods: cs, cloud: cloud, limits: ledger, unavailable: unavailable, recorder: recorder, opts: opts, now: time.Now, packer: newPacker()}
+	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
+	return &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
 }
 
 // SetupWithManager registers the controller, and the indexes it reads
@@ -258,63 +261,4 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	// Initialized and Disrupting claims are disruption's
 	// (disruption.Controller, a controller of its own).
 	return reconcile.Result{}, nil
-}
-
-func (c *Controller) nodeOf(ctx context.Context, nc *v1alpha1.NodeClaim) (*corev1.Node, error) {
-	if nc.Status.ProviderID == "" {
-		return nil, nil
-	}
-	var nodes corev1.NodeList
-	if err := c.kube.List(ctx, &nodes, client.MatchingFields{indexProviderID: nc.Status.ProviderID}); err != nil {
-		return nil, err
-	}
-	if len(nodes.Items) == 0 {
-		return nil, nil
-	}
-	return &nodes.Items[0], nil
-}
-
-func (c *Controller) event(nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
-	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, typ, reason, action, "%s", note)
-	}
-}
-
-// podEvents records an event on every pod nominated to the claim.
-func (c *Controller) podEvents(ctx context.Context, nc *v1alpha1.NodeClaim, typ, reason, action, note string) {
-	if c.recorder == nil {
-		return
-	}
-	pods, err := c.nominatedPods(ctx, nc.Name)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Listing nominated pods for events failed", "err", err)
-		return
-	}
-	for i := range pods {
-		c.recordPod(&pods[i], typ, reason, action, note)
-	}
-}
-
-func (c *Controller) recordPod(p *corev1.Pod, typ, reason, action, note string) {
-	if c.recorder != nil {
-		c.recorder.Eventf(p, nil, typ, reason, action, "%s", note)
-	}
-}
-
-// giveUp deletes a claim that missed a deadline, which terminates its
-// instance if it has one. Its offerings are avoided for a while (a node
-// that does not come up there would not the next time either), and Events
-// on the claim and its pods say why; the pods get another claim.
-func (c *Controller) giveUp(ctx context.Context, nc *v1alpha1.NodeClaim, reason, action, why string, avoid ...cloudprovider.Offer) (reconcile.Result, error) {
-	klog.FromContext(ctx).Info("Deleting nodeclaim that missed its deadline", "reason", reason, "why", why, "providerID", nc.Status.ProviderID)
-	c.unavailable.Mark(avoid...)
-	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-	what := "nothing was launched"
-	if nc.Status.ProviderID != "" {
-		what = "terminating instance " + nc.Status.ProviderID
-	}
-	c.event(nc, corev1.EventTypeWarning, reason, action, why+"; "+what)
-	c.podEvents(ctx, nc, corev1.EventTypeWarning, reason, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 }

@@ -265,12 +265,12 @@ func (c *Controller) stampNodeClass(ctx context.Context, nc *v1alpha1.NodeClaim)
 	if hash == nc.Annotations[v1alpha1.AnnotationNodeClassHash] {
 		return nil
 	}
-	base := nc.DeepCopy()
+	before := nc.DeepCopy()
 	if nc.Annotations == nil {
 		nc.Annotations = map[string]string{}
 	}
 	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = hash
-	if err := c.kube.Patch(ctx, nc, client.MergeFrom(base)); err != nil {
+	if err := c.kube.Patch(ctx, nc, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("stamping nodeclaim %s with its node class's hash: %w", nc.Name, err)
 	}
 	return nil

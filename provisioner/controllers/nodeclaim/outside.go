@@ -33,7 +33,7 @@ import (
 // become is drifted from the pool already), and its pods should get a
 // claim of the pool as it is without waiting minutes; and a claim left
 // would keep counting against the pool's limits.
-func (c *Controller) refuseOutsidePool(ctx context.Context, nc *v1alpha1.NodeClaim, condType, action string, outside error) (reconcile.Result, error) {
+func (b base) refuseOutsidePool(ctx context.Context, nc *v1alpha1.NodeClaim, condType, action string, outside error) (reconcile.Result, error) {
 	field := ""
 	var e *nodeshape.OutsidePoolError
 	if errors.As(outside, &e) {
@@ -43,15 +43,15 @@ func (c *Controller) refuseOutsidePool(ctx context.Context, nc *v1alpha1.NodeCla
 		"reason", v1alpha1.ReasonOutsideNodePool, "field", field, "detail", outside.Error(), "providerID", nc.Status.ProviderID)
 	why := fmt.Sprintf("%v: not what nodepool %s makes", outside, nc.Spec.NodePool)
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: condType, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOutsideNodePool, Message: why})
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	if err := b.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
 	what := "not launched"
 	if nc.Status.ProviderID != "" {
 		what = "its node is not adopted and instance " + nc.Status.ProviderID + " is terminated"
 	}
-	c.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, why+"; "+what+", and the claim is deleted")
-	c.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	b.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, why+"; "+what+", and the claim is deleted")
+	b.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonOutsideNodePool).Inc()
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	return reconcile.Result{}, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 }

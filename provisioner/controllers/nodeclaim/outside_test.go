@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -59,7 +58,7 @@ func refusedFor(t *testing.T, s *steps, nc *v1alpha1.NodeClaim, condType, field 
 	if got.DeletionTimestamp.IsZero() {
 		t.Error("the claim was not deleted")
 	}
-	rec := s.c.recorder.(*events.FakeRecorder)
+	rec := s.recorder
 	found := false
 	for len(rec.Events) > 0 {
 		e := <-rec.Events

@@ -50,7 +50,8 @@ func packSteps(t *testing.T) (*steps, *v1alpha1.NodeClaim, *v1alpha1.NodeClaim) 
 		objs = append(objs, nc, pod)
 	}
 	s := newSteps(t, objs...)
-	s.c.opts.Repack = newPackScheduler(ctx, t)
+	s.opts.Repack = newPackScheduler(ctx, t)
+	s.build()
 	var cat v1alpha1.InstanceTypeCatalog
 	if err := s.kube.Get(ctx, client.ObjectKey{Name: "pool"}, &cat); err != nil {
 		t.Fatal(err)
@@ -206,7 +207,8 @@ func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
 		objs = append(objs, nc, nominated(fmt.Sprint("p", i), name))
 	}
 	s := newSteps(t, objs...)
-	s.c.opts.Repack = newPackScheduler(ctx, t)
+	s.opts.Repack = newPackScheduler(ctx, t)
+	s.build()
 	// Last nominations: due 1.1s ago, idle 0.6s, busy 0.1s, zone-b 1.1s
 	// (due too, but another group: its own window closes it).
 	for i, ago := range []float64{1.1, 0.6, 0.1, 1.1} {
@@ -236,7 +238,8 @@ func TestClaimARepackEmptiedNeverLaunches(t *testing.T) {
 			ctx := context.Background()
 			s, a, b := packSteps(t)
 			if !on {
-				s.c.opts.Repack = nil
+				s.opts.Repack = nil
+				s.build()
 			}
 			a.Annotations[v1alpha1.AnnotationRepackedInto] = fmt.Sprintf(`{"uid-pod-p0":%q}`, b.Name)
 			if err := s.kube.Update(ctx, a); err != nil {
@@ -294,7 +297,7 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 	reopen := func(s *steps, nc *v1alpha1.NodeClaim) {
 		t.Helper()
 		got := s.get(t, nc)
-		got.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-s.c.opts.BatchIdle)}
+		got.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now.Add(-s.opts.BatchIdle)}
 		if err := s.kube.Update(ctx, got); err != nil {
 			t.Fatal(err)
 		}

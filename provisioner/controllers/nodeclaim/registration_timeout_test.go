@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -35,8 +34,8 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		WithIndex(&corev1.Pod{}, indexNominated, func(client.Object) []string { return nil }).
 		WithIndex(&corev1.Node{}, indexProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }).
 		Build()
-	s.c.kube = s.kube
-	rec := s.c.recorder.(*events.FakeRecorder)
+	s.build()
+	rec := s.recorder
 	var names []string
 	for i := range RegistrationTimeoutsInARow {
 		nc := claim(v1alpha1.NodeClaimLaunched)
@@ -55,7 +54,7 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); err == nil {
 			t.Fatalf("claim %s past its registration TTL was not deleted", nc.Name)
 		}
-		if gone, _ := s.c.unavailable.Unavailable("small", "zone-a", "spot"); gone {
+		if gone, _ := s.unavailable.Unavailable("small", "zone-a", "spot"); gone {
 			t.Fatalf("a registration timeout marked the offering small/zone-a/spot unavailable")
 		}
 		var got v1alpha1.SimulatedNodeClass
@@ -109,7 +108,7 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
-	if gone, _ := s.c.unavailable.Unavailable("small", "zone-b", "spot"); !gone {
+	if gone, _ := s.unavailable.Unavailable("small", "zone-b", "spot"); !gone {
 		t.Errorf("a registration timeout where the class's nodes join left the offering small/zone-b/spot available")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
@@ -40,10 +41,20 @@ func instanceType(name, cpu, price string) v1alpha1.InstanceType {
 }
 
 type steps struct {
-	c     *Controller
-	kube  client.Client
-	cloud *cloudfake.Cloud
-	now   time.Time
+	c           *Controller
+	kube        client.Client
+	pods        kubernetes.Interface
+	cloud       *cloudfake.Cloud
+	unavailable *cloudprovider.UnavailableOfferings
+	recorder    *events.FakeRecorder
+	opts        Options
+	now         time.Time
+}
+
+// build makes the controller of the steps' parts, reading the time from
+// s.now; call it again after changing a part.
+func (s *steps) build() {
+	s.c = newController(s.kube, s.pods, s.cloud, s.unavailable, s.recorder, s.opts, func() time.Time { return s.now })
 }
 
 func newSteps(t *testing.T, objs ...client.Object) *steps {
@@ -76,11 +87,11 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 		WithIndex(&v1alpha1.NodeClaim{}, indexClaimPool, cluster.ClaimPool).
 		Build()
 	cloud := cloudfake.New(types...)
-	s := &steps{kube: kube, cloud: cloud, now: time.Now()}
-	s.c = NewController(kube, kubefake.NewClientset(), cloud, cloudprovider.NewUnavailableOfferings(time.Minute), events.NewFakeRecorder(100), Options{
-		BatchIdle: time.Second, BatchMax: 10 * time.Second, RegistrationTTL: time.Minute, LaunchTTL: time.Minute, InitializationTTL: time.Minute,
-	})
-	s.c.now = func() time.Time { return s.now }
+	s := &steps{kube: kube, pods: kubefake.NewClientset(), cloud: cloud, unavailable: cloudprovider.NewUnavailableOfferings(time.Minute),
+		recorder: events.NewFakeRecorder(100), now: time.Now(), opts: Options{
+			BatchIdle: time.Second, BatchMax: 10 * time.Second, RegistrationTTL: time.Minute, LaunchTTL: time.Minute, InitializationTTL: time.Minute,
+		}}
+	s.build()
 	return s
 }
 
@@ -179,7 +190,7 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	if got.Status.Phase != v1alpha1.NodeClaimLaunched || got.Status.InstanceType != "large" || got.Status.ProviderID == "" {
 		t.Fatalf("phase %s, instance type %q, providerID %q; want Launched on large", got.Status.Phase, got.Status.InstanceType, got.Status.ProviderID)
 	}
-	if gone, _ := s.c.unavailable.Unavailable("small", "zone-a", "spot"); !gone {
+	if gone, _ := s.unavailable.Unavailable("small", "zone-a", "spot"); !gone {
 		t.Error("the offering with no capacity was not marked unavailable")
 	}
 	offers, err := s.c.offers(ctx, got)
@@ -195,7 +206,8 @@ func TestLaunchWorkersTakeTheLaunches(t *testing.T) {
 	ctx := context.Background()
 	nc := claim(v1alpha1.NodeClaimLaunching)
 	s := newSteps(t, nc)
-	s.c.opts.LaunchWorkers = 1
+	s.opts.LaunchWorkers = 1
+	s.build()
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nc)}
 	if _, err := s.c.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
@@ -228,7 +240,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 	nc := claim(v1alpha1.NodeClaimLaunching)
 	nc.Spec.Requirements[0].MinValues = &two
 	s := newSteps(t, nc)
-	s.c.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
+	s.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
 	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +250,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 	if n := s.cloud.Creates(); n != 0 {
 		t.Errorf("%d launches made for it", n)
 	}
-	rec := s.c.recorder.(*events.FakeRecorder)
+	rec := s.recorder
 	found := false
 	for len(rec.Events) > 0 {
 		if e := <-rec.Events; strings.Contains(e, "minValues") {
@@ -467,9 +479,10 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 				}
 				return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
 			})
-			s.c.pods = live
+			s.pods = live
 			recorder := events.NewFakeRecorder(20)
-			s.c.recorder = recorder
+			s.recorder = recorder
+			s.build()
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 			if err := s.kube.Delete(ctx, nc); err != nil {
 				t.Fatal(err)
@@ -563,7 +576,8 @@ func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := kubefake.NewClientset(got.DeepCopy(), mirror.DeepCopy())
-	s.c.pods = live
+	s.pods = live
+	s.build()
 	forced := func() []string {
 		var out []string
 		for _, a := range live.Actions() {
@@ -706,7 +720,7 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 	if err := s.kube.Update(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	s.now = gone.CreationTimestamp.Add(s.c.opts.BatchMax)
+	s.now = gone.CreationTimestamp.Add(s.opts.BatchMax)
 	if _, err := s.c.closeWhenBatched(ctx, s.get(t, gone)); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ func TestTerminationSkipsTheDrainOfADeadNode(t *testing.T) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}, Spec: corev1.PodSpec{NodeName: "n1"}}
 		s, nc, node := deletedClaimOn(t, corev1.ConditionUnknown, pod)
 		live := kubefake.NewClientset(pod.DeepCopy())
-		s.c.pods = live
+		s.pods = live
+		s.build()
 		if alive {
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 		}
@@ -104,9 +105,10 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 		refused.ErrStatus.Details.Causes = append(refused.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web needs 1 healthy pods and has 1 currently"})
 		return true, nil, refused
 	})
-	s.c.pods = live
+	s.pods = live
 	rec := events.NewFakeRecorder(100)
-	s.c.recorder = rec
+	s.recorder = rec
+	s.build()
 	for range 3 {
 		if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
 			t.Fatalf("drain with a refused eviction: %+v %v; want a retry", res, err)
@@ -158,9 +160,10 @@ func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	s, deleted, _ := deletedClaimOn(t, corev1.ConditionTrue, web, keep)
 	deleted.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: s.now.Add(-time.Minute).UTC().Format(time.RFC3339)}
 	live := refusingEvictions(web, keep)
-	s.c.pods = live
+	s.pods = live
 	rec := events.NewFakeRecorder(100)
-	s.c.recorder = rec
+	s.recorder = rec
+	s.build()
 	if res, err := s.c.drain(ctx, deleted); err != nil || res.IsZero() {
 		t.Errorf("drain as its pods are deleted: %+v %v; want it to wait for them", res, err)
 	}
@@ -202,9 +205,10 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 	s, nc, _ := deletedClaimOn(t, corev1.ConditionUnknown, web, keep)
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 	live := refusingEvictions(web, keep)
-	s.c.pods = live
+	s.pods = live
 	rec := events.NewFakeRecorder(100)
-	s.c.recorder = rec
+	s.recorder = rec
+	s.build()
 	terminated := func() bool {
 		_, err := s.cloud.Get(ctx, nc.Status.ProviderID)
 		return err != nil
@@ -250,7 +254,8 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 		s, nc, _ := deletedClaimOn(t, corev1.ConditionFalse, slow)
 		nc.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Minute}
 		live := refusingEvictions(slow)
-		s.c.pods = live
+		s.pods = live
+		s.build()
 		notReadySince(t, s, nc.DeletionTimestamp.Add(-time.Hour))
 		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
 		if _, err := s.c.drain(ctx, nc); err != nil {
@@ -262,9 +267,10 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 	})
 	t.Run("the grace period is an option", func(t *testing.T) {
 		s, nc, _ := deletedClaimOn(t, corev1.ConditionUnknown, podOn("web", 30))
-		s.c.opts.NodeMonitorGracePeriod = 5 * time.Minute
+		s.opts.NodeMonitorGracePeriod = 5 * time.Minute
 		live := refusingEvictions(podOn("web", 30))
-		s.c.pods = live
+		s.pods = live
+		s.build()
 		notReadySince(t, s, s.now.Add(-2*time.Minute))
 		if _, err := s.c.drain(ctx, nc); err != nil {
 			t.Fatal(err)
@@ -287,9 +293,10 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 		keep.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
 		s, nc, _ := deletedClaimOn(t, corev1.ConditionTrue, keep, web)
 		live := kubefake.NewClientset(keep.DeepCopy(), web.DeepCopy())
-		s.c.pods = live
+		s.pods = live
 		rec := events.NewFakeRecorder(100)
-		s.c.recorder = rec
+		s.recorder = rec
+		s.build()
 		held := 0
 		for _, after := range []time.Duration{0, 10 * time.Second, 30 * time.Second, 61 * time.Second, time.Hour} {
 			s.now = nc.DeletionTimestamp.Add(after)
@@ -323,7 +330,8 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 		s, nc, _ := deletedClaimOn(t, corev1.ConditionTrue, keep)
 		nc.Spec.TerminationGracePeriod = &metav1.Duration{Duration: time.Minute}
 		live := kubefake.NewClientset(keep.DeepCopy())
-		s.c.pods = live
+		s.pods = live
+		s.build()
 		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
 		if _, err := s.c.drain(ctx, nc); err != nil {
 			t.Fatal(err)
@@ -442,7 +450,8 @@ func TestTerminationWaitsForVolumesToDetach(t *testing.T) {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "agent-state", Namespace: "kube-system"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-agent"}}
 	data := va("va-data", "pv-data")
 	s, nc, _ := deletedClaimOn(t, corev1.ConditionTrue, ds, pvc, data, va("va-agent", "pv-agent"))
-	s.c.pods = kubefake.NewClientset()
+	s.pods = kubefake.NewClientset()
+	s.build()
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 	terminated := func() bool {
 		_, err := s.cloud.Get(ctx, nc.Status.ProviderID)
