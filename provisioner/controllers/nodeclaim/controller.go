@@ -112,13 +112,12 @@ type Controller struct {
 	limits   *limits.Ledger
 	opts     Options
 	refusals refusals
-	// refusedEvictions: when each pod's refused eviction, and each
-	// claim's drain held by do-not-disrupt pods, was last said.
-	refusedEvictions refusedEvictions
-	packer           packer
+	packer   packer
 	// classRegistrations counts each node class's registration timeouts
 	// in a row (registration.go).
 	classRegistrations classRegistrations
+
+	terminator *terminator
 }
 
 // NewController returns the NodeClaim lifecycle controller.
@@ -133,7 +132,9 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 		ledger = limits.NewLedger(kube, cloud)
 	}
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
-	return &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
+	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
+	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: &c.packer, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
+	return c
 }
 
 // SetupWithManager registers the controller, and the indexes it reads
@@ -213,7 +214,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if !nc.DeletionTimestamp.IsZero() {
-		return c.finalize(ctx, nc)
+		return c.terminator.reconcile(ctx, nc)
 	}
 	if len(nc.OwnerReferences) == 0 && nc.Status.Phase == v1alpha1.NodeClaimInitialized {
 		// Claims made before claims named their pool as owner (those

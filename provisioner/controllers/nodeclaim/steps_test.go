@@ -340,7 +340,7 @@ func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
 	if err := s.kube.Delete(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.finalize(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.cloud.Get(ctx, nc.Status.ProviderID); err == nil {
@@ -504,7 +504,7 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 			step := func(after time.Duration) {
 				t.Helper()
 				s.now = deleted.Add(after)
-				if _, err := s.c.finalize(ctx, s.get(t, nc)); err != nil {
+				if _, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -591,14 +591,14 @@ func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
 		return out
 	}
 	s.now = got.DeletionTimestamp.Add(-20 * time.Second)
-	if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
+	if res, err := s.c.terminator.drain(ctx, nc); err != nil || res.IsZero() {
 		t.Fatalf("drain with a pod terminating: %v %v; want a requeue", res, err)
 	}
 	if f := forced(); len(f) > 0 {
 		t.Fatalf("deleted %v for good before its grace period was over", f)
 	}
 	s.now = got.DeletionTimestamp.Add(time.Second)
-	if _, err := s.c.drain(ctx, nc); err != nil {
+	if _, err := s.c.terminator.drain(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	if f := forced(); !slices.Equal(f, []string{"stuck"}) {
@@ -609,7 +609,7 @@ func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
 	if err := s.kube.Update(ctx, &got); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.c.drain(ctx, nc); err != nil || !res.IsZero() {
+	if res, err := s.c.terminator.drain(ctx, nc); err != nil || !res.IsZero() {
 		t.Errorf("drain with only a mirror pod left: %v %v; want it over", res, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,55 +27,73 @@ import (
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/provisioner/limits"
 )
 
-// finalize terminates the instance and deletes the node, then lets the
-// claim go.
-func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+// terminator ends the life of a claim being deleted: it drains the
+// claim's node, terminates its instance and deletes the node.
+type terminator struct {
+	base
+	pods   kubernetes.Interface // evictions and deletes
+	cloud  cloudprovider.CloudProvider
+	limits *limits.Ledger
+	// packs is what repacks remember of the claim, forgotten with it.
+	packs *packer
+	// nodeMonitorGrace is Options.NodeMonitorGracePeriod.
+	nodeMonitorGrace time.Duration
+	// refusedEvictions: when each pod's refused eviction, and each
+	// claim's drain held by do-not-disrupt pods, was last said.
+	refusedEvictions refusedEvictions
+}
+
+// reconcile drains the node of a claim being deleted and waits for its
+// volumes to detach, then terminates the instance and deletes the node,
+// and lets the claim go.
+func (t *terminator) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
 		return reconcile.Result{}, nil
 	}
 	if nc.Status.ProviderID != "" {
-		dead, err := c.deadNode(ctx, nc)
+		dead, err := t.deadNode(ctx, nc)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		if dead == "" {
-			if res, err := c.drain(ctx, nc); err != nil || !res.IsZero() {
+			if res, err := t.drain(ctx, nc); err != nil || !res.IsZero() {
 				return res, err
 			}
-			if res, err := c.awaitDetach(ctx, nc); err != nil || !res.IsZero() {
+			if res, err := t.awaitDetach(ctx, nc); err != nil || !res.IsZero() {
 				return res, err
 			}
 		}
-		switch err := c.cloud.Delete(ctx, nc.Status.ProviderID); {
+		switch err := t.cloud.Delete(ctx, nc.Status.ProviderID); {
 		case err == nil:
 			klog.FromContext(ctx).Info("Terminated instance", "providerID", nc.Status.ProviderID, "instanceType", nc.Status.InstanceType)
 			crashpoint.Hit(crashpoint.AfterTerminate)
 		case !errors.Is(err, cloudprovider.ErrNotFound):
 			return reconcile.Result{}, fmt.Errorf("terminating %s: %w", nc.Status.ProviderID, err)
 		}
-		node, err := c.nodeOf(ctx, nc)
+		node, err := t.nodeOf(ctx, nc)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		if node != nil {
 			if controllerutil.RemoveFinalizer(node, v1alpha1.FinalizerTermination) {
-				if err := c.kube.Update(ctx, node); err != nil {
+				if err := t.kube.Update(ctx, node); err != nil {
 					return reconcile.Result{}, err
 				}
 			}
-			if err := c.kube.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
+			if err := t.kube.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
 				return reconcile.Result{}, err
 			}
 		}
 	}
 	controllerutil.RemoveFinalizer(nc, v1alpha1.FinalizerTermination)
-	if err := c.kube.Update(ctx, nc); client.IgnoreNotFound(err) != nil {
+	if err := t.kube.Update(ctx, nc); client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, err
 	}
-	c.limits.Release(nc.UID)
-	c.packer.forget(nc.UID)
+	t.limits.Release(nc.UID)
+	t.packs.forget(nc.UID)
 	return reconcile.Result{}, nil
 }
 
@@ -125,115 +144,152 @@ const DefaultNodeMonitorGracePeriod = 50 * time.Second
 // Each pod is then deleted with its own grace period, capped by the
 // terminationGracePeriod's deadline, and the drain is over once every
 // pod left has had its grace.
-func (c *Controller) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	node, err := c.nodeOf(ctx, nc)
+func (t *terminator) drain(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := t.nodeOf(ctx, nc)
 	if err != nil || node == nil {
 		return reconcile.Result{}, err
 	}
-	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintDisrupted }) {
-		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule})
-		if err := c.kube.Update(ctx, node); err != nil {
+	if err := t.taintDisrupted(ctx, node); err != nil {
+		return reconcile.Result{}, err
+	}
+	var pods corev1.PodList
+	if err := t.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	d := t.newDrainPass(nc, node)
+	for i := range pods.Items {
+		if err := t.drainPod(ctx, nc, node, d, &pods.Items[i]); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
-		return reconcile.Result{}, err
+	if len(d.held) > 0 {
+		t.drainHeld(ctx, nc, node, d.held)
 	}
-	now := c.now()
-	deadline, capped := drainDeadline(nc)
-	override, why := c.budgetsOverridden(nc, node, now)
+	return d.result(ctx, nc, node), nil
+}
+
+// taintDisrupted taints the node nodeforge.dev/disrupted:NoSchedule, if
+// it is not yet.
+func (t *terminator) taintDisrupted(ctx context.Context, node *corev1.Node) error {
+	if slices.ContainsFunc(node.Spec.Taints, func(taint corev1.Taint) bool { return taint.Key == v1alpha1.TaintDisrupted }) {
+		return nil
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule})
+	return t.kube.Update(ctx, node)
+}
+
+// drainPass is one pass of a drain over the node's pods: what holds for
+// each of them, and what the pass found.
+type drainPass struct {
+	now time.Time
+	// deadline is the terminationGracePeriod's (drainDeadline), if capped.
+	deadline time.Time
+	capped   bool
+	// override and why say why PodDisruptionBudgets and do-not-disrupt
+	// hold no longer (budgetsOverridden); "" while they hold.
+	override, why string
 	// A node whose kubelet does not answer never finishes a pod's
 	// termination: such a pod is deleted once its grace period is over,
 	// as the pod garbage collector would.
-	unreachable := !ready(node)
+	unreachable bool
 	// remaining counts the pods the drain waits for; inGrace, those not
 	// yet deleted or deleted with grace still left.
-	remaining, inGrace := 0, 0
-	var held []string
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) || podutil.IsPodTerminal(p) {
-			continue
-		}
-		remaining++
-		if !p.DeletionTimestamp.IsZero() {
-			switch {
-			case now.Before(p.DeletionTimestamp.Time):
-				inGrace++
-			case unreachable:
-				if err := c.forceDelete(ctx, node, p); err != nil {
-					return reconcile.Result{}, err
-				}
-			}
-			continue
-		}
-		inGrace++
-		switch {
-		case override != "":
-			grace := podGrace(p)
-			if capped {
-				grace = min(grace, max(deadline.Sub(now), time.Second))
-			}
-			if err := c.deleteRegardless(ctx, nc, node, p, grace, override, why); err != nil {
-				return reconcile.Result{}, err
-			}
-			continue
-		case capped && !now.Before(deadline.Add(-podGrace(p))):
-			if err := c.deleteForDeadline(ctx, nc, node, p, deadline.Sub(now)); err != nil {
-				return reconcile.Result{}, err
-			}
-			continue
-		}
-		if key := v1alpha1.DoNotDisrupt(p.Annotations); key != "" {
-			held = append(held, klog.KObj(p).String()+" ("+key+")")
-			continue
-		}
-		// The UID precondition spares a pod recreated under the same
-		// name meanwhile, as the deletes below do.
-		err := c.pods.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.UID))}})
-		switch {
-		case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
-			c.evictionRefused(ctx, nc, node, p)
-		case apierrors.IsTooManyRequests(err):
-			// The API server is busy, not a budget: try again.
-			klog.FromContext(ctx).V(2).Info("Eviction refused for now (the API server is busy); will retry", "pod", klog.KObj(p), "node", node.Name)
-		case apierrors.IsConflict(err):
-			// The UID precondition: another pod by that name now.
-		case err != nil && !apierrors.IsNotFound(err):
-			return reconcile.Result{}, fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
-		default:
-			klog.FromContext(ctx).Info("Evicted pod", "pod", klog.KObj(p), "node", node.Name)
-			crashpoint.Hit(crashpoint.MidDrain)
-		}
+	remaining, inGrace int
+	// held names the do-not-disrupt pods not evicted.
+	held []string
+}
+
+func (t *terminator) newDrainPass(nc *v1alpha1.NodeClaim, node *corev1.Node) *drainPass {
+	now := t.now()
+	deadline, capped := drainDeadline(nc)
+	override, why := t.budgetsOverridden(nc, node, now)
+	return &drainPass{now: now, deadline: deadline, capped: capped, override: override, why: why, unreachable: !ready(node)}
+}
+
+// drainPod moves one pod of the node towards gone, as drain says, and
+// counts it in d. Daemonset, static and finished pods stay.
+func (t *terminator) drainPod(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, d *drainPass, p *corev1.Pod) error {
+	if cluster.OwnedByDaemonSet(p) || cluster.IsMirror(p) || podutil.IsPodTerminal(p) {
+		return nil
 	}
-	if len(held) > 0 {
-		c.drainHeld(ctx, nc, node, held)
+	d.remaining++
+	if !p.DeletionTimestamp.IsZero() {
+		switch {
+		case d.now.Before(p.DeletionTimestamp.Time):
+			d.inGrace++
+		case d.unreachable:
+			return t.forceDelete(ctx, node, p)
+		}
+		return nil
 	}
+	d.inGrace++
 	switch {
-	case remaining == 0:
-		return reconcile.Result{}, nil
-	case capped && !now.Before(deadline):
-		klog.FromContext(ctx).Info("Drain ended: its deadline passed", "node", node.Name, "deadline", drainLimit(nc), "podsTerminating", remaining)
-		return reconcile.Result{}, nil
-	case override != "" && inGrace == 0:
-		klog.FromContext(ctx).Info("Drain ended: every pod left has had its grace period", "node", node.Name, "reason", override, "why", why, "podsTerminating", remaining)
-		return reconcile.Result{}, nil
+	case d.override != "":
+		grace := podGrace(p)
+		if d.capped {
+			grace = min(grace, max(d.deadline.Sub(d.now), time.Second))
+		}
+		return t.deleteRegardless(ctx, nc, node, p, grace, d.override, d.why)
+	case d.capped && !d.now.Before(d.deadline.Add(-podGrace(p))):
+		return t.deleteForDeadline(ctx, nc, node, p, d.deadline.Sub(d.now))
+	}
+	if key := v1alpha1.DoNotDisrupt(p.Annotations); key != "" {
+		d.held = append(d.held, klog.KObj(p).String()+" ("+key+")")
+		return nil
+	}
+	return t.evict(ctx, nc, node, p)
+}
+
+// evict asks the Eviction API to evict p, so that its
+// PodDisruptionBudgets hold. A refusal is no error: the drain asks again.
+func (t *terminator) evict(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod) error {
+	// The UID precondition spares a pod recreated under the same name
+	// meanwhile, as the deletes do.
+	err := t.pods.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.UID))}})
+	switch {
+	case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		t.evictionRefused(ctx, nc, node, p)
+	case apierrors.IsTooManyRequests(err):
+		// The API server is busy, not a budget: try again.
+		klog.FromContext(ctx).V(2).Info("Eviction refused for now (the API server is busy); will retry", "pod", klog.KObj(p), "node", node.Name)
+	case apierrors.IsConflict(err):
+		// The UID precondition: another pod by that name now.
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("evicting pod %s/%s: %w", p.Namespace, p.Name, err)
+	default:
+		klog.FromContext(ctx).Info("Evicted pod", "pod", klog.KObj(p), "node", node.Name)
+		crashpoint.Hit(crashpoint.MidDrain)
+	}
+	return nil
+}
+
+// result is what the drain returns after the pass: nothing once it is
+// over, else when to look again.
+func (d *drainPass) result(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node) reconcile.Result {
+	switch {
+	case d.remaining == 0:
+		return reconcile.Result{}
+	case d.capped && !d.now.Before(d.deadline):
+		klog.FromContext(ctx).Info("Drain ended: its deadline passed", "node", node.Name, "deadline", drainLimit(nc), "podsTerminating", d.remaining)
+		return reconcile.Result{}
+	case d.override != "" && d.inGrace == 0:
+		klog.FromContext(ctx).Info("Drain ended: every pod left has had its grace period", "node", node.Name, "reason", d.override, "why", d.why, "podsTerminating", d.remaining)
+		return reconcile.Result{}
 	}
 	wait := 2 * time.Second
-	if capped {
-		wait = min(wait, max(deadline.Sub(now), 100*time.Millisecond))
+	if d.capped {
+		wait = min(wait, max(d.deadline.Sub(d.now), 100*time.Millisecond))
 	}
-	return reconcile.Result{RequeueAfter: wait}, nil
+	return reconcile.Result{RequeueAfter: wait}
 }
 
 // budgetsOverridden says why PodDisruptionBudgets and do-not-disrupt no
 // longer hold the claim's pods at now, with the Event reason, or "" when
 // they do: its node has not been Ready for longer than the node monitor
 // grace period, or repair's drain deadline has passed.
-func (c *Controller) budgetsOverridden(nc *v1alpha1.NodeClaim, node *corev1.Node, now time.Time) (reason, why string) {
-	grace := c.opts.NodeMonitorGracePeriod
+func (t *terminator) budgetsOverridden(nc *v1alpha1.NodeClaim, node *corev1.Node, now time.Time) (reason, why string) {
+	grace := t.nodeMonitorGrace
 	if grace <= 0 {
 		grace = DefaultNodeMonitorGracePeriod
 	}
@@ -300,12 +356,12 @@ func drainLimit(nc *v1alpha1.NodeClaim) string {
 // refuses (it counts the pods as healthy) would hold the instance for
 // ever; the pods are removed with the Node by the pod garbage collector,
 // as for any node that is gone (Karpenter's termination does the same).
-func (c *Controller) deadNode(ctx context.Context, nc *v1alpha1.NodeClaim) (string, error) {
-	node, err := c.nodeOf(ctx, nc)
+func (t *terminator) deadNode(ctx context.Context, nc *v1alpha1.NodeClaim) (string, error) {
+	node, err := t.nodeOf(ctx, nc)
 	if err != nil || node == nil || ready(node) {
 		return "", err
 	}
-	in, err := c.cloud.Get(ctx, nc.Status.ProviderID)
+	in, err := t.cloud.Get(ctx, nc.Status.ProviderID)
 	var why string
 	switch {
 	case errors.Is(err, cloudprovider.ErrNotFound):
@@ -328,13 +384,13 @@ func (c *Controller) deadNode(ctx context.Context, nc *v1alpha1.NodeClaim) (stri
 // static pods) are not waited for. The wait ends at the drain deadline,
 // if the claim has one, and there is none on a node whose pods were not
 // waited for either (budgetsOverridden).
-func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	node, err := c.nodeOf(ctx, nc)
+func (t *terminator) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := t.nodeOf(ctx, nc)
 	if err != nil || node == nil {
 		return reconcile.Result{}, err
 	}
 	var attachments storagev1.VolumeAttachmentList
-	if err := c.kube.List(ctx, &attachments); err != nil {
+	if err := t.kube.List(ctx, &attachments); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing volume attachments: %w", err)
 	}
 	var attached []string
@@ -346,7 +402,7 @@ func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 	if len(attached) == 0 {
 		return reconcile.Result{}, nil
 	}
-	staying, err := c.volumesOfStayingPods(ctx, node.Name)
+	staying, err := t.volumesOfStayingPods(ctx, node.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -354,12 +410,12 @@ func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 	if len(attached) == 0 {
 		return reconcile.Result{}, nil
 	}
-	now := c.now()
+	now := t.now()
 	if deadline, capped := drainDeadline(nc); capped && !now.Before(deadline) {
 		klog.FromContext(ctx).Info("Terminating with volumes still attached: the drain deadline passed", "node", node.Name, "volumes", attached, "deadline", deadline)
 		return reconcile.Result{}, nil
 	}
-	if reason, why := c.budgetsOverridden(nc, node, now); reason != "" {
+	if reason, why := t.budgetsOverridden(nc, node, now); reason != "" {
 		klog.FromContext(ctx).Info("Terminating with volumes still attached: the node is not waited for", "node", node.Name, "volumes", attached, "reason", reason, "why", why)
 		return reconcile.Result{}, nil
 	}
@@ -369,9 +425,9 @@ func (c *Controller) awaitDetach(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 
 // volumesOfStayingPods names the persistent volumes of the pods a drain
 // leaves on the node.
-func (c *Controller) volumesOfStayingPods(ctx context.Context, node string) (map[string]bool, error) {
+func (t *terminator) volumesOfStayingPods(ctx context.Context, node string) (map[string]bool, error) {
 	var pods corev1.PodList
-	if err := c.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node}); err != nil {
+	if err := t.kube.List(ctx, &pods, client.MatchingFields{indexPodNode: node}); err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
@@ -385,7 +441,7 @@ func (c *Controller) volumesOfStayingPods(ctx context.Context, node string) (map
 				continue
 			}
 			var pvc corev1.PersistentVolumeClaim
-			if err := c.kube.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, &pvc); err != nil {
+			if err := t.kube.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, &pvc); err != nil {
 				if apierrors.IsNotFound(err) {
 					continue
 				}
@@ -410,9 +466,9 @@ func podGrace(p *corev1.Pod) time.Duration {
 // that ends by the terminationGracePeriod's deadline (left from now):
 // the pod's own, or what is left of the drain if that is shorter, but at
 // least a second unless the pod asks for none.
-func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, left time.Duration) error {
+func (t *terminator) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, left time.Duration) error {
 	why := fmt.Sprintf("nodeclaim %s's %s is running out", nc.Name, drainLimit(nc))
-	return c.deleteRegardless(ctx, nc, node, p, min(podGrace(p), max(left, time.Second)), ReasonTerminationGracePeriod, why)
+	return t.deleteRegardless(ctx, nc, node, p, min(podGrace(p), max(left, time.Second)), ReasonTerminationGracePeriod, why)
 }
 
 // deleteRegardless deletes p, bypassing its PDBs and do-not-disrupt, with
@@ -421,10 +477,10 @@ func (c *Controller) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeCla
 // asking: it removes the pod from the API before its containers are
 // stopped. The UID precondition spares a pod recreated under the same
 // name meanwhile.
-func (c *Controller) deleteRegardless(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, grace time.Duration, reason, why string) error {
+func (t *terminator) deleteRegardless(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, grace time.Duration, reason, why string) error {
 	seconds := int64(grace / time.Second)
 	klog.FromContext(ctx).Info("Deleting pod, PodDisruptionBudgets notwithstanding", "pod", klog.KObj(p), "node", node.Name, "reason", reason, "why", why, "gracePeriodSeconds", seconds)
-	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &seconds, Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	err := t.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &seconds, Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone, or another pod by now
 	}
@@ -432,24 +488,24 @@ func (c *Controller) deleteRegardless(ctx context.Context, nc *v1alpha1.NodeClai
 		return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	note := fmt.Sprintf("node %s: %s; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, why, seconds)
-	c.recordPod(p, corev1.EventTypeWarning, reason, "Drain", note)
-	c.event(nc, corev1.EventTypeWarning, reason, "Drain", fmt.Sprintf("deleted pod %s/%s (grace %ds) on node %s: %s", p.Namespace, p.Name, seconds, node.Name, why))
+	t.recordPod(p, corev1.EventTypeWarning, reason, "Drain", note)
+	t.event(nc, corev1.EventTypeWarning, reason, "Drain", fmt.Sprintf("deleted pod %s/%s (grace %ds) on node %s: %s", p.Namespace, p.Name, seconds, node.Name, why))
 	return nil
 }
 
 // forceDelete removes a pod whose node does not answer and whose grace
 // period is over: its kubelet will never confirm it stopped. The UID
 // precondition spares a pod recreated under the same name.
-func (c *Controller) forceDelete(ctx context.Context, node *corev1.Node, p *corev1.Pod) error {
+func (t *terminator) forceDelete(ctx context.Context, node *corev1.Node, p *corev1.Pod) error {
 	klog.FromContext(ctx).Info("Deleting pod on a node that is not ready: its grace period is over and its kubelet does not answer", "pod", klog.KObj(p), "node", node.Name, "deletionTimestamp", p.DeletionTimestamp, "deletionGracePeriodSeconds", p.DeletionGracePeriodSeconds)
-	err := c.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
+	err := t.pods.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("deleting pod %s/%s from node %s that is not ready: %w", p.Namespace, p.Name, node.Name, err)
 	}
-	c.recordPod(p, corev1.EventTypeWarning, "NodeNotReady", "Drain", fmt.Sprintf("node %s is not ready and the pod's grace period is over; deleted, as its kubelet cannot confirm it stopped", node.Name))
+	t.recordPod(p, corev1.EventTypeWarning, "NodeNotReady", "Drain", fmt.Sprintf("node %s is not ready and the pod's grace period is over; deleted, as its kubelet cannot confirm it stopped", node.Name))
 	return nil
 }
 
@@ -461,12 +517,12 @@ const evictionRefusedEvery = time.Minute
 // pod, an Event on the pod and its claim naming the PodDisruptionBudget
 // that refused its eviction: the drain waits on it, and an operator
 // reading kubectl describe sees what to change.
-func (c *Controller) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod) {
-	if !c.refusedEvictions.news(p.UID, c.now()) {
+func (t *terminator) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod) {
+	if !t.refusedEvictions.news(p.UID, t.now()) {
 		return
 	}
 	var pdbs policyv1.PodDisruptionBudgetList
-	if err := c.kube.List(ctx, &pdbs, client.InNamespace(p.Namespace)); err != nil {
+	if err := t.kube.List(ctx, &pdbs, client.InNamespace(p.Namespace)); err != nil {
 		klog.FromContext(ctx).V(2).Info("Listing PodDisruptionBudgets to name the one refusing an eviction failed", "reason", err.Error())
 	}
 	by := "a PodDisruptionBudget"
@@ -483,15 +539,15 @@ func (c *Controller) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim
 		note += fmt.Sprintf(" until %s, when the pod is deleted regardless", deadline.UTC().Format(time.RFC3339))
 	}
 	klog.FromContext(ctx).Info("Eviction refused", "pod", klog.KObj(p), "node", node.Name, "by", by)
-	c.recordPod(p, corev1.EventTypeWarning, "EvictionBlocked", "Drain", note)
-	c.event(nc, corev1.EventTypeWarning, "EvictionBlocked", "Drain", fmt.Sprintf("pod %s/%s: eviction refused by %s", p.Namespace, p.Name, by))
+	t.recordPod(p, corev1.EventTypeWarning, "EvictionBlocked", "Drain", note)
+	t.event(nc, corev1.EventTypeWarning, "EvictionBlocked", "Drain", fmt.Sprintf("pod %s/%s: eviction refused by %s", p.Namespace, p.Name, by))
 }
 
 // drainHeld records, at most every evictionRefusedEvery for each claim,
 // a Warning Event on the claim naming the do-not-disrupt pods its drain
 // waits for, and until when.
-func (c *Controller) drainHeld(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pods []string) {
-	if !c.refusedEvictions.news(nc.UID, c.now()) {
+func (t *terminator) drainHeld(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pods []string) {
+	if !t.refusedEvictions.news(nc.UID, t.now()) {
 		return
 	}
 	names := strings.Join(pods[:min(len(pods), 5)], ", ")
@@ -503,7 +559,7 @@ func (c *Controller) drainHeld(ctx context.Context, nc *v1alpha1.NodeClaim, node
 		until = "until " + deadline.UTC().Format(time.RFC3339) + " (terminationGracePeriod), when they are deleted regardless"
 	}
 	klog.FromContext(ctx).Info("Drain held by do-not-disrupt pods", "node", node.Name, "pods", pods, "until", until)
-	c.event(nc, corev1.EventTypeWarning, ReasonDrainHeld, "Drain", fmt.Sprintf("node %s: pods %s are not evicted; the drain waits for them %s", node.Name, names, until))
+	t.event(nc, corev1.EventTypeWarning, ReasonDrainHeld, "Drain", fmt.Sprintf("node %s: pods %s are not evicted; the drain waits for them %s", node.Name, names, until))
 }
 
 // refusedEvictions remembers when each pod's refused eviction, and each

@@ -66,7 +66,7 @@ func TestTerminationSkipsTheDrainOfADeadNode(t *testing.T) {
 		if alive {
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 		}
-		res, err := s.c.finalize(ctx, nc)
+		res, err := s.c.terminator.reconcile(ctx, nc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 	s.recorder = rec
 	s.build()
 	for range 3 {
-		if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
+		if res, err := s.c.terminator.drain(ctx, nc); err != nil || res.IsZero() {
 			t.Fatalf("drain with a refused eviction: %+v %v; want a retry", res, err)
 		}
 		s.now = s.now.Add(10 * time.Second)
@@ -164,7 +164,7 @@ func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
 	s.recorder = rec
 	s.build()
-	if res, err := s.c.drain(ctx, deleted); err != nil || res.IsZero() {
+	if res, err := s.c.terminator.drain(ctx, deleted); err != nil || res.IsZero() {
 		t.Errorf("drain as its pods are deleted: %+v %v; want it to wait for them", res, err)
 	}
 	if len(evictions(live)) > 0 {
@@ -180,11 +180,11 @@ func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	// it happens, taken here as when their grace ends.
 	end := terminate(t, s, web, keep)
 	s.now = end.Add(-10 * time.Second)
-	if res, err := s.c.drain(ctx, deleted); err != nil || res.IsZero() {
+	if res, err := s.c.terminator.drain(ctx, deleted); err != nil || res.IsZero() {
 		t.Errorf("drain with pods inside their grace: %+v %v; want it to wait", res, err)
 	}
 	s.now = end.Add(time.Second)
-	if res, err := s.c.drain(ctx, deleted); err != nil || !res.IsZero() {
+	if res, err := s.c.terminator.drain(ctx, deleted); err != nil || !res.IsZero() {
 		t.Errorf("drain with every pod past its grace: %+v %v; want it over", res, err)
 	}
 }
@@ -215,14 +215,14 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 	}
 
 	notReadySince(t, s, s.now.Add(-40*time.Second))
-	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || res.IsZero() {
+	if res, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil || res.IsZero() {
 		t.Fatalf("finalize 40s after the node went Unknown: %+v %v; want the drain to wait", res, err)
 	}
 	if got := podDeletes(live); len(got) > 0 || terminated() {
 		t.Fatalf("40s after the node went Unknown: deleted %v, instance terminated %v; want the PDB to hold", got, terminated())
 	}
 	notReadySince(t, s, s.now.Add(-2*time.Minute))
-	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || res.IsZero() {
+	if res, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil || res.IsZero() {
 		t.Fatalf("finalize as the pods are deleted: %+v %v; want the drain to wait for them", res, err)
 	}
 	if got, want := podDeletes(live), map[string]int64{"web": 30, "keep": 45}; !maps.Equal(got, want) || terminated() {
@@ -239,7 +239,7 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 	}
 	end := terminate(t, s, web, keep)
 	s.now = end.Add(time.Second)
-	if res, err := s.c.finalize(ctx, s.get(t, nc)); err != nil || !res.IsZero() {
+	if res, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil || !res.IsZero() {
 		t.Fatalf("finalize with the pods' grace over: %+v %v", res, err)
 	}
 	if got := podDeletes(live); got["web"] != 0 || got["keep"] != 0 {
@@ -258,7 +258,7 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 		s.build()
 		notReadySince(t, s, nc.DeletionTimestamp.Add(-time.Hour))
 		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
-		if _, err := s.c.drain(ctx, nc); err != nil {
+		if _, err := s.c.terminator.drain(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
 		if got := podDeletes(live); got["slow"] != 50 {
@@ -272,7 +272,7 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 		s.pods = live
 		s.build()
 		notReadySince(t, s, s.now.Add(-2*time.Minute))
-		if _, err := s.c.drain(ctx, nc); err != nil {
+		if _, err := s.c.terminator.drain(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
 		if got := podDeletes(live); len(got) > 0 {
@@ -300,7 +300,7 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 		held := 0
 		for _, after := range []time.Duration{0, 10 * time.Second, 30 * time.Second, 61 * time.Second, time.Hour} {
 			s.now = nc.DeletionTimestamp.Add(after)
-			if res, err := s.c.drain(ctx, nc); err != nil || res.IsZero() {
+			if res, err := s.c.terminator.drain(ctx, nc); err != nil || res.IsZero() {
 				t.Fatalf("drain %s in: %+v %v; want it held", after, res, err)
 			}
 			for len(rec.Events) > 0 {
@@ -333,14 +333,14 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 		s.pods = live
 		s.build()
 		s.now = nc.DeletionTimestamp.Add(10 * time.Second)
-		if _, err := s.c.drain(ctx, nc); err != nil {
+		if _, err := s.c.terminator.drain(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
 		if len(evictions(live)) > 0 || len(podDeletes(live)) > 0 {
 			t.Fatalf("10s into 60s: %d evictions, deleted %v; want the do-not-disrupt pod left alone", len(evictions(live)), podDeletes(live))
 		}
 		s.now = nc.DeletionTimestamp.Add(30 * time.Second)
-		if _, err := s.c.drain(ctx, nc); err != nil {
+		if _, err := s.c.terminator.drain(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
 		if got := podDeletes(live); got["keep"] != 30 || len(evictions(live)) > 0 {
@@ -457,7 +457,7 @@ func TestTerminationWaitsForVolumesToDetach(t *testing.T) {
 		_, err := s.cloud.Get(ctx, nc.Status.ProviderID)
 		return err != nil
 	}
-	res, err := s.c.finalize(ctx, nc)
+	res, err := s.c.terminator.reconcile(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,14 +467,14 @@ func TestTerminationWaitsForVolumesToDetach(t *testing.T) {
 	t.Run("past the drain deadline", func(t *testing.T) {
 		late := nc.DeepCopy()
 		late.Annotations = map[string]string{v1alpha1.AnnotationDrainDeadline: s.now.Add(-time.Second).UTC().Format(time.RFC3339)}
-		if res, err := s.c.awaitDetach(ctx, late); err != nil || !res.IsZero() {
+		if res, err := s.c.terminator.awaitDetach(ctx, late); err != nil || !res.IsZero() {
 			t.Errorf("waited for volumes past the drain deadline: %+v %v", res, err)
 		}
 	})
 	if err := s.kube.Delete(ctx, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.finalize(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.terminator.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if !terminated() {
