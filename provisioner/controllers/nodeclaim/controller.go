@@ -113,10 +113,8 @@ type Controller struct {
 	opts     Options
 	refusals refusals
 	packer   packer
-	// classRegistrations counts each node class's registration timeouts
-	// in a row (registration.go).
-	classRegistrations classRegistrations
 
+	registrar  *registrar
 	terminator *terminator
 }
 
@@ -133,6 +131,7 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	}
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
 	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
+	c.registrar = &registrar{base: b, cloud: cloud, ttl: opts.RegistrationTTL}
 	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: &c.packer, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
 	return c
 }
@@ -255,7 +254,7 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		}
 		return c.launch(ctx, nc)
 	case v1alpha1.NodeClaimLaunched:
-		return c.register(ctx, nc)
+		return c.registrar.reconcile(ctx, nc)
 	case v1alpha1.NodeClaimRegistered:
 		return c.initialize(ctx, nc)
 	}

@@ -126,7 +126,7 @@ func TestAClaimOutsideItsPoolIsNotAdopted(t *testing.T) {
 				s.editPool(t, tc.editPool)
 			}
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: nc.Name, NodePool: "pool"})
-			if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+			if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
 				t.Fatal(err)
 			}
 			var n corev1.Node

@@ -24,15 +24,26 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
-// register adopts the node once it registers, or gives up after the TTL.
-func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	node, err := c.nodeOf(ctx, nc)
+// registrar adopts the node that registers for a launched claim, or gives
+// the claim up when none does in time.
+type registrar struct {
+	base
+	cloud cloudprovider.CloudProvider
+	// ttl is Options.RegistrationTTL.
+	ttl time.Duration
+	// classes counts each node class's registration timeouts in a row.
+	classes classRegistrations
+}
+
+// reconcile adopts the node once it registers, or gives up after the TTL.
+func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := r.nodeOf(ctx, nc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if node == nil {
 		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
-		if launched != nil && c.now().Sub(launched.LastTransitionTime.Time) > c.opts.RegistrationTTL {
+		if launched != nil && r.now().Sub(launched.LastTransitionTime.Time) > r.ttl {
 			// A node that does not join is nearly always the node class's
 			// doing (user data, role, security groups), not the offering's:
 			// marking the offering unavailable would only have every type
@@ -41,16 +52,16 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 			// the trouble is the offering's (a zone's network, a type's
 			// image), and it is marked unavailable so the next claim goes
 			// elsewhere.
-			why := fmt.Sprintf("no node registered within %s", c.opts.RegistrationTTL)
-			c.registrationTimedOut(ctx, nc, why)
-			joins, err := c.classJoins(ctx, nc.Spec.NodeClassRef)
+			why := fmt.Sprintf("no node registered within %s", r.ttl)
+			r.registrationTimedOut(ctx, nc, why)
+			joins, err := r.classJoins(ctx, nc.Spec.NodeClassRef)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
 			if joins {
-				return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", why+", where other nodes of its class do", launchedOffer(nc))
+				return r.giveUp(ctx, nc, "RegistrationTimeout", "Register", why+", where other nodes of its class do", launchedOffer(nc))
 			}
-			return c.giveUp(ctx, nc, "RegistrationTimeout", "Register", why)
+			return r.giveUp(ctx, nc, "RegistrationTimeout", "Register", why)
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
@@ -58,18 +69,18 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	// says the instance was launched for this claim: whoever can write
 	// nodeclaims/status must not be able to make the provisioner adopt,
 	// bind pods to and later drain a node that is not ours.
-	in, err := c.launchedFor(ctx, nc)
+	in, err := r.launchedFor(ctx, nc)
 	if err != nil || in == nil {
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, err
 	}
 	// Adoption writes the claim's labels and annotations with the
 	// provisioner's rights: only what its pool gives (outside.go).
 	var pool v1alpha1.NodePool
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+	if err := r.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return c.refuseOutsidePool(ctx, nc, "Registered", "Register", err)
+		return r.refuseOutsidePool(ctx, nc, "Registered", "Register", err)
 	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
@@ -80,20 +91,20 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		adopted = true
 	}
 	if adopted {
-		if err := c.kube.Update(ctx, node); err != nil {
+		if err := r.kube.Update(ctx, node); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimRegistered
 	nc.Status.NodeName = node.Name
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", Message: node.Name})
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	if err := r.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
 	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
-	c.cloud.RegisteredNode(ctx, in, node)
-	c.classRegistered(ctx, nc)
-	c.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
+	r.cloud.RegisteredNode(ctx, in, node)
+	r.classRegistered(ctx, nc)
+	r.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
 	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, nil
 }
@@ -103,8 +114,8 @@ func (c *Controller) register(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 // (a tag on EC2; or one of the claims of a fleet launched for several, the
 // one whose status names it), and nil otherwise. A mismatch is logged and recorded as
 // an Event.
-func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*cloudprovider.Instance, error) {
-	in, err := c.cloud.Get(ctx, nc.Status.ProviderID)
+func (r *registrar) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*cloudprovider.Instance, error) {
+	in, err := r.cloud.Get(ctx, nc.Status.ProviderID)
 	if errors.Is(err, cloudprovider.ErrNotFound) {
 		return nil, nil // the garbage collector deletes claims whose instance is gone
 	}
@@ -113,7 +124,7 @@ func (c *Controller) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*
 	}
 	if !in.LaunchedFor(nc.Name) {
 		klog.FromContext(ctx).Error(nil, "Not adopting node: its instance was not launched for this nodeclaim", "providerID", nc.Status.ProviderID, "instanceNodeClaim", in.NodeClaim)
-		c.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
+		r.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
 		return nil, nil
 	}
 	return in, nil
@@ -176,31 +187,45 @@ type classRegistrations struct {
 	failed map[v1alpha1.NodeClassReference][]string // claim names, oldest first
 }
 
+// timedOut counts claim's registration timeout against the class, and
+// returns the claims of the class that timed out since a node of it last
+// registered, oldest first.
+func (cr *classRegistrations) timedOut(ref v1alpha1.NodeClassReference, claim string) []string {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	if cr.failed == nil {
+		cr.failed = map[v1alpha1.NodeClassReference][]string{}
+	}
+	claims := cr.failed[ref]
+	if !slices.Contains(claims, claim) { // a retried give-up counts once
+		claims = append(claims, claim)
+		cr.failed[ref] = claims
+	}
+	return claims
+}
+
+// registered ends the class's run of registration timeouts.
+func (cr *classRegistrations) registered(ref v1alpha1.NodeClassReference) {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	delete(cr.failed, ref)
+}
+
 // registrationTimedOut records a claim's registration timeout against its
 // node class: a Warning Event on the class, and its NodesRegistering
 // condition False from the RegistrationTimeoutsInARow-th in a row on.
-func (c *Controller) registrationTimedOut(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
+func (r *registrar) registrationTimedOut(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
 	ref := nc.Spec.NodeClassRef
-	r := &c.classRegistrations
-	r.mu.Lock()
-	if r.failed == nil {
-		r.failed = map[v1alpha1.NodeClassReference][]string{}
-	}
-	claims := r.failed[ref]
-	if !slices.Contains(claims, nc.Name) { // a retried give-up counts once
-		claims = append(claims, nc.Name)
-		r.failed[ref] = claims
-	}
-	r.mu.Unlock()
-	class, err := c.nodeClassObject(ctx, ref)
+	claims := r.classes.timedOut(ref, nc.Name)
+	class, err := r.nodeClassObject(ctx, ref)
 	if class == nil {
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Reading the node class to record a registration timeout", "nodeClass", ref.Kind+"/"+ref.Name)
 		}
 		return
 	}
-	if c.recorder != nil {
-		c.recorder.Eventf(class, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register",
+	if r.recorder != nil {
+		r.recorder.Eventf(class, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register",
 			"nodeclaim %s (%s in %s, instance %s): %s; %d in a row for this class", nc.Name, nc.Status.InstanceType, nc.Status.Zone, nc.Status.ProviderID, why, len(claims))
 	}
 	if len(claims) < RegistrationTimeoutsInARow {
@@ -208,17 +233,17 @@ func (c *Controller) registrationTimedOut(ctx context.Context, nc *v1alpha1.Node
 	}
 	last := claims[max(0, len(claims)-RegistrationTimeoutsInARow):]
 	msg := fmt.Sprintf("%d nodeclaims in a row had no node register within %s (the last: %s); check the class's user data, role and security groups, and the instances' console output",
-		len(claims), c.opts.RegistrationTTL, strings.Join(last, ", "))
-	if err := c.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
+		len(claims), r.ttl, strings.Join(last, ", "))
+	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording registration timeouts on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
 	}
 }
 
 // classJoins says whether a node of the class is registered now: then its
 // configuration joins nodes, and a timeout is the offering's.
-func (c *Controller) classJoins(ctx context.Context, ref v1alpha1.NodeClassReference) (bool, error) {
+func (r *registrar) classJoins(ctx context.Context, ref v1alpha1.NodeClassReference) (bool, error) {
 	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims); err != nil {
+	if err := r.kube.List(ctx, &claims); err != nil {
 		return false, fmt.Errorf("listing nodeclaims: %w", err)
 	}
 	return slices.ContainsFunc(claims.Items, func(nc v1alpha1.NodeClaim) bool {
@@ -228,20 +253,17 @@ func (c *Controller) classJoins(ctx context.Context, ref v1alpha1.NodeClassRefer
 
 // classRegistered ends the class's run of registration timeouts, and sets
 // its NodesRegistering condition True again where it was False.
-func (c *Controller) classRegistered(ctx context.Context, nc *v1alpha1.NodeClaim) {
+func (r *registrar) classRegistered(ctx context.Context, nc *v1alpha1.NodeClaim) {
 	ref := nc.Spec.NodeClassRef
-	r := &c.classRegistrations
-	r.mu.Lock()
-	delete(r.failed, ref)
-	r.mu.Unlock()
-	class, err := c.nodeClassObject(ctx, ref)
+	r.classes.registered(ref)
+	class, err := r.nodeClassObject(ctx, ref)
 	if class == nil || err != nil {
 		return
 	}
 	if conds, err := classConditions(class); err != nil || !meta.IsStatusConditionFalse(conds, ConditionNodesRegistering) {
 		return
 	}
-	if err := c.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionTrue, Reason: "Registered", Message: "node " + nc.Status.NodeName + " registered"}); err != nil {
+	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionTrue, Reason: "Registered", Message: "node " + nc.Status.NodeName + " registered"}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording a registration on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
 	}
 }
@@ -249,13 +271,13 @@ func (c *Controller) classRegistered(ctx context.Context, nc *v1alpha1.NodeClaim
 // nodeClassObject reads the node class ref names, as the provider
 // declares its kind; nil when the provider serves no such kind or it is
 // gone.
-func (c *Controller) nodeClassObject(ctx context.Context, ref v1alpha1.NodeClassReference) (client.Object, error) {
-	decl, ok := cloudprovider.ClassOf(c.cloud.NodeClasses(), ref)
+func (r *registrar) nodeClassObject(ctx context.Context, ref v1alpha1.NodeClassReference) (client.Object, error) {
+	decl, ok := cloudprovider.ClassOf(r.cloud.NodeClasses(), ref)
 	if !ok {
 		return nil, nil
 	}
 	obj := decl.New()
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
+	if err := r.kube.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	return obj, nil
@@ -281,9 +303,9 @@ func classConditions(obj client.Object) ([]metav1.Condition, error) {
 
 // setClassCondition sets one condition of the node class's status, read
 // afresh, retrying on conflicts with the class's own controller.
-func (c *Controller) setClassCondition(ctx context.Context, ref v1alpha1.NodeClassReference, cond metav1.Condition) error {
+func (r *registrar) setClassCondition(ctx context.Context, ref v1alpha1.NodeClassReference, cond metav1.Condition) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		obj, err := c.nodeClassObject(ctx, ref)
+		obj, err := r.nodeClassObject(ctx, ref)
 		if obj == nil {
 			return err
 		}
@@ -312,6 +334,6 @@ func (c *Controller) setClassCondition(ctx context.Context, ref v1alpha1.NodeCla
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, obj); err != nil {
 			return err
 		}
-		return c.kube.Status().Update(ctx, obj)
+		return r.kube.Status().Update(ctx, obj)
 	})
 }

@@ -48,7 +48,7 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		}
 		names = append(names, nc.Name)
 		s.now = s.now.Add(2 * time.Minute) // past the RegistrationTTL of a minute
-		if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+		if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); err == nil {
@@ -105,7 +105,7 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(2 * time.Minute)
-	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if gone, _ := s.unavailable.Unavailable("small", "zone-b", "spot"); !gone {

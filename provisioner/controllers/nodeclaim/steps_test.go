@@ -296,7 +296,7 @@ func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
 			s := newSteps(t, nc, node)
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodeClaims: tc.fleetOf, NodePool: "pool"})
-			if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+			if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
 				t.Fatal(err)
 			}
 			var n corev1.Node
@@ -409,7 +409,7 @@ func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 	s := newSteps(t, nc, node)
 	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.ObjectMeta.Annotations = nc.Spec.Annotations })
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: nc.Name, NodePool: "pool"})
-	if _, err := s.c.register(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	var n corev1.Node
