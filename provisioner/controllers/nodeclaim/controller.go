@@ -107,15 +107,15 @@ type Gate interface {
 // Controller reconciles NodeClaims.
 type Controller struct {
 	base
-	pods     kubernetes.Interface // for the Binding API
-	cloud    cloudprovider.CloudProvider
-	limits   *limits.Ledger
-	opts     Options
-	refusals refusals
-	packer   packer
+	pods   kubernetes.Interface // for the Binding API
+	cloud  cloudprovider.CloudProvider
+	limits *limits.Ledger
+	opts   Options
+	packer packer
 
-	registrar  *registrar
-	terminator *terminator
+	registrar   *registrar
+	initializer *initializer
+	terminator  *terminator
 }
 
 // NewController returns the NodeClaim lifecycle controller.
@@ -132,6 +132,7 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
 	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
 	c.registrar = &registrar{base: b, cloud: cloud, ttl: opts.RegistrationTTL}
+	c.initializer = &initializer{base: b, pods: cs, gate: opts.Gate, ttl: opts.InitializationTTL}
 	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: &c.packer, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
 	return c
 }
@@ -256,7 +257,7 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	case v1alpha1.NodeClaimLaunched:
 		return c.registrar.reconcile(ctx, nc)
 	case v1alpha1.NodeClaimRegistered:
-		return c.initialize(ctx, nc)
+		return c.initializer.reconcile(ctx, nc)
 	}
 	// Initialized and Disrupting claims are disruption's
 	// (disruption.Controller, a controller of its own).

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -74,198 +75,291 @@ func (r *refusals) forget(pod types.UID) {
 	delete(r.first, pod)
 }
 
-// initialize binds the nominated pods once the node is Ready, clears the
+// initializer binds a registered claim's nominated pods to its node once
+// the node is ready for them, each as the bind gate accepts it, and lifts
+// the binding taint: the claim is then Initialized.
+type initializer struct {
+	base
+	pods kubernetes.Interface // the Binding API, and the node's pods as the API server has them
+	gate Gate
+	// ttl is Options.InitializationTTL.
+	ttl      time.Duration
+	refusals refusals
+}
+
+// reconcile binds the nominated pods once the node is Ready, clears the
 // nomination of those that no longer fit, and lifts the binding taint.
-func (c *Controller) initialize(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	logger := klog.FromContext(ctx)
-	node, err := c.nodeOf(ctx, nc)
+func (i *initializer) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := i.nodeOf(ctx, nc)
 	if err != nil || node == nil {
 		return reconcile.Result{RequeueAfter: time.Second}, err
 	}
 	if waiting := notReadyForPods(node, nc); waiting != "" {
-		registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
-		if registered != nil && c.now().Sub(registered.LastTransitionTime.Time) > c.opts.InitializationTTL {
-			return c.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, c.opts.InitializationTTL, waiting), launchedOffer(nc))
-		}
-		logger.V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
-		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		return i.waitForNode(ctx, nc, node, waiting)
 	}
-	pods, err := c.nominatedPods(ctx, nc.Name)
+	pods, err := i.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	pass, err := i.newBindPass(ctx, node, len(pods))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for j := range pods {
+		if res, err := i.bind(ctx, pass, &pods[j]); err != nil || !res.IsZero() {
+			return res, err
+		}
+	}
+	if pass.unconfirmed > 0 {
+		// The node stays held for binding until each refusal is
+		// confirmed or withdrawn.
+		klog.FromContext(ctx).Info("Bound pods to node; looking again at the pods it refuses", "pods", pass.bound, "handedOff", pass.handedOff, "refused", pass.unconfirmed, "node", node.Name)
+		return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
+	}
+	if len(pass.stuck) > 0 {
+		if res, err := i.sendBackStuck(ctx, nc, node, pass.stuck); err != nil || !res.IsZero() {
+			return res, err
+		}
+	}
+	return i.initialized(ctx, nc, node, pass)
+}
+
+// waitForNode waits for what the node still lacks before pods may be
+// bound to it, and gives the claim up at the initialization deadline.
+func (i *initializer) waitForNode(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, waiting string) (reconcile.Result, error) {
+	registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+	if registered != nil && i.now().Sub(registered.LastTransitionTime.Time) > i.ttl {
+		return i.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, i.ttl, waiting), launchedOffer(nc))
+	}
+	klog.FromContext(ctx).V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
+	return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+}
+
+// bindPass is one binding pass over a claim's nominated pods: the pods
+// that count on the node, the bind gate's reading of the cluster, and
+// what became of each pod.
+type bindPass struct {
+	node *corev1.Node
+	// onNode are the pods counted on the node, those placed by this pass
+	// among them; already, the UIDs of those there before it.
+	onNode  []*corev1.Pod
+	already map[types.UID]bool
+	// The gate reads the cluster once for many of the node's pods, not
+	// once for each: each pod bound or handed off counts on the node for
+	// the ones after it. It reads it again every gateRefresh, so that
+	// what the scheduler and the other workers bind elsewhere meanwhile
+	// is seen about as soon as the gate's informers see it.
+	gate     *simulator.GateSession
+	gateRead time.Time
+
+	bound, handedOff, unconfirmed int
+	stuck                         []stuckPod
+}
+
+// newBindPass reads the pods on the node for a pass over nominated more.
+func (i *initializer) newBindPass(ctx context.Context, node *corev1.Node, nominated int) (*bindPass, error) {
 	// The pods on the node as the API server has them now, not as a
 	// cache does: a pod this controller bound on an earlier pass may not
 	// have reached the cache yet, and the gate must count it (two pods
 	// wanting one host port were both bound when it did not). Those bound
-	// below are added as they are bound.
-	live, err := c.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
+	// by the pass are added as they are bound.
+	live, err := i.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
 	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing the pods on node %s: %w", node.Name, err)
+		return nil, fmt.Errorf("listing the pods on node %s: %w", node.Name, err)
 	}
-	onNode := make([]*corev1.Pod, 0, len(live.Items)+len(pods))
-	already := make(map[types.UID]bool, len(live.Items))
-	for i := range live.Items {
-		p := &live.Items[i]
-		already[p.UID] = true
+	pass := &bindPass{node: node, onNode: make([]*corev1.Pod, 0, len(live.Items)+nominated), already: make(map[types.UID]bool, len(live.Items))}
+	for j := range live.Items {
+		p := &live.Items[j]
+		pass.already[p.UID] = true
 		if !podutil.IsPodTerminal(p) {
-			onNode = append(onNode, p)
+			pass.onNode = append(pass.onNode, p)
 		}
 	}
 	// Pods handed to the scheduler on an earlier pass are nominated to
 	// the node itself: they count there as they will once bound.
 	var handed corev1.PodList
-	if err := c.kube.List(ctx, &handed, client.MatchingFields{indexNominated: node.Name}); err != nil {
-		return reconcile.Result{}, err
+	if err := i.kube.List(ctx, &handed, client.MatchingFields{indexNominated: node.Name}); err != nil {
+		return nil, err
 	}
-	for i := range handed.Items {
-		if p := &handed.Items[i]; !already[p.UID] {
-			already[p.UID] = true
-			onNode = append(onNode, p)
-		}
-	}
-	// The gate reads the cluster once for many of the node's pods, not
-	// once for each: each pod bound or handed off below counts on the
-	// node for the ones after it. It reads it again every gateRefresh, so
-	// that what the scheduler and the other workers bind elsewhere
-	// meanwhile is seen about as soon as the gate's informers see it.
-	var gate *simulator.GateSession
-	var gateRead time.Time
-	placed := func(p *corev1.Pod) {
-		onNode = append(onNode, p)
-		if err := gate.Placed(p); err != nil {
-			logger.Error(err, "Counting a placed pod in the bind gate", "pod", klog.KObj(p), "node", node.Name)
-			gate = nil
+	for j := range handed.Items {
+		if p := &handed.Items[j]; !pass.already[p.UID] {
+			pass.already[p.UID] = true
+			pass.onNode = append(pass.onNode, p)
 		}
 	}
-	bound, handedOff, unconfirmed := 0, 0, 0
-	var stuck []stuckPod
-	for i := range pods {
-		p := &pods[i]
-		if already[p.UID] {
-			continue // bound or handed off on an earlier pass; the cache has not seen it yet
+	return pass, nil
+}
+
+// session is the gate's reading of the cluster for the pass, read again
+// once it is gateRefresh old.
+func (b *bindPass) session(gate Gate) (*simulator.GateSession, error) {
+	if b.gate == nil || time.Since(b.gateRead) > gateRefresh {
+		var err error
+		if b.gate, err = gate.Session(b.node, b.onNode); err != nil {
+			return nil, err
 		}
-		if gate == nil || time.Since(gateRead) > gateRefresh {
-			if gate, err = c.opts.Gate.Session(node, onNode); err != nil {
-				logger.V(2).Info("Bind gate cannot judge yet; retrying", "node", node.Name, "err", err)
-				return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
-			}
-			gateRead = time.Now()
+		b.gateRead = time.Now()
+	}
+	return b.gate, nil
+}
+
+// placed counts p on the node, for the gate's verdicts on the pods after it.
+func (b *bindPass) placed(ctx context.Context, p *corev1.Pod) {
+	b.onNode = append(b.onNode, p)
+	if err := b.gate.Placed(p); err != nil {
+		klog.FromContext(ctx).Error(err, "Counting a placed pod in the bind gate", "pod", klog.KObj(p), "node", b.node.Name)
+		b.gate = nil
+	}
+}
+
+// bind binds p to the node if the bind gate accepts it there, hands it to
+// the scheduler if only its binding cycle can bind it, and otherwise
+// counts it refused or stuck in the pass. A result or an error ends the
+// pass.
+func (i *initializer) bind(ctx context.Context, pass *bindPass, p *corev1.Pod) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	node := pass.node
+	if pass.already[p.UID] {
+		return reconcile.Result{}, nil // bound or handed off on an earlier pass; the cache has not seen it yet
+	}
+	gate, err := pass.session(i.gate)
+	if err != nil {
+		logger.V(2).Info("Bind gate cannot judge yet; retrying", "node", node.Name, "err", err)
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	// The scheduler's own verdict, with the pods already there and the
+	// ones just bound: what it would refuse is not bound.
+	s, handOff := gate.Check(ctx, p)
+	if s.Code() == fwk.Error {
+		// This pod's own trouble: the others are bound all the same.
+		logger.V(2).Info("Bind gate cannot judge the pod yet; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", s.AsError().Error())
+		pass.stuck = append(pass.stuck, stuckPod{p, fmt.Sprintf("the bind gate could not judge it: %v", s.AsError())})
+		return reconcile.Result{}, nil
+	}
+	if !s.IsSuccess() {
+		return reconcile.Result{}, i.refused(ctx, pass, p, s)
+	}
+	i.refusals.forget(p.UID)
+	if handOff != "" {
+		return reconcile.Result{}, i.handOff(ctx, pass, p, handOff)
+	}
+	return reconcile.Result{}, i.bindPod(ctx, pass, p)
+}
+
+// refused counts a pod the gate refuses, and clears its nomination once
+// the refusal is confirmed (refusalConfirm).
+func (i *initializer) refused(ctx context.Context, pass *bindPass, p *corev1.Pod, s *fwk.Status) error {
+	logger := klog.FromContext(ctx)
+	if !i.refusals.confirmed(p.UID, i.now()) {
+		// The pods after it are bound meanwhile: one pod the node has no
+		// room for must not hold the others back, and every refusal of a
+		// pass is confirmed together, not one after another.
+		logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", pass.node.Name, "plugin", s.Plugin(), "reason", s.Message())
+		pass.unconfirmed++
+		return nil
+	}
+	logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", pass.node.Name, "plugin", s.Plugin(), "reason", s.Message())
+	i.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", pass.node.Name, s.Plugin(), s.Message()))
+	p.Status.NominatedNodeName = ""
+	if err := i.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// handOff nominates p to the node itself, for the scheduler to bind.
+// What only the scheduler's binding cycle does (provisioning its volumes,
+// allocating its devices, a Permit plugin) must not be skipped: the
+// nomination holds room for the pod there, and the scheduler binds it
+// once the binding taint is lifted (initialized).
+func (i *initializer) handOff(ctx context.Context, pass *bindPass, p *corev1.Pod, why string) error {
+	node := pass.node
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, node.Name))
+	if err := i.kube.Status().Patch(ctx, p, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
-		// The scheduler's own verdict, with the pods already there and
-		// the ones just bound: what it would refuse is not bound.
-		s, handOff := gate.Check(ctx, p)
-		if s.Code() == fwk.Error {
-			// This pod's own trouble: the others are bound all the same.
-			logger.V(2).Info("Bind gate cannot judge the pod yet; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", s.AsError().Error())
-			stuck = append(stuck, stuckPod{p, fmt.Sprintf("the bind gate could not judge it: %v", s.AsError())})
-			continue
+		return fmt.Errorf("handing pod %s/%s to the scheduler: %w", p.Namespace, p.Name, err)
+	}
+	klog.FromContext(ctx).Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", why)
+	i.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, why))
+	pass.placed(ctx, p)
+	pass.handedOff++
+	return nil
+}
+
+// bindPod binds p to the node through the Binding API. A binding the API
+// server refuses leaves the pod stuck, for the next pass.
+func (i *initializer) bindPod(ctx context.Context, pass *bindPass, p *corev1.Pod) error {
+	node := pass.node
+	err := i.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) {
+			// No answer: the binding may have been made. The next
+			// pass reads the node's pods live and counts it.
+			return fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
-		if !s.IsSuccess() {
-			if !c.refusals.confirmed(p.UID, c.now()) {
-				// The pods after it are bound meanwhile: one pod the
-				// node has no room for must not hold the others back,
-				// and every refusal of a pass is confirmed together,
-				// not one after another (a claim closed between two
-				// bursts of a paced scale-up had 12 such pods: 24 s).
-				logger.V(2).Info("Bind gate refuses the pod; looking again before sending it back", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
-				unconfirmed++
-				continue
-			}
-			logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", node.Name, "plugin", s.Plugin(), "reason", s.Message())
-			c.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", node.Name, s.Plugin(), s.Message()))
-			p.Status.NominatedNodeName = ""
-			if err := c.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, err
-			}
-			continue
-		}
-		c.refusals.forget(p.UID)
-		if handOff != "" {
-			// What only the scheduler's binding cycle does (provisioning
-			// its volumes, allocating its devices, a Permit plugin) must
-			// not be skipped: the pod is nominated to the node itself,
-			// which holds room for it there, and the scheduler binds it
-			// once the binding taint is lifted below.
-			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"nominatedNodeName":%q}}`, node.Name))
-			if err := c.kube.Status().Patch(ctx, p, patch); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				return reconcile.Result{}, fmt.Errorf("handing pod %s/%s to the scheduler: %w", p.Namespace, p.Name, err)
-			}
-			logger.Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", handOff)
-			c.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, handOff))
-			placed(p)
-			handedOff++
-			continue
-		}
-		err := c.pods.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: node.Name},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			var status apierrors.APIStatus
-			if !errors.As(err, &status) {
-				// No answer: the binding may have been made. The next
-				// pass reads the node's pods live and counts it.
-				return reconcile.Result{}, fmt.Errorf("binding pod %s/%s: %w", p.Namespace, p.Name, err)
-			}
-			logger.Info("Binding the pod was refused; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", err.Error())
-			stuck = append(stuck, stuckPod{p, fmt.Sprintf("binding it was refused: %v", err)})
-			continue
-		}
-		if err == nil {
-			crashpoint.Hit(crashpoint.MidBind)
-			placed(p)
-			bound++
-			// No Event on the pod: the binding itself sets its node and its
-			// PodScheduled condition (True, with the time), and the claim's
-			// Initialized Event below counts the pods bound to its node. A
-			// "Scheduled" Event on each pod, as kube-scheduler writes, was
-			// a second request a pod on the path the API server is
-			// busiest on.
-			metrics.PodTimeToBound.Observe(c.now().Sub(p.CreationTimestamp.Time).Seconds())
+		klog.FromContext(ctx).Info("Binding the pod was refused; binding the others, this one on the next pass", "pod", klog.KObj(p), "node", node.Name, "reason", err.Error())
+		pass.stuck = append(pass.stuck, stuckPod{p, fmt.Sprintf("binding it was refused: %v", err)})
+		return nil
+	}
+	if err == nil {
+		crashpoint.Hit(crashpoint.MidBind)
+		pass.placed(ctx, p)
+		pass.bound++
+		// No Event on the pod: the binding itself sets its node and its
+		// PodScheduled condition (True, with the time), and the claim's
+		// Initialized Event counts the pods bound to its node. A
+		// "Scheduled" Event on each pod, as kube-scheduler writes, would
+		// be a second request a pod on the path the API server is
+		// busiest on.
+		metrics.PodTimeToBound.Observe(i.now().Sub(p.CreationTimestamp.Time).Seconds())
+	}
+	return nil
+}
+
+// sendBackStuck waits for the pods a pass could not bind until the
+// claim's initialization deadline, and then clears their nominations.
+// The pods bound stay bound; the rest are tried again until then, and
+// then sent back to the scheduler, each with an Event saying why, so that
+// one pod's trouble never keeps the node from its other pods for good.
+func (i *initializer) sendBackStuck(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, stuck []stuckPod) (reconcile.Result, error) {
+	registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+	if registered == nil || i.now().Sub(registered.LastTransitionTime.Time) <= i.ttl {
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	for _, sp := range stuck {
+		klog.FromContext(ctx).Info("Sending the pod back to the scheduler: it could not be bound within the initialization deadline", "pod", klog.KObj(sp.pod), "node", node.Name, "why", sp.why, "initializationTTL", i.ttl)
+		i.recordPod(sp.pod, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s: %s, for longer than the initialization deadline %s; the pod will be scheduled again", node.Name, sp.why, i.ttl))
+		sp.pod.Status.NominatedNodeName = ""
+		if err := i.kube.Status().Update(ctx, sp.pod); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
 		}
 	}
-	if unconfirmed > 0 {
-		// The node stays held for binding until each refusal is
-		// confirmed or withdrawn.
-		logger.Info("Bound pods to node; looking again at the pods it refuses", "pods", bound, "handedOff", handedOff, "refused", unconfirmed, "node", node.Name)
-		return reconcile.Result{RequeueAfter: refusalConfirm / 4}, nil
-	}
-	if len(stuck) > 0 {
-		// The pods bound stay bound; the rest are tried again until the
-		// claim's initialization deadline, and then sent back to the
-		// scheduler, each with an Event saying why, so that one pod's
-		// trouble never keeps the node from its other pods for good.
-		registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
-		if registered == nil || c.now().Sub(registered.LastTransitionTime.Time) <= c.opts.InitializationTTL {
-			return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
-		}
-		for _, sp := range stuck {
-			logger.Info("Sending the pod back to the scheduler: it could not be bound within the initialization deadline", "pod", klog.KObj(sp.pod), "node", node.Name, "why", sp.why, "initializationTTL", c.opts.InitializationTTL)
-			c.recordPod(sp.pod, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s: %s, for longer than the initialization deadline %s; the pod will be scheduled again", node.Name, sp.why, c.opts.InitializationTTL))
-			sp.pod.Status.NominatedNodeName = ""
-			if err := c.kube.Status().Update(ctx, sp.pod); err != nil && !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, err
-			}
-		}
-	}
+	return reconcile.Result{}, nil
+}
+
+// initialized lifts the binding taint off the node and marks the claim
+// Initialized, counting the pods the pass bound and handed off.
+func (i *initializer) initialized(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pass *bindPass) (reconcile.Result, error) {
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
 	if len(taints) != len(node.Spec.Taints) {
 		node.Spec.Taints = taints
-		if err := c.kube.Update(ctx, node); err != nil {
+		if err := i.kube.Update(ctx, node); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimInitialized
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", bound, handedOff)})
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", pass.bound, pass.handedOff)})
+	if err := i.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	logger.Info("Bound pods to node", "pods", bound, "handedOff", handedOff, "node", node.Name)
-	c.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", bound, node.Name, handedOff))
+	klog.FromContext(ctx).Info("Bound pods to node", "pods", pass.bound, "handedOff", pass.handedOff, "node", node.Name)
+	i.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", pass.bound, node.Name, pass.handedOff))
 	return reconcile.Result{}, nil
 }
 

@@ -105,7 +105,7 @@ func TestNodeWaitsOnlyForTheExtendedResourcesItsPodsRequest(t *testing.T) {
 }
 
 // TestUninitialisedNodeHoldsItsPodsUntilTheDeadline: while the cloud
-// controller manager has not initialised the node, initialize binds
+// controller manager has not initialised the node, initialization binds
 // nothing and leaves the pods nominated (the bind gate would refuse them
 // all, and the refusals would send them to a second node); past the
 // initialization deadline the claim is given up.
@@ -120,7 +120,7 @@ func TestUninitialisedNodeHoldsItsPodsUntilTheDeadline(t *testing.T) {
 	s := newSteps(t, nc, node, pod)
 	s.now = registered.Add(30 * time.Second)
 
-	res, err := s.c.initialize(ctx, s.get(t, nc))
+	res, err := s.c.initializer.reconcile(ctx, s.get(t, nc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestUninitialisedNodeHoldsItsPodsUntilTheDeadline(t *testing.T) {
 	}
 
 	s.now = registered.Add(time.Minute + time.Second) // InitializationTTL is a minute
-	if _, err := s.c.initialize(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.initializer.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); err == nil {
