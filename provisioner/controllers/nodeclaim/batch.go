@@ -84,7 +84,7 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 	now := c.now()
 	for i := range claims.Items {
 		k := &claims.Items[i]
-		if !c.idleInBatchOf(k, nc, now) {
+		if !idleInBatchOf(k, nc, now, c.opts.BatchIdle) {
 			continue
 		}
 		last := lastNomination(k)
@@ -101,11 +101,11 @@ func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim)
 
 // idleInBatchOf says whether k is an open claim of nc's batch (its pool,
 // group, not a replacement, not going) that has taken no nomination for
-// half the idle window: one that closes with nc.
-func (c *Controller) idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time) bool {
+// half the idle window (batchIdle): one that closes with nc.
+func idleInBatchOf(k, nc *v1alpha1.NodeClaim, now time.Time, batchIdle time.Duration) bool {
 	return k.UID != nc.UID && (k.Status.Phase == "" || k.Status.Phase == v1alpha1.NodeClaimNominating) && k.DeletionTimestamp.IsZero() &&
 		k.Annotations[v1alpha1.AnnotationReplaces] == "" && k.Spec.NodePool == nc.Spec.NodePool && batchKeyOf(k) == batchKeyOf(nc) &&
-		now.Sub(lastNomination(k)) >= c.opts.BatchIdle/2
+		now.Sub(lastNomination(k)) >= batchIdle/2
 }
 
 // schedulerAhead says whether more pods are seen nominated to an open

@@ -111,8 +111,8 @@ type Controller struct {
 	cloud  cloudprovider.CloudProvider
 	limits *limits.Ledger
 	opts   Options
-	packer packer
 
+	repacker    *repacker
 	registrar   *registrar
 	initializer *initializer
 	terminator  *terminator
@@ -130,10 +130,12 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 		ledger = limits.NewLedger(kube, cloud)
 	}
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
-	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts, packer: newPacker()}
+	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts}
+	packs := newPackMemory()
+	c.repacker = &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}
 	c.registrar = &registrar{base: b, cloud: cloud, ttl: opts.RegistrationTTL}
 	c.initializer = &initializer{base: b, pods: cs, gate: opts.Gate, ttl: opts.InitializationTTL}
-	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: &c.packer, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
+	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: packs, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
 	return c
 }
 

@@ -95,7 +95,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 	}
 	// Not before its batch is repacked (pack.go).
-	if ok, res, err := c.mayLaunch(ctx, nc); !ok {
+	if ok, res, err := c.repacker.mayLaunch(ctx, nc); !ok {
 		return res, err
 	}
 	// The hard ceiling: only offers that keep the pool within its limits,

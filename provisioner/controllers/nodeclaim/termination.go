@@ -38,7 +38,7 @@ type terminator struct {
 	cloud  cloudprovider.CloudProvider
 	limits *limits.Ledger
 	// packs is what repacks remember of the claim, forgotten with it.
-	packs *packer
+	packs *packMemory
 	// nodeMonitorGrace is Options.NodeMonitorGracePeriod.
 	nodeMonitorGrace time.Duration
 	// refusedEvictions: when each pod's refused eviction, and each
