@@ -112,7 +112,7 @@ type Controller struct {
 	limits *limits.Ledger
 	opts   Options
 
-	repacker    *repacker
+	launcher    *launcher
 	registrar   *registrar
 	initializer *initializer
 	terminator  *terminator
@@ -132,7 +132,8 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
 	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts}
 	packs := newPackMemory()
-	c.repacker = &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}
+	repacker := &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}
+	c.launcher = &launcher{base: b, cloud: cloud, limits: ledger, repacker: repacker, launchTTL: opts.LaunchTTL, registrationTTL: opts.RegistrationTTL}
 	c.registrar = &registrar{base: b, cloud: cloud, ttl: opts.RegistrationTTL}
 	c.initializer = &initializer{base: b, pods: cs, gate: opts.Gate, ttl: opts.InitializationTTL}
 	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: packs, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
@@ -178,7 +179,7 @@ func (c *Controller) reconcileLaunch(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))
-	res, err := c.launch(ctx, &nc)
+	res, err := c.launcher.reconcile(ctx, &nc)
 	if apierrors.IsConflict(err) {
 		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil
@@ -255,7 +256,7 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		if c.opts.LaunchWorkers > 0 {
 			return reconcile.Result{}, nil // reconcileLaunch's
 		}
-		return c.launch(ctx, nc)
+		return c.launcher.reconcile(ctx, nc)
 	case v1alpha1.NodeClaimLaunched:
 		return c.registrar.reconcile(ctx, nc)
 	case v1alpha1.NodeClaimRegistered:

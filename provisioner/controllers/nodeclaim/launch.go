@@ -28,8 +28,8 @@ import (
 // offers are the claim's offerings that meet its requirements (its open
 // instance types, its zone and capacity type), from the pool's catalog,
 // less those marked unavailable since, cheapest first.
-func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
-	types, err := cluster.InstanceTypesOf(ctx, c.kube, nc.Spec.NodePool)
+func (l *launcher) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
+	types, err := cluster.InstanceTypesOf(ctx, l.kube, nc.Spec.NodePool)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (c *Controller) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]clou
 		return nil, fmt.Errorf("offers of nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	return slices.DeleteFunc(offers, func(o cloudprovider.Offer) bool {
-		gone, _ := c.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType)
+		gone, _ := l.unavailable.Unavailable(o.InstanceType.Name, o.Zone, o.CapacityType)
 		return gone
 	}), nil
 }
@@ -60,109 +60,143 @@ func minValuesUnmet(nc *v1alpha1.NodeClaim, offers []cloudprovider.Offer) string
 	return nodeshape.MinValuesUnmet(nodeshape.ForClaim(nc), nc.Spec.Requirements, types, offers[0].Zone, offers[0].CapacityType)
 }
 
-// launch creates the instance; Create is idempotent per claim UID, so a
-// crash between Create and the status update launches nothing twice.
-// Not split yet: issue #45 turns the claim's lifecycle into steps, this
-// one among them.
-func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	logger := klog.FromContext(ctx)
+// launcher launches the instance of a closed claim, once its batch is
+// repacked, within its pool's limits.
+type launcher struct {
+	base
+	cloud    cloudprovider.CloudProvider
+	limits   *limits.Ledger
+	repacker *repacker
+	// launchTTL is Options.LaunchTTL: a claim not launched by then is
+	// given up. registrationTTL is Options.RegistrationTTL: a claim
+	// whose launch the cloud denied is deleted after it.
+	launchTTL, registrationTTL time.Duration
+}
+
+// reconcile creates the instance; Create is idempotent per claim UID, so
+// a crash between Create and the status update launches nothing twice.
+func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
-		return c.expireRefused(ctx, nc)
+		return l.expireRefused(ctx, nc)
 	}
 	var pool v1alpha1.NodePool
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
+	if err := l.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return c.refuseOutsidePool(ctx, nc, "Launched", "Launch", err)
+		return l.refuseOutsidePool(ctx, nc, "Launched", "Launch", err)
 	}
-	offers, err := c.offers(ctx, nc)
+	offers, err := l.offers(ctx, nc)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if age := c.now().Sub(nc.CreationTimestamp.Time); age > c.opts.LaunchTTL && len(offers) > 0 {
+	if age := l.now().Sub(nc.CreationTimestamp.Time); age > l.launchTTL && len(offers) > 0 {
 		// An instance whose launch answer was lost is collected as an
 		// orphan once the claim is gone.
-		return c.giveUp(ctx, nc, "LaunchTimeout", "Launch", fmt.Sprintf("not launched within %s of being made", c.opts.LaunchTTL), offers...)
+		return l.giveUp(ctx, nc, "LaunchTimeout", "Launch", fmt.Sprintf("not launched within %s of being made", l.launchTTL), offers...)
 	}
 	if len(offers) == 0 {
-		// Its pods get a new claim elsewhere: the scheduler plugin retries
-		// them when the claim goes, with these offerings now unavailable.
-		logger.Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
-		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
-		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
-		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
-		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		return l.noOptions(ctx, nc)
 	}
 	// Not before its batch is repacked (pack.go).
-	if ok, res, err := c.repacker.mayLaunch(ctx, nc); !ok {
+	if ok, res, err := l.repacker.mayLaunch(ctx, nc); !ok {
 		return res, err
 	}
 	// The hard ceiling: only offers that keep the pool within its limits,
 	// counting every launched and in-flight claim, even at the largest
 	// offer the cloud may fall back to.
-	if offers, err = c.limits.Reserve(ctx, &pool, nc, offers); err != nil {
+	if offers, err = l.limits.Reserve(ctx, &pool, nc, offers); err != nil {
 		var exceeded *limits.ExceededError
 		if !errors.As(err, &exceeded) {
 			return reconcile.Result{}, err
 		}
-		return c.refuseForLimits(ctx, nc, exceeded)
+		return l.refuseForLimits(ctx, nc, exceeded)
 	}
 	if why := minValuesUnmet(nc, offers); why != "" {
-		// Fewer options than the pool holds launches to: its pods get a
-		// claim that keeps them, with the offerings available now.
-		c.limits.Release(nc.UID)
-		logger.Info("Deleting nodeclaim: its available options no longer keep the pool's minValues", "why", why)
-		c.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", why+"; not launched, the pods will get another claim")
-		c.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
-		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "MinValues").Inc()
-		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		return l.refuseForMinValues(ctx, nc, why)
 	}
-	if err := c.stampNodeClass(ctx, nc); err != nil {
-		c.limits.Release(nc.UID)
+	if err := l.stampNodeClass(ctx, nc); err != nil {
+		l.limits.Release(nc.UID)
 		return reconcile.Result{}, err
 	}
-	in, err := c.cloud.Create(ctx, cloudprovider.Launch{
+	in, err := l.cloud.Create(ctx, cloudprovider.Launch{
 		NodeClaim: nc.Name, ClaimUID: string(nc.UID), NodePool: pool.Name, Template: nodeshape.ForClaim(nc),
 		NodeClass: nc.Spec.NodeClassRef, Offers: offers, Requests: nc.Spec.Resources.Requests,
 	})
 	if err != nil {
-		// A capacity error, a denial or a class not ready launched nothing:
-		// the reservation goes. Any other error (a timeout, a 5xx) may
-		// have launched an instance whose answer was lost, so it keeps
-		// counting until the retry's idempotent Create settles it.
-		reason := "LaunchFailed"
-		var ice *cloudprovider.InsufficientCapacityError
-		var notReady *cloudprovider.NodeClassNotReadyError
-		if errors.As(err, &ice) || errors.As(err, &notReady) || cloudprovider.IsAccessDenied(err) {
-			c.limits.Release(nc.UID)
-		}
-		if errors.As(err, &ice) {
-			reason = "InsufficientCapacity"
-			c.unavailable.Mark(ice.Offers...)
-			logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
-			metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-			c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
-			//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
-			return reconcile.Result{Requeue: true}, nil
-		}
-		if cloudprovider.IsAccessDenied(err) {
-			return c.refuse(ctx, nc, err)
-		}
-		if errors.As(err, &notReady) {
-			logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
-			c.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
-			return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
-		}
-		logger.Error(err, "Launching instance failed; will retry", "offers", len(offers))
-		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-		c.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
-		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+		return l.createFailed(ctx, nc, len(offers), err)
 	}
+	return l.launched(ctx, nc, in)
+}
+
+// noOptions deletes a claim none of whose instance type options is
+// available. Its pods get a new claim elsewhere: the scheduler plugin
+// retries them when the claim goes, with these offerings now unavailable.
+func (l *launcher) noOptions(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	klog.FromContext(ctx).Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+	l.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
+}
+
+// refuseForMinValues deletes a claim whose available options are fewer
+// than its pool's minValues: fewer options than the pool holds launches
+// to. Its pods get a claim that keeps them, with the offerings available
+// now.
+func (l *launcher) refuseForMinValues(ctx context.Context, nc *v1alpha1.NodeClaim, why string) (reconcile.Result, error) {
+	l.limits.Release(nc.UID)
+	klog.FromContext(ctx).Info("Deleting nodeclaim: its available options no longer keep the pool's minValues", "why", why)
+	l.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", why+"; not launched, the pods will get another claim")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "MinValues").Inc()
+	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
+}
+
+// createFailed handles a Create of offers offerings that failed. A
+// capacity error, a denial or a class not ready launched nothing: the
+// reservation goes. Any other error (a timeout, a 5xx) may have launched
+// an instance whose answer was lost, so it keeps counting until the
+// retry's idempotent Create settles it.
+func (l *launcher) createFailed(ctx context.Context, nc *v1alpha1.NodeClaim, offers int, err error) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	reason := "LaunchFailed"
+	var ice *cloudprovider.InsufficientCapacityError
+	var notReady *cloudprovider.NodeClassNotReadyError
+	if errors.As(err, &ice) || errors.As(err, &notReady) || cloudprovider.IsAccessDenied(err) {
+		l.limits.Release(nc.UID)
+	}
+	if errors.As(err, &ice) {
+		reason = "InsufficientCapacity"
+		l.unavailable.Mark(ice.Offers...)
+		logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
+		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+		l.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
+		return reconcile.Result{Requeue: true}, nil
+	}
+	if cloudprovider.IsAccessDenied(err) {
+		return l.refuse(ctx, nc, err)
+	}
+	if errors.As(err, &notReady) {
+		logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
+		l.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
+		return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
+	}
+	logger.Error(err, "Launching instance failed; will retry", "offers", offers)
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
+	l.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// launched records the instance launched for the claim: the claim is
+// Launched, with what the cloud launched.
+func (l *launcher) launched(ctx context.Context, nc *v1alpha1.NodeClaim, in *cloudprovider.Instance) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
 	crashpoint.Hit(crashpoint.AfterCreate)
-	c.limits.Launched(nc.UID, in)
+	l.limits.Launched(nc.UID, in)
 	if len(in.Refused) > 0 {
-		c.unavailable.Mark(in.Refused...)
+		l.unavailable.Mark(in.Refused...)
 		logger.Info("Cheaper options had no capacity; marked them unavailable", "refused", len(in.Refused))
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimLaunched
@@ -172,7 +206,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	nc.Status.Price = strconv.FormatFloat(in.Price, 'f', -1, 64)
 	nc.Status.ImageID = in.ImageID
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
 	crashpoint.Hit(crashpoint.AfterLaunchStatus)
@@ -184,7 +218,7 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	// what this one says, at a request a pod, when the API server is
 	// busiest. Failures still go on every pod (podEvents), as they change
 	// what happens to it.
-	c.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
+	l.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
@@ -194,17 +228,17 @@ func (c *Controller) launch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 // is deleted unlaunched, with Events saying which limit, and its pods go
 // back to the scheduler, whose forecast then refuses them with the same
 // reason until capacity is freed.
-func (c *Controller) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, exceeded *limits.ExceededError) (reconcile.Result, error) {
+func (l *launcher) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, exceeded *limits.ExceededError) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
 	if exceeded.InFlight {
 		logger.V(2).Info("Waiting for the pool's in-flight launches before checking its limits again", "reason", exceeded.Reason)
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	logger.Info("Deleting nodeclaim: launching it would pass the pool's limits", "reason", exceeded.Reason)
-	c.event(nc, corev1.EventTypeWarning, "LimitReached", "Launch", exceeded.Error()+"; not launched")
-	c.podEvents(ctx, nc, corev1.EventTypeWarning, "LimitReached", "Launch", fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
+	l.event(nc, corev1.EventTypeWarning, "LimitReached", "Launch", exceeded.Error()+"; not launched")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LimitReached", "Launch", fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "LimitReached").Inc()
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 
 // reasonAccessDenied marks a claim whose launch the cloud refused for lack
@@ -216,30 +250,30 @@ const reasonAccessDenied = "AccessDenied"
 // retried: it says why in its Launched condition and in Events on itself
 // and its pods, and is deleted after the registration TTL so that its pods
 // get a fresh claim, which tries once more.
-func (c *Controller) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
-	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", c.opts.RegistrationTTL)
+func (l *launcher) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
+	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", l.registrationTTL)
 	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
 	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
-	if err := c.kube.Status().Update(ctx, nc); err != nil {
+	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, c.opts.RegistrationTTL)
-	c.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
-	c.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)
-	return c.expireRefused(ctx, nc)
+	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, l.registrationTTL)
+	l.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)
+	return l.expireRefused(ctx, nc)
 }
 
 // expireRefused deletes a refused claim once the registration TTL has
 // passed since the refusal.
-func (c *Controller) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+func (l *launcher) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	cond := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
-	left := c.opts.RegistrationTTL - c.now().Sub(cond.LastTransitionTime.Time)
+	left := l.registrationTTL - l.now().Sub(cond.LastTransitionTime.Time)
 	if left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
-	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", c.opts.RegistrationTTL)
+	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", l.registrationTTL)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
-	return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 
 // launchedOffer is the offering the claim's instance was launched from.
@@ -254,8 +288,8 @@ func launchedOffer(nc *v1alpha1.NodeClaim) cloudprovider.Offer {
 // meanwhile makes the node look drifted, the safe mistake, never the
 // other way round. A class missing or of a kind not served is not
 // stamped; Create says what is wrong with it.
-func (c *Controller) stampNodeClass(ctx context.Context, nc *v1alpha1.NodeClaim) error {
-	hash, served, err := cloudprovider.NodeClassHash(ctx, c.kube, c.cloud.NodeClasses(), nc.Spec.NodeClassRef)
+func (l *launcher) stampNodeClass(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	hash, served, err := cloudprovider.NodeClassHash(ctx, l.kube, l.cloud.NodeClasses(), nc.Spec.NodeClassRef)
 	if apierrors.IsNotFound(err) || !served {
 		return nil
 	}
@@ -270,7 +304,7 @@ func (c *Controller) stampNodeClass(ctx context.Context, nc *v1alpha1.NodeClaim)
 		nc.Annotations = map[string]string{}
 	}
 	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = hash
-	if err := c.kube.Patch(ctx, nc, client.MergeFrom(before)); err != nil {
+	if err := l.kube.Patch(ctx, nc, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("stamping nodeclaim %s with its node class's hash: %w", nc.Name, err)
 	}
 	return nil

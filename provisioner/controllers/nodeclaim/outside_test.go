@@ -87,7 +87,7 @@ func TestAClaimOutsideItsPoolIsNotLaunched(t *testing.T) {
 			if tc.editPool != nil {
 				s.editPool(t, tc.editPool)
 			}
-			if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+			if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 				t.Fatal(err)
 			}
 			if tc.field == "" {

@@ -105,7 +105,7 @@ func (s *steps) podsOn(t *testing.T) map[string]int {
 func TestRepackMovesPodsAndLaunchesOnlyThePlan(t *testing.T) {
 	ctx := context.Background()
 	s, a, b := packSteps(t)
-	if _, err := s.c.launch(ctx, a); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.cloud.Creates(); n != 0 {
@@ -138,10 +138,10 @@ func TestRepackMovesPodsAndLaunchesOnlyThePlan(t *testing.T) {
 		t.Errorf("kept claim may launch %v with %d pods; want large alone, 2 pods", its, kept.Spec.NominatedPods)
 	}
 	// The deleted claim, as a cache that lags would still show it.
-	if _, err := s.c.launch(ctx, gone); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.launch(ctx, kept); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, kept); err != nil {
 		t.Fatal(err)
 	}
 	in, err := s.cloud.List(ctx)
@@ -171,7 +171,7 @@ func TestRepackFinishesAPlanLeftUnfinished(t *testing.T) {
 	if err := s.kube.Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(a), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
@@ -245,7 +245,7 @@ func TestClaimARepackEmptiedNeverLaunches(t *testing.T) {
 			if err := s.kube.Update(ctx, a); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+			if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.kube.Get(ctx, client.ObjectKeyFromObject(a), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
@@ -271,14 +271,14 @@ func TestClaimAloneShrinksToTheTypeItsPodsNeed(t *testing.T) {
 	if err := s.kube.Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 		t.Fatal(err)
 	}
 	got := s.get(t, a)
 	if !isPacked(got) || instanceTypes(got)[0] != "small" {
 		t.Fatalf("packed %v, instance types %v; want packed, small first", isPacked(got), instanceTypes(got))
 	}
-	if _, err := s.c.launch(ctx, got); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, got); err != nil {
 		t.Fatal(err)
 	}
 	if in, err := s.cloud.List(ctx); err != nil || len(in) != 1 || in[0].InstanceType != "small" {
@@ -309,7 +309,7 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 	t.Run("the other closes", func(t *testing.T) {
 		s, a, b := packSteps(t)
 		reopen(s, b)
-		res, err := s.c.launch(ctx, s.get(t, a))
+		res, err := s.c.launcher.reconcile(ctx, s.get(t, a))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.now = s.now.Add(100 * time.Millisecond)
-		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+		if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 			t.Fatal(err)
 		}
 		if on := s.podsOn(t); on[a.Name]+on[b.Name] != 2 || on[a.Name] != 2 && on[b.Name] != 2 {
@@ -333,11 +333,11 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 	t.Run("the other never closes", func(t *testing.T) {
 		s, a, b := packSteps(t)
 		reopen(s, b)
-		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+		if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 			t.Fatal(err)
 		}
 		s.now = s.now.Add(closingWait)
-		if _, err := s.c.launch(ctx, s.get(t, a)); err != nil {
+		if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 			t.Fatal(err)
 		}
 		cond := meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked)
@@ -358,7 +358,7 @@ func TestRepackLeavesOutAClaimOutsideItsPool(t *testing.T) {
 	if err := s.kube.Update(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.launch(ctx, a); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if on := s.podsOn(t); on[a.Name] != 1 || on[b.Name] != 1 {

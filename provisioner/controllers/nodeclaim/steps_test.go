@@ -183,7 +183,7 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	nc := claim(v1alpha1.NodeClaimLaunching)
 	s := newSteps(t, nc)
 	s.cloud.SetCapacity("small", false)
-	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	got := s.get(t, nc)
@@ -193,7 +193,7 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	if gone, _ := s.unavailable.Unavailable("small", "zone-a", "spot"); !gone {
 		t.Error("the offering with no capacity was not marked unavailable")
 	}
-	offers, err := s.c.offers(ctx, got)
+	offers, err := s.c.launcher.offers(ctx, got)
 	if err != nil || len(offers) != 1 || offers[0].InstanceType.Name != "large" {
 		t.Errorf("offers after the mark: %v (err %v); want only large", offers, err)
 	}
@@ -241,7 +241,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 	nc.Spec.Requirements[0].MinValues = &two
 	s := newSteps(t, nc)
 	s.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
-	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(nc), &v1alpha1.NodeClaim{}); !apierrors.IsNotFound(err) {
@@ -264,7 +264,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 	nc = claim(v1alpha1.NodeClaimLaunching)
 	nc.Spec.Requirements[0].MinValues = &two
 	s = newSteps(t, nc)
-	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.get(t, nc); got.Status.Phase != v1alpha1.NodeClaimLaunched {
@@ -433,7 +433,7 @@ func TestLaunchStampsTheNodeClassHash(t *testing.T) {
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
 	s := newSteps(t, nc, class)
 	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.Spec.NodeClassRef = nc.Spec.NodeClassRef })
-	if _, err := s.c.launch(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	got := s.get(t, nc)
