@@ -14,31 +14,42 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
-// closeWhenBatched closes the claim to nominations once the batch window
-// has passed: no new nomination for BatchIdle, or open for BatchMax. The
+// batcher closes an open claim to nominations once its batch window has
+// passed, and with it the idle claims of its batch when they are repacked
+// together before launch.
+type batcher struct {
+	base
+	// batchIdle and batchMax are the Options of those names.
+	batchIdle, batchMax time.Duration
+	// repacking says whether a batch is repacked (Options.Repack is set).
+	repacking bool
+}
+
+// reconcile closes the claim to nominations once the batch window has
+// passed: no new nomination for BatchIdle, or open for BatchMax. The
 // status update carries the resourceVersion read, so a nomination the
 // scheduler writes meanwhile makes it fail and the window is judged again.
-func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	// A replacement for a node being disrupted has no nominated pods:
 	// the pods come when that node is drained, once this one is up.
 	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != ""
-	now := c.now()
+	now := b.now()
 	idle, open := now.Sub(lastNomination(nc)), now.Sub(nc.CreationTimestamp.Time)
-	if idle < c.opts.BatchIdle && open < c.opts.BatchMax && !replacement {
-		return reconcile.Result{RequeueAfter: min(c.opts.BatchIdle-idle, c.opts.BatchMax-open)}, nil
+	if idle < b.batchIdle && open < b.batchMax && !replacement {
+		return reconcile.Result{RequeueAfter: min(b.batchIdle-idle, b.batchMax-open)}, nil
 	}
-	pods, err := c.nominatedPods(ctx, nc.Name)
+	pods, err := b.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if ahead := schedulerAhead(nc, len(pods)); ahead && open < c.opts.BatchMax && !replacement {
+	if ahead := schedulerAhead(nc, len(pods)); ahead && open < b.batchMax && !replacement {
 		// More pods name the claim than the scheduler's last write
 		// counts: it has nominated since, and its next write (every
 		// 200 ms) brings the spec that holds them. Closing now would
 		// launch for the spec without them.
-		return reconcile.Result{RequeueAfter: c.opts.BatchIdle / 4}, nil
+		return reconcile.Result{RequeueAfter: b.batchIdle / 4}, nil
 	}
-	if behind := schedulerBehind(nc, len(pods)); behind && open < c.opts.BatchMax && !replacement {
+	if behind := schedulerBehind(nc, len(pods)); behind && open < b.batchMax && !replacement {
 		// The claim counts pods none of which is seen naming it yet:
 		// the scheduler wrote the claim before those pods' nominations
 		// reached this cache. With SchedulerAsyncAPICalls the scheduler
@@ -47,19 +58,19 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 		// come first. Deleting it now would undo the nominations on
 		// their way; a claim whose pods are really gone is deleted once
 		// it has been open BatchMax.
-		return reconcile.Result{RequeueAfter: c.opts.BatchIdle / 4}, nil
+		return reconcile.Result{RequeueAfter: b.batchIdle / 4}, nil
 	}
 	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
-		c.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
-		return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
+		b.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
+		return reconcile.Result{}, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 	}
-	if err := c.closeClaim(ctx, nc); err != nil {
+	if err := b.closeClaim(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !replacement && c.opts.Repack != nil {
-		c.closeWithBatch(ctx, nc)
+	if !replacement && b.repacking {
+		b.closeWithBatch(ctx, nc)
 	}
 	if replacement {
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
@@ -75,24 +86,24 @@ func (c *Controller) closeWhenBatched(ctx context.Context, nc *v1alpha1.NodeClai
 // are the batch nc is repacked with before launch. A claim still being
 // filled stays open. A claim that cannot be closed now (the scheduler
 // wrote to it meanwhile) is left to its own window.
-func (c *Controller) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim) {
+func (b *batcher) closeWithBatch(ctx context.Context, nc *v1alpha1.NodeClaim) {
 	var claims v1alpha1.NodeClaimList
-	if err := c.kube.List(ctx, &claims, client.MatchingFields{indexClaimPool: nc.Spec.NodePool}); err != nil {
+	if err := b.kube.List(ctx, &claims, client.MatchingFields{indexClaimPool: nc.Spec.NodePool}); err != nil {
 		klog.FromContext(ctx).Error(err, "Listing the claims of the batch; closing this one alone")
 		return
 	}
-	now := c.now()
+	now := b.now()
 	for i := range claims.Items {
 		k := &claims.Items[i]
-		if !idleInBatchOf(k, nc, now, c.opts.BatchIdle) {
+		if !idleInBatchOf(k, nc, now, b.batchIdle) {
 			continue
 		}
 		last := lastNomination(k)
-		pods, err := c.nominatedPods(ctx, k.Name)
+		pods, err := b.nominatedPods(ctx, k.Name)
 		if err != nil || len(pods) == 0 || schedulerAhead(k, len(pods)) {
 			continue // its own window deletes it when its pods are gone, or closes it once written
 		}
-		if err := c.closeClaim(ctx, k); err != nil {
+		if err := b.closeClaim(ctx, k); err != nil {
 			continue
 		}
 		klog.FromContext(ctx).Info("Closed nodeclaim with its batch", "nodeClaim", k.Name, "batchOf", nc.Name, "pods", len(pods), "idle", now.Sub(last).Round(time.Millisecond))
@@ -139,10 +150,10 @@ func lastNomination(nc *v1alpha1.NodeClaim) time.Time {
 // closeClaim closes the claim to nominations (phase Launching), with the
 // termination finalizer on first. The status update carries the
 // resourceVersion read: a nomination written meanwhile makes it fail.
-func (c *Controller) closeClaim(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+func (b *batcher) closeClaim(ctx context.Context, nc *v1alpha1.NodeClaim) error {
 	if !controllerutil.ContainsFinalizer(nc, v1alpha1.FinalizerTermination) {
 		controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
-		if err := c.kube.Update(ctx, nc); err != nil {
+		if err := b.kube.Update(ctx, nc); err != nil {
 			return err
 		}
 	}
@@ -152,5 +163,5 @@ func (c *Controller) closeClaim(ctx context.Context, nc *v1alpha1.NodeClaim) err
 		// requirement lists the types still open.
 		nc.Status.InstanceTypeOptions = int32(len(instanceTypes(nc)))
 	}
-	return c.kube.Status().Update(ctx, nc)
+	return b.kube.Status().Update(ctx, nc)
 }

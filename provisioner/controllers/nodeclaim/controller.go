@@ -104,14 +104,14 @@ type Gate interface {
 	Session(node *corev1.Node, onNode []*corev1.Pod) (*simulator.GateSession, error)
 }
 
-// Controller reconciles NodeClaims.
+// Controller reconciles NodeClaims: each claim is handed to the step its
+// phase is at (step), a type of its own each, holding what it uses.
 type Controller struct {
 	base
-	pods   kubernetes.Interface // for the Binding API
-	cloud  cloudprovider.CloudProvider
-	limits *limits.Ledger
-	opts   Options
+	// workers and launchWorkers are the Options of those names.
+	workers, launchWorkers int
 
+	batcher     *batcher
 	launcher    *launcher
 	registrar   *registrar
 	initializer *initializer
@@ -130,7 +130,8 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 		ledger = limits.NewLedger(kube, cloud)
 	}
 	b := base{kube: kube, recorder: recorder, unavailable: unavailable, now: now}
-	c := &Controller{base: b, pods: cs, cloud: cloud, limits: ledger, opts: opts}
+	c := &Controller{base: b, workers: opts.Workers, launchWorkers: opts.LaunchWorkers}
+	c.batcher = &batcher{base: b, batchIdle: opts.BatchIdle, batchMax: opts.BatchMax, repacking: opts.Repack != nil}
 	packs := newPackMemory()
 	repacker := &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}
 	c.launcher = &launcher{base: b, cloud: cloud, limits: ledger, repacker: repacker, launchTTL: opts.LaunchTTL, registrationTTL: opts.RegistrationTTL}
@@ -148,19 +149,19 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.lifecycle").
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.opts.Workers)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.workers)}).
 		For(&v1alpha1.NodeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(c.kube)))
 	if err := b.Complete(c); err != nil {
 		return err
 	}
-	if c.opts.LaunchWorkers == 0 {
+	if c.launchWorkers == 0 {
 		return nil
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.launch").
-		WithOptions(controller.Options{MaxConcurrentReconciles: c.opts.LaunchWorkers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: c.launchWorkers}).
 		For(&v1alpha1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.(*v1alpha1.NodeClaim).Status.Phase == v1alpha1.NodeClaimLaunching
 		}))).
@@ -251,9 +252,9 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	}
 	switch nc.Status.Phase {
 	case "", v1alpha1.NodeClaimNominating:
-		return c.closeWhenBatched(ctx, nc)
+		return c.batcher.reconcile(ctx, nc)
 	case v1alpha1.NodeClaimLaunching:
-		if c.opts.LaunchWorkers > 0 {
+		if c.launchWorkers > 0 {
 			return reconcile.Result{}, nil // reconcileLaunch's
 		}
 		return c.launcher.reconcile(ctx, nc)

@@ -218,7 +218,7 @@ func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, claims[0])); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, claims[0])); err != nil {
 		t.Fatal(err)
 	}
 	want := []v1alpha1.NodeClaimPhase{v1alpha1.NodeClaimLaunching, v1alpha1.NodeClaimLaunching, v1alpha1.NodeClaimNominating, v1alpha1.NodeClaimNominating}

@@ -150,12 +150,12 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 	if err := s.kube.Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	res, err := s.c.batcher.reconcile(ctx, s.get(t, nc))
 	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
 		t.Fatalf("closed within the batch window: %v %v, phase %s", res, err, s.get(t, nc).Status.Phase)
 	}
 	s.now = s.now.Add(1100 * time.Millisecond)
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	got := s.get(t, nc)
@@ -167,7 +167,7 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 	empty.Name, empty.UID = "pool-empty", "uid-2"
 	s = newSteps(t, empty)
 	s.now = s.now.Add(time.Minute)
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, empty)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, empty)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(empty), &v1alpha1.NodeClaim{}); err == nil {
@@ -650,7 +650,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(1100 * time.Millisecond)
-	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	res, err := s.c.batcher.reconcile(ctx, s.get(t, nc))
 	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
 		t.Fatalf("closed with 2 pods seen and 1 written: %v %v, phase %s", res, err, s.get(t, nc).Status.Phase)
 	}
@@ -659,7 +659,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 	if err := s.kube.Update(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if phase := s.get(t, nc).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
@@ -674,7 +674,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(time.Minute) // past the batch's longest window
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, late)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, late)); err != nil {
 		t.Fatal(err)
 	}
 	if phase := s.get(t, late).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
@@ -698,14 +698,14 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = s.now.Add(1100 * time.Millisecond)
-	res, err := s.c.closeWhenBatched(ctx, s.get(t, nc))
+	res, err := s.c.batcher.reconcile(ctx, s.get(t, nc))
 	if err != nil || res.RequeueAfter <= 0 || s.get(t, nc).Status.Phase != v1alpha1.NodeClaimNominating {
 		t.Fatalf("counting 2 pods with none seen: %v %v, phase %s; want it left open", res, err, s.get(t, nc).Status.Phase)
 	}
 	if err := s.kube.Create(ctx, nominated("a", nc.Name)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, nc)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
 	}
 	if phase := s.get(t, nc).Status.Phase; phase != v1alpha1.NodeClaimLaunching {
@@ -721,7 +721,7 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = gone.CreationTimestamp.Add(s.opts.BatchMax)
-	if _, err := s.c.closeWhenBatched(ctx, s.get(t, gone)); err != nil {
+	if _, err := s.c.batcher.reconcile(ctx, s.get(t, gone)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(gone), &v1alpha1.NodeClaim{}); err == nil {
