@@ -133,8 +133,8 @@ func newController(kube client.Client, cs kubernetes.Interface, cloud cloudprovi
 	c := &Controller{base: b, workers: opts.Workers, launchWorkers: opts.LaunchWorkers}
 	c.batcher = &batcher{base: b, batchIdle: opts.BatchIdle, batchMax: opts.BatchMax, repacking: opts.Repack != nil}
 	packs := newPackMemory()
-	repacker := &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}
-	c.launcher = &launcher{base: b, cloud: cloud, limits: ledger, repacker: repacker, launchTTL: opts.LaunchTTL, registrationTTL: opts.RegistrationTTL}
+	c.launcher = &launcher{base: b, cloud: cloud, limits: ledger, launchTTL: opts.LaunchTTL, registrationTTL: opts.RegistrationTTL,
+		repacker: &repacker{base: b, sim: opts.Repack, claims: opts.Claims, batchIdle: opts.BatchIdle, packs: packs}}
 	c.registrar = &registrar{base: b, cloud: cloud, ttl: opts.RegistrationTTL}
 	c.initializer = &initializer{base: b, pods: cs, gate: opts.Gate, ttl: opts.InitializationTTL}
 	c.terminator = &terminator{base: b, pods: cs, cloud: cloud, limits: ledger, packs: packs, nodeMonitorGrace: opts.NodeMonitorGracePeriod}
@@ -216,6 +216,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return res, err
 }
 
+// step moves the claim a step forward: termination once it is being
+// deleted, else the step of its phase.
 func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if !nc.DeletionTimestamp.IsZero() {
 		return c.terminator.reconcile(ctx, nc)

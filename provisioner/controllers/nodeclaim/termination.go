@@ -337,17 +337,17 @@ func repairLimit(nc *v1alpha1.NodeClaim) string {
 // ("repair's drain deadline 2026-11-27T07:00:00Z (an unhealthy node's
 // pods are ...)"), both, or "no drain deadline".
 func drainLimit(nc *v1alpha1.NodeClaim) string {
-	var limits []string
+	var bounds []string
 	if nc.Spec.TerminationGracePeriod != nil {
-		limits = append(limits, "terminationGracePeriod "+nc.Spec.TerminationGracePeriod.Duration.String())
+		bounds = append(bounds, "terminationGracePeriod "+nc.Spec.TerminationGracePeriod.Duration.String())
 	}
 	if _, ok := repairDeadline(nc); ok {
-		limits = append(limits, repairLimit(nc))
+		bounds = append(bounds, repairLimit(nc))
 	}
-	if len(limits) == 0 {
+	if len(bounds) == 0 {
 		return "no drain deadline"
 	}
-	return strings.Join(limits, " and ")
+	return strings.Join(bounds, " and ")
 }
 
 // deadNode says why the claim's node is not drained at all, or "": it is
