@@ -127,7 +127,7 @@ func (i *initializer) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 // waitForNode waits for what the node still lacks before pods may be
 // bound to it, and gives the claim up at the initialization deadline.
 func (i *initializer) waitForNode(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, waiting string) (reconcile.Result, error) {
-	registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+	registered := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionRegistered)
 	if registered != nil && i.now().Sub(registered.LastTransitionTime.Time) > i.ttl {
 		return i.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, i.ttl, waiting), launchedOffer(nc))
 	}
@@ -328,7 +328,7 @@ func (i *initializer) bindPod(ctx context.Context, pass *bindPass, p *corev1.Pod
 // then sent back to the scheduler, each with an Event saying why, so that
 // one pod's trouble never keeps the node from its other pods for good.
 func (i *initializer) sendBackStuck(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, stuck []stuckPod) (reconcile.Result, error) {
-	registered := meta.FindStatusCondition(nc.Status.Conditions, "Registered")
+	registered := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionRegistered)
 	if registered == nil || i.now().Sub(registered.LastTransitionTime.Time) <= i.ttl {
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
@@ -354,7 +354,7 @@ func (i *initializer) initialized(ctx context.Context, nc *v1alpha1.NodeClaim, n
 		}
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimInitialized
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Initialized", Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", pass.bound, pass.handedOff)})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionInitialized, Status: metav1.ConditionTrue, Reason: "Initialized", Message: fmt.Sprintf("%d pods bound, %d handed to the scheduler", pass.bound, pass.handedOff)})
 	if err := i.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}

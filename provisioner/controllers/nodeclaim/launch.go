@@ -76,7 +76,7 @@ type launcher struct {
 // reconcile creates the instance; Create is idempotent per claim UID, so
 // a crash between Create and the status update launches nothing twice.
 func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	if refused := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); refused != nil && refused.Reason == reasonAccessDenied {
+	if refused := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); refused != nil && refused.Reason == reasonAccessDenied {
 		return l.expireRefused(ctx, nc)
 	}
 	var pool v1alpha1.NodePool
@@ -84,7 +84,7 @@ func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return l.refuseOutsidePool(ctx, nc, "Launched", "Launch", err)
+		return l.refuseOutsidePool(ctx, nc, v1alpha1.ConditionLaunched, "Launch", err)
 	}
 	offers, err := l.offers(ctx, nc)
 	if err != nil {
@@ -205,7 +205,7 @@ func (l *launcher) launched(ctx context.Context, nc *v1alpha1.NodeClaim, in *clo
 	nc.Status.InstanceTypeOptions = 1
 	nc.Status.Price = strconv.FormatFloat(in.Price, 'f', -1, 64)
 	nc.Status.ImageID = in.ImageID
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", Message: in.ProviderID})
 	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -253,7 +253,7 @@ const reasonAccessDenied = "AccessDenied"
 func (l *launcher) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
 	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", l.registrationTTL)
 	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
 	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -266,7 +266,7 @@ func (l *launcher) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error
 // expireRefused deletes a refused claim once the registration TTL has
 // passed since the refusal.
 func (l *launcher) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	cond := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
+	cond := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched)
 	left := l.registrationTTL - l.now().Sub(cond.LastTransitionTime.Time)
 	if left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil

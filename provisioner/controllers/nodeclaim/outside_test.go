@@ -116,7 +116,7 @@ func TestAClaimOutsideItsPoolIsNotAdopted(t *testing.T) {
 			nc := claim(v1alpha1.NodeClaimLaunched)
 			controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
 			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
+			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
 			if tc.editClaim != nil {
 				tc.editClaim(nc)
 			}

@@ -45,10 +45,6 @@ import (
 // emptied claim is annotated with where its pods went and deleted, and the
 // staying claims are marked Packed, the plan's claim last.
 
-// conditionPacked is True on a claim its batch's repack has left ready to
-// launch (reason Repacked or Kept).
-const conditionPacked = "Packed"
-
 // maxPlanBytes keeps a plan well inside what an object's annotations may
 // hold (256 KiB); a larger batch launches as it is.
 const maxPlanBytes = 128 << 10
@@ -156,7 +152,7 @@ type packedClaim struct {
 }
 
 func isPacked(nc *v1alpha1.NodeClaim) bool {
-	return meta.IsStatusConditionTrue(nc.Status.Conditions, conditionPacked)
+	return meta.IsStatusConditionTrue(nc.Status.Conditions, v1alpha1.ConditionPacked)
 }
 
 // mayLaunch says whether the claim may launch now, and what to return
@@ -388,7 +384,7 @@ func instanceTypes(nc *v1alpha1.NodeClaim) []string {
 func (r *repacker) unpackable(nc *v1alpha1.NodeClaim, pods int) string {
 	switch {
 	case nc.Status.Phase != v1alpha1.NodeClaimLaunching || !nc.DeletionTimestamp.IsZero() || nc.Status.ProviderID != "" ||
-		meta.FindStatusCondition(nc.Status.Conditions, "Launched") != nil:
+		meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched) != nil:
 		return "it is launching"
 	case isPacked(nc) || r.packs.is(r.packs.done, nc.UID) || r.packs.is(r.packs.emptied, nc.UID) || nc.Annotations[v1alpha1.AnnotationRepackedInto] != "":
 		return "it is packed"
@@ -861,7 +857,7 @@ func (r *repacker) markPlanPacked(ctx context.Context, holder *v1alpha1.NodeClai
 // markPacked sets the claim's Packed condition True (on nc too): it may
 // launch.
 func (r *repacker) markPacked(ctx context.Context, nc *v1alpha1.NodeClaim, reason, message string) error {
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: conditionPacked, Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionPacked, Status: metav1.ConditionTrue, Reason: reason, Message: message})
 	if err := r.kube.Status().Update(ctx, nc); err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func TestRepackMovesPodsAndLaunchesOnlyThePlan(t *testing.T) {
 	if on := s.podsOn(t); on[kept.Name] != 2 {
 		t.Errorf("pods per claim %v; want both on %s", on, kept.Name)
 	}
-	cond := meta.FindStatusCondition(kept.Status.Conditions, conditionPacked)
+	cond := meta.FindStatusCondition(kept.Status.Conditions, v1alpha1.ConditionPacked)
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "Repacked" {
 		t.Errorf("kept claim's Packed condition %+v; want True, Repacked", cond)
 	}
@@ -313,9 +313,9 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.RequeueAfter == 0 || s.cloud.Creates() != 0 || meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked) != nil {
+		if res.RequeueAfter == 0 || s.cloud.Creates() != 0 || meta.FindStatusCondition(s.get(t, a).Status.Conditions, v1alpha1.ConditionPacked) != nil {
 			t.Fatalf("with its batch's other claim closing, the claim was decided (requeue %v, %d creates, Packed %+v); want it to wait",
-				res.RequeueAfter, s.cloud.Creates(), meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked))
+				res.RequeueAfter, s.cloud.Creates(), meta.FindStatusCondition(s.get(t, a).Status.Conditions, v1alpha1.ConditionPacked))
 		}
 		got := s.get(t, b)
 		got.Status.Phase = v1alpha1.NodeClaimLaunching
@@ -340,7 +340,7 @@ func TestClaimWaitsForTheClaimClosingWithIt(t *testing.T) {
 		if _, err := s.c.launcher.reconcile(ctx, s.get(t, a)); err != nil {
 			t.Fatal(err)
 		}
-		cond := meta.FindStatusCondition(s.get(t, a).Status.Conditions, conditionPacked)
+		cond := meta.FindStatusCondition(s.get(t, a).Status.Conditions, v1alpha1.ConditionPacked)
 		if cond == nil || cond.Reason != "Kept" {
 			t.Errorf("after waiting %s the claim's Packed condition is %+v; want it decided alone (Kept)", closingWait, cond)
 		}
@@ -365,7 +365,7 @@ func TestRepackLeavesOutAClaimOutsideItsPool(t *testing.T) {
 		t.Errorf("pods per claim %v; want one on each, as nominated", on)
 	}
 	got := s.get(t, a)
-	if cond := meta.FindStatusCondition(got.Status.Conditions, conditionPacked); cond == nil || cond.Reason != "Kept" {
+	if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPacked); cond == nil || cond.Reason != "Kept" {
 		t.Errorf("the claim within its pool: Packed condition %+v; want True, Kept", cond)
 	}
 	if got.Status.Phase != v1alpha1.NodeClaimLaunched {

@@ -42,7 +42,7 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{}, err
 	}
 	if node == nil {
-		launched := meta.FindStatusCondition(nc.Status.Conditions, "Launched")
+		launched := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched)
 		if launched != nil && r.now().Sub(launched.LastTransitionTime.Time) > r.ttl {
 			// A node that does not join is nearly always the node class's
 			// doing (user data, role, security groups), not the offering's:
@@ -80,7 +80,7 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return r.refuseOutsidePool(ctx, nc, "Registered", "Register", err)
+		return r.refuseOutsidePool(ctx, nc, v1alpha1.ConditionRegistered, "Register", err)
 	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
@@ -97,7 +97,7 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	}
 	nc.Status.Phase = v1alpha1.NodeClaimRegistered
 	nc.Status.NodeName = node.Name
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", Message: node.Name})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionRegistered, Status: metav1.ConditionTrue, Reason: "Registered", Message: node.Name})
 	if err := r.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -166,14 +166,6 @@ func adopt(node *corev1.Node, nc *v1alpha1.NodeClaim, typeLabels map[string]stri
 	return changed
 }
 
-// ConditionNodesRegistering is the node class condition that is False
-// once RegistrationTimeoutsInARow claims of the class in a row had no
-// node register within the registration TTL, naming them, and True again
-// when a node of the class registers. It does not make the class not
-// Ready: it says where to look (the class's user data, role, security
-// groups, the nodes' console output).
-const ConditionNodesRegistering = "NodesRegistering"
-
 // RegistrationTimeoutsInARow is how many registration timeouts of a
 // class's claims in a row make its NodesRegistering condition False.
 const RegistrationTimeoutsInARow = 3
@@ -234,7 +226,7 @@ func (r *registrar) registrationTimedOut(ctx context.Context, nc *v1alpha1.NodeC
 	last := claims[max(0, len(claims)-RegistrationTimeoutsInARow):]
 	msg := fmt.Sprintf("%d nodeclaims in a row had no node register within %s (the last: %s); check the class's user data, role and security groups, and the instances' console output",
 		len(claims), r.ttl, strings.Join(last, ", "))
-	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
+	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: v1alpha1.ConditionNodesRegistering, Status: metav1.ConditionFalse, Reason: "RegistrationTimeouts", Message: msg}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording registration timeouts on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
 	}
 }
@@ -260,10 +252,10 @@ func (r *registrar) classRegistered(ctx context.Context, nc *v1alpha1.NodeClaim)
 	if class == nil || err != nil {
 		return
 	}
-	if conds, err := classConditions(class); err != nil || !meta.IsStatusConditionFalse(conds, ConditionNodesRegistering) {
+	if conds, err := classConditions(class); err != nil || !meta.IsStatusConditionFalse(conds, v1alpha1.ConditionNodesRegistering) {
 		return
 	}
-	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: ConditionNodesRegistering, Status: metav1.ConditionTrue, Reason: "Registered", Message: "node " + nc.Status.NodeName + " registered"}); err != nil {
+	if err := r.setClassCondition(ctx, ref, metav1.Condition{Type: v1alpha1.ConditionNodesRegistering, Status: metav1.ConditionTrue, Reason: "Registered", Message: "node " + nc.Status.NodeName + " registered"}); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording a registration on the node class", "nodeClass", ref.Kind+"/"+ref.Name)
 	}
 }

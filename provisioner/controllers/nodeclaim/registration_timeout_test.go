@@ -42,7 +42,7 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		nc.Name, nc.UID = fmt.Sprintf("pool-timeout-%d", i), types.UID(fmt.Sprintf("uid-timeout-%d", i))
 		nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
 		nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///i-"+nc.Name, "small", "zone-a", "spot"
-		nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
+		nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
 		if err := s.kube.Create(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 		if err := s.kube.Get(ctx, client.ObjectKeyFromObject(class), &got); err != nil {
 			t.Fatal(err)
 		}
-		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionNodesRegistering)
+		cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionNodesRegistering)
 		switch {
 		case i+1 < RegistrationTimeoutsInARow && cond != nil:
 			t.Errorf("after %d timeouts NodesRegistering = %+v, want none yet", i+1, cond)
@@ -100,7 +100,7 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 	nc := claim(v1alpha1.NodeClaimLaunched)
 	nc.Spec.NodeClassRef = ref
 	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///i-late", "small", "zone-b", "spot"
-	nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
+	nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
 	if err := s.kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)
 	}

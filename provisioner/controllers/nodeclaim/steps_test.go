@@ -292,7 +292,7 @@ func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := claim(v1alpha1.NodeClaimLaunched)
 			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
+			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
 			s := newSteps(t, nc, node)
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodeClaims: tc.fleetOf, NodePool: "pool"})
@@ -404,7 +404,7 @@ func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 	nc := claim(v1alpha1.NodeClaimLaunched)
 	nc.Spec.Annotations = map[string]string{"example.com/owner": "then", "example.com/set-at-boot": "claim"}
 	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched"})
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{"example.com/set-at-boot": "node"}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
 	s := newSteps(t, nc, node)
 	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.ObjectMeta.Annotations = nc.Spec.Annotations })
