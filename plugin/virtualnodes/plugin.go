@@ -67,6 +67,10 @@ type VirtualNodes struct {
 	// nodes reads the scheduler's node informer: whether a claim's node
 	// is open (see queue.go). Nil in unit tests without an API server.
 	nodes corelisters.NodeLister
+	// pods reads the scheduler's pod informer: whether a pod the cycle
+	// holds has been bound since it was queued (boundMeanwhile). Nil in
+	// unit tests without an API server.
+	pods corelisters.PodLister
 
 	// book holds the claims and nominations, under its own lock.
 	book *book
@@ -193,6 +197,7 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration, registry frameworkruntim
 		if err != nil {
 			return nil, err
 		}
+		p.pods = h.SharedInformerFactory().Core().V1().Pods().Lister()
 		if err := p.startSync(ctx, h); err != nil {
 			return nil, err
 		}
@@ -250,7 +255,8 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *co
 }
 
 // postFilter is PostFilter's decision, with its result and, for a refused
-// pod, the reason; the result is numResults when the cycle was cancelled.
+// pod, the reason; the result is numResults when there was nothing to
+// decide (the cycle was cancelled, or the pod was bound meanwhile).
 func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
 	logger := klog.FromContext(ctx)
 	// Wait for the rebuild, but never hold the scheduling loop long: a
@@ -289,6 +295,16 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 		case (c.open || node == "" || node == c.name) && !p.openAndRefusing(c):
 			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
 			return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
+		case p.boundMeanwhile(pod):
+			// The provisioner bound the pod after the scheduler took it
+			// from its queue: the cycle's copy is older than the
+			// informer's, and the open node refused a pod that is
+			// already on it. Nothing to decide (a new claim would stay
+			// empty); the bind's event takes the pod off its claim
+			// (podGone). kube-scheduler reads its informer so too before
+			// it queues a failed pod again. Not counted as a decision.
+			logger.V(4).Info("Pod was bound meanwhile; not deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name)
+			return nil, fwk.NewStatus(fwk.Unschedulable, "bound to a node since this scheduling cycle began"), numResults, refusalNone
 		case c.open || node == "" || node == c.name:
 			// The claim's node is up and open, its binding done, and the
 			// scheduler's filters refused the pod on it (PostFilter runs
@@ -372,6 +388,16 @@ func (p *VirtualNodes) openAndRefusing(c *claim) bool {
 		return false
 	}
 	return !p.heldForBinding(c.nodeName)
+}
+
+// boundMeanwhile says whether the scheduler's pod informer has pod bound
+// to a node, though the scheduling cycle's copy is not.
+func (p *VirtualNodes) boundMeanwhile(pod *corev1.Pod) bool {
+	if p.pods == nil || pod.Spec.NodeName != "" {
+		return false
+	}
+	cached, err := p.pods.Pods(pod.Namespace).Get(pod.Name)
+	return err == nil && cached.UID == pod.UID && cached.Spec.NodeName != ""
 }
 
 // heldForBinding: the real node still carries the provisioner's binding

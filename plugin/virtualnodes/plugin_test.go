@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -489,6 +491,53 @@ func TestPodNominatedLateToAnOpenNodeIsDecidedAfresh(t *testing.T) {
 	}
 	if _, ok := first.pods[pod.UID]; ok {
 		t.Error("the pod still counts on its old claim's node")
+	}
+}
+
+// TestPodBoundMeanwhileIsNotDecidedAfresh: the provisioner binds a pod
+// to its claim's node after the scheduler took the pod from its queue;
+// the cycle's copy is not bound, the open node refuses it, and PostFilter
+// runs. The informer has the pod bound: no new claim is made, and the
+// pod stays on its claim until the bind's event takes it off. A pod the
+// informer does not have bound is decided afresh as before.
+func TestPodBoundMeanwhileIsNotDecidedAfresh(t *testing.T) {
+	h := newHarness(t, []*pool{benchPool(t)})
+	ctx := context.Background()
+	pod := testPod("p", "1", "1Gi")
+	first := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
+	registered := first.object()
+	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "node-1"
+	h.plugin.claimChanged(registered)
+	h.setReal(nil, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1", corev1.LabelTopologyZone: first.group.zone}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}})
+	queued := pod.DeepCopy()
+	queued.Status.NominatedNodeName = first.name
+	informer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	h.plugin.pods = corelisters.NewPodLister(informer)
+	bound := queued.DeepCopy()
+	bound.Spec.NodeName = "node-1"
+	if err := informer.Add(bound); err != nil {
+		t.Fatal(err)
+	}
+	claims := h.plugin.book.count()
+	res, s := h.plugin.PostFilter(ctx, framework.NewCycleState(), queued, nil)
+	if s.IsSuccess() || res != nil {
+		t.Fatalf("pod bound meanwhile: %v (%s); want no nomination", res, s.Message())
+	}
+	if n := h.plugin.book.count(); n != claims {
+		t.Errorf("%d claims after the pod bound meanwhile was tried, want %d (no new one)", n, claims)
+	}
+	if _, ok := first.pods[pod.UID]; !ok {
+		t.Error("the pod left its claim before the bind's event")
+	}
+
+	// Not bound in the informer either: decided afresh.
+	if err := informer.Update(queued); err != nil {
+		t.Fatal(err)
+	}
+	c, s := h.schedule(ctx, queued)
+	if !s.IsSuccess() || c == nil || c == first {
+		t.Fatalf("pod refused by its claim's open node, not bound: nominated to %v (%s); want a new claim", c, s.Message())
 	}
 }
 
