@@ -13,7 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -32,36 +34,69 @@ import (
 // startSync connects the plugin to the API server: it watches NodePools,
 // their catalogs and NodeClaims, follows pods and DaemonSets through the
 // scheduler's informers, rebuilds the open claims after a restart, and
-// writes nominations in the background.
-//
-// Not split yet: it is the list of informers and their handlers in the
-// order they must start; issue #45 (controllers that stand alone) moves
-// them out.
+// writes nominations in the background. The informers and their handlers
+// are added in the order they must start.
 func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	logger := klog.FromContext(ctx).WithName(Name)
 	p.activate = func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	cache, c, err := newSyncClient(h)
+	if err != nil {
 		return err
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	resyncs, err := watchPools(ctx, cache)
+	if err != nil {
 		return err
+	}
+	if err := p.watchClaims(ctx, cache); err != nil {
+		return err
+	}
+	pods := h.SharedInformerFactory().Core().V1().Pods()
+	if err := p.watchPods(pods.Informer()); err != nil {
+		return err
+	}
+	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
+	p.daemonSets = daemonSetPods(logger, h.SharedInformerFactory().Apps().V1().DaemonSets().Lister())
+
+	go func() {
+		if err := cache.Start(ctx); err != nil {
+			logger.Error(err, "Cache stopped")
+		}
+	}()
+	go p.runSync(ctx, cache, c, resyncs, pods)
+	return nil
+}
+
+// newSyncClient builds the cache and the client, reading through it, that
+// the plugin uses for Nodeforge's types.
+func newSyncClient(h fwk.Handle) (ctrlcache.Cache, client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
 	}
 	// The scheduler speaks protobuf; Nodeforge's types are JSON only.
 	cfg := rest.CopyConfig(h.KubeConfig())
 	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
 	cache, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme})
 	if err != nil {
-		return fmt.Errorf("%s: creating cache: %w", Name, err)
+		return nil, nil, fmt.Errorf("%s: creating cache: %w", Name, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: cache}})
 	if err != nil {
-		return fmt.Errorf("%s: creating client: %w", Name, err)
+		return nil, nil, fmt.Errorf("%s: creating client: %w", Name, err)
 	}
+	return cache, c, nil
+}
 
-	// Pool and catalog events ask for a resync through a queue of one
-	// key: a burst of events makes one resync, one runs at a time, and a
-	// failed one is retried with backoff.
+// watchPools asks for a resync of the pools on every NodePool and catalog
+// event, and returns the queue those requests go to. The queue is shut
+// down when ctx ends.
+//
+// The queue holds one key: a burst of events makes one resync, one runs
+// at a time, and a failed one is retried with backoff.
+func watchPools(ctx context.Context, cache ctrlcache.Cache) (workqueue.TypedRateLimitingInterface[string], error) {
 	resyncs := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, time.Minute))
 	go func() { <-ctx.Done(); resyncs.ShutDown() }()
 	resync := func() { resyncs.Add(resyncPoolsKey) }
@@ -71,17 +106,23 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 	for _, obj := range []client.Object{&v1alpha1.NodePool{}, &v1alpha1.InstanceTypeCatalog{}} {
 		inf, err := cache.GetInformer(ctx, obj)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := inf.AddEventHandler(poolHandler); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return resyncs, nil
+}
+
+// watchClaims follows NodeClaims: a claim added or changed goes to
+// claimChanged, one deleted to claimDeleted.
+func (p *VirtualNodes) watchClaims(ctx context.Context, cache ctrlcache.Cache) error {
 	claimInf, err := cache.GetInformer(ctx, &v1alpha1.NodeClaim{})
 	if err != nil {
 		return err
 	}
-	if _, err := claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	_, err = claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.claimChanged(obj.(*v1alpha1.NodeClaim)) },
 		UpdateFunc: func(_, obj any) { p.claimChanged(obj.(*v1alpha1.NodeClaim)) },
 		DeleteFunc: func(obj any) {
@@ -92,12 +133,14 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 				p.claimDeleted(nc)
 			}
 		},
-	}); err != nil {
-		return err
-	}
+	})
+	return err
+}
 
-	pods := h.SharedInformerFactory().Core().V1().Pods()
-	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+// watchPods follows pods through the scheduler's informer: bound, their
+// nomination cleared or moved, or deleted.
+func (p *VirtualNodes) watchPods(inf toolscache.SharedIndexInformer) error {
+	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			pod := obj.(*corev1.Pod)
 			switch {
@@ -121,12 +164,14 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 				p.podGone(pod, true)
 			}
 		},
-	}); err != nil {
-		return err
-	}
-	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
-	dsLister := h.SharedInformerFactory().Apps().V1().DaemonSets().Lister()
-	p.daemonSets = func(node *corev1.Node) []*corev1.Pod {
+	})
+	return err
+}
+
+// daemonSetPods returns the function that lists the pods the DaemonSets
+// in dsLister would put on a node.
+func daemonSetPods(logger klog.Logger, dsLister appslisters.DaemonSetLister) func(*corev1.Node) []*corev1.Pod {
+	return func(node *corev1.Node) []*corev1.Pod {
 		dss, err := dsLister.List(labels.Everything())
 		if err != nil {
 			// An informer's lister reads its local store and does not
@@ -136,36 +181,33 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		}
 		return simulator.DaemonSetPods(dss, node)
 	}
+}
 
-	go func() {
-		if err := cache.Start(ctx); err != nil {
-			logger.Error(err, "Cache stopped")
-		}
-	}()
-	go func() {
-		if !cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+// runSync waits for the caches, resyncs the pools until one resync
+// succeeds, lets decisions rebuild the open claims, marks the plugin
+// synced and writes nominations until ctx ends.
+func (p *VirtualNodes) runSync(ctx context.Context, cache ctrlcache.Cache, c client.Client, resyncs workqueue.TypedRateLimitingInterface[string], pods coreinformers.PodInformer) {
+	if !cache.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+		return
+	}
+	// No decision before the pools are known: resync until one
+	// succeeds, then keep resyncing on events in the background.
+	resyncs.Add(resyncPoolsKey)
+	for !p.resyncNext(ctx, c, resyncs) {
+		if ctx.Err() != nil {
 			return
 		}
-		// No decision before the pools are known: resync until one
-		// succeeds, then keep resyncing on events in the background.
-		resync()
-		for !p.resyncNext(ctx, c, resyncs) {
-			if ctx.Err() != nil {
-				return
-			}
+	}
+	go func() {
+		for ctx.Err() == nil {
+			p.resyncNext(ctx, c, resyncs)
 		}
-		go func() {
-			for ctx.Err() == nil {
-				p.resyncNext(ctx, c, resyncs)
-			}
-		}()
-		p.mu.Lock()
-		p.rebuildFrom = func(ctx context.Context) error { return p.rebuild(ctx, c, pods.Lister().List) }
-		p.mu.Unlock()
-		close(p.synced)
-		p.writeLoop(ctx, c)
 	}()
-	return nil
+	p.mu.Lock()
+	p.rebuildFrom = func(ctx context.Context) error { return p.rebuild(ctx, c, pods.Lister().List) }
+	p.mu.Unlock()
+	close(p.synced)
+	p.writeLoop(ctx, c)
 }
 
 // resyncPoolsKey is the one key of the pool resync queue.
