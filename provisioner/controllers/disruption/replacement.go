@@ -121,46 +121,17 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		pods = append(pods, c.pods...)
 	}
 	slices.SortStableFunc(pods, simulator.BindOrder)
-	// The nodes replaced stay in the view, empty and tainted, as the
-	// scheduler sees them while they are drained (consolidation's place
-	// does the same): a zone spread still counts their zones.
-	view := s.cluster().Draining(disruptedTaint, names...)
-	var need []*corev1.Pod
-	for _, p := range pods {
-		if to, st := r.sched.Place(ctx, view, p); !st.IsSuccess() || view.IsDraining(to) {
-			need = append(need, p)
-		}
-	}
+	need := r.fitNowhereElse(ctx, s, names, pods)
 	if len(need) == 0 {
 		return nil, "", nil
 	}
 	template := nodeshape.ForPool(c.pool)
-	types, err := cluster.InstanceTypesOf(ctx, r.cache, c.pool.Name)
+	offers, full, err := r.offersFor(ctx, c.pool, template, accept)
 	if err != nil {
 		return nil, "", err
 	}
-	offers, err := nodeshape.Offers(template, types, c.pool.Spec.Template.Spec.Requirements)
-	if err != nil {
-		return nil, "", err
-	}
-	if accept != nil {
-		offers = slices.DeleteFunc(offers, func(o nodeshape.Offer) bool { return !accept(o) })
-	}
-	// The replacement runs beside the nodes it replaces until they are
-	// drained: it must fit under the pool's limits with them counted, or
-	// the launch would be refused, the nodes untainted, and chosen again.
-	if limits := c.pool.Spec.Limits; len(limits) > 0 && len(offers) > 0 {
-		used, err := r.limits.Usage(ctx, c.pool.Name)
-		if err != nil {
-			return nil, "", err
-		}
-		within := slices.DeleteFunc(slices.Clone(offers), func(o nodeshape.Offer) bool {
-			return !nodeshape.WithinLimits(limits, used, o.InstanceType.Capacity)
-		})
-		if len(within) == 0 {
-			return nil, "nodepool " + c.pool.Name + "'s limits leave no room for a replacement beside the node: " + nodeshape.ExceedsLimits(limits, used, offers[0].InstanceType.Capacity, offers[0].InstanceType.Name), nil
-		}
-		offers = within
+	if full != "" {
+		return nil, full, nil
 	}
 	dss, err := r.daemonSets(ctx)
 	if err != nil {
@@ -184,32 +155,12 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		if len(tried) > maxReplacementTries {
 			break
 		}
-		view := s.cluster().Draining(disruptedTaint, names...)
-		view.Add(node)
-		for _, p := range ds {
-			if err := view.Bind(p, name); err != nil {
-				return nil, "", err
-			}
+		placed, onNew, unfit, err := r.placeBeside(ctx, s, names, o, node, ds, pods)
+		if err != nil {
+			return nil, "", err
 		}
-		placed := map[string]string{}
-		var onNew []*corev1.Pod
-		fits := true
-		for _, p := range pods {
-			to, st := r.sched.Place(ctx, view, p)
-			if st.IsSuccess() && view.IsDraining(to) {
-				st = fwk.NewStatus(fwk.Unschedulable, "it tolerates the disruption taint and would be placed back on node "+to+", which is being removed")
-			}
-			if !st.IsSuccess() {
-				fits = false
-				why = fmt.Sprintf("pod %s fits neither elsewhere nor on a new %s in %s: %s", klog.KObj(p), o.InstanceType.Name, o.Zone, sayWhy(st))
-				break
-			}
-			placed[p.Namespace+"/"+p.Name] = to
-			if to == name {
-				onNew = append(onNew, p)
-			}
-		}
-		if !fits {
+		if unfit != "" {
+			why = unfit
 			continue
 		}
 		if len(onNew) == 0 {
@@ -229,6 +180,84 @@ func (r *Replacer) plan(ctx context.Context, s *state, cands []*candidate, accep
 		why = fmt.Sprintf("no instance type of nodepool %s holds pod %s with the daemonsets that would run beside it", c.pool.Name, klog.KObj(need[0]))
 	}
 	return nil, why, nil
+}
+
+// fitNowhereElse returns those of pods that the scheduler places nowhere
+// but on the nodes named, which are being replaced.
+func (r *Replacer) fitNowhereElse(ctx context.Context, s *state, names []string, pods []*corev1.Pod) []*corev1.Pod {
+	// The nodes replaced stay in the view, empty and tainted, as the
+	// scheduler sees them while they are drained (consolidation's place
+	// does the same): a zone spread still counts their zones.
+	view := s.cluster().Draining(disruptedTaint, names...)
+	var need []*corev1.Pod
+	for _, p := range pods {
+		if to, st := r.sched.Place(ctx, view, p); !st.IsSuccess() || view.IsDraining(to) {
+			need = append(need, p)
+		}
+	}
+	return need
+}
+
+// offersFor returns the offers of pool that accept allows (all when it is
+// nil) and that fit under the pool's limits, or why none fits there.
+func (r *Replacer) offersFor(ctx context.Context, pool *v1alpha1.NodePool, template nodeshape.Template, accept offerFilter) ([]nodeshape.Offer, string, error) {
+	types, err := cluster.InstanceTypesOf(ctx, r.cache, pool.Name)
+	if err != nil {
+		return nil, "", err
+	}
+	offers, err := nodeshape.Offers(template, types, pool.Spec.Template.Spec.Requirements)
+	if err != nil {
+		return nil, "", err
+	}
+	if accept != nil {
+		offers = slices.DeleteFunc(offers, func(o nodeshape.Offer) bool { return !accept(o) })
+	}
+	// The replacement runs beside the nodes it replaces until they are
+	// drained: it must fit under the pool's limits with them counted, or
+	// the launch would be refused, the nodes untainted, and chosen again.
+	if limits := pool.Spec.Limits; len(limits) > 0 && len(offers) > 0 {
+		used, err := r.limits.Usage(ctx, pool.Name)
+		if err != nil {
+			return nil, "", err
+		}
+		within := slices.DeleteFunc(slices.Clone(offers), func(o nodeshape.Offer) bool {
+			return !nodeshape.WithinLimits(limits, used, o.InstanceType.Capacity)
+		})
+		if len(within) == 0 {
+			return nil, "nodepool " + pool.Name + "'s limits leave no room for a replacement beside the node: " + nodeshape.ExceedsLimits(limits, used, offers[0].InstanceType.Capacity, offers[0].InstanceType.Name), nil
+		}
+		offers = within
+	}
+	return offers, "", nil
+}
+
+// placeBeside places pods on s's cluster with node, the replacement of
+// offer o, added and its daemonset pods ds bound to it, and the nodes
+// named draining. It returns where each pod went (by namespace/name) and
+// the pods that went to node, or why one of pods fits nowhere.
+func (r *Replacer) placeBeside(ctx context.Context, s *state, names []string, o nodeshape.Offer, node *corev1.Node, ds, pods []*corev1.Pod) (placed map[string]string, onNew []*corev1.Pod, why string, err error) {
+	view := s.cluster().Draining(disruptedTaint, names...)
+	view.Add(node)
+	for _, p := range ds {
+		if err := view.Bind(p, node.Name); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	placed = map[string]string{}
+	for _, p := range pods {
+		to, st := r.sched.Place(ctx, view, p)
+		if st.IsSuccess() && view.IsDraining(to) {
+			st = fwk.NewStatus(fwk.Unschedulable, "it tolerates the disruption taint and would be placed back on node "+to+", which is being removed")
+		}
+		if !st.IsSuccess() {
+			return nil, nil, fmt.Sprintf("pod %s fits neither elsewhere nor on a new %s in %s: %s", klog.KObj(p), o.InstanceType.Name, o.Zone, sayWhy(st)), nil
+		}
+		placed[p.Namespace+"/"+p.Name] = to
+		if to == node.Name {
+			onNew = append(onNew, p)
+		}
+	}
+	return placed, onNew, "", nil
 }
 
 // holds reports whether node's allocatable holds pods' requests and the
