@@ -186,43 +186,72 @@ func (c *converter) requirement(path *field.Path, valuePath func(int) *field.Pat
 		c.drop(path.Child("key"), fmt.Sprintf("%s is not a label key: %s", r.Key, msg))
 		return nil
 	}
-	// Gte and Lte are Gt and Lt by one less and one more: the values are
-	// whole numbers.
-	switch r.Operator {
-	case "Gte", "Lte":
-		if len(r.Values) != 1 {
-			c.drop(path, fmt.Sprintf("operator %s takes one value", r.Operator))
-			return nil
-		}
-		strict := map[string]string{"Gte": "Gt", "Lte": "Lt"}[r.Operator]
-		n, err := strconv.ParseInt(r.Values[0], 10, 64)
-		if err != nil {
-			c.drop(path, fmt.Sprintf("%s %s %q: the value is not a whole number", r.Key, r.Operator, r.Values[0]))
-			return nil
-		}
-		if r.Operator == "Gte" {
-			n--
-		} else {
-			n++
-		}
-		v := strconv.FormatInt(n, 10)
-		if !wholeNumberValue.MatchString(v) {
-			c.drop(path, fmt.Sprintf("%s %s %s would be %s %s, and Nodeforge's Gt and Lt take a whole number of at most 18 digits (Exists means the same if every value is one)", r.Key, r.Operator, r.Values[0], strict, v))
-			return nil
-		}
-		r.Operator = strict
-		r.Values = []string{v}
+	if !c.strictBound(path, &r) || !c.operatorValues(path, valuePath, &r) {
+		return nil
 	}
+	if r.Operator == string(corev1.NodeSelectorOpIn) {
+		c.dropNeverLaunched(path, valuePath, &r)
+	}
+	if !onEveryNode(r.Key) {
+		if why := c.userKeyProblem(read, labels); why != "" {
+			c.drop(path, why)
+			return nil
+		}
+	}
+	if r.MinValues != nil {
+		c.checkMinValues(path.Child("minValues"), &r)
+	}
+	return &r
+}
+
+// strictBound turns r's operator Gte or Lte into Gt or Lt, or reports
+// why not and returns false.
+//
+// Gte and Lte are Gt and Lt by one less and one more: the values are
+// whole numbers.
+func (c *converter) strictBound(path *field.Path, r *requirement) bool {
+	if r.Operator != "Gte" && r.Operator != "Lte" {
+		return true
+	}
+	if len(r.Values) != 1 {
+		c.drop(path, fmt.Sprintf("operator %s takes one value", r.Operator))
+		return false
+	}
+	strict := map[string]string{"Gte": "Gt", "Lte": "Lt"}[r.Operator]
+	n, err := strconv.ParseInt(r.Values[0], 10, 64)
+	if err != nil {
+		c.drop(path, fmt.Sprintf("%s %s %q: the value is not a whole number", r.Key, r.Operator, r.Values[0]))
+		return false
+	}
+	if r.Operator == "Gte" {
+		n--
+	} else {
+		n++
+	}
+	v := strconv.FormatInt(n, 10)
+	if !wholeNumberValue.MatchString(v) {
+		c.drop(path, fmt.Sprintf("%s %s %s would be %s %s, and Nodeforge's Gt and Lt take a whole number of at most 18 digits (Exists means the same if every value is one)", r.Key, r.Operator, r.Values[0], strict, v))
+		return false
+	}
+	r.Operator = strict
+	r.Values = []string{v}
+	return true
+}
+
+// operatorValues checks r's operator and that its values suit it, or
+// reports why not and returns false. Values given to Exists or
+// DoesNotExist are dropped, as Karpenter ignored them.
+func (c *converter) operatorValues(path *field.Path, valuePath func(int) *field.Path, r *requirement) bool {
 	switch corev1.NodeSelectorOperator(r.Operator) {
 	case corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn:
 		if len(r.Values) == 0 {
 			c.drop(path, fmt.Sprintf("operator %s needs at least one value", r.Operator))
-			return nil
+			return false
 		}
 		for j, v := range r.Values {
 			for _, msg := range validation.IsValidLabelValue(v) {
 				c.drop(valuePath(j), fmt.Sprintf("%q is not a label value: %s; the requirement is dropped", v, msg))
-				return nil
+				return false
 			}
 		}
 	case corev1.NodeSelectorOpExists, corev1.NodeSelectorOpDoesNotExist:
@@ -233,59 +262,61 @@ func (c *converter) requirement(path *field.Path, valuePath func(int) *field.Pat
 	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
 		if len(r.Values) != 1 || !wholeNumberValue.MatchString(r.Values[0]) {
 			c.drop(path, fmt.Sprintf("operator %s takes one whole number of at most 18 digits", r.Operator))
-			return nil
+			return false
 		}
 	default:
 		c.drop(path.Child("operator"), fmt.Sprintf("operator %q: Nodeforge's are In, NotIn, Exists, DoesNotExist, Gt and Lt; the requirement is dropped", r.Operator))
-		return nil
+		return false
 	}
-	if r.Operator == string(corev1.NodeSelectorOpIn) {
-		if never := neverLaunched[r.Key]; never != nil {
-			var kept []string
-			var dropped []int
-			for j, v := range r.Values {
-				if _, ok := never[v]; ok {
-					dropped = append(dropped, j)
-					continue
-				}
-				kept = append(kept, v)
-			}
-			if len(kept) == 0 {
-				// Dropping the requirement would let the pool launch
-				// what Karpenter never did; kept, it launches nothing.
-				c.drop(path, fmt.Sprintf("%s; the requirement is kept as it is, so the converted pool launches nothing", never[r.Values[0]]))
-			} else {
-				for _, j := range dropped {
-					c.drop(valuePath(j), never[r.Values[j]])
-				}
-				r.Values = kept
-			}
+	return true
+}
+
+// dropNeverLaunched drops from r, an In requirement, the values Karpenter
+// never launched, reporting each; if none is left, it keeps them all and
+// reports that instead.
+func (c *converter) dropNeverLaunched(path *field.Path, valuePath func(int) *field.Path, r *requirement) {
+	never := neverLaunched[r.Key]
+	if never == nil {
+		return
+	}
+	var kept []string
+	var dropped []int
+	for j, v := range r.Values {
+		if _, ok := never[v]; ok {
+			dropped = append(dropped, j)
+			continue
 		}
+		kept = append(kept, v)
 	}
-	if !onEveryNode(r.Key) {
-		if why := c.userKeyProblem(read, labels); why != "" {
-			c.drop(path, why)
-			return nil
-		}
+	if len(kept) == 0 {
+		// Dropping the requirement would let the pool launch
+		// what Karpenter never did; kept, it launches nothing.
+		c.drop(path, fmt.Sprintf("%s; the requirement is kept as it is, so the converted pool launches nothing", never[r.Values[0]]))
+		return
 	}
-	if r.MinValues != nil {
-		mp := path.Child("minValues")
-		switch {
-		case r.Operator != string(corev1.NodeSelectorOpIn):
-			c.drop(mp, fmt.Sprintf("Nodeforge takes minValues only with operator In (this is %s); list the values with In to keep it", r.Operator))
-			r.MinValues = nil
-		case *r.MinValues > int64(len(r.Values)):
-			c.drop(mp, fmt.Sprintf("minValues %d is more than the %d value(s) Nodeforge can launch", *r.MinValues, len(r.Values)))
-			r.MinValues = nil
-		case *r.MinValues > 1 && slices.Contains([]string{corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable}, r.Key):
-			c.drop(mp, fmt.Sprintf("minValues above 1 on %s: each NodeClaim launches in one zone, with one capacity type and one architecture", r.Key))
-			r.MinValues = nil
-		case *r.MinValues < 1 || *r.MinValues > 50:
-			c.drop(mp, "minValues is from 1 to 50")
-			r.MinValues = nil
-		}
+	for _, j := range dropped {
+		c.drop(valuePath(j), never[r.Values[j]])
 	}
-	return &r
+	r.Values = kept
+}
+
+// checkMinValues drops r's minValues, read at mp, and reports why, when
+// Nodeforge would not take it.
+func (c *converter) checkMinValues(mp *field.Path, r *requirement) {
+	switch {
+	case r.Operator != string(corev1.NodeSelectorOpIn):
+		c.drop(mp, fmt.Sprintf("Nodeforge takes minValues only with operator In (this is %s); list the values with In to keep it", r.Operator))
+		r.MinValues = nil
+	case *r.MinValues > int64(len(r.Values)):
+		c.drop(mp, fmt.Sprintf("minValues %d is more than the %d value(s) Nodeforge can launch", *r.MinValues, len(r.Values)))
+		r.MinValues = nil
+	case *r.MinValues > 1 && slices.Contains([]string{corev1.LabelTopologyZone, v1alpha1.LabelCapacityType, corev1.LabelArchStable}, r.Key):
+		c.drop(mp, fmt.Sprintf("minValues above 1 on %s: each NodeClaim launches in one zone, with one capacity type and one architecture", r.Key))
+		r.MinValues = nil
+	case *r.MinValues < 1 || *r.MinValues > 50:
+		c.drop(mp, "minValues is from 1 to 50")
+		r.MinValues = nil
+	}
 }
 
 // userKeyProblem says why a requirement on a key of the user's own (one
