@@ -337,15 +337,9 @@ func (s *Server) sendMessage(_ *http.Request, body map[string]any) (any, *awsfak
 // made invisible for the visibility timeout, waiting up to WaitTimeSeconds
 // for one to be there.
 func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *awsfake.Error) {
-	max, wait := num(body, "MaxNumberOfMessages", 1), num(body, "WaitTimeSeconds", 0)
-	if max < 1 || max > 10 {
-		return nil, awsfake.BadRequest("InvalidParameterValue", "MaxNumberOfMessages must be from 1 to 10")
-	}
-	if wait < 0 || wait > 20 {
-		return nil, awsfake.BadRequest("InvalidParameterValue", "WaitTimeSeconds must be from 0 to 20")
-	}
-	if v := num(body, "VisibilityTimeout", 0); v < 0 || v > 43200 {
-		return nil, awsfake.BadRequest("InvalidParameterValue", "VisibilityTimeout must be from 0 to 43200")
+	max, wait, aerr := receiveLimits(body)
+	if aerr != nil {
+		return nil, aerr
 	}
 	attrs := wanted(body)
 	deadline := time.NewTimer(time.Duration(wait) * time.Second)
@@ -361,46 +355,7 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *aws
 		if v := num(body, "VisibilityTimeout", -1); v >= 0 {
 			vis = time.Duration(v) * time.Second
 		}
-		now := s.now()
-		var out []map[string]any
-		next := time.Duration(-1) // until the next in-flight message is visible again
-		for _, m := range q.msgs {
-			if now.Before(m.visibleAt) {
-				if d := m.visibleAt.Sub(now); next < 0 || d < next {
-					next = d
-				}
-				continue
-			}
-			if len(out) == max {
-				break
-			}
-			m.receives++
-			if m.firstReceive.IsZero() {
-				m.firstReceive = now
-			}
-			if m.receipt != "" {
-				if m.stale == nil {
-					m.stale = map[string]bool{}
-				}
-				m.stale[m.receipt] = true
-			}
-			m.visibleAt, m.receipt = now.Add(vis), awsfake.HexID()+awsfake.HexID()
-			msg := map[string]any{"MessageId": m.id, "ReceiptHandle": m.receipt, "MD5OfBody": md5Hex(m.body), "Body": m.body}
-			got := map[string]string{}
-			for name, v := range map[string]string{
-				"ApproximateReceiveCount":          strconv.Itoa(m.receives),
-				"SentTimestamp":                    strconv.FormatInt(m.sent.UnixMilli(), 10),
-				"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
-			} {
-				if attrs["All"] || attrs[name] {
-					got[name] = v
-				}
-			}
-			if len(got) > 0 {
-				msg["Attributes"] = got
-			}
-			out = append(out, msg)
-		}
+		out, next := receiveLocked(q, s.now(), vis, max, attrs)
 		wake := s.wake
 		if len(out) == 0 && wait > 0 {
 			s.polling++
@@ -412,26 +367,7 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *aws
 		if wait == 0 {
 			return map[string]any{}, nil // SQS leaves Messages out when there are none
 		}
-		// Wait for a send, for an in-flight message to become visible
-		// again, for the end of the wait, or for the client to go away.
-		var reappear <-chan time.Time
-		var t *time.Timer
-		if next >= 0 {
-			t = time.NewTimer(next)
-			reappear = t.C
-		}
-		ended := false
-		select {
-		case <-wake:
-		case <-reappear:
-		case <-deadline.C:
-			ended = true
-		case <-r.Context().Done():
-			ended = true
-		}
-		if t != nil {
-			t.Stop()
-		}
+		ended := awaitMessage(r.Context().Done(), wake, next, deadline.C)
 		s.mu.Lock()
 		s.polling--
 		s.mu.Unlock()
@@ -439,6 +375,99 @@ func (s *Server) receiveMessage(r *http.Request, body map[string]any) (any, *aws
 			return map[string]any{}, nil
 		}
 	}
+}
+
+// receiveLimits reads ReceiveMessage's MaxNumberOfMessages and
+// WaitTimeSeconds from body, and checks them and VisibilityTimeout
+// against SQS's bounds.
+func receiveLimits(body map[string]any) (max, wait int, aerr *awsfake.Error) {
+	max, wait = num(body, "MaxNumberOfMessages", 1), num(body, "WaitTimeSeconds", 0)
+	if max < 1 || max > 10 {
+		return 0, 0, awsfake.BadRequest("InvalidParameterValue", "MaxNumberOfMessages must be from 1 to 10")
+	}
+	if wait < 0 || wait > 20 {
+		return 0, 0, awsfake.BadRequest("InvalidParameterValue", "WaitTimeSeconds must be from 0 to 20")
+	}
+	if v := num(body, "VisibilityTimeout", 0); v < 0 || v > 43200 {
+		return 0, 0, awsfake.BadRequest("InvalidParameterValue", "VisibilityTimeout must be from 0 to 43200")
+	}
+	return max, wait, nil
+}
+
+// receiveLocked receives up to max of q's messages visible at now, each
+// made invisible for vis, with the system attributes in attrs. It also
+// returns how long until the next in-flight message is visible again, or
+// -1 if none is in flight. s.mu is held.
+func receiveLocked(q *queue, now time.Time, vis time.Duration, max int, attrs map[string]bool) ([]map[string]any, time.Duration) {
+	var out []map[string]any
+	next := time.Duration(-1)
+	for _, m := range q.msgs {
+		if now.Before(m.visibleAt) {
+			if d := m.visibleAt.Sub(now); next < 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		if len(out) == max {
+			break
+		}
+		out = append(out, m.receive(now, vis, attrs))
+	}
+	return out, next
+}
+
+// receive marks m received at now, invisible for vis under a new receipt
+// handle (the one before goes stale), and returns it as ReceiveMessage
+// answers it, with the system attributes in attrs.
+func (m *message) receive(now time.Time, vis time.Duration, attrs map[string]bool) map[string]any {
+	m.receives++
+	if m.firstReceive.IsZero() {
+		m.firstReceive = now
+	}
+	if m.receipt != "" {
+		if m.stale == nil {
+			m.stale = map[string]bool{}
+		}
+		m.stale[m.receipt] = true
+	}
+	m.visibleAt, m.receipt = now.Add(vis), awsfake.HexID()+awsfake.HexID()
+	msg := map[string]any{"MessageId": m.id, "ReceiptHandle": m.receipt, "MD5OfBody": md5Hex(m.body), "Body": m.body}
+	got := map[string]string{}
+	for name, v := range map[string]string{
+		"ApproximateReceiveCount":          strconv.Itoa(m.receives),
+		"SentTimestamp":                    strconv.FormatInt(m.sent.UnixMilli(), 10),
+		"ApproximateFirstReceiveTimestamp": strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
+	} {
+		if attrs["All"] || attrs[name] {
+			got[name] = v
+		}
+	}
+	if len(got) > 0 {
+		msg["Attributes"] = got
+	}
+	return msg
+}
+
+// awaitMessage waits for a send (wake closed), for an in-flight message
+// to become visible again (after next, if next >= 0), for the end of the
+// wait (deadline), or for the client to go away (done). It reports
+// whether the wait ended, rather than a message being there to receive.
+func awaitMessage(done <-chan struct{}, wake chan struct{}, next time.Duration, deadline <-chan time.Time) (ended bool) {
+	var reappear <-chan time.Time
+	if next >= 0 {
+		t := time.NewTimer(next)
+		defer t.Stop()
+		reappear = t.C
+	}
+	select {
+	case <-wake:
+	case <-reappear:
+	case <-deadline:
+		return true
+	case <-done:
+		return true
+	}
+	return false
 }
 
 func (s *Server) deleteMessage(_ *http.Request, body map[string]any) (any, *awsfake.Error) {
