@@ -227,79 +227,31 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 		}
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: class.Generation})
 	}
-	var problems []string
-	subnets, err := p.subnets(ctx, class.Spec.SubnetSelectorTerms)
+	problems, err := p.resolveSelected(ctx, class, &status, set)
 	if err != nil {
 		return status, err
-	}
-	status.Subnets, status.SubnetCount = subnets, int32(len(subnets))
-	if len(subnets) == 0 {
-		problems = append(problems, "no subnet matches subnetSelectorTerms")
-		set(ConditionSubnetsReady, false, "NoneMatched", problems[len(problems)-1])
-	} else {
-		set(ConditionSubnetsReady, true, "Resolved", fmt.Sprintf("%d subnets", len(subnets)))
-	}
-	groups, err := p.securityGroups(ctx, class.Spec.SecurityGroupSelectorTerms)
-	if err != nil {
-		return status, err
-	}
-	status.SecurityGroups = groups
-	if len(groups) == 0 {
-		problems = append(problems, "no security group matches securityGroupSelectorTerms")
-		set(ConditionSecurityGroupsReady, false, "NoneMatched", problems[len(problems)-1])
-	} else {
-		set(ConditionSecurityGroupsReady, true, "Resolved", fmt.Sprintf("%d security groups", len(groups)))
-	}
-	amis, note, err := p.images(ctx, class.Spec.AMISelectorTerms)
-	if err != nil {
-		return status, err
-	}
-	status.AMIs = amis
-	if len(amis) == 0 {
-		problems = append(problems, "no image matches amiSelectorTerms"+p.aliasHint(class.Spec.AMISelectorTerms))
-		set(ConditionAMIsReady, false, "NoneMatched", problems[len(problems)-1])
-	} else {
-		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", ")+note)
 	}
 	if err := p.resolveReservations(ctx, class, &status, set); err != nil {
 		return status, err
 	}
-	switch {
-	case class.Spec.InstanceProfile != "":
-		status.InstanceProfile = class.Spec.InstanceProfile
-		set(ConditionInstanceProfileReady, true, ReasonInstanceProfileGiven, class.Spec.InstanceProfile)
-	default:
-		ip, err := p.ensureInstanceProfile(ctx, class)
-		set(ConditionInstanceProfileReady, ip.ready, ip.reason, ip.detail)
-		if err != nil {
-			return status, err
-		}
-		if !ip.ready {
-			problems = append(problems, ip.detail)
-		} else {
-			status.InstanceProfile = ip.name
-		}
+	problem, err := p.resolveInstanceProfile(ctx, class, &status, set)
+	if err != nil {
+		return status, err
+	}
+	if problem != "" {
+		problems = append(problems, problem)
 	}
 	// What resolved is checked with EC2's DryRun (dryrun.go): a policy
 	// that refuses the launch makes the class not Ready now, rather than
 	// its first claim wait out its registration TTL.
 	reason := "NotResolved"
 	if len(problems) == 0 {
-		check, err := p.checkLaunch(ctx, class, status)
+		denied, err := p.checkLaunchAllowed(ctx, class, &status, set)
 		if err != nil {
 			return status, err
 		}
-		if check.denied != "" {
-			problems, reason = append(problems, check.denied), "LaunchDenied"
-			set(ConditionLaunchAllowed, false, check.deniedReason, check.denied)
-			meta.RemoveStatusCondition(&status.Conditions, ConditionSpotLaunchAllowed)
-		} else {
-			set(ConditionLaunchAllowed, true, "DryRunSucceeded", "EC2 allows dry runs of CreateLaunchTemplate, RunInstances and CreateFleet with the class's settings")
-			if check.spot != "" {
-				set(ConditionSpotLaunchAllowed, false, check.spotReason, check.spot)
-			} else {
-				set(ConditionSpotLaunchAllowed, true, "DryRunSucceeded", "")
-			}
+		if denied != "" {
+			problems, reason = append(problems, denied), "LaunchDenied"
 		}
 	} else {
 		// Nothing to check until the class resolves.
@@ -318,6 +270,90 @@ func (p *Provider) Resolve(ctx context.Context, class *v1alpha1.EC2NodeClass) (v
 		set(ConditionReady, true, "Ready", "")
 	}
 	return status, nil
+}
+
+// resolveSelected finds what the class's selector terms select (subnets,
+// security groups and images) into status, sets the condition of each,
+// and returns what matched nothing.
+func (p *Provider) resolveSelected(ctx context.Context, class *v1alpha1.EC2NodeClass, status *v1alpha1.EC2NodeClassStatus, set func(typ string, ok bool, reason, msg string)) ([]string, error) {
+	var problems []string
+	subnets, err := p.subnets(ctx, class.Spec.SubnetSelectorTerms)
+	if err != nil {
+		return nil, err
+	}
+	status.Subnets, status.SubnetCount = subnets, int32(len(subnets))
+	if len(subnets) == 0 {
+		problems = append(problems, "no subnet matches subnetSelectorTerms")
+		set(ConditionSubnetsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionSubnetsReady, true, "Resolved", fmt.Sprintf("%d subnets", len(subnets)))
+	}
+	groups, err := p.securityGroups(ctx, class.Spec.SecurityGroupSelectorTerms)
+	if err != nil {
+		return nil, err
+	}
+	status.SecurityGroups = groups
+	if len(groups) == 0 {
+		problems = append(problems, "no security group matches securityGroupSelectorTerms")
+		set(ConditionSecurityGroupsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionSecurityGroupsReady, true, "Resolved", fmt.Sprintf("%d security groups", len(groups)))
+	}
+	amis, note, err := p.images(ctx, class.Spec.AMISelectorTerms)
+	if err != nil {
+		return nil, err
+	}
+	status.AMIs = amis
+	if len(amis) == 0 {
+		problems = append(problems, "no image matches amiSelectorTerms"+p.aliasHint(class.Spec.AMISelectorTerms))
+		set(ConditionAMIsReady, false, "NoneMatched", problems[len(problems)-1])
+	} else {
+		set(ConditionAMIsReady, true, "Resolved", strings.Join(amiIDs(amis), ", ")+note)
+	}
+	return problems, nil
+}
+
+// resolveInstanceProfile puts the class's instance profile in status, the
+// one spec.instanceProfile names or the one made for spec.role, sets its
+// condition, and returns why it is not ready, or "".
+func (p *Provider) resolveInstanceProfile(ctx context.Context, class *v1alpha1.EC2NodeClass, status *v1alpha1.EC2NodeClassStatus, set func(typ string, ok bool, reason, msg string)) (string, error) {
+	if class.Spec.InstanceProfile != "" {
+		status.InstanceProfile = class.Spec.InstanceProfile
+		set(ConditionInstanceProfileReady, true, ReasonInstanceProfileGiven, class.Spec.InstanceProfile)
+		return "", nil
+	}
+	ip, err := p.ensureInstanceProfile(ctx, class)
+	set(ConditionInstanceProfileReady, ip.ready, ip.reason, ip.detail)
+	if err != nil {
+		return "", err
+	}
+	if !ip.ready {
+		return ip.detail, nil
+	}
+	status.InstanceProfile = ip.name
+	return "", nil
+}
+
+// checkLaunchAllowed dry-runs a launch of what resolved into status, sets
+// the conditions that say whether EC2 allows it, on demand and on spot,
+// and returns why a launch is denied, or "".
+func (p *Provider) checkLaunchAllowed(ctx context.Context, class *v1alpha1.EC2NodeClass, status *v1alpha1.EC2NodeClassStatus, set func(typ string, ok bool, reason, msg string)) (string, error) {
+	check, err := p.checkLaunch(ctx, class, *status)
+	if err != nil {
+		return "", err
+	}
+	if check.denied != "" {
+		set(ConditionLaunchAllowed, false, check.deniedReason, check.denied)
+		meta.RemoveStatusCondition(&status.Conditions, ConditionSpotLaunchAllowed)
+		return check.denied, nil
+	}
+	set(ConditionLaunchAllowed, true, "DryRunSucceeded", "EC2 allows dry runs of CreateLaunchTemplate, RunInstances and CreateFleet with the class's settings")
+	if check.spot != "" {
+		set(ConditionSpotLaunchAllowed, false, check.spotReason, check.spot)
+	} else {
+		set(ConditionSpotLaunchAllowed, true, "DryRunSucceeded", "")
+	}
+	return "", nil
 }
 
 func (p *Provider) aliasHint(terms []v1alpha1.AMISelectorTerm) string {
