@@ -144,8 +144,11 @@ func IsMirror(p *corev1.Pod) bool {
 }
 
 // ClaimsWhere returns a request for each NodeClaim whose indexed field
-// equals value, none for an empty value or a failed List.
-func ClaimsWhere(ctx context.Context, c client.Reader, index, value string) []reconcile.Request {
+// equals value and that keep keeps (nil keeps all), none for an empty
+// value or a failed List. A controller passes keep to leave out the
+// claims that are another controller's, so that a frequent event (a pod's)
+// does not queue a claim it would only read and drop.
+func ClaimsWhere(ctx context.Context, c client.Reader, index, value string, keep func(*v1alpha1.NodeClaim) bool) []reconcile.Request {
 	if value == "" {
 		return nil
 	}
@@ -155,17 +158,28 @@ func ClaimsWhere(ctx context.Context, c client.Reader, index, value string) []re
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(claims.Items))
-	for _, nc := range claims.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: nc.Name}})
+	for i := range claims.Items {
+		if keep == nil || keep(&claims.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: claims.Items[i].Name}})
+		}
 	}
 	return out
 }
 
-// ClaimOfNode maps a Node to its claim, by provider ID.
-func ClaimOfNode(c client.Reader) handler.MapFunc {
+// ClaimOfNode maps a Node to its claim, by provider ID, if keep keeps it
+// (nil keeps all).
+func ClaimOfNode(c client.Reader, keep func(*v1alpha1.NodeClaim) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		return ClaimsWhere(ctx, c, IndexClaimProviderID, o.(*corev1.Node).Spec.ProviderID)
+		return ClaimsWhere(ctx, c, IndexClaimProviderID, o.(*corev1.Node).Spec.ProviderID, keep)
 	}
+}
+
+// Disrupted says whether a claim is disruption's to judge: Initialized
+// or Disrupting, and not being deleted. Every other claim is the
+// NodeClaim lifecycle controller's.
+func Disrupted(nc *v1alpha1.NodeClaim) bool {
+	return nc.DeletionTimestamp.IsZero() &&
+		(nc.Status.Phase == v1alpha1.NodeClaimInitialized || nc.Status.Phase == v1alpha1.NodeClaimDisrupting)
 }
 
 // HashChanged lets through creations, deletions, and updates that change

@@ -4,10 +4,13 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -77,5 +80,56 @@ func TestPodsTheirNodeOwns(t *testing.T) {
 	if !OwnedByDaemonSet(ds) || OwnedByDaemonSet(rs) || !IsMirror(mirror) || IsMirror(rs) {
 		t.Errorf("daemonset %v, replicaset %v, mirror %v, replicaset as mirror %v; want true, false, true, false",
 			OwnedByDaemonSet(ds), OwnedByDaemonSet(rs), IsMirror(mirror), IsMirror(rs))
+	}
+}
+
+// TestClaimsWhereKeepsWhatTheControllerOwns: a node's claims are found
+// through the index, and keep leaves out the claims another controller
+// owns: disruption takes Initialized and Disrupting claims not being
+// deleted, the lifecycle controller the rest.
+func TestClaimsWhereKeepsWhatTheControllerOwns(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(name string, phase v1alpha1.NodeClaimPhase, deleting bool) *v1alpha1.NodeClaim {
+		nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1alpha1.NodeClaimStatus{Phase: phase, NodeName: "node-a"}}
+		if deleting {
+			nc.DeletionTimestamp, nc.Finalizers = &metav1.Time{Time: time.Now()}, []string{v1alpha1.FinalizerTermination}
+		}
+		return nc
+	}
+	b := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		claim("initialized", v1alpha1.NodeClaimInitialized, false),
+		claim("disrupting", v1alpha1.NodeClaimDisrupting, false),
+		claim("registered", v1alpha1.NodeClaimRegistered, false),
+		claim("terminating", v1alpha1.NodeClaimInitialized, true))
+	for _, i := range Indexes() {
+		b = b.WithIndex(i.Object, i.Field, i.Extract)
+	}
+	c := b.Build()
+	names := func(keep func(*v1alpha1.NodeClaim) bool) []string {
+		var out []string
+		for _, r := range ClaimsWhere(ctx, c, IndexClaimNode, "node-a", keep) {
+			out = append(out, r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := names(nil), []string{"disrupting", "initialized", "registered", "terminating"}; !slices.Equal(got, want) {
+		t.Errorf("all claims of node-a: %v, want %v", got, want)
+	}
+	if got, want := names(Disrupted), []string{"disrupting", "initialized"}; !slices.Equal(got, want) {
+		t.Errorf("disruption's: %v, want %v", got, want)
+	}
+	if got, want := names(func(nc *v1alpha1.NodeClaim) bool { return !Disrupted(nc) }), []string{"registered", "terminating"}; !slices.Equal(got, want) {
+		t.Errorf("the lifecycle's: %v, want %v", got, want)
+	}
+	if got := ClaimsWhere(ctx, c, IndexClaimNode, "", nil); got != nil {
+		t.Errorf("an empty value found %v", got)
 	}
 }

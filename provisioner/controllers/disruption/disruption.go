@@ -26,7 +26,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,22 +110,20 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 			return judged(o.(*v1alpha1.NodeClaim))
 		}))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			// A pod bound to the node, or nominated to it or to its
-			// claim (a hand-off the node is kept for).
+			// A pod bound to the node, or nominated to it (a hand-off
+			// the node is kept for).
 			pod := o.(*corev1.Pod)
-			if pod.Spec.NodeName != "" {
-				return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, pod.Spec.NodeName)
+			node := pod.Spec.NodeName
+			if node == "" {
+				node = pod.Status.NominatedNodeName
 			}
-			if n := pod.Status.NominatedNodeName; n != "" {
-				return append(cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, n), reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
-			}
-			return nil
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, node, judged)
 		})).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache, judged))).
 		// Drift: only changes to what nodes are launched with; pools'
 		// and classes' status writes are frequent.
 		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName())
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName(), judged)
 		}), builder.WithPredicates(cluster.HashChanged(func(o client.Object) (string, error) {
 			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
 		})))
@@ -142,18 +139,14 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 		}
 		kind := class.Kind
 		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimClass, kind+"/"+o.GetName())
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimClass, kind+"/"+o.GetName(), judged)
 		}), builder.WithPredicates(changed))
 	}
 	return b.Complete(c)
 }
 
-// judged says whether a claim is disruption's: Initialized or
-// Disrupting, and not being deleted.
-func judged(nc *v1alpha1.NodeClaim) bool {
-	return nc.DeletionTimestamp.IsZero() &&
-		(nc.Status.Phase == v1alpha1.NodeClaimInitialized || nc.Status.Phase == v1alpha1.NodeClaimDisrupting)
-}
+// judged: the claims that are disruption's (cluster.Disrupted).
+var judged = cluster.Disrupted
 
 // Reconcile judges one claim (reconcileClaim); a conflict, from a cache
 // a write behind, is read again.

@@ -152,7 +152,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.workers)}).
 		For(&v1alpha1.NodeClaim{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(c.kube)))
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(c.kube, nil)))
 	if err := b.Complete(c); err != nil {
 		return err
 	}
@@ -196,7 +196,9 @@ func (c *Controller) claimOfPod(ctx context.Context, o client.Object) []reconcil
 	if pod.Status.NominatedNodeName != "" && pod.Spec.NodeName == "" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Status.NominatedNodeName}}}
 	}
-	return cluster.ClaimsWhere(ctx, c.kube, indexClaimNode, pod.Spec.NodeName)
+	// The pods of an Initialized node are disruption's concern, not a
+	// step's: its claim is queued here only once it is being deleted.
+	return cluster.ClaimsWhere(ctx, c.kube, indexClaimNode, pod.Spec.NodeName, func(nc *v1alpha1.NodeClaim) bool { return !cluster.Disrupted(nc) })
 }
 
 // Reconcile moves one claim a step forward.
