@@ -34,6 +34,7 @@ type Cloud struct {
 	types       []v1alpha1.InstanceType
 	next        int
 	creates     int
+	attempts    int
 	// notReady: node classes a test said are not ready, by name, with why.
 	notReady map[string]string
 }
@@ -85,6 +86,15 @@ func (c *Cloud) Creates() int {
 	return c.creates
 }
 
+// Attempts is how many Create calls reached the cloud: every call but
+// those answered with the claim's instance already launched, failed ones
+// included.
+func (c *Cloud) Attempts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts
+}
+
 // Create launches the cheapest offer that has capacity, or returns the
 // instance already launched for the claim.
 func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovider.Instance, error) {
@@ -102,6 +112,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 			return in, nil
 		}
 	}
+	c.attempts++
 	if c.failAll != nil {
 		return nil, c.failAll
 	}

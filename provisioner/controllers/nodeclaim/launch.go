@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -29,11 +31,11 @@ import (
 // instance types, its zone and capacity type), from the pool's catalog,
 // less those marked unavailable since, cheapest first.
 func (l *launcher) offers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]cloudprovider.Offer, error) {
-	types, err := cluster.InstanceTypesOf(ctx, l.kube, nc.Spec.NodePool)
+	its, err := cluster.InstanceTypesOf(ctx, l.kube, nc.Spec.NodePool)
 	if err != nil {
 		return nil, err
 	}
-	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), types, nc.Spec.Requirements)
+	offers, err := nodeshape.Offers(nodeshape.ForClaim(nc), its, nc.Spec.Requirements)
 	if err != nil {
 		return nil, fmt.Errorf("offers of nodepool %s: %w", nc.Spec.NodePool, err)
 	}
@@ -49,15 +51,15 @@ func minValuesUnmet(nc *v1alpha1.NodeClaim, offers []cloudprovider.Offer) string
 	if len(offers) == 0 || !nodeshape.HasMinValues(nc.Spec.Requirements) {
 		return ""
 	}
-	var types []*v1alpha1.InstanceType
+	var its []*v1alpha1.InstanceType
 	seen := map[string]bool{}
 	for i := range offers {
 		if it := &offers[i].InstanceType; !seen[it.Name] {
 			seen[it.Name] = true
-			types = append(types, it)
+			its = append(its, it)
 		}
 	}
-	return nodeshape.MinValuesUnmet(nodeshape.ForClaim(nc), nc.Spec.Requirements, types, offers[0].Zone, offers[0].CapacityType)
+	return nodeshape.MinValuesUnmet(nodeshape.ForClaim(nc), nc.Spec.Requirements, its, offers[0].Zone, offers[0].CapacityType)
 }
 
 // launcher launches the instance of a closed claim, once its batch is
@@ -71,13 +73,50 @@ type launcher struct {
 	// given up. registrationTTL is Options.RegistrationTTL: a claim
 	// whose launch the cloud denied is deleted after it.
 	launchTTL, registrationTTL time.Duration
+	// denied are the claims whose launch the cloud denied, until the
+	// cache shows their Launched condition (see reconcile).
+	denied deniedLaunches
+}
+
+// deniedLaunches remembers, by claim UID, the launches the cloud denied.
+type deniedLaunches struct {
+	mu   sync.Mutex
+	uids map[types.UID]bool
+}
+
+func (d *deniedLaunches) set(uid types.UID, denied bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !denied {
+		delete(d.uids, uid)
+		return
+	}
+	if d.uids == nil {
+		d.uids = map[types.UID]bool{}
+	}
+	d.uids[uid] = true
+}
+
+func (d *deniedLaunches) has(uid types.UID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.uids[uid]
 }
 
 // reconcile creates the instance; Create is idempotent per claim UID, so
 // a crash between Create and the status update launches nothing twice.
 func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); refused != nil && refused.Reason == reasonAccessDenied {
+		l.denied.set(nc.UID, false)
 		return l.expireRefused(ctx, nc)
+	}
+	if l.denied.has(nc.UID) {
+		// Denied, and the cache is still a write behind the refusal: an
+		// event from before it (the node class stamp's) queued the claim
+		// again at once. Launching from that copy would call the cloud
+		// again, which the refusal promises not to. Seen under load:
+		// TestAWSProvider's CreateFleet-denied case.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	var pool v1alpha1.NodePool
 	if err := l.kube.Get(ctx, client.ObjectKey{Name: nc.Spec.NodePool}, &pool); err != nil {
@@ -257,6 +296,7 @@ func (l *launcher) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error
 	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
+	l.denied.set(nc.UID, true)
 	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, l.registrationTTL)
 	l.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
 	l.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)

@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -726,5 +727,42 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 	}
 	if err := s.kube.Get(ctx, client.ObjectKeyFromObject(gone), &v1alpha1.NodeClaim{}); err == nil {
 		t.Error("a claim whose counted pods never came was not deleted after the longest window")
+	}
+}
+
+// TestDeniedLaunchIsNotRetriedFromAStaleCache: the cloud denies a
+// claim's launch; the claim says AccessDenied. A reconcile from a cache a
+// write behind (the claim as it was before the refusal) does not call
+// the cloud again; once the cache shows the refusal, the claim waits for
+// its deletion as before, and still no launch is tried.
+func TestDeniedLaunchIsNotRetriedFromAStaleCache(t *testing.T) {
+	ctx := context.Background()
+	nc := claim(v1alpha1.NodeClaimLaunching)
+	s := newSteps(t, nc, nominated("a", nc.Name))
+	s.cloud.FailLaunches(&cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: errors.New("UnauthorizedOperation")})
+	stale := s.get(t, nc)
+	if _, err := s.c.launcher.reconcile(ctx, stale.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(s.get(t, nc).Status.Conditions, v1alpha1.ConditionLaunched); cond == nil || cond.Reason != "AccessDenied" {
+		t.Fatalf("Launched condition after the denial: %+v, want AccessDenied", cond)
+	}
+	tried := s.cloud.Attempts()
+	if tried != 1 {
+		t.Fatalf("%d launches tried, want 1", tried)
+	}
+	res, err := s.c.launcher.reconcile(ctx, stale.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.cloud.Attempts(); n != tried || res.RequeueAfter <= 0 {
+		t.Errorf("from the stale copy: %d launches tried (want %d), requeue %v (want a requeue)", n, tried, res.RequeueAfter)
+	}
+	res, err = s.c.launcher.reconcile(ctx, s.get(t, nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.cloud.Attempts(); n != tried || res.RequeueAfter <= 0 {
+		t.Errorf("once the cache has the refusal: %d launches tried (want %d), requeue %v (want the wait for deletion)", n, tried, res.RequeueAfter)
 	}
 }
