@@ -107,7 +107,7 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 		Named("nodeclaim.disruption").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, workers)}).
 		For(&v1alpha1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return judged(o.(*v1alpha1.NodeClaim))
+			return cluster.Disrupted(o.(*v1alpha1.NodeClaim))
 		}))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			// A pod bound to the node, or nominated to it (a hand-off
@@ -117,13 +117,13 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 			if node == "" {
 				node = pod.Status.NominatedNodeName
 			}
-			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, node, judged)
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, node, cluster.Disrupted)
 		})).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache, judged))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache, cluster.Disrupted))).
 		// Drift: only changes to what nodes are launched with; pools'
 		// and classes' status writes are frequent.
 		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName(), judged)
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName(), cluster.Disrupted)
 		}), builder.WithPredicates(cluster.HashChanged(func(o client.Object) (string, error) {
 			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
 		})))
@@ -132,21 +132,16 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 		if class.DriftInputs != nil {
 			// What the provider resolved for the class (its images),
 			// which its Drifted check reads, changed too.
-			inputs := cluster.HashChanged(class.DriftInputs)
-			changed.UpdateFunc = func(e ctrlevent.UpdateEvent) bool {
-				return cluster.HashChanged(class.Hash).Update(e) || inputs.Update(e)
-			}
+			spec, inputs := changed, cluster.HashChanged(class.DriftInputs)
+			changed.UpdateFunc = func(e ctrlevent.UpdateEvent) bool { return spec.Update(e) || inputs.Update(e) }
 		}
 		kind := class.Kind
 		b = b.Watches(class.New(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimClass, kind+"/"+o.GetName(), judged)
+			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimClass, kind+"/"+o.GetName(), cluster.Disrupted)
 		}), builder.WithPredicates(changed))
 	}
 	return b.Complete(c)
 }
-
-// judged: the claims that are disruption's (cluster.Disrupted).
-var judged = cluster.Disrupted
 
 // Reconcile judges one claim (reconcileClaim); a conflict, from a cache
 // a write behind, is read again.
@@ -155,7 +150,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.kube.Get(ctx, req.NamespacedName, &nc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !judged(&nc) {
+	if !cluster.Disrupted(&nc) {
 		return reconcile.Result{}, nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("nodePool", nc.Spec.NodePool))

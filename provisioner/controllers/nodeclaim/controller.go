@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -150,7 +151,13 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("nodeclaim.lifecycle").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, c.workers)}).
-		For(&v1alpha1.NodeClaim{}).
+		// A claim disruption owns (Initialized, not being deleted) changes
+		// with disruption's own writes; the steps have nothing to do for
+		// it until it is deleted, and its node's deletion comes through
+		// the node watch.
+		For(&v1alpha1.NodeClaim{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEvent) bool {
+			return !cluster.Disrupted(e.ObjectNew.(*v1alpha1.NodeClaim))
+		}})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.claimOfPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(c.kube, nil)))
 	if err := b.Complete(c); err != nil {
