@@ -458,6 +458,22 @@ func TestHandedOffPodKeepsItsNodeWhileHeldThenIsDecidedAfresh(t *testing.T) {
 	}
 }
 
+// registeredClaim nominates pod to a claim whose node, node-1, has
+// registered, and returns the claim and node-1 with the taints given:
+// 500m of CPU, too little for a pod of 1.
+func (h *harness) registeredClaim(t *testing.T, pod *corev1.Pod) (*claim, func(...corev1.Taint) *corev1.Node) {
+	t.Helper()
+	c := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
+	registered := c.object()
+	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "node-1"
+	h.plugin.claimChanged(registered)
+	return c, func(taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1", corev1.LabelTopologyZone: c.group.zone}},
+			Spec:   corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
+	}
+}
+
 // TestPodNominatedLateToAnOpenNodeIsDecidedAfresh: a pod whose nomination
 // to a claim was written after the provisioner read the claim's pods (the
 // API server was down in between, seen in TestCrashes) is never bound by
@@ -468,17 +484,9 @@ func TestPodNominatedLateToAnOpenNodeIsDecidedAfresh(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
 	pod := testPod("late", "1", "1Gi")
-	first := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
-	registered := first.object()
-	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "node-1"
-	h.plugin.claimChanged(registered)
+	first, node := h.registeredClaim(t, pod)
 	nominated := pod.DeepCopy()
 	nominated.Status.NominatedNodeName = first.name
-	node := func(taints ...corev1.Taint) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1", corev1.LabelTopologyZone: first.group.zone}},
-			Spec:   corev1.NodeSpec{Taints: taints},
-			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
-	}
 	h.setReal(nil, node(corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}))
 	c, s := h.schedule(ctx, nominated)
 	if !s.IsSuccess() || c != first {
@@ -504,12 +512,8 @@ func TestPodBoundMeanwhileIsNotDecidedAfresh(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	ctx := context.Background()
 	pod := testPod("p", "1", "1Gi")
-	first := h.closedClaim(t, pod, v1alpha1.NodeClaimLaunched)
-	registered := first.object()
-	registered.Status.Phase, registered.Status.NodeName = v1alpha1.NodeClaimRegistered, "node-1"
-	h.plugin.claimChanged(registered)
-	h.setReal(nil, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1", corev1.LabelTopologyZone: first.group.zone}},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}}})
+	first, node := h.registeredClaim(t, pod)
+	h.setReal(nil, node())
 	queued := pod.DeepCopy()
 	queued.Status.NominatedNodeName = first.name
 	informer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
