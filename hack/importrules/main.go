@@ -15,6 +15,11 @@
 //     and its fakes): internal/ holds what the programs use (crashpoint,
 //     skew) and, under internal/sandbox/, what only the sandbox and the
 //     tests use.
+//   - Nothing under internal/ imports the provisioner: the sandbox's fakes
+//     compute what a node reports from the published facts themselves,
+//     so that tests hold the providers against something else. The one
+//     exception is the aws provider's price table (aws/pricing), which is
+//     published data, not arithmetic.
 //   - One name per imported package across the module's files, tests
 //     included (k8s.io/api/core/v1 is corev1 everywhere): blank and dot
 //     imports, the standard library and generated zz_generated files
@@ -92,6 +97,9 @@ var rules = []rule{
 	}},
 	{name: "a package imports a program's", check: func(p, dep string) bool {
 		return under(dep, "cmd") && !under(p, "cmd")
+	}},
+	{name: "the sandbox imports a provider", check: func(p, dep string) bool {
+		return under(p, "internal") && under(dep, "provisioner") && dep != "provisioner/cloudprovider/aws/pricing"
 	}},
 	{name: "a program depends on the sandbox", deps: true, check: func(p, dep string) bool {
 		program := under(p, "cmd/scheduler") || under(p, "cmd/provisioner") || under(p, "cmd/convert") ||

@@ -18,6 +18,7 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 			Deps: []string{m("provisioner/cluster"), m("internal/sandbox/sandboxtest"), m("test/e2e")}},
 		{ImportPath: m("internal/sandbox"), Imports: []string{m("cmd/provisioner/app")}},
 		{ImportPath: m("provisioner/cloudprovider/aws"), Imports: []string{m("internal/crashpoint")}, Deps: []string{m("internal/crashpoint"), m("internal/sandbox/ec2fake")}},
+		{ImportPath: m("internal/sandbox/regioncatalog"), Imports: []string{m("provisioner/cloudprovider/aws/pricing"), m("provisioner/cloudprovider/aws")}},
 		{ImportPath: "example.com/other", Imports: []string{m("provisioner/controllers/nodeclaim")}},
 	}
 	want := []string{
@@ -29,6 +30,7 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 		"a package imports a program's: internal/sandbox imports cmd/provisioner/app",
 		"a program depends on the sandbox: provisioner/cloudprovider/aws imports internal/sandbox/ec2fake",
 		"a program depends on the sandbox: cmd/provisioner/app imports internal/sandbox/sandboxtest",
+		"the sandbox imports a provider: internal/sandbox/regioncatalog imports provisioner/cloudprovider/aws",
 	}
 	got := check(pkgs)
 	slices.Sort(got)

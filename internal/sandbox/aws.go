@@ -29,7 +29,7 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/sqsfake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 )
 
 // awsRegion is the sandbox's fake EC2 region, in the sandbox's own process
@@ -222,7 +222,7 @@ func (s *Sandbox) SpotInterruption(ctx context.Context, instanceID string, sent 
 	// The provisioner's guard: a retry after the race it prevents would
 	// send the interruption twice.
 	c := sqs.New(sqs.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(s.region.SQSURL),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIASANDBOX", "sandbox", ""), HTTPClient: aws.GuardClosedBodyRace(nil)})
+		Credentials: credentials.NewStaticCredentialsProvider("AKIASANDBOX", "sandbox", ""), HTTPClient: sdkhttp.GuardClosedBodyRace(nil)})
 	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: sdkaws.String(InterruptionQueue)})
 	if err != nil {
 		return err

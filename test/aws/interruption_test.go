@@ -14,16 +14,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/nodeforge/nodeforge/internal/sandbox/sqsfake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
 // sqsClient is the real SDK client for the endpoint at url, sending
-// through aws.GuardClosedBodyRace as the provisioner's does.
+// through sdkhttp.GuardClosedBodyRace as the provisioner's does.
 func sqsClient(url string) *sqs.Client {
 	return sqs.New(sqs.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:  aws.GuardClosedBodyRace(&http.Client{Timeout: 30 * time.Second})})
+		HTTPClient:  sdkhttp.GuardClosedBodyRace(&http.Client{Timeout: 30 * time.Second})})
 }
 
 // TestInterruptionQueueOverTheWire: the provider's InterruptionQueue,

@@ -24,6 +24,7 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/sandboxtest"
 	"github.com/nodeforge/nodeforge/internal/sandbox/ssmfake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
@@ -44,7 +45,7 @@ type region struct {
 }
 
 // clientFor is the real SDK client, signing with static credentials,
-// sending through the provisioner's aws.GuardClosedBodyRace, with the
+// sending through the provisioner's sdkhttp.GuardClosedBodyRace, with the
 // standard retryer (exponential backoff, here with a short cap so that
 // retried tests stay quick) making at most attempts tries.
 func clientFor(url string, attempts int) *ec2.Client {
@@ -52,7 +53,7 @@ func clientFor(url string, attempts int) *ec2.Client {
 		Region:       "us-west-2",
 		BaseEndpoint: sdkaws.String(url),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:   aws.GuardClosedBodyRace(&http.Client{Timeout: 10 * time.Second}),
+		HTTPClient:   sdkhttp.GuardClosedBodyRace(&http.Client{Timeout: 10 * time.Second}),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = attempts
 			o.MaxBackoff = 50 * time.Millisecond
@@ -92,7 +93,7 @@ func newRegion(t *testing.T, world *ec2fake.World, spec *v1alpha1.EC2NodeClassSp
 		t.Fatal(err)
 	}
 	ssmClient := ssm.New(ssm.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(r.ssm.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""), HTTPClient: aws.GuardClosedBodyRace(nil)})
+		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""), HTTPClient: sdkhttp.GuardClosedBodyRace(nil)})
 	prices, err := pricing.Shipped()
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
@@ -100,7 +101,7 @@ func (a *awsOptions) provider(ctx context.Context, cfg *rest.Config, kube client
 	// through the guard. It is set after loading, not with
 	// config.WithHTTPClient: the SDK puts AWS_CA_BUNDLE only into a client
 	// of its own type.
-	sdk.HTTPClient = aws.GuardClosedBodyRace(sdk.HTTPClient)
+	sdk.HTTPClient = sdkhttp.GuardClosedBodyRace(sdk.HTTPClient)
 	a.sdk = sdk
 	// The same configuration, and so the same retryer and attempts, as
 	// EC2's.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/imdsfake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
@@ -88,7 +89,7 @@ func newClusterEnv(t *testing.T, apiServerMinor string, clusters ...eksfake.Clus
 		api: eks.New(eks.Options{
 			Region: testRegion, BaseEndpoint: sdkaws.String(s.URL()),
 			Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-			HTTPClient:  aws.GuardClosedBodyRace(nil),
+			HTTPClient:  sdkhttp.GuardClosedBodyRace(nil),
 			Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = aws.DefaultMaxAttempts
 				o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })

@@ -17,16 +17,19 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 )
 
 // SimulatedCloud is the program the simulated cloud's requests are
 // counted as. They come with the provisioner's service account, and
-// their user agent (simulated.UserAgent) tells them apart: they play the
+// their user agent (simulatedCloudAgent) tells them apart: they play the
 // cloud's API, the kubelets and the cloud controller manager, and a
 // provisioner on a real cloud makes none of them.
 const SimulatedCloud = "simulated-cloud"
+
+// simulatedCloudAgent is the user agent the simulated cloud's clients send
+// (the simulated provider's UserAgent; a test holds the two equal, so the
+// sandbox names it without importing a provider).
+const simulatedCloudAgent = "nodeforge-simulated-cloud"
 
 // Counts are API requests counted in an audit log.
 type Counts struct {
@@ -100,10 +103,10 @@ func (c Counts) add(path string, from, to time.Time) error {
 }
 
 // programOf is SimulatedCloud for a request whose user agent's product
-// is simulated.UserAgent (whatever version follows), else the name of
+// is simulatedCloudAgent (whatever version follows), else the name of
 // the service account that made it.
 func programOf(ev event) string {
-	if product, _, _ := strings.Cut(ev.UserAgent, "/"); product == simulated.UserAgent {
+	if product, _, _ := strings.Cut(ev.UserAgent, "/"); product == simulatedCloudAgent {
 		return SimulatedCloud
 	}
 	return ev.User.Username[strings.LastIndexByte(ev.User.Username, ':')+1:]

@@ -9,7 +9,17 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
 )
+
+// TestTheSimulatedCloudIsNamedAsItNamesItself: the user agent the reader
+// counts as the simulated cloud is the one its clients send.
+func TestTheSimulatedCloudIsNamedAsItNamesItself(t *testing.T) {
+	if simulatedCloudAgent != simulated.UserAgent {
+		t.Errorf("the audit log reader counts user agent %q as the simulated cloud, which sends %q", simulatedCloudAgent, simulated.UserAgent)
+	}
+}
 
 // line is one audit event as the API server writes it at the Metadata
 // level, answered at second s past 10:00.

@@ -48,7 +48,6 @@ import (
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
 	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 )
 
 // KernelShare is the share of an instance type's memory the node does not
@@ -83,10 +82,26 @@ type Node struct {
 
 // Join computes the node an instance of type it registers, booted with b.
 func Join(it ec2fake.InstanceType, b Boot) (Node, error) {
-	nc, labels, taints, err := aws.ParseNodeConfig(b.UserData)
+	nc, labels, taints, err := readUserData(b.UserData)
 	if err != nil {
 		return Node{}, err
 	}
+	return report(it, b, nc, labels, taints)
+}
+
+// Standard is the node an instance of type it registers when its
+// NodeConfig sets nothing of the kubelet's (nodeadm's defaults), with a
+// root volume of rootGiB and no EFA interfaces.
+func Standard(it ec2fake.InstanceType, rootGiB int64) Node {
+	n, err := report(it, Boot{RootGiB: rootGiB}, nodeConfig{}, map[string]string{}, nil)
+	if err != nil {
+		panic(err) // nothing in an empty NodeConfig can be wrong
+	}
+	return n
+}
+
+// report is what the node reports, from its type, boot and NodeConfig.
+func report(it ec2fake.InstanceType, b Boot, nc nodeConfig, labels map[string]string, taints []corev1.Taint) (Node, error) {
 	var config kubeletConfig
 	if len(nc.Spec.Kubelet.Config) > 0 {
 		raw, err := json.Marshal(nc.Spec.Kubelet.Config)

@@ -92,3 +92,37 @@ func TestDevicesOfRealTypes(t *testing.T) {
 		t.Errorf("types not in RealInstanceTypes: %v", want)
 	}
 }
+
+// TestReadUserDataMergesNodeConfigsInOrder: a shell script part is left
+// to cloud-init; two NodeConfig parts merge as nodeadm merges them, the
+// later one's kubelet config and max pods expression winning and its
+// flags added; the flags give the labels and taints.
+func TestReadUserDataMergesNodeConfigsInOrder(t *testing.T) {
+	const b = "//b//"
+	doc := "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"" + b + "\"\n\n" +
+		"--" + b + "\nContent-Type: text/x-shellscript\n\n#!/bin/sh\necho hi\n\n" +
+		"--" + b + "\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    maxPodsExpression: max_pods\n    config:\n      podsPerCore: 3\n      maxPods: 20\n    flags:\n    - --node-labels=team=a\n\n" +
+		"--" + b + "\nContent-Type: application/node.eks.aws\n\n---\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    maxPodsExpression: max_pods - 2\n    config:\n      maxPods: 30\n    flags:\n    - --node-labels=pool=p,team=b\n    - --register-with-taints=gpu=true:NoSchedule,dedicated:NoExecute\n\n" +
+		"--" + b + "--\n"
+	nc, labels, taints, err := readUserData(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := nc.Spec.Kubelet
+	if k.MaxPodsExpression != "max_pods - 2" {
+		t.Errorf("maxPodsExpression = %q, want the later part's", k.MaxPodsExpression)
+	}
+	if fmt.Sprint(k.Config["maxPods"]) != "30" || fmt.Sprint(k.Config["podsPerCore"]) != "3" {
+		t.Errorf("kubelet config = %v, want maxPods 30 (later part) and podsPerCore 3 (earlier part)", k.Config)
+	}
+	if want := map[string]string{"team": "b", "pool": "p"}; fmt.Sprint(labels) != fmt.Sprint(want) {
+		t.Errorf("labels = %v, want %v", labels, want)
+	}
+	want := []corev1.Taint{{Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}, {Key: "dedicated", Effect: corev1.TaintEffectNoExecute}}
+	if fmt.Sprint(taints) != fmt.Sprint(want) {
+		t.Errorf("taints = %v, want %v", taints, want)
+	}
+	if _, _, _, err := readUserData("#!/bin/sh\necho no MIME\n"); err == nil {
+		t.Error("a shell script alone was read as a NodeConfig")
+	}
+}

@@ -11,8 +11,10 @@
 // region's catalog can be. A type's vCPUs follow from its size (xlarge is
 // 4, 2xlarge 8, …), its memory from its category's published ratio (c 2
 // GiB per vCPU, m 4, r 8, x 16, …), and its capacity and allocatable are
-// computed by the aws provider's own Capacity and Allocatable. Spot prices
-// are made up (30–40% of on-demand), stable from run to run.
+// what its node reports with nodeadm's defaults and a 20 GiB root volume
+// (package eksnode, written from nodeadm's and the kubelet's published
+// behaviour, not from the aws provider). Spot prices are made up (30–40%
+// of on-demand), stable from run to run.
 package regioncatalog
 
 import (
@@ -24,13 +26,11 @@ import (
 	"strconv"
 	"strings"
 
-	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
+	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sandbox/eksnode"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
 
@@ -105,12 +105,8 @@ func instanceType(name string, onDemand float64, largest map[string]int32) v1alp
 	}
 	mib := memoryMiB(category, fam, size, vcpus)
 
-	info := ec2types.InstanceTypeInfo{
-		InstanceType: ec2types.InstanceType(name),
-		VCpuInfo:     &ec2types.VCpuInfo{DefaultVCpus: sdkaws.Int32(vcpus)},
-		MemoryInfo:   &ec2types.MemoryInfo{SizeInMiB: sdkaws.Int64(mib)},
-		NetworkInfo:  eniLimits(size, vcpus),
-	}
+	enis, ips := eniLimits(size, vcpus)
+	info := ec2fake.InstanceType{Name: name, VCPUs: vcpus, MemoryMiB: mib, MaxENIs: enis, IPv4PerENI: ips}
 	labels := map[string]string{
 		corev1.LabelArchStable:                          arch,
 		corev1.LabelOSStable:                            "linux",
@@ -133,21 +129,19 @@ func instanceType(name string, onDemand float64, largest map[string]int32) v1alp
 	if strings.Contains(options, "d") {
 		labels[LabelPrefix+"local-nvme"] = strconv.Itoa(int(vcpus) * 59)
 	}
-	var extra corev1.ResourceName
 	count := max(1, min(8, vcpus/12))
 	switch {
 	case category == "g" && options == "ad":
-		extra = ResourceAMDGPU
+		info.GPUs = []ec2fake.GPU{{Name: "Radeon Pro V520", Manufacturer: "AMD", Count: count}}
 		labels[LabelPrefix+"gpu-name"], labels[LabelPrefix+"gpu-manufacturer"] = "radeon-pro-v520", "amd"
 	case category == "g" || category == "gr" || category == "p":
-		// The aws provider counts NVIDIA GPUs into nvidia.com/gpu itself.
-		info.GpuInfo = &ec2types.GpuInfo{Gpus: []ec2types.GpuDeviceInfo{{Count: sdkaws.Int32(count), Manufacturer: sdkaws.String("NVIDIA"), Name: sdkaws.String("L4")}}}
+		info.GPUs = []ec2fake.GPU{{Name: "L4", Manufacturer: "NVIDIA", Count: count}}
 		labels[LabelPrefix+"gpu-name"], labels[LabelPrefix+"gpu-manufacturer"] = "l4", "nvidia"
 	case category == "inf" || category == "trn":
-		extra = ResourceNeuron
+		info.NeuronDevices = []ec2fake.NeuronDevice{{Name: "Inferentia2", Count: count, Cores: 2}}
 		labels[LabelPrefix+"accelerator-name"], labels[LabelPrefix+"accelerator-manufacturer"] = "inferentia", "aws"
 	case category == "dl":
-		extra = ResourceGaudi
+		info.GPUs = []ec2fake.GPU{{Name: "Gaudi HL-205", Manufacturer: "Habana", Count: count}}
 		labels[LabelPrefix+"accelerator-name"], labels[LabelPrefix+"accelerator-manufacturer"] = "gaudi-hl-205", "habana"
 	}
 	if _, ok := labels[LabelPrefix+"gpu-name"]; ok {
@@ -158,11 +152,8 @@ func instanceType(name string, onDemand float64, largest map[string]int32) v1alp
 		labels[LabelPrefix+"accelerator-count"] = strconv.Itoa(int(count))
 	}
 
-	capacity := aws.Capacity(info, nil, 20, 0.075)
-	if extra != "" {
-		capacity[extra] = *resource.NewQuantity(int64(count), resource.DecimalSI)
-	}
-	it := v1alpha1.InstanceType{Name: name, Labels: labels, Capacity: capacity, Allocatable: aws.Allocatable(capacity, aws.MaxPods(info), nil)}
+	node := eksnode.Standard(info, 20)
+	it := v1alpha1.InstanceType{Name: name, Labels: labels, Capacity: node.Capacity, Allocatable: node.Allocatable}
 	for _, zone := range Zones {
 		it.Offerings = append(it.Offerings,
 			v1alpha1.Offering{Zone: zone, CapacityType: v1alpha1.CapacityTypeOnDemand, Price: strconv.FormatFloat(onDemand, 'f', -1, 64), Available: true},
@@ -240,8 +231,8 @@ func memoryMiB(category, fam, size string, vcpus int32) int64 {
 
 // eniLimits are the ENIs and IPv4 addresses per ENI EC2 publishes for
 // types of that many vCPUs, roughly; they decide max pods.
-func eniLimits(size string, vcpus int32) *ec2types.NetworkInfo {
-	enis, ips := int32(15), int32(50)
+func eniLimits(size string, vcpus int32) (enis, ips int32) {
+	enis, ips = 15, 50
 	switch {
 	case size == "nano" || size == "micro":
 		enis, ips = 2, 2
@@ -252,7 +243,7 @@ func eniLimits(size string, vcpus int32) *ec2types.NetworkInfo {
 	case vcpus <= 32:
 		enis, ips = 8, 30
 	}
-	return &ec2types.NetworkInfo{MaximumNetworkInterfaces: sdkaws.Int32(enis), Ipv4AddressesPerInterface: sdkaws.Int32(ips)}
+	return enis, ips
 }
 
 // spotPrice is 30–40% of on-demand, differing per type and zone, to five

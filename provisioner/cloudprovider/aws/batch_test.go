@@ -22,6 +22,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
@@ -70,7 +71,7 @@ func (e *batchEnv) provider(t *testing.T) *Provider {
 	}
 	c := ec2.New(ec2.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(e.url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:  GuardClosedBodyRace(nil), Retryer: testRetryer()})
+		HTTPClient:  sdkhttp.GuardClosedBodyRace(nil), Retryer: testRetryer()})
 	p, err := New(c, e.kube, prices, Options{Region: "us-west-2", ClusterName: "batch", ClusterEndpoint: "https://api.batch.example", KubernetesVersion: "1.37"})
 	if err != nil {
 		t.Fatal(err)

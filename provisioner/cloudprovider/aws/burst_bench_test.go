@@ -25,6 +25,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
@@ -82,7 +83,7 @@ func runBurst(b *testing.B, claims, launchWorkers, otherWorkers int) {
 	client := ec2.New(ec2.Options{
 		Region: "us-west-2", BaseEndpoint: sdkaws.String(url),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:  GuardClosedBodyRace(nil),
+		HTTPClient:  sdkhttp.GuardClosedBodyRace(nil),
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = DefaultMaxAttempts
 			o.MaxBackoff = 20 * time.Second

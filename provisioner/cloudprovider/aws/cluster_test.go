@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nodeforge/nodeforge/internal/sandbox/eksfake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
@@ -40,7 +41,7 @@ func newEKS(t *testing.T, clusters ...eksfake.Cluster) (*eksfake.Server, *eks.Cl
 	return s, eks.New(eks.Options{
 		Region: "us-west-2", BaseEndpoint: sdkaws.String(s.URL()),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIATEST", "secret", ""),
-		HTTPClient:  GuardClosedBodyRace(nil), Retryer: testRetryer(),
+		HTTPClient:  sdkhttp.GuardClosedBodyRace(nil), Retryer: testRetryer(),
 	})
 }
 

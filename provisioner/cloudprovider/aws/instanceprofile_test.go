@@ -28,6 +28,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox/ec2fake"
 	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
+	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
 
@@ -64,9 +65,9 @@ func newIAMEnv(t *testing.T, funcs *interceptor.Funcs) *iamEnv {
 	t.Cleanup(stopIAM)
 	creds := credentials.NewStaticCredentialsProvider("AKIATEST", "secret", "")
 	ec2c := ec2.New(ec2.Options{Region: "us-west-2", BaseEndpoint: sdkaws.String(ec2URL), Credentials: creds,
-		HTTPClient: GuardClosedBodyRace(nil), Retryer: testRetryer()})
+		HTTPClient: sdkhttp.GuardClosedBodyRace(nil), Retryer: testRetryer()})
 	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: sdkaws.String(iamURL), Credentials: creds,
-		HTTPClient: GuardClosedBodyRace(nil), Retryer: testRetryer()})
+		HTTPClient: sdkhttp.GuardClosedBodyRace(nil), Retryer: testRetryer()})
 
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

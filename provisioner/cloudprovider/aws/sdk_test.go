@@ -10,7 +10,7 @@ import (
 // testRetryer is the provisioner's retryer (cmd/provisioner/app's
 // loadSDKConfig: the standard one, DefaultMaxAttempts tries) with a 1 ms
 // backoff, so that a retried test stays quick. The test envs' clients use
-// it with GuardClosedBodyRace, as the provisioner's do.
+// it with sdkhttp.GuardClosedBodyRace, as the provisioner's do.
 func testRetryer() sdkaws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = DefaultMaxAttempts

@@ -186,8 +186,9 @@ func checkLabelsAndTaints(labels map[string]string, taints []corev1.Taint) error
 
 // ParseNodeConfig finds the NodeConfig part Nodeforge wrote in decoded user
 // data (the last node.eks.aws part), and reads the labels and taints its
-// kubelet flags register the node with. The sandbox's simulated kubelets
-// boot instances with it, so what they join with is what the user data says.
+// kubelet flags register the node with, for tests that check what UserData
+// writes. The sandbox's nodes read user data with a reader of their own,
+// written from nodeadm's behaviour (internal/sandbox/eksnode).
 func ParseNodeConfig(userData string) (*NodeConfig, map[string]string, []corev1.Taint, error) {
 	parts := strings.Split(userData, "--"+mimeBoundary)
 	last := ""

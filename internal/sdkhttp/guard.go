@@ -1,4 +1,6 @@
-package aws
+// Package sdkhttp holds what the programs' and the sandbox's
+// aws-sdk-go-v2 clients send their requests through.
+package sdkhttp
 
 import (
 	"io"
