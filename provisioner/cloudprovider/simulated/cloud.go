@@ -459,7 +459,7 @@ func (c *Cloud) initializeNodes(ctx context.Context, pending []entry) (time.Time
 			continue
 		}
 		var node corev1.Node
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: in.NodeName}, &node); err != nil {
+		if err := c.getNode(ctx, in.NodeName, &node); err != nil {
 			if !apierrors.IsNotFound(err) {
 				return time.Time{}, err
 			}
@@ -487,6 +487,20 @@ func (c *Cloud) initializeNodes(ctx context.Context, pending []entry) (time.Time
 	return next, nil
 }
 
+// getNode reads a node from the cache and, when the cache has not seen
+// it, from the API server: only the API server says a node is gone. The
+// cache lags behind a node this process has just created, most of all
+// while its watches start again after the API server restarts, and a node
+// taken for gone would keep its uninitialised taint, or lack its devices,
+// for good.
+func (c *Cloud) getNode(ctx context.Context, name string, node *corev1.Node) error {
+	err := c.kube.Get(ctx, client.ObjectKey{Name: name}, node)
+	if apierrors.IsNotFound(err) {
+		return c.api.Get(ctx, client.ObjectKey{Name: name}, node)
+	}
+	return err
+}
+
 // isUninitialized says whether t is the uninitialised taint.
 func isUninitialized(t corev1.Taint) bool {
 	return t.Key == cloudproviderapi.TaintExternalCloudProvider
@@ -512,7 +526,7 @@ func (c *Cloud) registerDevices(ctx context.Context, pending []entry) (time.Time
 			continue
 		}
 		var node corev1.Node
-		if err := c.kube.Get(ctx, client.ObjectKey{Name: in.NodeName}, &node); err != nil {
+		if err := c.getNode(ctx, in.NodeName, &node); err != nil {
 			if !apierrors.IsNotFound(err) {
 				return time.Time{}, err
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -265,5 +266,59 @@ func TestNodeRegistersUninitialisedUntilTheCloudControllerDelay(t *testing.T) {
 				t.Fatalf("after the delay the node has taints %v, want %v", got, kept)
 			}
 		})
+	}
+}
+
+// laggingCache is a client whose reads of nodes come from a cache that
+// has not seen them yet (NotFound), as the manager's cache is behind a
+// node just created while its watches start again after the API server
+// restarted; everything else is the underlying client's.
+type laggingCache struct{ client.WithWatch }
+
+func (l laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Node); ok {
+		return apierrors.NewNotFound(corev1.Resource("nodes"), key.Name)
+	}
+	return l.WithWatch.Get(ctx, key, obj, opts...)
+}
+
+// TestACacheBehindTheNodeDoesNotLeaveItUninitialised: when the cache has
+// not seen a registered node by the time the cloud controller's delay has
+// passed, the taint is still lifted (the API server says the node is
+// there), and the instance is not marked initialised while its node keeps
+// the taint.
+func TestACacheBehindTheNodeDoesNotLeaveItUninitialised(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	api := c.kube.(client.WithWatch)
+	c.kube = laggingCache{api}
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	in, err := c.Create(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := objectName(in.ProviderID)
+	for _, step := range []time.Duration{10 * time.Second, defaultCloudControllerDelay} {
+		now = now.Add(step)
+		if _, err := c.register(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var node corev1.Node
+	if err := api.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		t.Fatal(err)
+	}
+	for _, taint := range node.Spec.Taints {
+		if isUninitialized(taint) {
+			t.Errorf("node %s keeps %s after the cloud controller's delay, its cache being behind", name, taint.Key)
+		}
+	}
+	var cm corev1.ConfigMap
+	if err := api.Get(ctx, client.ObjectKey{Namespace: "nodeforge", Name: name}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Labels[labelCloudController]; got != "initialized" {
+		t.Errorf("instance's cloud controller label = %q, want initialized", got)
 	}
 }
