@@ -302,6 +302,33 @@ func TestChartValues(t *testing.T) {
 	dryRun(t, slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }))
 }
 
+// TestChartGivesBothProgramsTheFeatureGates: featureGates reaches both
+// programs as one --feature-gates, sorted, so that the provisioner's
+// simulation runs the scheduler's plugins with the scheduler's gates; a
+// --feature-gates in one program's extraArgs, or a gate that is not
+// true or false, is refused.
+func TestChartGivesBothProgramsTheFeatureGates(t *testing.T) {
+	objs := render(t, append(required, "featureGates.GenericWorkload=true", "featureGates.DRAPartitionableDevices=false")...)
+	const want = "--feature-gates=DRAPartitionableDevices=false,GenericWorkload=true"
+	for _, name := range []string{"nodeforge-scheduler", "nodeforge-provisioner"} {
+		if args := str(find(t, objs, "Deployment", name), "spec", "template", "spec", "containers"); strings.Count(args, "--feature-gates") != 1 || !strings.Contains(args, want) {
+			t.Errorf("%s args: %s, want one %s", name, args, want)
+		}
+	}
+	if args := str(find(t, render(t, required...), "Deployment", "nodeforge-provisioner"), "spec", "template", "spec", "containers"); strings.Contains(args, "--feature-gates") {
+		t.Errorf("no featureGates, yet the provisioner got %s", args)
+	}
+	for _, tc := range []struct{ set, want string }{
+		{"scheduler.extraArgs[0]=--feature-gates=GenericWorkload=true", "set featureGates instead, which both programs get"},
+		{"featureGates.GenericWorkload=yes", "featureGates.GenericWorkload yes: want true or false"},
+	} {
+		set := strings.Join(append(slices.Clone(required), tc.set), ",")
+		if _, err := runHelm(t, "template", "nodeforge", ".", "--set", set); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--set %s: %v, want an error saying %q", tc.set, err, tc.want)
+		}
+	}
+}
+
 // TestChartClusterOverrides: clusterEndpoint and serviceCIDR, when set,
 // become the flags that win over what EKS says.
 func TestChartClusterOverrides(t *testing.T) {

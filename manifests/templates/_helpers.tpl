@@ -249,3 +249,30 @@ securityContext:
   capabilities: {drop: [ALL]}
   seccompProfile: {type: RuntimeDefault}
 {{- end }}
+
+{{/*
+The scheduler's feature gates, from featureGates, given to both programs:
+the provisioner's simulation runs the scheduler's plugins, and must run
+them with the gates the scheduler has. A --feature-gates among one
+program's extraArgs is refused, as it would reach that program alone.
+Called with (list $ $v), $v the program's values.
+*/}}
+{{- define "nodeforge.featureGatesArgs" -}}
+{{- $ := index . 0 }}{{- $v := index . 1 }}
+{{- range $v.extraArgs }}
+{{- if hasPrefix "--feature-gates" (toString .) }}
+{{- fail (printf "extraArgs %q: set featureGates instead, which both programs get (the provisioner simulates the scheduler with the same gates)" .) }}
+{{- end }}
+{{- end }}
+{{- with $.Values.featureGates }}
+{{- $pairs := list }}
+{{- range $k := keys . | sortAlpha }}
+{{- $val := index $.Values.featureGates $k }}
+{{- if not (kindIs "bool" $val) }}
+{{- fail (printf "featureGates.%s %v: want true or false" $k $val) }}
+{{- end }}
+{{- $pairs = append $pairs (printf "%s=%t" $k $val) }}
+{{- end }}
+- --feature-gates={{ join "," $pairs }}
+{{- end }}
+{{- end }}

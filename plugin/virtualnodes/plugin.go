@@ -171,12 +171,23 @@ func (p *VirtualNodes) Name() string { return Name }
 type profileNamer interface{ ProfileName() string }
 
 // NewFactory returns the plugin factory for a scheduler started with cfg
-// whose plugins are registry (plugin/registry.All): the plugin builds its
-// simulation framework from the profile it runs in, with that profile's
-// plugins and their arguments.
-func NewFactory(cfg *config.KubeSchedulerConfiguration, registry frameworkruntime.Registry) frameworkruntime.PluginFactory {
+// whose plugins newRegistry returns (plugin/registry.All): the plugin
+// builds its simulation framework from the profile it runs in, with that
+// profile's plugins and their arguments.
+//
+// The registry is built when the plugin is, not before: kube-scheduler's
+// in-tree registry reads the feature gates as it is built, and the
+// scheduler sets them (--feature-gates, then the features the API server
+// cannot serve turned off) only once its command runs. A registry built
+// with the command would simulate with the default gates while the
+// scheduler runs with others.
+func NewFactory(cfg *config.KubeSchedulerConfiguration, newRegistry func() (frameworkruntime.Registry, error)) frameworkruntime.PluginFactory {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		args, err := DecodeArgs(obj)
+		if err != nil {
+			return nil, err
+		}
+		registry, err := newRegistry()
 		if err != nil {
 			return nil, err
 		}

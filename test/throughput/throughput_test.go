@@ -101,10 +101,7 @@ func startScheduler(tb testing.TB, virtualNodes bool) func() {
 		prof.Plugins.PreFilter.Enabled = append(prof.Plugins.PreFilter.Enabled, config.Plugin{Name: virtualnodes.Name})
 		prof.Plugins.Filter.Enabled = append(prof.Plugins.Filter.Enabled, config.Plugin{Name: virtualnodes.Name})
 		prof.Plugins.PostFilter.Enabled = append(prof.Plugins.PostFilter.Enabled, config.Plugin{Name: virtualnodes.Name})
-		all, err := registry.All()
-		if err != nil {
-			tb.Fatal(err)
-		}
+		all := func() (frameworkruntime.Registry, error) { return registry.All() }
 		if err := reg.Register(virtualnodes.Name, virtualnodes.NewFactory(cc, all)); err != nil {
 			tb.Fatal(err)
 		}

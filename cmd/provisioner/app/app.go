@@ -108,6 +108,11 @@ func Run(args []string, opts ...registry.Option) error {
 	logsapi.AddGoFlags(logging, fs)
 	var o options
 	printVersion := fs.Bool("version", false, "Print the version and exit.")
+	// The scheduler's feature gates, as kube-scheduler takes them: the
+	// provisioner's simulation must run the plugins as the scheduler runs
+	// them, so both programs get the same --feature-gates (the chart's
+	// featureGates).
+	fs.Func("feature-gates", "The scheduler's feature gates, key=value pairs separated by commas, as nodeforge-scheduler is given them (kube-scheduler's --feature-gates); its simulation runs the scheduler's plugins with them.", utilfeature.DefaultMutableFeatureGate.Set)
 	o.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err

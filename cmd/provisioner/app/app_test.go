@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
@@ -89,7 +90,7 @@ func TestValidateRefusesFlagsItCannotActOn(t *testing.T) {
 // with no --cloud-provider: it stops before reaching any cluster, saying
 // the choices, and logs that in JSON as --logging-format=json asks. (run
 // registers its flags on the process's flag set, so this is the one test
-// that calls it.)
+// that calls it.) Its --feature-gates sets the scheduler's gates.
 func TestRunRefusesToStartWithoutCloudProvider(t *testing.T) {
 	t.Setenv("NODEFORGE_CLOUD_PROVIDER", "") // restored after the test...
 	os.Unsetenv("NODEFORGE_CLOUD_PROVIDER")  // ...and unset during it
@@ -107,9 +108,19 @@ func TestRunRefusesToStartWithoutCloudProvider(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	err = Run([]string{"--leader-elect=false", "--logging-format=json"})
+	defer func() {
+		if err := utilfeature.DefaultMutableFeatureGate.Set("GenericWorkload=false"); err != nil {
+			t.Error(err)
+		}
+	}()
+	err = Run([]string{"--leader-elect=false", "--logging-format=json", "--feature-gates=GenericWorkload=true"})
 	if want := "--cloud-provider (or NODEFORGE_CLOUD_PROVIDER) is required: choose simulated or aws"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("run without --cloud-provider = %v, want an error saying %q", err, want)
+	}
+	// The scheduler's gates are the simulation's (GenericWorkload is off
+	// unless set).
+	if !utilfeature.DefaultFeatureGate.Enabled("GenericWorkload") {
+		t.Error("--feature-gates=GenericWorkload=true left the gate off")
 	}
 	klog.ErrorS(err, "Provisioner failed", "cloudProvider", "") // as Main logs it
 	klog.Flush()

@@ -23,6 +23,7 @@ import (
 	schedulerOptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/nodeforge/nodeforge/internal/skew"
 	"github.com/nodeforge/nodeforge/plugin/registry"
@@ -60,14 +61,11 @@ func NewSchedulerCommand(args []string, opts ...registry.Option) (*cobra.Command
 	if err != nil {
 		return nil, err
 	}
-	all, err := registry.All(opts...)
-	if err != nil {
-		return nil, err
-	}
 	outOfTree, err := registry.OutOfTree(opts...)
 	if err != nil {
 		return nil, err
 	}
+	all := func() (frameworkruntime.Registry, error) { return registry.All(opts...) }
 	options := []kubescheduler.Option{kubescheduler.WithPlugin(virtualnodes.Name, virtualnodes.NewFactory(cfg, all))}
 	for name, factory := range outOfTree {
 		options = append(options, kubescheduler.WithPlugin(name, factory))

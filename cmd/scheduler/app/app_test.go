@@ -118,3 +118,19 @@ func TestSchedulerExportsBuildInfo(t *testing.T) {
 	}
 	t.Error("nodeforge_build_info is not in the scheduler's registry")
 }
+
+// TestTheSimulationsRegistryWaitsForTheGates: building the command builds
+// only the out-of-tree registry kube-scheduler is given; the simulation's
+// whole registry, whose in-tree plugins read the feature gates as it is
+// built, is built when VirtualNodes is, after the command has set the
+// gates (--feature-gates, then those the API server cannot serve off).
+func TestTheSimulationsRegistryWaitsForTheGates(t *testing.T) {
+	builds := 0
+	count := func(frameworkruntime.Registry) error { builds++; return nil }
+	if _, err := NewSchedulerCommand([]string{"--config", filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml")}, count); err != nil {
+		t.Fatal(err)
+	}
+	if builds != 1 {
+		t.Errorf("building the command built %d registries, want 1 (kube-scheduler's out-of-tree plugins): the simulation's would read the gates before they are set", builds)
+	}
+}
