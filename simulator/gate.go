@@ -12,13 +12,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
@@ -31,17 +34,54 @@ import (
 // scheduler shares between its plugins (clientset, informers, the DRA and
 // CSI managers), made as kube-scheduler makes them from inf.
 func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.SharedInformerFactory) ([]frameworkruntime.Option, error) {
-	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
-	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{SliceInformer: inf.Resource().V1().ResourceSlices(), KubeClient: cs})
+	dra, err := newDRAManager(ctx, cs, inf)
 	if err != nil {
-		return nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
+		return nil, err
 	}
 	return []frameworkruntime.Option{
 		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithInformerFactory(inf),
-		frameworkruntime.WithSharedDRAManager(dynamicresources.NewDRAManager(ctx, claims, slices, inf)),
+		frameworkruntime.WithSharedDRAManager(dra),
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
 	}, nil
+}
+
+// newDRAManager is the DRA manager kube-scheduler makes (its New and
+// addAllEventHandlers, v1.37): the ResourceSlice tracker applies
+// DeviceTaintRules and tracks consumable capacity as the gates say, and
+// the extended resources DeviceClasses name (DRAExtendedResource) are
+// resolved from a cache fed by the DeviceClass informer. Without them the
+// simulation would schedule onto devices a DeviceTaintRule has tainted,
+// and refuse a pod asking for a DRA-backed extended resource.
+func newDRAManager(ctx context.Context, cs kubernetes.Interface, inf informers.SharedInformerFactory) (fwk.SharedDRAManager, error) {
+	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), inf.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	opts := resourceslicetracker.Options{
+		EnableDeviceTaintRules:   utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules),
+		EnableConsumableCapacity: utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity),
+		SliceInformer:            inf.Resource().V1().ResourceSlices(),
+		KubeClient:               cs,
+	}
+	if opts.EnableDeviceTaintRules {
+		opts.TaintInformer = inf.Resource().V1().DeviceTaintRules()
+	}
+	tracker, err := resourceslicetracker.StartTracker(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
+	}
+	dra := dynamicresources.NewDRAManager(ctx, claims, tracker, inf)
+	if utilfeature.DefaultFeatureGate.Enabled(features.DRAExtendedResource) {
+		// kube-scheduler's own DRA manager resolves with an
+		// ExtendedResourceCache; a resolver of another type would be a
+		// change of kube-scheduler's to follow here.
+		resolver, ok := dra.DeviceClassResolver().(toolscache.ResourceEventHandler)
+		if !ok {
+			return nil, fmt.Errorf("the DRA manager's DeviceClassResolver is a %T, which takes no DeviceClass events", dra.DeviceClassResolver())
+		}
+		if _, err := inf.Resource().V1().DeviceClasses().Informer().AddEventHandler(resolver); err != nil {
+			return nil, fmt.Errorf("feeding DeviceClasses to the extended resource cache: %w", err)
+		}
+	}
+	return dra, nil
 }
 
 // Gate answers, for the provisioner, whether the scheduler would accept a
