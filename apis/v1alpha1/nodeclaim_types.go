@@ -187,14 +187,6 @@ const (
 	NodeClaimDisrupting NodeClaimPhase = "Disrupting"
 )
 
-// ReasonOutsideNodePool is the reason of a claim's Launched or Registered
-// condition (False) and of the Warning Event the provisioner records
-// when the claim asks for more than its pool, as the pool is now, makes:
-// another node class, labels, annotations or taints the template does
-// not have, requirements looser than the pool's. Such a claim is not
-// launched or adopted, and is deleted.
-const ReasonOutsideNodePool = "OutsideNodePool"
-
 // NodeClaimStatus is what is known of the claim's instance and node.
 type NodeClaimStatus struct {
 	// Phase is where the claim is in its life, and so what the provisioner
