@@ -346,7 +346,7 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 	if d.claim == nil {
 		msg := "no NodePool can launch a node for this pod: " + strings.Join(d.reasons, "; ")
 		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
-		p.event(pod, corev1.EventTypeWarning, "NoInstanceType", "Provisioning", msg)
+		p.event(pod, corev1.EventTypeWarning, v1alpha1.ReasonNoInstanceType, v1alpha1.ActionProvisioning, msg)
 		p.refused[pod.UID] = pod
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg), resultRefused, d.refusal
 	}
