@@ -63,7 +63,7 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if len(pods) == 0 && !replacement {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
-		b.event(nc, corev1.EventTypeNormal, "Deleted", "NoPods", "no nominated pods left; not launched")
+		b.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonDeleted, v1alpha1.ActionNoPods, "no nominated pods left; not launched")
 		return reconcile.Result{}, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 	}
 	if err := b.closeClaim(ctx, nc); err != nil {

@@ -257,7 +257,7 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 		if node != nil && !node.DeletionTimestamp.IsZero() {
 			klog.FromContext(ctx).Info("Node deleted; deleting its nodeclaim, which drains it and terminates its instance", "node", node.Name, "providerID", nc.Status.ProviderID)
 			metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NodeDeleted").Inc()
-			c.event(nc, corev1.EventTypeNormal, "NodeDeleted", "Delete", fmt.Sprintf("node %s was deleted; draining it and terminating instance %s", node.Name, nc.Status.ProviderID))
+			c.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonNodeDeleted, v1alpha1.ActionDelete, fmt.Sprintf("node %s was deleted; draining it and terminating instance %s", node.Name, nc.Status.ProviderID))
 			return reconcile.Result{}, client.IgnoreNotFound(c.kube.Delete(ctx, nc))
 		}
 	}

@@ -129,7 +129,7 @@ func (i *initializer) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 func (i *initializer) waitForNode(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, waiting string) (reconcile.Result, error) {
 	registered := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionRegistered)
 	if registered != nil && i.now().Sub(registered.LastTransitionTime.Time) > i.ttl {
-		return i.giveUp(ctx, nc, "InitializationTimeout", "Initialize", fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, i.ttl, waiting), launchedOffer(nc))
+		return i.giveUp(ctx, nc, v1alpha1.ReasonInitializationTimeout, v1alpha1.ActionInitialize, fmt.Sprintf("node %s not ready for pods within %s of registering: %s", node.Name, i.ttl, waiting), launchedOffer(nc))
 	}
 	klog.FromContext(ctx).V(2).Info("Waiting for the node before binding", "node", node.Name, "waitingFor", waiting)
 	return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
@@ -259,7 +259,7 @@ func (i *initializer) refused(ctx context.Context, pass *bindPass, p *corev1.Pod
 		return nil
 	}
 	logger.Info("The scheduler would not accept the pod on the node; clearing its nomination", "pod", klog.KObj(p), "node", pass.node.Name, "plugin", s.Plugin(), "reason", s.Message())
-	i.recordPod(p, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", pass.node.Name, s.Plugin(), s.Message()))
+	i.recordPod(p, corev1.EventTypeWarning, v1alpha1.ReasonNominationCleared, v1alpha1.ActionBind, fmt.Sprintf("node %s refused by scheduler plugin %s: %s; the pod will be scheduled again", pass.node.Name, s.Plugin(), s.Message()))
 	p.Status.NominatedNodeName = ""
 	if err := i.kube.Status().Update(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 		return err
@@ -282,7 +282,7 @@ func (i *initializer) handOff(ctx context.Context, pass *bindPass, p *corev1.Pod
 		return fmt.Errorf("handing pod %s/%s to the scheduler: %w", p.Namespace, p.Name, err)
 	}
 	klog.FromContext(ctx).Info("Handing the pod to the scheduler to bind: only its binding cycle does what the pod needs", "pod", klog.KObj(p), "node", node.Name, "why", why)
-	i.recordPod(p, corev1.EventTypeNormal, "HandedOff", "Bind", fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, why))
+	i.recordPod(p, corev1.EventTypeNormal, v1alpha1.ReasonHandedOff, v1alpha1.ActionBind, fmt.Sprintf("node %s is ready; nominated to it for the scheduler to bind, as only its binding cycle does what the pod needs: %s", node.Name, why))
 	pass.placed(ctx, p)
 	pass.handedOff++
 	return nil
@@ -334,7 +334,7 @@ func (i *initializer) sendBackStuck(ctx context.Context, nc *v1alpha1.NodeClaim,
 	}
 	for _, sp := range stuck {
 		klog.FromContext(ctx).Info("Sending the pod back to the scheduler: it could not be bound within the initialization deadline", "pod", klog.KObj(sp.pod), "node", node.Name, "why", sp.why, "initializationTTL", i.ttl)
-		i.recordPod(sp.pod, corev1.EventTypeWarning, "NominationCleared", "Bind", fmt.Sprintf("node %s: %s, for longer than the initialization deadline %s; the pod will be scheduled again", node.Name, sp.why, i.ttl))
+		i.recordPod(sp.pod, corev1.EventTypeWarning, v1alpha1.ReasonNominationCleared, v1alpha1.ActionBind, fmt.Sprintf("node %s: %s, for longer than the initialization deadline %s; the pod will be scheduled again", node.Name, sp.why, i.ttl))
 		sp.pod.Status.NominatedNodeName = ""
 		if err := i.kube.Status().Update(ctx, sp.pod); err != nil && !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, err
@@ -359,7 +359,7 @@ func (i *initializer) initialized(ctx context.Context, nc *v1alpha1.NodeClaim, n
 		return reconcile.Result{}, err
 	}
 	klog.FromContext(ctx).Info("Bound pods to node", "pods", pass.bound, "handedOff", pass.handedOff, "node", node.Name)
-	i.event(nc, corev1.EventTypeNormal, "Initialized", "Bind", fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", pass.bound, node.Name, pass.handedOff))
+	i.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonInitialized, v1alpha1.ActionBind, fmt.Sprintf("bound %d pods to node %s, handed %d to the scheduler", pass.bound, node.Name, pass.handedOff))
 	return reconcile.Result{}, nil
 }
 

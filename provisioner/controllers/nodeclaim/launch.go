@@ -106,7 +106,7 @@ func (d *deniedLaunches) has(uid types.UID) bool {
 // reconcile creates the instance; Create is idempotent per claim UID, so
 // a crash between Create and the status update launches nothing twice.
 func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	if refused := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); refused != nil && refused.Reason == reasonAccessDenied {
+	if refused := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); refused != nil && refused.Reason == v1alpha1.ReasonAccessDenied {
 		l.denied.set(nc.UID, false)
 		return l.expireRefused(ctx, nc)
 	}
@@ -123,7 +123,7 @@ func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return l.refuseOutsidePool(ctx, nc, v1alpha1.ConditionLaunched, "Launch", err)
+		return l.refuseOutsidePool(ctx, nc, v1alpha1.ConditionLaunched, v1alpha1.ActionLaunch, err)
 	}
 	offers, err := l.offers(ctx, nc)
 	if err != nil {
@@ -132,7 +132,7 @@ func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 	if age := l.now().Sub(nc.CreationTimestamp.Time); age > l.launchTTL && len(offers) > 0 {
 		// An instance whose launch answer was lost is collected as an
 		// orphan once the claim is gone.
-		return l.giveUp(ctx, nc, "LaunchTimeout", "Launch", fmt.Sprintf("not launched within %s of being made", l.launchTTL), offers...)
+		return l.giveUp(ctx, nc, v1alpha1.ReasonLaunchTimeout, v1alpha1.ActionLaunch, fmt.Sprintf("not launched within %s of being made", l.launchTTL), offers...)
 	}
 	if len(offers) == 0 {
 		return l.noOptions(ctx, nc)
@@ -173,8 +173,8 @@ func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 // retries them when the claim goes, with these offerings now unavailable.
 func (l *launcher) noOptions(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	klog.FromContext(ctx).Info("Deleting nodeclaim: none of its instance type options is available", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
-	l.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", "none of the instance type options is available; the pods will get another claim")
-	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
+	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, "none of the instance type options is available; the pods will get another claim")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
@@ -186,8 +186,8 @@ func (l *launcher) noOptions(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 func (l *launcher) refuseForMinValues(ctx context.Context, nc *v1alpha1.NodeClaim, why string) (reconcile.Result, error) {
 	l.limits.Release(nc.UID)
 	klog.FromContext(ctx).Info("Deleting nodeclaim: its available options no longer keep the pool's minValues", "why", why)
-	l.event(nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", why+"; not launched, the pods will get another claim")
-	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LaunchFailed", "Launch", fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, why+"; not launched, the pods will get another claim")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "MinValues").Inc()
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
@@ -199,18 +199,18 @@ func (l *launcher) refuseForMinValues(ctx context.Context, nc *v1alpha1.NodeClai
 // retry's idempotent Create settles it.
 func (l *launcher) createFailed(ctx context.Context, nc *v1alpha1.NodeClaim, offers int, err error) (reconcile.Result, error) {
 	logger := klog.FromContext(ctx)
-	reason := "LaunchFailed"
+	reason := v1alpha1.ReasonLaunchFailed
 	var ice *cloudprovider.InsufficientCapacityError
 	var notReady *cloudprovider.NodeClassNotReadyError
 	if errors.As(err, &ice) || errors.As(err, &notReady) || cloudprovider.IsAccessDenied(err) {
 		l.limits.Release(nc.UID)
 	}
 	if errors.As(err, &ice) {
-		reason = "InsufficientCapacity"
+		reason = v1alpha1.ReasonInsufficientCapacity
 		l.unavailable.Mark(ice.Offers...)
 		logger.Info("No capacity for any option; marked them unavailable", "offers", len(ice.Offers))
 		metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-		l.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+		l.event(nc, corev1.EventTypeWarning, reason, v1alpha1.ActionLaunch, err.Error())
 		//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 		return reconcile.Result{Requeue: true}, nil
 	}
@@ -219,12 +219,12 @@ func (l *launcher) createFailed(ctx context.Context, nc *v1alpha1.NodeClaim, off
 	}
 	if errors.As(err, &notReady) {
 		logger.Info("Node class not ready; will retry", "nodeClass", notReady.NodeClass, "reason", notReady.Reason)
-		l.event(nc, corev1.EventTypeWarning, "NodeClassNotReady", "Launch", err.Error())
+		l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonNodeClassNotReady, v1alpha1.ActionLaunch, err.Error())
 		return reconcile.Result{RequeueAfter: 15 * time.Second}, nil
 	}
 	logger.Error(err, "Launching instance failed; will retry", "offers", offers)
 	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reason).Inc()
-	l.event(nc, corev1.EventTypeWarning, reason, "Launch", err.Error())
+	l.event(nc, corev1.EventTypeWarning, reason, v1alpha1.ActionLaunch, err.Error())
 	return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 }
 
@@ -257,7 +257,7 @@ func (l *launcher) launched(ctx context.Context, nc *v1alpha1.NodeClaim, in *clo
 	// what this one says, at a request a pod, when the API server is
 	// busiest. Failures still go on every pod (podEvents), as they change
 	// what happens to it.
-	l.event(nc, corev1.EventTypeNormal, "Launched", "Launch", fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
+	l.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonLaunched, v1alpha1.ActionLaunch, fmt.Sprintf("launched %s (%s, %s, %s, $%s/h)", in.ProviderID, in.InstanceType, in.Zone, in.CapacityType, nc.Status.Price))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
 }
 
@@ -274,15 +274,11 @@ func (l *launcher) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, 
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	logger.Info("Deleting nodeclaim: launching it would pass the pool's limits", "reason", exceeded.Reason)
-	l.event(nc, corev1.EventTypeWarning, "LimitReached", "Launch", exceeded.Error()+"; not launched")
-	l.podEvents(ctx, nc, corev1.EventTypeWarning, "LimitReached", "Launch", fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
+	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLimitReached, v1alpha1.ActionLaunch, exceeded.Error()+"; not launched")
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLimitReached, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "LimitReached").Inc()
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
-
-// reasonAccessDenied marks a claim whose launch the cloud refused for lack
-// of permission.
-const reasonAccessDenied = "AccessDenied"
 
 // refuse records that the cloud denied the launch. Retrying cannot help
 // until an operator fixes the credentials or policy, so the claim is not
@@ -291,15 +287,15 @@ const reasonAccessDenied = "AccessDenied"
 // get a fresh claim, which tries once more.
 func (l *launcher) refuse(ctx context.Context, nc *v1alpha1.NodeClaim, err error) (reconcile.Result, error) {
 	klog.FromContext(ctx).Error(err, "Cloud denied the launch; not retrying this nodeclaim", "deleteAfter", l.registrationTTL)
-	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionFalse, Reason: reasonAccessDenied, Message: err.Error()})
+	metrics.ClaimsFailed.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonAccessDenied).Inc()
+	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAccessDenied, Message: err.Error()})
 	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
 	l.denied.set(nc.UID, true)
 	note := fmt.Sprintf("%v; fix the provisioner's permissions. Not retried; the claim is deleted after %s and its pods get a new one", err, l.registrationTTL)
-	l.event(nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", note)
-	l.podEvents(ctx, nc, corev1.EventTypeWarning, reasonAccessDenied, "Launch", "nodeclaim "+nc.Name+": "+note)
+	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonAccessDenied, v1alpha1.ActionLaunch, note)
+	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonAccessDenied, v1alpha1.ActionLaunch, "nodeclaim "+nc.Name+": "+note)
 	return l.expireRefused(ctx, nc)
 }
 
@@ -312,7 +308,7 @@ func (l *launcher) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", l.registrationTTL)
-	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, reasonAccessDenied).Inc()
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonAccessDenied).Inc()
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 

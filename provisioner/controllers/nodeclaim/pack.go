@@ -822,7 +822,7 @@ func (r *repacker) deleteEmptied(ctx context.Context, plan *packPlan) error {
 		}
 		klog.FromContext(ctx).Info("Deleting nodeclaim emptied by a repack", "nodeClaim", name, "podsMoved", len(plan.Moves[name]))
 		metrics.ClaimsDeleted.WithLabelValues(k.Spec.NodePool, "Repacked").Inc()
-		r.event(&k, corev1.EventTypeNormal, "Repacked", "Delete", fmt.Sprintf("its %d pods moved to cheaper claims of its batch; not launched", len(plan.Moves[name])))
+		r.event(&k, corev1.EventTypeNormal, v1alpha1.ReasonRepacked, v1alpha1.ActionDelete, fmt.Sprintf("its %d pods moved to cheaper claims of its batch; not launched", len(plan.Moves[name])))
 		if err := client.IgnoreNotFound(r.kube.Delete(ctx, &k)); err != nil {
 			return err
 		}
@@ -846,7 +846,7 @@ func (r *repacker) markPlanPacked(ctx context.Context, holder *v1alpha1.NodeClai
 		}
 	}
 	if staying[holder.Name] != nil {
-		r.event(holder, corev1.EventTypeNormal, "Repacked", "Launch", fmt.Sprintf("%s; %d claims kept, %d emptied", note, len(plan.Claims), len(plan.Emptied)))
+		r.event(holder, corev1.EventTypeNormal, v1alpha1.ReasonRepacked, v1alpha1.ActionLaunch, fmt.Sprintf("%s; %d claims kept, %d emptied", note, len(plan.Claims), len(plan.Emptied)))
 	} else if !isPacked(holder) && holder.DeletionTimestamp.IsZero() {
 		// The holder was launched or packed by a run that got further.
 		return r.markPacked(ctx, holder, "Repacked", note)

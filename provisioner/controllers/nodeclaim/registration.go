@@ -59,9 +59,9 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 				return reconcile.Result{}, err
 			}
 			if joins {
-				return r.giveUp(ctx, nc, "RegistrationTimeout", "Register", why+", where other nodes of its class do", launchedOffer(nc))
+				return r.giveUp(ctx, nc, v1alpha1.ReasonRegistrationTimeout, v1alpha1.ActionRegister, why+", where other nodes of its class do", launchedOffer(nc))
 			}
-			return r.giveUp(ctx, nc, "RegistrationTimeout", "Register", why)
+			return r.giveUp(ctx, nc, v1alpha1.ReasonRegistrationTimeout, v1alpha1.ActionRegister, why)
 		}
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
@@ -80,7 +80,7 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{}, fmt.Errorf("getting nodepool %s: %w", nc.Spec.NodePool, err)
 	}
 	if err := nodeshape.WithinPool(nc, &pool); err != nil {
-		return r.refuseOutsidePool(ctx, nc, v1alpha1.ConditionRegistered, "Register", err)
+		return r.refuseOutsidePool(ctx, nc, v1alpha1.ConditionRegistered, v1alpha1.ActionRegister, err)
 	}
 	// Adopt the node: the finalizer keeps it until its instance is gone,
 	// and the labels the claim stands for are there even when the node's
@@ -104,7 +104,7 @@ func (r *registrar) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reco
 	klog.FromContext(ctx).Info("Registered node", "node", klog.KObj(node), "providerID", nc.Status.ProviderID)
 	r.cloud.RegisteredNode(ctx, in, node)
 	r.classRegistered(ctx, nc)
-	r.event(nc, corev1.EventTypeNormal, "Registered", "Register", "node "+node.Name+" registered")
+	r.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonRegistered, v1alpha1.ActionRegister, "node "+node.Name+" registered")
 	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay
 	return reconcile.Result{Requeue: true}, nil
 }
@@ -124,7 +124,7 @@ func (r *registrar) launchedFor(ctx context.Context, nc *v1alpha1.NodeClaim) (*c
 	}
 	if !in.LaunchedFor(nc.Name) {
 		klog.FromContext(ctx).Error(nil, "Not adopting node: its instance was not launched for this nodeclaim", "providerID", nc.Status.ProviderID, "instanceNodeClaim", in.NodeClaim)
-		r.event(nc, corev1.EventTypeWarning, "ProviderIDMismatch", "Register", fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
+		r.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonProviderIDMismatch, v1alpha1.ActionRegister, fmt.Sprintf("instance %s was launched for nodeclaim %q, not this one; its node is not adopted", nc.Status.ProviderID, in.NodeClaim))
 		return nil, nil
 	}
 	return in, nil
@@ -217,7 +217,7 @@ func (r *registrar) registrationTimedOut(ctx context.Context, nc *v1alpha1.NodeC
 		return
 	}
 	if r.recorder != nil {
-		r.recorder.Eventf(class, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register",
+		r.recorder.Eventf(class, nil, corev1.EventTypeWarning, v1alpha1.ReasonRegistrationTimeout, v1alpha1.ActionRegister,
 			"nodeclaim %s (%s in %s, instance %s): %s; %d in a row for this class", nc.Name, nc.Status.InstanceType, nc.Status.Zone, nc.Status.ProviderID, why, len(claims))
 	}
 	if len(claims) < RegistrationTimeoutsInARow {

@@ -71,7 +71,7 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 	}
 	classEvents := 0
 	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, "RegistrationTimeout") && strings.Contains(e, "in a row for this class") {
+		if e := <-rec.Events; strings.Contains(e, v1alpha1.ReasonRegistrationTimeout) && strings.Contains(e, "in a row for this class") {
 			classEvents++
 		}
 	}

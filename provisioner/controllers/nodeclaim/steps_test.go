@@ -538,7 +538,7 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 			for len(recorder.Events) > 0 {
 				e := <-recorder.Events
 				switch {
-				case !strings.Contains(e, ReasonTerminationGracePeriod):
+				case !strings.Contains(e, v1alpha1.ReasonTerminationGracePeriodPassed):
 				case strings.Contains(e, "deleting the pod"):
 					onPod++
 				case strings.Contains(e, "deleted pod default/"):
@@ -546,7 +546,7 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 				}
 			}
 			if onPod != 2 || onClaim != 2 {
-				t.Errorf("%s Events: %d on pods, %d on the claim; want 2 and 2", ReasonTerminationGracePeriod, onPod, onClaim)
+				t.Errorf("%s Events: %d on pods, %d on the claim; want 2 and 2", v1alpha1.ReasonTerminationGracePeriodPassed, onPod, onClaim)
 			}
 		})
 	}
@@ -744,7 +744,7 @@ func TestDeniedLaunchIsNotRetriedFromAStaleCache(t *testing.T) {
 	if _, err := s.c.launcher.reconcile(ctx, stale.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	if cond := meta.FindStatusCondition(s.get(t, nc).Status.Conditions, v1alpha1.ConditionLaunched); cond == nil || cond.Reason != "AccessDenied" {
+	if cond := meta.FindStatusCondition(s.get(t, nc).Status.Conditions, v1alpha1.ConditionLaunched); cond == nil || cond.Reason != v1alpha1.ReasonAccessDenied {
 		t.Fatalf("Launched condition after the denial: %+v, want AccessDenied", cond)
 	}
 	tried := s.cloud.Attempts()

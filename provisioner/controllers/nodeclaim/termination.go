@@ -97,23 +97,6 @@ func (t *terminator) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (rec
 	return reconcile.Result{}, nil
 }
 
-// Events on a pod, and on its claim, when the pod is deleted rather than
-// evicted, PodDisruptionBudgets notwithstanding, and on the claim when
-// do-not-disrupt pods hold its drain.
-const (
-	// ReasonTerminationGracePeriod: the claim's terminationGracePeriod is
-	// running out.
-	ReasonTerminationGracePeriod = "TerminationGracePeriodPassed"
-	// ReasonNodeUnhealthy: repair's drain deadline has passed.
-	ReasonNodeUnhealthy = "NodeUnhealthy"
-	// ReasonNodeUnreachable: the node has not been Ready for longer than
-	// the node monitor grace period.
-	ReasonNodeUnreachable = "NodeUnreachable"
-	// ReasonDrainHeld: pods annotated do-not-disrupt are not evicted, and
-	// the drain waits for them.
-	ReasonDrainHeld = "DrainHeld"
-)
-
 // DefaultNodeMonitorGracePeriod is kube-controller-manager's default
 // --node-monitor-grace-period (50s since Kubernetes 1.32, 40s before).
 const DefaultNodeMonitorGracePeriod = 50 * time.Second
@@ -298,12 +281,12 @@ func (t *terminator) budgetsOverridden(nc *v1alpha1.NodeClaim, node *corev1.Node
 			continue
 		}
 		if since := now.Sub(cond.LastTransitionTime.Time); since > grace {
-			return ReasonNodeUnreachable, fmt.Sprintf("node %s has been Ready=%s for %s, longer than the node monitor grace period (%s)",
+			return v1alpha1.ReasonNodeUnreachable, fmt.Sprintf("node %s has been Ready=%s for %s, longer than the node monitor grace period (%s)",
 				node.Name, cond.Status, since.Round(time.Second), grace)
 		}
 	}
 	if by, ok := repairDeadline(nc); ok && !now.Before(by) {
-		return ReasonNodeUnhealthy, repairLimit(nc) + " has passed"
+		return v1alpha1.ReasonNodeUnhealthy, repairLimit(nc) + " has passed"
 	}
 	return "", ""
 }
@@ -468,7 +451,7 @@ func podGrace(p *corev1.Pod) time.Duration {
 // least a second unless the pod asks for none.
 func (t *terminator) deleteForDeadline(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, p *corev1.Pod, left time.Duration) error {
 	why := fmt.Sprintf("nodeclaim %s's %s is running out", nc.Name, drainLimit(nc))
-	return t.deleteRegardless(ctx, nc, node, p, min(podGrace(p), max(left, time.Second)), ReasonTerminationGracePeriod, why)
+	return t.deleteRegardless(ctx, nc, node, p, min(podGrace(p), max(left, time.Second)), v1alpha1.ReasonTerminationGracePeriodPassed, why)
 }
 
 // deleteRegardless deletes p, bypassing its PDBs and do-not-disrupt, with
@@ -488,8 +471,8 @@ func (t *terminator) deleteRegardless(ctx context.Context, nc *v1alpha1.NodeClai
 		return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	note := fmt.Sprintf("node %s: %s; deleting the pod (grace %ds) regardless of disruption budgets", node.Name, why, seconds)
-	t.recordPod(p, corev1.EventTypeWarning, reason, "Drain", note)
-	t.event(nc, corev1.EventTypeWarning, reason, "Drain", fmt.Sprintf("deleted pod %s/%s (grace %ds) on node %s: %s", p.Namespace, p.Name, seconds, node.Name, why))
+	t.recordPod(p, corev1.EventTypeWarning, reason, v1alpha1.ActionDrain, note)
+	t.event(nc, corev1.EventTypeWarning, reason, v1alpha1.ActionDrain, fmt.Sprintf("deleted pod %s/%s (grace %ds) on node %s: %s", p.Namespace, p.Name, seconds, node.Name, why))
 	return nil
 }
 
@@ -505,7 +488,7 @@ func (t *terminator) forceDelete(ctx context.Context, node *corev1.Node, p *core
 	if err != nil {
 		return fmt.Errorf("deleting pod %s/%s from node %s that is not ready: %w", p.Namespace, p.Name, node.Name, err)
 	}
-	t.recordPod(p, corev1.EventTypeWarning, "NodeNotReady", "Drain", fmt.Sprintf("node %s is not ready and the pod's grace period is over; deleted, as its kubelet cannot confirm it stopped", node.Name))
+	t.recordPod(p, corev1.EventTypeWarning, v1alpha1.ReasonNodeNotReady, v1alpha1.ActionDrain, fmt.Sprintf("node %s is not ready and the pod's grace period is over; deleted, as its kubelet cannot confirm it stopped", node.Name))
 	return nil
 }
 
@@ -539,8 +522,8 @@ func (t *terminator) evictionRefused(ctx context.Context, nc *v1alpha1.NodeClaim
 		note += fmt.Sprintf(" until %s, when the pod is deleted regardless", deadline.UTC().Format(time.RFC3339))
 	}
 	klog.FromContext(ctx).Info("Eviction refused", "pod", klog.KObj(p), "node", node.Name, "by", by)
-	t.recordPod(p, corev1.EventTypeWarning, "EvictionBlocked", "Drain", note)
-	t.event(nc, corev1.EventTypeWarning, "EvictionBlocked", "Drain", fmt.Sprintf("pod %s/%s: eviction refused by %s", p.Namespace, p.Name, by))
+	t.recordPod(p, corev1.EventTypeWarning, v1alpha1.ReasonEvictionBlocked, v1alpha1.ActionDrain, note)
+	t.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonEvictionBlocked, v1alpha1.ActionDrain, fmt.Sprintf("pod %s/%s: eviction refused by %s", p.Namespace, p.Name, by))
 }
 
 // drainHeld records, at most every evictionRefusedEvery for each claim,
@@ -559,7 +542,7 @@ func (t *terminator) drainHeld(ctx context.Context, nc *v1alpha1.NodeClaim, node
 		until = "until " + deadline.UTC().Format(time.RFC3339) + " (terminationGracePeriod), when they are deleted regardless"
 	}
 	klog.FromContext(ctx).Info("Drain held by do-not-disrupt pods", "node", node.Name, "pods", pods, "until", until)
-	t.event(nc, corev1.EventTypeWarning, ReasonDrainHeld, "Drain", fmt.Sprintf("node %s: pods %s are not evicted; the drain waits for them %s", node.Name, names, until))
+	t.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonDrainHeld, v1alpha1.ActionDrain, fmt.Sprintf("node %s: pods %s are not evicted; the drain waits for them %s", node.Name, names, until))
 }
 
 // refusedEvictions remembers when each pod's refused eviction, and each

@@ -125,7 +125,7 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 	}
 	var blocked []string
 	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, "EvictionBlocked") {
+		if e := <-rec.Events; strings.Contains(e, v1alpha1.ReasonEvictionBlocked) {
 			blocked = append(blocked, e)
 		}
 	}
@@ -173,8 +173,8 @@ func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	if got, want := podDeletes(live), map[string]int64{"web": 120, "keep": 30}; !maps.Equal(got, want) {
 		t.Errorf("deleted %v (name: grace seconds); want %v, each pod's own grace", got, want)
 	}
-	if n := countEvents(rec, ReasonNodeUnhealthy); n != 4 {
-		t.Errorf("%d %s Events; want one on each pod and one on the claim for each", n, ReasonNodeUnhealthy)
+	if n := countEvents(rec, v1alpha1.ReasonNodeUnhealthy); n != 4 {
+		t.Errorf("%d %s Events; want one on each pod and one on the claim for each", n, v1alpha1.ReasonNodeUnhealthy)
 	}
 	// The cache sees them terminating; the fake stamps the deletion when
 	// it happens, taken here as when their grace ends.
@@ -230,12 +230,12 @@ func TestUnreachableNodeIsDrainedPastTheNodeMonitorGracePeriod(t *testing.T) {
 	}
 	var named int
 	for len(rec.Events) > 0 {
-		if e := <-rec.Events; strings.Contains(e, "Warning "+ReasonNodeUnreachable) && strings.Contains(e, "n1") {
+		if e := <-rec.Events; strings.Contains(e, "Warning "+v1alpha1.ReasonNodeUnreachable) && strings.Contains(e, "n1") {
 			named++
 		}
 	}
 	if named != 4 {
-		t.Errorf("%d Warning %s Events naming node n1; want one on each pod and one on the claim for each", named, ReasonNodeUnreachable)
+		t.Errorf("%d Warning %s Events naming node n1; want one on each pod and one on the claim for each", named, v1alpha1.ReasonNodeUnreachable)
 	}
 	end := terminate(t, s, web, keep)
 	s.now = end.Add(time.Second)
@@ -304,7 +304,7 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 				t.Fatalf("drain %s in: %+v %v; want it held", after, res, err)
 			}
 			for len(rec.Events) > 0 {
-				if e := <-rec.Events; strings.Contains(e, ReasonDrainHeld) && strings.Contains(e, "default/keep") {
+				if e := <-rec.Events; strings.Contains(e, v1alpha1.ReasonDrainHeld) && strings.Contains(e, "default/keep") {
 					held++
 				}
 			}
@@ -321,7 +321,7 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 			t.Error("the other pod was not evicted")
 		}
 		if held != 3 {
-			t.Errorf("%d %s Events naming default/keep at 0s, 10s, 30s, 61s and 1h; want 3 (at most one a minute)", held, ReasonDrainHeld)
+			t.Errorf("%d %s Events naming default/keep at 0s, 10s, 30s, 61s and 1h; want 3 (at most one a minute)", held, v1alpha1.ReasonDrainHeld)
 		}
 	})
 	t.Run("terminationGracePeriod 60s", func(t *testing.T) {
