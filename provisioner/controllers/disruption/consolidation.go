@@ -498,7 +498,7 @@ func (k *Consolidation) unconsolidatable(ctx context.Context, nc *v1alpha1.NodeC
 	k.blocked[nc.UID] = why
 	klog.FromContext(ctx).V(1).Info("Not consolidating node", "node", nc.Status.NodeName, "nodeClaim", klog.KObj(nc), "why", why)
 	if k.exec.recorder != nil {
-		k.exec.recorder.Eventf(nc, nil, corev1.EventTypeNormal, "Unconsolidatable", string(Underutilized), "node %s: %s", nc.Status.NodeName, why)
+		k.exec.recorder.Eventf(nc, nil, corev1.EventTypeNormal, v1alpha1.ReasonUnconsolidatable, string(Underutilized), "node %s: %s", nc.Status.NodeName, why)
 	}
 }
 

@@ -21,10 +21,6 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
-// ReasonDisruptionBlocked is the Event a claim gets when a method chose
-// it but a do-not-disrupt annotation holds it.
-const ReasonDisruptionBlocked = "DisruptionBlocked"
-
 // blockedNoteEvery is how often a claim that stays blocked for the same
 // reason gets the Event (and log line) again: reconciles come with every
 // change to the node's pods, and one line per change would drown the rest.
@@ -76,7 +72,7 @@ func (c *Controller) noteBlocked(ctx context.Context, nc *v1alpha1.NodeClaim, re
 	}
 	klog.FromContext(ctx).V(2).Info("Disruption blocked by do-not-disrupt", "nodeClaim", klog.KObj(nc), "node", nc.Status.NodeName, "reason", reason, "heldBy", held)
 	if c.recorder != nil {
-		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, ReasonDisruptionBlocked, string(reason), "%s", msg)
+		c.recorder.Eventf(nc, nil, corev1.EventTypeNormal, v1alpha1.ReasonDisruptionBlocked, string(reason), "%s", msg)
 	}
 }
 

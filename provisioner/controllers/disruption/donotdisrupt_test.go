@@ -106,7 +106,7 @@ func (s *expiredSetup) drained() []string {
 func blockedEvents(evs []string) []string {
 	var out []string
 	for _, e := range evs {
-		if strings.Contains(e, ReasonDisruptionBlocked) {
+		if strings.Contains(e, v1alpha1.ReasonDisruptionBlocked) {
 			out = append(out, e)
 		}
 	}

@@ -416,7 +416,7 @@ func (e *Executor) run(ctx context.Context, cmd *Command) error {
 			// for as they go pending.
 			logger.Info("No replacement can be launched for the node's pods; draining it without one", "nodes", tainted, "reason", cmd.Reason, "why", why)
 			for _, t := range cmd.Targets {
-				e.event(t.Claim, corev1.EventTypeWarning, "DrainingWithoutReplacement", cmd.Reason, "node %s: no replacement can be launched (%s); draining it anyway: %s", t.Claim.Status.NodeName, why, t.why(cmd))
+				e.event(t.Claim, corev1.EventTypeWarning, v1alpha1.ReasonDrainingWithoutReplacement, cmd.Reason, "node %s: no replacement can be launched (%s); draining it anyway: %s", t.Claim.Status.NodeName, why, t.why(cmd))
 			}
 		}
 	}
@@ -569,7 +569,7 @@ func (e *Executor) remove(ctx context.Context, nc *v1alpha1.NodeClaim, reason v1
 		return false, err
 	}
 	crashpoint.Hit(crashpoint.AfterDisrupting)
-	e.event(&fresh, corev1.EventTypeNormal, "Disrupting", reason, "node %s: %s", nc.Status.NodeName, why)
+	e.event(&fresh, corev1.EventTypeNormal, v1alpha1.ReasonDisrupting, reason, "node %s: %s", nc.Status.NodeName, why)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, string(reason)).Inc()
 	return true, e.delete(ctx, &fresh)
 }

@@ -176,7 +176,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 	}
 	if m.Kind == cloudprovider.RebalanceRecommendation {
 		logger.Info("Spot rebalance recommendation: not acting on it; an interruption warning would be", "detail", m.Detail)
-		in.event(nc, corev1.EventTypeNormal, "RebalanceRecommended", "node %s: %s; no action until an interruption warning", nc.Status.NodeName, m.Detail)
+		in.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonRebalanceRecommended, "node %s: %s; no action until an interruption warning", nc.Status.NodeName, m.Detail)
 		return "recorded", nil
 	}
 	if m.Kind == cloudprovider.SpotInterruption && nc.Status.InstanceType != "" && in.unavailable != nil {
@@ -243,7 +243,7 @@ func (in *Interruption) handleClaim(ctx context.Context, m cloudprovider.Interru
 		// caller's to retry the whole message for.
 		return "", fmt.Errorf("interrupting nodeclaim %s: %v", nc.Name, err)
 	}
-	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s", nc.Status.NodeName, why)
+	in.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonInterrupted, "node %s: %s", nc.Status.NodeName, why)
 	if replaced {
 		return "replacing", nil
 	}
@@ -278,7 +278,7 @@ func (in *Interruption) annotate(ctx context.Context, nc *v1alpha1.NodeClaim, by
 	if old, ok := drainStart(nc); !by.IsZero() && (!ok || by.Before(old)) {
 		nc.Annotations[v1alpha1.AnnotationDrainStart] = by.UTC().Format(time.RFC3339)
 	}
-	in.event(nc, corev1.EventTypeWarning, string(Interrupted), "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
+	in.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonInterrupted, "node %s: %s; its replacement %s is already launching", nc.Status.NodeName, why, nc.Annotations[v1alpha1.AnnotationReplacement])
 	return in.exec.kube.Update(ctx, nc)
 }
 

@@ -92,7 +92,7 @@ func TestSpotInterruptionReplacesThenDrainsByHalfTheNotice(t *testing.T) {
 	if got := old.Annotations[v1alpha1.AnnotationDrainStart]; got != wantBy {
 		t.Errorf("drain-start %q, want %q (halfway through the notice)", got, wantBy)
 	}
-	if evs := drain(s.rec); !strings.Contains(evs, "Interrupted") || !strings.Contains(evs, "i-n1") {
+	if evs := drain(s.rec); !strings.Contains(evs, v1alpha1.ReasonInterrupted) || !strings.Contains(evs, "i-n1") {
 		t.Errorf("no Interrupted Event naming the instance; events:\n%s", evs)
 	}
 	if _, err := settle(s.c, ctx, old); err != nil {
@@ -207,7 +207,7 @@ func TestInterruptionMessages(t *testing.T) {
 		if s.gone(ctx, "p-n1") || len(replacementsOf(ctx, t, s.kube, "p-n1")) != 0 || s.claim(ctx, t, "p-n1").Annotations[v1alpha1.AnnotationReplacement] != "" {
 			t.Error("a rebalance recommendation disrupted the node")
 		}
-		if evs := drain(s.rec); !strings.Contains(evs, "RebalanceRecommended") {
+		if evs := drain(s.rec); !strings.Contains(evs, v1alpha1.ReasonRebalanceRecommended) {
 			t.Errorf("no RebalanceRecommended Event; events:\n%s", evs)
 		}
 	})

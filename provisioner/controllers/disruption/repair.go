@@ -221,7 +221,7 @@ func (r *Repair) hold(ctx context.Context, s sick, rule, why string) {
 	r.held[s.claim.UID] = why
 	klog.FromContext(ctx).Info("Not repairing unhealthy node", "node", s.node.Name, "nodeClaim", klog.KObj(s.claim), "unhealthy", s.why, "rule", rule, "why", why)
 	if r.exec.recorder != nil {
-		r.exec.recorder.Eventf(s.claim, nil, corev1.EventTypeWarning, "RepairHeld", string(Unhealthy), "node %s: %s; %s", s.node.Name, s.why, why)
+		r.exec.recorder.Eventf(s.claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonRepairHeld, string(Unhealthy), "node %s: %s; %s", s.node.Name, s.why, why)
 	}
 }
 

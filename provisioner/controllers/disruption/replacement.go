@@ -423,7 +423,7 @@ func (e *Executor) startReplacement(ctx context.Context, cmd *Command, rep *repl
 	for _, t := range named {
 		logger.Info("Launching a replacement before draining node", "node", t.Claim.Status.NodeName, "nodeClaim", klog.KObj(t.Claim), "reason", cmd.Reason, "why", t.why(cmd),
 			"replacement", rep.claim.Name, "offer", rep.offer, "instanceTypeOptions", rep.options)
-		e.event(t.Claim, corev1.EventTypeNormal, "Replacing", cmd.Reason, "node %s: %s; launching %s for its pods before draining it", t.Claim.Status.NodeName, t.why(cmd), rep.describe())
+		e.event(t.Claim, corev1.EventTypeNormal, v1alpha1.ReasonReplacing, cmd.Reason, "node %s: %s; launching %s for its pods before draining it", t.Claim.Status.NodeName, t.why(cmd), rep.describe())
 	}
 	return errors.Join(errs...)
 }
@@ -580,7 +580,7 @@ func (e *Executor) giveUpReplacement(ctx context.Context, nc *v1alpha1.NodeClaim
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	logger.Info("Not disrupting node: called its replacement off", "node", nc.Status.NodeName, "reason", reason, "why", why)
-	e.event(nc, corev1.EventTypeWarning, ReasonDisruptionBlocked, reason, "node %s: %s; it keeps running", nc.Status.NodeName, why)
+	e.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonDisruptionBlocked, reason, "node %s: %s; it keeps running", nc.Status.NodeName, why)
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), "aborted").Inc()
 	e.backOff(ctx, nc, reason)
 	var errs []error
