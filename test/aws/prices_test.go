@@ -176,8 +176,8 @@ func TestTypesWithoutAnOnDemandPriceAreOfferedLast(t *testing.T) {
 			}
 			select {
 			case e := <-rec.Events:
-				if !strings.HasPrefix(e, "Warning "+aws.ReasonOnDemandPricesUnknown+" ") {
-					t.Errorf("event = %q, want a Warning %s", e, aws.ReasonOnDemandPricesUnknown)
+				if !strings.HasPrefix(e, "Warning "+v1alpha1.ReasonOnDemandPricesUnknown+" ") {
+					t.Errorf("event = %q, want a Warning %s", e, v1alpha1.ReasonOnDemandPricesUnknown)
 				}
 				for _, s := range tc.inEvent {
 					if !strings.Contains(e, s) {

@@ -17,12 +17,6 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
 )
 
-// ReasonOnDemandPricesUnknown is the reason of the Warning event on a
-// NodePool whose instance types are offered on demand without their
-// region's price: at a stand-in region's price, or at
-// pricing.UnknownPrice.
-const ReasonOnDemandPricesUnknown = "OnDemandPricesUnknown"
-
 // maxNamedTypes bounds the instance types an event or log line names; an
 // event's note must stay under 1 KB.
 const maxNamedTypes = 12
@@ -135,7 +129,7 @@ func (p *Provider) reportPriceGaps(ctx context.Context, pool *v1alpha1.NodePool,
 	if class != nil {
 		related = class
 	}
-	p.opts.Recorder.Eventf(pool, related, corev1.EventTypeWarning, ReasonOnDemandPricesUnknown, "PriceInstanceTypes", "%s", msg)
+	p.opts.Recorder.Eventf(pool, related, corev1.EventTypeWarning, v1alpha1.ReasonOnDemandPricesUnknown, v1alpha1.ActionPriceInstanceTypes, "%s", msg)
 }
 
 // ConditionOnDemandPricesKnown is False, while the class stays Ready, when

@@ -182,7 +182,7 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		(before == nil || before.Status != budgets.Status || before.Message != budgets.Message) {
 		klog.FromContext(ctx).Info("Disruption budget schedule cannot be parsed; the budget applies at all times", "nodePool", klog.KObj(&pool), "err", budgets.Message)
 		if c.recorder != nil {
-			c.recorder.Eventf(&pool, nil, corev1.EventTypeWarning, "InvalidSchedule", "ValidateBudgets", "%s", budgets.Message)
+			c.recorder.Eventf(&pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSchedule, v1alpha1.ActionValidateBudgets, "%s", budgets.Message)
 		}
 	}
 	meta.SetStatusCondition(&status.Conditions, budgets)

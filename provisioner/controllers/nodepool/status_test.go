@@ -160,7 +160,7 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 	}
 	if n := len(recorder.Events); n != 1 {
 		t.Errorf("%d Events after three reconciles; want 1", n)
-	} else if e := <-recorder.Events; !strings.HasPrefix(e, "Warning InvalidSchedule") {
+	} else if e := <-recorder.Events; !strings.HasPrefix(e, "Warning "+v1alpha1.ReasonInvalidSchedule) {
 		t.Errorf("Event %q; want a Warning InvalidSchedule", e)
 	}
 	got.Spec.Disruption.Budgets[1].Schedule = ptr.To("0 23 * * *")
