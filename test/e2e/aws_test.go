@@ -148,7 +148,7 @@ func TestAWSProvider(t *testing.T) {
 		}
 		poll(t, "event AccessDenied on pod denied", func() (bool, error) {
 			reasons, err := podEventReasons(ctx, cs, "default", "denied")
-			return contains(reasons, "AccessDenied"), err
+			return contains(reasons, v1alpha1.ReasonAccessDenied), err
 		})
 		var claims v1alpha1.NodeClaimList
 		if err := kube.List(ctx, &claims); err != nil {
@@ -156,7 +156,7 @@ func TestAWSProvider(t *testing.T) {
 		}
 		var denied []string
 		for _, nc := range claims.Items {
-			if c := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); c != nil && c.Reason == "AccessDenied" && strings.Contains(c.Message, "UnauthorizedOperation") {
+			if c := meta.FindStatusCondition(nc.Status.Conditions, "Launched"); c != nil && c.Reason == v1alpha1.ReasonAccessDenied && strings.Contains(c.Message, "UnauthorizedOperation") {
 				denied = append(denied, nc.Name)
 			}
 		}
@@ -216,7 +216,7 @@ func TestAWSProvider(t *testing.T) {
 		}
 		poll(t, "event NoInstanceType on pod nowhere", func() (bool, error) {
 			reasons, err := podEventReasons(ctx, cs, "default", "nowhere")
-			return contains(reasons, "NoInstanceType"), err
+			return contains(reasons, v1alpha1.ReasonNoInstanceType), err
 		})
 	})
 
@@ -341,7 +341,7 @@ func TestAWSProvider(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if contains(reasons, "NominationCleared") || contains(reasons, "LaunchFailed") {
+			if contains(reasons, v1alpha1.ReasonNominationCleared) || contains(reasons, v1alpha1.ReasonLaunchFailed) {
 				t.Errorf("pod %s was refused on its node: events %v", pod.Name, reasons)
 			}
 			t.Logf("pod %s runs on %s", pod.Name, node.Labels[corev1.LabelInstanceTypeStable])

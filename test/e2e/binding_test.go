@@ -107,12 +107,12 @@ func TestPodsThatNeedTheBindingCycleAreBoundByTheScheduler(t *testing.T) {
 		// the provisioner writes none for the pods it binds directly.
 		byScheduler := slices.Contains(reasons, "Scheduled")
 		if len(vols) == 0 {
-			if byScheduler || slices.Contains(reasons, "HandedOff") {
+			if byScheduler || slices.Contains(reasons, v1alpha1.ReasonHandedOff) {
 				t.Errorf("pod %s without volumes: events %v; want it bound by the provisioner, not handed off", name, reasons)
 			}
 			continue
 		}
-		if !byScheduler || !slices.Contains(reasons, "HandedOff") {
+		if !byScheduler || !slices.Contains(reasons, v1alpha1.ReasonHandedOff) {
 			t.Errorf("pod %s with a volume to provision: events %v %q; want it handed off and bound by the scheduler", name, reasons, notes)
 		}
 		claim := vols[0].Name
@@ -337,7 +337,7 @@ func TestResourceClaimIsAllocatedByTheScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "(nodeclaim ") }) || !slices.Contains(reasons, "HandedOff") {
+	if slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "(nodeclaim ") }) || !slices.Contains(reasons, v1alpha1.ReasonHandedOff) {
 		t.Errorf("pod with a ResourceClaim: events %v %q; want it handed off and bound by the scheduler", reasons, notes)
 	}
 	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "device", metav1.GetOptions{})

@@ -140,7 +140,7 @@ func TestPodsWaitForTheCloudControllerManager(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.Contains(reasons, "NominationCleared") {
+		if slices.Contains(reasons, v1alpha1.ReasonNominationCleared) {
 			t.Errorf("pod %s had its nomination cleared: %q", name, notes)
 		}
 		for _, note := range notes {

@@ -181,13 +181,13 @@ func TestConsolidationShrinksTheFleet(t *testing.T) {
 	// Speed is not asserted here (a busy machine is slower): logged, and
 	// measured by BenchmarkConsolidate.
 	t.Logf("the fleet shrank %s after the scale-down (consolidateAfter 20s)", took.Round(time.Second))
-	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonDisrupting})
 	if err != nil {
 		t.Fatal(err)
 	}
 	underutilized := 0
 	for _, e := range evs.Items {
-		if e.Action == "Underutilized" {
+		if e.Action == string(v1alpha1.DisruptionReasonUnderutilized) {
 			underutilized++
 			t.Logf("event on %s/%s: %s", e.Regarding.Kind, e.Regarding.Name, e.Note)
 		}
@@ -259,7 +259,7 @@ func TestConsolidationCallsOffForAPodBoundMeanwhile(t *testing.T) {
 	// The next round looks at the node again and keeps it, saying why:
 	// the late pod has no controller.
 	poll(t, "an Unconsolidatable Event naming the late pod", func() (bool, error) {
-		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Unconsolidatable"})
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonUnconsolidatable})
 		if err != nil {
 			return false, err
 		}

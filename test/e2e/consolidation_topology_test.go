@@ -213,7 +213,7 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 	// pods are Running: a step still draining is watched to its end.
 	var after, underutilized int
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
-		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonDisrupting})
 		if err != nil {
 			return false, nil
 		}
@@ -261,7 +261,7 @@ func TestConsolidationKeepsSpreadAndAntiAffinity(t *testing.T) {
 	if after >= before {
 		t.Errorf("the pool did not shrink: %d nodes after the scale-down, %d after consolidation", before, after)
 	}
-	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Disrupting"})
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonDisrupting})
 	if err != nil {
 		t.Fatal(err)
 	}

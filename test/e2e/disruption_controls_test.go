@@ -204,14 +204,14 @@ func TestTerminationGracePeriodDeletesAPodAPDBHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(reasons, "TerminationGracePeriodPassed") {
+	if !slices.Contains(reasons, v1alpha1.ReasonTerminationGracePeriodPassed) {
 		t.Errorf("the pod's Events %v have no TerminationGracePeriodPassed: was it deleted for the grace period?", reasons)
 	}
 	claimReasons, _, err := claimEvents(ctx, cs, nc.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(claimReasons, "TerminationGracePeriodPassed") {
+	if !slices.Contains(claimReasons, v1alpha1.ReasonTerminationGracePeriodPassed) {
 		t.Errorf("the claim's Events %v have no TerminationGracePeriodPassed", claimReasons)
 	}
 }
@@ -236,7 +236,7 @@ func TestDoNotDisruptPodHoldsTheDrainOfItsExpiredNode(t *testing.T) {
 	poll(t, "a DrainHeld Event on the expired claim naming the pod", func() (bool, error) {
 		reasons, notes, err := claimEvents(ctx, cs, nc.Name)
 		for i := range reasons {
-			if reasons[i] == "DrainHeld" && strings.Contains(notes[i], want) {
+			if reasons[i] == v1alpha1.ReasonDrainHeld && strings.Contains(notes[i], want) {
 				return true, nil
 			}
 		}

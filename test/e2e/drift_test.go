@@ -79,7 +79,7 @@ func disruptionEvent(t *testing.T, cs kubernetes.Interface, claim string, reason
 		t.Fatal(err)
 	}
 	for _, e := range evs.Items {
-		if e.Reason == "Disrupting" && e.Action == string(reason) {
+		if e.Reason == v1alpha1.ReasonDisrupting && e.Action == string(reason) {
 			return e.Note
 		}
 	}

@@ -102,7 +102,7 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	}
 	found := false
 	for _, e := range evs.Items {
-		if e.Reason == "Disrupting" && e.Action == "Expired" {
+		if e.Reason == v1alpha1.ReasonDisrupting && e.Action == string(v1alpha1.DisruptionReasonExpired) {
 			found = true
 		}
 	}
@@ -111,7 +111,7 @@ func TestExpiredNodeIsReplaced(t *testing.T) {
 	}
 	replacing := false
 	for _, e := range evs.Items {
-		if e.Reason == "Replacing" && e.Action == "Expired" && strings.Contains(e.Note, repName) {
+		if e.Reason == v1alpha1.ReasonReplacing && e.Action == string(v1alpha1.DisruptionReasonExpired) && strings.Contains(e.Note, repName) {
 			replacing = true
 		}
 	}
@@ -182,7 +182,7 @@ func TestCrashAfterNamingAReplacement(t *testing.T) {
 	}
 	gaveUp := false
 	for _, e := range evs.Items {
-		if e.Reason == "DisruptionBlocked" && strings.Contains(e.Note, "could not be launched") {
+		if e.Reason == v1alpha1.ReasonDisruptionBlocked && strings.Contains(e.Note, "could not be launched") {
 			gaveUp = true
 		}
 	}

@@ -90,14 +90,16 @@ func TestCloudFaults(t *testing.T) {
 			notes, err := podEventNotes(ctx, cs, "default", "ice", "FailedScheduling")
 			return slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "nominated to nodeclaim "+claim) }), err
 		})
-		for _, want := range []string{"Launched", "Initialized"} {
+		for _, want := range []string{v1alpha1.ReasonLaunched, v1alpha1.ReasonInitialized} {
 			poll(t, "event "+want+" on nodeclaim "+claim, func() (bool, error) {
 				evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "regarding.kind=NodeClaim,regarding.name=" + claim + ",reason=" + want})
 				return err == nil && len(evs.Items) > 0, err
 			})
 		}
 		// Not an Event a pod for each step the claim takes.
-		if reasons, err := podEventReasons(ctx, cs, "default", "ice"); err != nil || slices.ContainsFunc(reasons, func(r string) bool { return slices.Contains([]string{"Nominated", "Launched", "Scheduled"}, r) }) {
+		if reasons, err := podEventReasons(ctx, cs, "default", "ice"); err != nil || slices.ContainsFunc(reasons, func(r string) bool {
+			return slices.Contains([]string{"Nominated", v1alpha1.ReasonLaunched, "Scheduled"}, r)
+		}) {
 			t.Errorf("pod ice's Events: %v (err %v), want none of Nominated, Launched, Scheduled: the claim's Events tell them once", reasons, err)
 		}
 		zone := node.Labels[corev1.LabelTopologyZone]
@@ -131,14 +133,14 @@ func TestCloudFaults(t *testing.T) {
 		}
 		timedOut := ""
 		for _, e := range evs.Items {
-			if e.Reason == "RegistrationTimeout" {
+			if e.Reason == v1alpha1.ReasonRegistrationTimeout {
 				timedOut = e.Regarding.Name
 			}
 		}
 		if timedOut == "" {
 			t.Fatal("no RegistrationTimeout event on a nodeclaim")
 		}
-		if reasons, err := podEventReasons(ctx, cs, "default", "ttl"); err != nil || !slices.Contains(reasons, "RegistrationTimeout") {
+		if reasons, err := podEventReasons(ctx, cs, "default", "ttl"); err != nil || !slices.Contains(reasons, v1alpha1.ReasonRegistrationTimeout) {
 			t.Errorf("pod ttl has events %v (err %v), want one RegistrationTimeout", reasons, err)
 		}
 		var nc v1alpha1.NodeClaim
@@ -207,7 +209,7 @@ func TestPoolLimits(t *testing.T) {
 				continue
 			}
 			if slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == name && e.Reason == "NoInstanceType" && strings.Contains(e.Note, "pool capped: limits reached")
+				return e.Regarding.Name == name && e.Reason == v1alpha1.ReasonNoInstanceType && strings.Contains(e.Note, "pool capped: limits reached")
 			}) {
 				refused++
 			}

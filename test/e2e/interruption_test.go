@@ -131,7 +131,7 @@ func TestSpotInterruptionOnAWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(reasons, "Interrupted") || !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "spot interruption warning for instance "+instance) }) {
+	if !slices.Contains(reasons, v1alpha1.ReasonInterrupted) || !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "spot interruption warning for instance "+instance) }) {
 		t.Errorf("no Interrupted Event on %s naming the warning; reasons %v, notes %q", old.Name, reasons, notes)
 	}
 	// The offering is published unavailable, so no new claim chooses it.

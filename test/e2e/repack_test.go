@@ -133,7 +133,7 @@ func repackBatch(t *testing.T, point string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(reasons, "Repacked") {
+	if !slices.Contains(reasons, v1alpha1.ReasonRepacked) {
 		t.Errorf("no Repacked Event on %s: %v %v", kept.Name, reasons, notes)
 	}
 	var all v1alpha1.NodeClaimList

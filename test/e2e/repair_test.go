@@ -82,7 +82,7 @@ func TestFailedNodeIsRepaired(t *testing.T) {
 	}
 	found := ""
 	for _, e := range evs.Items {
-		if (e.Reason == "Replacing" || e.Reason == "Disrupting") && e.Action == "Unhealthy" {
+		if (e.Reason == v1alpha1.ReasonReplacing || e.Reason == v1alpha1.ReasonDisrupting) && e.Action == string(v1alpha1.DisruptionReasonUnhealthy) {
 			found = e.Note
 		}
 	}

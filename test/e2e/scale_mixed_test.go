@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
 // BenchmarkScaleUpMixed500 is BenchmarkNominate's workload in the sandbox:
@@ -88,7 +90,7 @@ func BenchmarkScaleUpMixed500(b *testing.B) {
 		claims, fleet := fleetOf(ctx, b, kube)
 		// "batch repacked (how): $A/h instead of $B/h; ..." on each
 		// changed batch's plan claim.
-		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=Repacked"})
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonRepacked})
 		if err != nil {
 			b.Fatal(err)
 		}

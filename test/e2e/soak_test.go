@@ -355,7 +355,7 @@ func disruptions(cs kubernetes.Interface, reason string) int {
 	}
 	seen := map[string]bool{}
 	for _, e := range evs.Items {
-		if (e.Reason == "Disrupting" || e.Reason == "Replacing") && e.Action == reason {
+		if (e.Reason == v1alpha1.ReasonDisrupting || e.Reason == v1alpha1.ReasonReplacing) && e.Action == reason {
 			seen[e.Regarding.Name] = true
 		}
 	}
@@ -372,7 +372,7 @@ func disruptionReasons(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	out := map[string]int{}
 	seen := map[string]bool{}
 	for _, e := range evs.Items {
-		if (e.Reason == "Disrupting" || e.Reason == "Replacing") && e.Regarding.Kind == "NodeClaim" && !seen[e.Regarding.Name] {
+		if (e.Reason == v1alpha1.ReasonDisrupting || e.Reason == v1alpha1.ReasonReplacing) && e.Regarding.Kind == "NodeClaim" && !seen[e.Regarding.Name] {
 			seen[e.Regarding.Name] = true
 			out[e.Action]++
 		}

@@ -227,7 +227,7 @@ func zoneAntiAffinity(t *testing.T, cs kubernetes.Interface, kube client.Client,
 	if len(p.pending) != 1 {
 		t.Fatalf("%d pods pending, want 1", len(p.pending))
 	}
-	reasons := podEventsUntil(t, cs, p.pending[0].Name, "NoInstanceType", "FailedScheduling")
+	reasons := podEventsUntil(t, cs, p.pending[0].Name, v1alpha1.ReasonNoInstanceType, "FailedScheduling")
 	return fmt.Sprintf("pods per zone %v, %d claims, %s pending (%v)", zones, len(p.claims), p.pending[0].Name, reasons)
 }
 
@@ -329,5 +329,5 @@ profiles:
 	if len(p.pending) != 1 {
 		t.Fatalf("%d pods pending, want 1", len(p.pending))
 	}
-	podEventsUntil(t, cs, p.pending[0].Name, "FailedScheduling", "NoInstanceType")
+	podEventsUntil(t, cs, p.pending[0].Name, "FailedScheduling", v1alpha1.ReasonNoInstanceType)
 }

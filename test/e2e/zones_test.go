@@ -111,9 +111,9 @@ func repairsOf(ctx context.Context, cs kubernetes.Interface, claims []v1alpha1.N
 		var first *repairEvent
 		for _, e := range evs.Items {
 			switch {
-			case e.Reason == "RepairHeld":
+			case e.Reason == v1alpha1.ReasonRepairHeld:
 				held = append(held, e.Note)
-			case (e.Reason == "Replacing" || e.Reason == "Disrupting") && e.Action == "Unhealthy":
+			case (e.Reason == v1alpha1.ReasonReplacing || e.Reason == v1alpha1.ReasonDisrupting) && e.Action == string(v1alpha1.DisruptionReasonUnhealthy):
 				if first == nil || e.EventTime.Time.Before(first.at) {
 					first = &repairEvent{claim: nc.Name, at: e.EventTime.Time, note: e.Note}
 				}

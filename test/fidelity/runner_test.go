@@ -280,7 +280,7 @@ func waitRefused(t *testing.T, ns string, p *corev1.Pod, phrase string) {
 		}
 		notes = notes[:0]
 		for _, e := range evs.Items {
-			if e.Regarding.Name == p.Name && e.Reason == "NoInstanceType" {
+			if e.Regarding.Name == p.Name && e.Reason == v1alpha1.ReasonNoInstanceType {
 				notes = append(notes, e.Note)
 				if strings.Contains(e.Note, phrase) {
 					return true, nil

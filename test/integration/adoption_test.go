@@ -57,7 +57,7 @@ func TestForeignProviderIDIsNotAdopted(t *testing.T) {
 			return false, err
 		}
 		return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.Name == "adopt-foreign" && e.Reason == "ProviderIDMismatch"
+			return e.Regarding.Name == "adopt-foreign" && e.Reason == v1alpha1.ReasonProviderIDMismatch
 		}), nil
 	}); err != nil {
 		t.Fatal("no ProviderIDMismatch event on the claim naming another claim's instance")

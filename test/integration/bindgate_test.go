@@ -103,7 +103,7 @@ func TestABindGateErrorIsThePodsOwn(t *testing.T) {
 	if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
 		t.Errorf("the pod the gate could not judge is bound to %q, nominated to %q; want it sent back to the scheduler", p.Spec.NodeName, p.Status.NominatedNodeName)
 	}
-	waitFor(t, ctx, "a NominationCleared Event on the troubled pod", hasEvent(troubled.Name, "NominationCleared"))
+	waitFor(t, ctx, "a NominationCleared Event on the troubled pod", hasEvent(troubled.Name, v1alpha1.ReasonNominationCleared))
 }
 
 func registeredAt(nc *v1alpha1.NodeClaim) time.Time {

@@ -251,8 +251,8 @@ func TestDeadlines(t *testing.T) {
 		}
 		nominatedPod(t, ctx, "launch-fails", nc.Name, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
 		waitFor(t, ctx, "the claim deleted", gone(nc))
-		waitFor(t, ctx, "a LaunchTimeout event on the claim", hasEvent(nc.Name, "LaunchTimeout"))
-		waitFor(t, ctx, "a LaunchTimeout event on the pod", hasEvent("launch-fails", "LaunchTimeout"))
+		waitFor(t, ctx, "a LaunchTimeout event on the claim", hasEvent(nc.Name, v1alpha1.ReasonLaunchTimeout))
+		waitFor(t, ctx, "a LaunchTimeout event on the pod", hasEvent("launch-fails", v1alpha1.ReasonLaunchTimeout))
 	})
 
 	t.Run("node never Ready", func(t *testing.T) {
@@ -269,8 +269,8 @@ func TestDeadlines(t *testing.T) {
 		node := registerNode(t, ctx, "deadlines-node", nc, []corev1.Taint{{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule}}, types[0].Allocatable, false)
 		providerID := nc.Status.ProviderID
 		waitFor(t, ctx, "the claim deleted", gone(nc))
-		waitFor(t, ctx, "an InitializationTimeout event on the claim", hasEvent(nc.Name, "InitializationTimeout"))
-		waitFor(t, ctx, "an InitializationTimeout event on the pod", hasEvent("never-ready", "InitializationTimeout"))
+		waitFor(t, ctx, "an InitializationTimeout event on the claim", hasEvent(nc.Name, v1alpha1.ReasonInitializationTimeout))
+		waitFor(t, ctx, "an InitializationTimeout event on the pod", hasEvent("never-ready", v1alpha1.ReasonInitializationTimeout))
 		waitFor(t, ctx, "the node deleted", gone(node))
 		if _, err := cloud.Get(ctx, providerID); !errors.Is(err, cloudprovider.ErrNotFound) {
 			t.Errorf("instance %s still runs (err %v)", providerID, err)
@@ -333,7 +333,7 @@ func TestBindGateIsTheSchedulers(t *testing.T) {
 				return false, err
 			}
 			return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name == p.Name && e.Reason == "NominationCleared" && strings.Contains(e.Note, "scheduler plugin "+want.plugin)
+				return e.Regarding.Name == p.Name && e.Reason == v1alpha1.ReasonNominationCleared && strings.Contains(e.Note, "scheduler plugin "+want.plugin)
 			}), nil
 		})
 	}
