@@ -97,9 +97,10 @@ const (
 	// ready: the cloud takes the instance back soon after (a spot
 	// interruption). AnnotationDrainDeadline is when a drain must end.
 	AnnotationDrainStart = Group + "/drain-start"
-	// AnnotationDrainStartBefore is AnnotationDrainStart as provisioners
-	// before issue #45 wrote it ("drain-by"); still read, so that a claim
-	// interrupted across an upgrade keeps its start.
+	// AnnotationDrainStartBefore ("drain-by") is read as
+	// AnnotationDrainStart on a claim that has only it, so that a claim
+	// interrupted across an upgrade from a provisioner that writes it
+	// keeps its start. Nothing writes it.
 	AnnotationDrainStartBefore = Group + "/drain-by"
 	// AnnotationDrainDeadline on a claim being removed is when (RFC 3339)
 	// PodDisruptionBudgets stop holding its drain: from then on each pod
