@@ -393,9 +393,9 @@ func (c *NodeClassController) finalize(ctx context.Context, class *v1alpha1.EC2N
 	n, err := c.provider.DeleteLaunchTemplates(ctx, class.Name)
 	switch {
 	case err != nil && cloudprovider.IsAccessDenied(err):
-		// A policy from before templates were collected: they cannot
-		// be deleted by anyone here, and holding the class would not
-		// change that.
+		// A policy without ec2:DeleteLaunchTemplate: the templates
+		// cannot be deleted by anyone here, and holding the class would
+		// not change that.
 		log.Error(err, "Not allowed to delete the launch templates of ec2nodeclass; leaving them (add ec2:DeleteLaunchTemplate, docs/aws.md)", "deleted", n)
 	case err != nil:
 		log.Error(err, "Deleting the launch templates of ec2nodeclass failed; retrying", "deleted", n)

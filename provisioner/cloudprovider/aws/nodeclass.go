@@ -464,8 +464,8 @@ func aliasNamePattern(alias, kubernetesVersion, ec2Arch string) string {
 // architecture among all that match.
 //
 // An alias resolves through SSM (images.go); where the provisioner may not
-// read the parameters (a policy from before it did), it finds the
-// standard image by name as it used to, and note says so for the class's
+// read the parameters (a policy without ssm:GetParameters), it finds the
+// standard image by name instead, and note says so for the class's
 // AMIsReady condition.
 func (p *Provider) images(ctx context.Context, terms []v1alpha1.AMISelectorTerm) (amis []v1alpha1.ResolvedAMI, note string, err error) {
 	// An alias is the only term of its class (the API server says so).
