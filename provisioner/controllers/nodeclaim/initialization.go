@@ -160,9 +160,9 @@ type bindPass struct {
 func (i *initializer) newBindPass(ctx context.Context, node *corev1.Node, nominated int) (*bindPass, error) {
 	// The pods on the node as the API server has them now, not as a
 	// cache does: a pod this controller bound on an earlier pass may not
-	// have reached the cache yet, and the gate must count it (two pods
-	// wanting one host port were both bound when it did not). Those bound
-	// by the pass are added as they are bound.
+	// have reached the cache yet, and the gate must count it (or two pods
+	// wanting one host port can both be bound). Those bound by the pass
+	// are added as they are bound.
 	live, err := i.pods.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String()})
 	if err != nil {
 		return nil, fmt.Errorf("listing the pods on node %s: %w", node.Name, err)
