@@ -29,7 +29,8 @@ const spreadStateKey fwk.StateKey = "PreFilter" + podtopologyspread.Name
 // included, empty ones too; Filter then reads a node's domain count and
 // the smallest count (and, with minDomains, how many domains there are).
 // A walk over every node of the view, virtual ones included, for each
-// decision: at 5,000 pending pods, about 40% of the plugin's time.
+// decision: at thousands of pending pods, the largest part of the
+// plugin's time (docs/benchmarks.md).
 //
 // Pods of one class (namespace, labels, spread constraints, node
 // selection, tolerations: all the state depends on in the pod) get the
