@@ -108,9 +108,10 @@ type Gate struct {
 
 	// infos are the PodInfos of the bound pods the last session read, as
 	// of the pod object the informer held, their resources worked out
-	// before any session shares them. A session reads every bound pod;
-	// working out each one's requests anew for every session was 16% of
-	// the provisioner's CPU in a 5,000-pod scale-up.
+	// before any session shares them. A session reads every bound pod,
+	// and working out each one's requests anew for every session would be
+	// a large part of the provisioner's CPU in a scale-up
+	// (docs/benchmarks.md).
 	infoMu sync.Mutex
 	infos  map[types.UID]podInfoOf
 
