@@ -317,8 +317,8 @@ func (c *Cloud) List(ctx context.Context) ([]*cloudprovider.Instance, error) {
 //
 // It reads the inventory when an instance is due to register (a launch
 // says when), and otherwise every inventoryReread: a kubelet makes no
-// request of the provisioner's, and a read every tick was a tenth of
-// the provisioner's API requests in a 1,000-pod scale-up.
+// request of the provisioner's, and a read every tick would add a large
+// share to the provisioner's API requests in a scale-up.
 func (c *Cloud) Run(ctx context.Context) error {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
@@ -357,7 +357,7 @@ func (c *Cloud) Run(ctx context.Context) error {
 
 // register registers the nodes of the instances due, and returns when
 // the next instance not yet registered is due (zero: none known).
-// One read of the inventory serves both: a read was a request.
+// One read of the inventory serves both: each read is an API request.
 func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 	all, err := c.labelled(ctx, labelInstance, "true")
 	if err != nil {

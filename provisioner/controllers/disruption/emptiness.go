@@ -68,8 +68,8 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 // pods, and none nominated to it (handed to the scheduler to bind, their
 // volumes perhaps still being provisioned). It only reads the pods, so it
 // reads the cache's own objects, not copies: it runs on every change to
-// a node's pods, and copying each node's pods each time was 13% of the
-// provisioner's CPU in a 5,000-pod scale-up.
+// a node's pods, and copying every pod of the node each time would be a
+// large part of the provisioner's CPU in a scale-up (docs/benchmarks.md).
 func (e *Emptiness) empty(ctx context.Context, node string) (bool, error) {
 	var handed corev1.PodList
 	if err := e.kube.List(ctx, &handed, client.MatchingFields{cluster.IndexPodNominated: node}, client.UnsafeDisableDeepCopy); err != nil {
