@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -82,6 +83,33 @@ type InstanceType struct {
 	// Offerings: where and how this type can be bought, and at what price.
 	// +listType=atomic
 	Offerings []Offering `json:"offerings"`
+	// ResourceSlices are what the DRA drivers of a node of this type
+	// publish once it runs, one template a driver. A virtual node of the
+	// type carries them, so that the scheduler's DynamicResources plugin
+	// allocates devices on a node that does not exist yet.
+	// +listType=map
+	// +listMapKey=driver
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	ResourceSlices []ResourceSliceTemplate `json:"resourceSlices,omitempty"`
+}
+
+// ResourceSliceTemplate is the ResourceSlice one DRA driver publishes on
+// a node of an instance type, without the node: on a node named N it is
+// a slice with spec.nodeName N in a pool named N (generation 1, one
+// slice), as the NVIDIA GPU driver and DRANET name theirs.
+type ResourceSliceTemplate struct {
+	// Driver that publishes the slice, such as gpu.nvidia.com.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Driver string `json:"driver"`
+	// Devices as the driver publishes them, without the attributes that
+	// differ from one node to the next (a GPU's uuid, its PCI bus ID),
+	// which no node not yet launched has.
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=128
+	Devices []resourcev1.Device `json:"devices"`
 }
 
 // Offering is an instance type in one zone with one purchase option.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
 //go:embed catalog.yaml
@@ -52,6 +53,12 @@ type catalogFile struct {
 			Manufacturer string `json:"manufacturer"`
 			MemoryMiB    int    `json:"memoryMiB"`
 		} `json:"gpu"`
+		// GPUDriver is how a node of the family offers its GPUs:
+		// "device-plugin" (the default) as the extended resource
+		// nvidia.com/gpu, or "dra" as the NVIDIA DRA driver's devices in a
+		// ResourceSlice (the instance type's resourceSlices template), as
+		// on nodes that run that driver instead of the device plugin.
+		GPUDriver string `json:"gpuDriver"`
 		// NetworkMbpsPerCPU is the baseline bandwidth per vCPU; 390 when
 		// unset (a 7th generation type's 781 Mbit/s per 2 vCPU).
 		NetworkMbpsPerCPU int      `json:"networkMbpsPerCPU"`
@@ -113,7 +120,21 @@ func LoadCatalog(path string) ([]v1alpha1.InstanceType, error) {
 			}
 			if fam.GPUsPer8CPU > 0 {
 				gpus := max(1, cpus*fam.GPUsPer8CPU/8)
-				it.Capacity[ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+				switch fam.GPUDriver {
+				case "", "device-plugin":
+					it.Capacity[ResourceGPU] = *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+				case "dra":
+					if fam.GPU == nil {
+						return nil, fmt.Errorf("family %s: gpuDriver dra needs gpu, the model its DRA driver describes", fam.Name)
+					}
+					slice, err := cloudprovider.NVIDIAGPUSlice(fam.GPU.Name, gpus)
+					if err != nil {
+						return nil, fmt.Errorf("family %s: %w", fam.Name, err)
+					}
+					it.ResourceSlices = []v1alpha1.ResourceSliceTemplate{slice}
+				default:
+					return nil, fmt.Errorf("family %s: gpuDriver %q: choose device-plugin or dra", fam.Name, fam.GPUDriver)
+				}
 				labels[v1alpha1.LabelInstanceGPUCount] = strconv.Itoa(gpus)
 				if fam.GPU != nil {
 					labels[v1alpha1.LabelInstanceGPUName] = fam.GPU.Name

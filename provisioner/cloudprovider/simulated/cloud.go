@@ -109,6 +109,9 @@ type Record struct {
 	// InitializedAt is when the taint is lifted, set when the node
 	// registers.
 	InitializedAt time.Time `json:"initializedAt,omitzero"`
+	// ResourceSlices are its type's DRA drivers' slices, which the node
+	// publishes with its devices (at DevicesAt when that is later).
+	ResourceSlices []v1alpha1.ResourceSliceTemplate `json:"resourceSlices,omitempty"`
 }
 
 // defaultCloudControllerDelay is a node class's cloudControllerDelay
@@ -228,7 +231,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 				NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: c.now(),
 			},
 			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Annotations: l.Template.Annotations, Taints: l.Template.RegistrationTaints(),
-			RegisterAt: c.now().Add(delay), NeverRegister: never, NodeClass: class.Name,
+			RegisterAt: c.now().Add(delay), NeverRegister: never, NodeClass: class.Name, ResourceSlices: o.InstanceType.ResourceSlices,
 		}
 		if devices > 0 {
 			r.DevicesAt = r.RegisterAt.Add(devices)
@@ -414,6 +417,13 @@ func (c *Cloud) register(ctx context.Context) (time.Time, error) {
 			next = earliest(next, c.now()) // the next tick tries again
 			continue
 		}
+		if !late {
+			if err := c.publishSlices(ctx, node, in); err != nil {
+				klog.FromContext(ctx).Error(err, "Publishing simulated node's ResourceSlices", "node", in.NodeName, "providerID", in.ProviderID)
+				next = earliest(next, c.now())
+				continue
+			}
+		}
 		cm.Labels[labelRegistered] = "true"
 		if late {
 			cm.Labels[labelDevices] = "pending"
@@ -546,6 +556,9 @@ func (c *Cloud) registerDevices(ctx context.Context, pending []entry) (time.Time
 					next = earliest(next, c.now()) // the next round reads it again
 					continue
 				}
+				return time.Time{}, err
+			}
+			if err := c.publishSlices(ctx, &node, in); err != nil {
 				return time.Time{}, err
 			}
 		}

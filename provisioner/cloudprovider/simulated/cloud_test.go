@@ -8,11 +8,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -320,5 +323,64 @@ func TestACacheBehindTheNodeDoesNotLeaveItUninitialised(t *testing.T) {
 	}
 	if got := cm.Labels[labelCloudController]; got != "initialized" {
 		t.Errorf("instance's cloud controller label = %q, want initialized", got)
+	}
+}
+
+// TestADRAGPUNodePublishesItsSlice: a type of a family whose GPUs the
+// NVIDIA DRA driver offers has no nvidia.com/gpu but a template of the
+// driver's slice, and its node, once registered, publishes that slice on
+// itself (in a pool named after it, owned by it), each GPU with the
+// attributes of the template and those a real node adds (uuid, driver
+// version, PCI bus ID).
+func TestADRAGPUNodePublishesItsSlice(t *testing.T) {
+	ctx := context.Background()
+	c, l := testCloud(t, nil)
+	var p5 *v1alpha1.InstanceType
+	for i := range c.types {
+		if c.types[i].Name == "p5.4xlarge" {
+			p5 = &c.types[i]
+		}
+	}
+	if p5 == nil {
+		t.Fatal("the built-in catalog has no p5.4xlarge")
+	}
+	if _, ok := p5.Capacity[ResourceGPU]; ok {
+		t.Errorf("p5.4xlarge offers %s beside its DRA devices: the GPUs would count twice", ResourceGPU)
+	}
+	if len(p5.ResourceSlices) != 1 || p5.ResourceSlices[0].Driver != "gpu.nvidia.com" || len(p5.ResourceSlices[0].Devices) != 2 {
+		t.Fatalf("p5.4xlarge slice templates %+v, want one of gpu.nvidia.com with 2 GPUs", p5.ResourceSlices)
+	}
+	l.Offers = []cloudprovider.Offer{{InstanceType: *p5, Zone: "zone-a", CapacityType: "on-demand", Price: 1}}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	in, err := c.Create(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Second)
+	if _, err := c.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name, _ := objectName(in.ProviderID)
+	var slices resourcev1.ResourceSliceList
+	if err := c.kube.List(ctx, &slices); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 {
+		t.Fatalf("%d ResourceSlices after registering %s, want 1", len(slices.Items), name)
+	}
+	s := slices.Items[0]
+	if s.Spec.Driver != "gpu.nvidia.com" || ptr.Deref(s.Spec.NodeName, "") != name || s.Spec.Pool.Name != name || len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Name != name {
+		t.Errorf("slice %s: driver %s, node %v, pool %s, owners %v; want gpu.nvidia.com on %s, in pool %s, owned by it", s.Name, s.Spec.Driver, s.Spec.NodeName, s.Spec.Pool.Name, s.OwnerReferences, name, name)
+	}
+	for _, d := range s.Spec.Devices {
+		for _, attr := range []resourcev1.QualifiedName{"productName", "uuid", "driverVersion", "resource.kubernetes.io/pciBusID"} {
+			if _, ok := d.Attributes[attr]; !ok {
+				t.Errorf("device %s lacks %s: %v", d.Name, attr, d.Attributes)
+			}
+		}
+		if m := d.Capacity["memory"].Value; m.Cmp(resource.MustParse("81152Mi")) != 0 {
+			t.Errorf("device %s memory %s, want the 81152Mi NVML reports of an H100 80GB HBM3", d.Name, m.String())
+		}
 	}
 }
