@@ -479,25 +479,3 @@ func (p *VirtualNodes) daemonSetPods(node *corev1.Node) []*corev1.Pod {
 	}
 	return p.daemonSets(node)
 }
-
-// poolsFrom pairs NodePools with their catalogs, keyed by pool name: each
-// the merge of the pool's catalog objects (v1alpha1.ByPool).
-func poolsFrom(nps []v1alpha1.NodePool, cats map[string]*v1alpha1.InstanceTypeCatalog) ([]*pool, []error) {
-	var out []*pool
-	var errs []error
-	for i := range nps {
-		cat, ok := cats[nps[i].Name]
-		if !ok || nps[i].DeletionTimestamp != nil {
-			continue
-		}
-		pl, err := newPool(&nps[i], cat)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("nodepool %s: %w", nps[i].Name, err))
-			continue
-		}
-		if len(pl.groups) > 0 {
-			out = append(out, pl)
-		}
-	}
-	return out, errs
-}

@@ -2,6 +2,7 @@ package virtualnodes
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,6 +137,28 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 		return cmp.Or(cmp.Compare(a.options[0].price, b.options[0].price), cmp.Compare(a.zone, b.zone), cmp.Compare(a.capacityType, b.capacityType), cmp.Compare(a.arch, b.arch))
 	})
 	return p, nil
+}
+
+// poolsFrom pairs NodePools with their catalogs, keyed by pool name: each
+// the merge of the pool's catalog objects (v1alpha1.ByPool).
+func poolsFrom(nps []v1alpha1.NodePool, cats map[string]*v1alpha1.InstanceTypeCatalog) ([]*pool, []error) {
+	var out []*pool
+	var errs []error
+	for i := range nps {
+		cat, ok := cats[nps[i].Name]
+		if !ok || nps[i].DeletionTimestamp != nil {
+			continue
+		}
+		pl, err := newPool(&nps[i], cat)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nodepool %s: %w", nps[i].Name, err))
+			continue
+		}
+		if len(pl.groups) > 0 {
+			out = append(out, pl)
+		}
+	}
+	return out, errs
 }
 
 // node is the Node a claim of this group nominated with template t would
