@@ -72,7 +72,7 @@ func TestAffinityStateKeyIsThePlugins(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	pod := benchPods(5)[4] // required hostname anti-affinity
 	state := framework.NewCycleState()
-	if _, s, _ := h.plugin.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
+	if _, s, _ := h.plugin.decider.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
 		t.Fatal(s)
 	}
 	if _, err := state.Read(affinityStateKey); err != nil {

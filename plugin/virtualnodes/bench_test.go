@@ -345,7 +345,7 @@ func (h *harness) repackClaims(ctx context.Context, tb testing.TB) (float64, int
 	var cost float64
 	moved, fresh := 0, 0
 	for _, g := range groups {
-		prob := repack.Problem{Scheduler: sched, DaemonSetPods: h.plugin.daemonSetPods, Nodes: []*corev1.Node{controlPlaneNode()},
+		prob := repack.Problem{Scheduler: sched, DaemonSetPods: h.plugin.decider.daemonSetPods, Nodes: []*corev1.Node{controlPlaneNode()},
 			NewName: func() string { fresh++; return fmt.Sprintf("repack-%d", fresh) }}
 		for _, other := range groups {
 			if other != g {

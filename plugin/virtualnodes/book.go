@@ -32,10 +32,11 @@ import (
 // Locking: the book takes its own lock, mu, in every method, so
 // PreFilter can read a pod's nomination without waiting for a decision.
 // A claim's own fields (its pods, node and options) are changed by the
-// plugin's decisions, which hold VirtualNodes.mu; every caller that
-// changes the book holds VirtualNodes.mu too, so that a decision sees the
-// book and the pools as one. The order is always VirtualNodes.mu, then
-// book.mu; the book calls nothing that takes VirtualNodes.mu.
+// decision's trials and the choices applied here (take), which hold
+// VirtualNodes.mu; every caller that changes the book holds
+// VirtualNodes.mu too, so that a decision sees the book and the pools as
+// one. The order is always VirtualNodes.mu, then book.mu; the book calls
+// nothing that takes VirtualNodes.mu.
 type book struct {
 	mu     sync.Mutex
 	lister *lister
@@ -127,12 +128,6 @@ func (b *book) hint(sig string) *claim {
 	return b.hints[sig]
 }
 
-func (b *book) setHint(sig string, c *claim) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.hints[sig] = c
-}
-
 // wasRepacked says whether a repack emptied the claim named name lately.
 func (b *book) wasRepacked(name string) bool {
 	b.mu.Lock()
@@ -152,13 +147,7 @@ func (b *book) newName(pool string) string {
 	}
 }
 
-// register adds a new open claim, and its node to the view.
-func (b *book) register(c *claim) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.registerLocked(c)
-}
-
+// registerLocked adds a new open claim, and its node to the view.
 func (b *book) registerLocked(c *claim) {
 	b.claims[c.name] = c
 	b.open = append(b.open, c)
@@ -167,11 +156,29 @@ func (b *book) registerLocked(c *claim) {
 	b.lister.byName[c.name] = c.info
 }
 
-// nominate records that pod is nominated to c.
-func (b *book) nominate(uid types.UID, c *claim) {
+// take nominates pod to the claim the decision chose (ch), at now: the
+// claim takes the pod and keeps the options ch names; a claim made for the
+// pod joins the book and the view with its daemonset pods; and the claim
+// becomes the hint for the next pod like this one.
+func (b *book) take(pod *corev1.Pod, ch choice, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.nominated[uid] = c
+	c := ch.claim
+	if ch.resized {
+		b.lister.changed() // its pods are counted under the new labels
+	}
+	if ch.isNew {
+		c.created = now
+	}
+	c.add(pod, ch.opts, now)
+	if ch.isNew {
+		b.registerLocked(c)
+		b.lister.joined(c.info, append(slices.Clone(c.dsPods), pod)...)
+	} else {
+		b.lister.added(c.info, pod)
+	}
+	b.hints[ch.sig] = c
+	b.nominated[pod.UID] = c
 }
 
 // close stops a claim taking nominations. Its node stays in the view, with

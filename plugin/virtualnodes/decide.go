@@ -20,27 +20,64 @@ import (
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
 
-// decision is the outcome of nominate: a claim, or per pool why not.
-type decision struct {
-	claim   *claim
-	isNew   bool
+// decider is VirtualNodes' decision: where a pod goes, given the claims in
+// flight and the pools. It reads the book and never changes it; PostFilter
+// applies what it chooses through the book (take). What it needs is here,
+// passed in, so that it never calls back into the plugin.
+type decider struct {
+	fw   framework.Framework // the profile's plugins, on view
+	view *lister
+	book inFlight
+	// maxClaimsTried and maxInstanceTypes are the plugin's arguments of
+	// those names (Args).
+	maxClaimsTried, maxInstanceTypes int
+	// daemonSets returns the pods the cluster's DaemonSets would run on a
+	// node; nil means none.
+	daemonSets func(*corev1.Node) []*corev1.Pod
+}
+
+// inFlight is what the decision reads of the book (*book): the open
+// claims, the hints, the names taken and the pools' forecast usage.
+type inFlight interface {
+	openClaims() []*claim
+	hint(sig string) *claim
+	newName(pool string) string
+	poolUsage(pl *pool, except *claim) corev1.ResourceList
+}
+
+// choice is what the decider chose for a pod: the claim to nominate it to,
+// with the options the claim keeps once it holds the pod, or per pool why
+// none.
+type choice struct {
+	claim *claim
+	opts  []*option
+	// isNew: the claim was made for the pod; the book registers it.
+	isNew bool
+	// resized: the open claim's node became a larger instance type to
+	// hold the pod, so its pods count under that node's labels.
+	resized bool
+	// sig is the pod's signature, under which the book keeps the claim as
+	// the hint for the next pod like it.
+	sig     string
 	reasons []string // "pool default: no instance type has 300 cpu; the largest has 192"
 	// refusal is why not, for the metric: the first pool's reason.
 	refusal refusal
 }
 
-// nominate finds the claim for pod: an open claim it fits, else a new claim
-// from the first pool (by weight) that can hold it. Fit is the simulation
-// framework's Filter verdict on the claim's node, with PreFilter run over
-// the view that includes every virtual node. Callers hold p.mu.
-func (p *VirtualNodes) nominate(ctx context.Context, pod *corev1.Pod) decision {
+// place chooses the claim for pod: an open claim it fits, else a new claim
+// from the first of pools (by weight) that can hold it. Fit is the
+// simulation framework's Filter verdict on the claim's node, with
+// PreFilter run over the view that includes every virtual node. The
+// chosen claim's node is left as Filter accepted it; nothing else
+// changes until the caller applies the choice (book.take). Callers hold
+// VirtualNodes.mu.
+func (d *decider) place(ctx context.Context, pod *corev1.Pod, pools []*pool) choice {
 	logger := klog.FromContext(ctx)
-	p.book.settle()
-	p.lister.reset()
-	defer p.lister.reset()
+	d.view.reset()
+	defer d.view.reset()
 	state := framework.NewCycleState()
-	if _, s, _ := p.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
-		return decision{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
+	if _, s, _ := d.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
+		return choice{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
 	}
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
@@ -48,43 +85,43 @@ func (p *VirtualNodes) nominate(ctx context.Context, pod *corev1.Pod) decision {
 	// First the claims the pod fits without a larger instance type: room
 	// already paid for. Tightest first, so that small claims fill up
 	// before a node grows or a new one is made.
-	if c := p.fillSlack(ctx, state, pod, req, p.book.hint(sig)); c != nil {
-		p.book.setHint(sig, c)
-		return decision{claim: c}
+	if ch := d.fillSlack(ctx, state, pod, req, d.book.hint(sig)); ch.claim != nil {
+		ch.sig = sig
+		return ch
 	}
 	// Then the claims that hold it on a larger instance type, the
 	// smallest increase in price first.
-	c, tried := p.grow(ctx, state, pod, req, p.book.hint(sig))
-	if c != nil {
-		p.book.setHint(sig, c)
-		return decision{claim: c}
+	ch, tried := d.grow(ctx, state, pod, req, d.book.hint(sig))
+	if ch.claim != nil {
+		ch.sig = sig
+		return ch
 	}
-	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(p.book.openClaims()))
+	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(d.book.openClaims()))
 
 	var reasons []string
 	first := refusalNoNodePool
-	for i, pl := range p.ordered {
-		c, why, reason := p.newClaim(ctx, state, pod, req, pl)
-		if c != nil {
-			p.book.setHint(sig, c)
-			return decision{claim: c, isNew: true}
+	for i, pl := range pools {
+		ch, why, reason := d.newClaim(ctx, state, pod, req, pl)
+		if ch.claim != nil {
+			ch.sig = sig
+			return ch
 		}
 		if i == 0 {
 			first = why
 		}
 		reasons = append(reasons, fmt.Sprintf("pool %s: %s", pl.np.Name, reason))
 	}
-	if len(p.ordered) == 0 {
+	if len(pools) == 0 {
 		reasons = append(reasons, "no NodePool has a published instance type catalog")
 	}
-	return decision{reasons: reasons, refusal: first}
+	return choice{reasons: reasons, refusal: first}
 }
 
-// fillSlack nominates pod to an open claim whose cheapest open option
-// holds it as it is, trying at most MaxClaimsTried of them: hint first,
-// then the claims left with the least room once the pod is in. It returns
-// nil when none takes the pod.
-func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) *claim {
+// fillSlack chooses an open claim whose cheapest open option holds pod as
+// it is, trying at most MaxClaimsTried of them: hint first, then the
+// claims left with the least room once the pod is in. Its choice has no
+// claim when none takes the pod.
+func (d *decider) fillSlack(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) choice {
 	type slack struct {
 		c     *claim
 		left  float64 // the larger of the fractions of cpu and memory the cheapest option has left
@@ -92,10 +129,10 @@ func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod 
 	}
 	// Only the first MaxClaimsTried in that order are tried: keep those,
 	// not every claim sorted.
-	fits := firstK[slack]{k: p.args.MaxClaimsTried, cmp: func(a, b slack) int {
+	fits := firstK[slack]{k: d.maxClaimsTried, cmp: func(a, b slack) int {
 		return cmp.Or(cmp.Compare(a.left, b.left), cmp.Compare(a.order, b.order))
 	}}
-	for i, c := range p.book.openClaims() {
+	for i, c := range d.book.openClaims() {
 		if len(c.options) == 0 {
 			continue
 		}
@@ -108,11 +145,11 @@ func (p *VirtualNodes) fillSlack(ctx context.Context, state fwk.CycleState, pod 
 		}
 	}
 	for _, f := range fits.items {
-		if p.tryClaim(ctx, state, pod, req, f.c) {
-			return f.c
+		if ch, ok := d.tryClaim(ctx, state, pod, req, f.c); ok {
+			return ch
 		}
 	}
-	return nil
+	return choice{}
 }
 
 // firstK keeps the k smallest items added under cmp, in order: the first k
@@ -139,20 +176,21 @@ func (f *firstK[T]) add(x T) {
 	f.items[i] = x
 }
 
-// grow nominates pod to an open claim that holds it once it becomes a
-// larger instance type, trying at most MaxClaimsTried of them, those whose
-// price rises least first (the hint, then the newest, among equals). It
-// returns the claim, or nil, and how many claims were tried.
-func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) (*claim, int) {
+// grow chooses an open claim that holds pod once it becomes a larger
+// instance type, trying at most MaxClaimsTried of them, those whose price
+// rises least first (the hint, then the newest, among equals). It returns
+// the choice (without a claim when none takes the pod) and how many
+// claims were tried.
+func (d *decider) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) (choice, int) {
 	type growth struct {
 		c     *claim
 		rise  float64
 		order int
 	}
-	fits := firstK[growth]{k: p.args.MaxClaimsTried, cmp: func(a, b growth) int {
+	fits := firstK[growth]{k: d.maxClaimsTried, cmp: func(a, b growth) int {
 		return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order))
 	}}
-	open := p.book.openClaims()
+	open := d.book.openClaims()
 	for i, c := range open {
 		// The claim's node is its largest option.
 		if _, ok := room(c.info.Allocatable, c.info.Requested, req, len(c.info.Pods)+1); len(c.options) == 0 || !ok {
@@ -177,11 +215,11 @@ func (p *VirtualNodes) grow(ctx context.Context, state fwk.CycleState, pod *core
 	tried := 0
 	for _, g := range fits.items {
 		tried++
-		if p.tryClaim(ctx, state, pod, req, g.c) {
-			return g.c, tried
+		if ch, ok := d.tryClaim(ctx, state, pod, req, g.c); ok {
+			return ch, tried
 		}
 	}
-	return nil, tried
+	return choice{}, tried
 }
 
 // minFillAtPodCap is how much of its cpu or memory a node must be able to
@@ -227,52 +265,49 @@ func room(alloc *framework.Resource, used fwk.Resource, req *framework.Resource,
 	return max(c, m), true
 }
 
-// tryClaim nominates pod to c if the options left can hold it and the
-// Filter plugins accept it on c's node.
-func (p *VirtualNodes) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, c *claim) bool {
+// tryClaim chooses c for pod if the options left can hold it and the
+// Filter plugins accept it on c's node, which is then left on the largest
+// of those options.
+func (d *decider) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, c *claim) (choice, bool) {
 	opts := c.group.narrow(c.template, c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
 	// Growing a claim may need a larger instance type: the pool's limits
 	// hold for that too.
-	if opts = p.withinLimits(c.group.pool, opts, c); len(opts) == 0 || c.group.minValuesUnmet(opts) != "" {
-		return false
+	if opts = d.withinLimits(c.group.pool, opts, c); len(opts) == 0 || c.group.minValuesUnmet(opts) != "" {
+		return choice{}, false
 	}
 	before := c.info.Node()
 	if big := largest(opts); big.name != before.Labels[corev1.LabelInstanceTypeStable] {
 		c.info.SetNode(c.node(big))
 	}
-	if s := p.fw.RunFilterPlugins(ctx, state, pod, c.info); !s.IsSuccess() {
+	if s := d.fw.RunFilterPlugins(ctx, state, pod, c.info); !s.IsSuccess() {
 		if c.info.Node() != before {
 			c.info.SetNode(before)
 		}
 		klog.FromContext(ctx).V(5).Info("Nodeclaim rejected the pod", "pod", klog.KObj(pod), "nodeClaim", c.name, "reasons", s.Reasons())
-		return false
+		return choice{}, false
 	}
-	if c.info.Node() != before {
-		p.lister.changed() // its pods are counted under the new labels
-	}
-	c.add(pod, opts, p.now())
-	p.lister.added(c.info, pod)
-	return true
+	return choice{claim: c, opts: opts, resized: c.info.Node() != before}, true
 }
 
 // newClaim makes a claim in pool pl for pod, in the group whose cheapest
-// fitting instance type is cheapest among those the Filter plugins accept.
-// It returns why not otherwise, and that in a sentence for the pod's Event.
-func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool) (*claim, refusal, string) {
+// fitting instance type is cheapest among those the Filter plugins accept;
+// the book registers it once the choice is applied. It returns why not
+// otherwise, and that in a sentence for the pod's Event.
+func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool) (choice, refusal, string) {
 	type candidate struct {
 		g    *group
 		info *framework.NodeInfo
 		ds   []*corev1.Pod
 		opts []*option
 	}
-	name := p.book.newName(pl.np.Name)
+	name := d.book.newName(pl.np.Name)
 	var candidates []candidate
 	noSize, noLabels, noFlex := 0, 0, ""
 	for _, g := range pl.groups {
 		node := g.node(pl.template, name, g.largest)
 		info := framework.NewNodeInfo()
 		info.SetNode(node)
-		ds := p.daemonSetPods(node)
+		ds := d.daemonSetPods(node)
 		for _, d := range ds {
 			info.AddPod(d)
 		}
@@ -292,10 +327,10 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			noFlex = why
 			continue
 		}
-		if within := p.withinLimits(pl, opts, nil); len(within) > 0 && g.minValuesUnmet(within) == "" {
+		if within := d.withinLimits(pl, opts, nil); len(within) > 0 && g.minValuesUnmet(within) == "" {
 			opts = within
 		} else {
-			return nil, refusalLimitReached, p.limitReason(pl, opts[0])
+			return choice{}, refusalLimitReached, d.limitReason(pl, opts[0])
 		}
 		candidates = append(candidates, candidate{g: g, info: info, ds: ds, opts: opts})
 	}
@@ -305,19 +340,15 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 		if big := largest(cand.opts); big != cand.g.largest {
 			cand.info.SetNode(cand.g.node(pl.template, name, big))
 		}
-		s := p.fw.RunFilterPlugins(ctx, state, pod, cand.info)
+		s := d.fw.RunFilterPlugins(ctx, state, pod, cand.info)
 		if !s.IsSuccess() {
 			for _, r := range s.Reasons() {
 				filterReasons[r] = true
 			}
 			continue
 		}
-		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, created: p.now(), open: true}
-		cand.opts = cand.g.cheapest(cand.opts, p.args.MaxInstanceTypes)
-		c.add(pod, cand.opts, p.now())
-		p.book.register(c)
-		p.lister.joined(c.info, append(slices.Clone(cand.ds), pod)...)
-		return c, refusalNone, ""
+		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, open: true}
+		return choice{claim: c, opts: cand.g.cheapest(cand.opts, d.maxInstanceTypes), isNew: true}, refusalNone, ""
 	}
 	switch {
 	case len(filterReasons) > 0:
@@ -326,22 +357,30 @@ func (p *VirtualNodes) newClaim(ctx context.Context, state fwk.CycleState, pod *
 			rs = append(rs, r)
 		}
 		slices.Sort(rs)
-		return nil, refusalFilter, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
+		return choice{}, refusalFilter, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
 	case noFlex != "":
-		return nil, refusalMinValues, noFlex
+		return choice{}, refusalMinValues, noFlex
 	case noSize > 0 && noLabels == 0:
-		return nil, refusalTooLarge, p.sizeReason(pl, req)
+		return choice{}, refusalTooLarge, sizeReason(pl, req)
 	case noLabels > 0:
-		return nil, refusalNoMatch, "no instance type matches the pod's node selector or affinity"
+		return choice{}, refusalNoMatch, "no instance type matches the pod's node selector or affinity"
 	}
-	return nil, refusalNoOffering, "the pool has no available offering"
+	return choice{}, refusalNoOffering, "the pool has no available offering"
+}
+
+// daemonSetPods returns the daemonset pods that would run on node.
+func (d *decider) daemonSetPods(node *corev1.Node) []*corev1.Pod {
+	if d.daemonSets == nil {
+		return nil
+	}
+	return d.daemonSets(node)
 }
 
 // sizeReason says which resource the pod wants more of than any instance
 // type has: "no instance type has 300 cpu; the largest has 192", or that
 // no type offers a resource at all: "no instance type offers
 // ephemeral-storage, which the pod requests (2Gi)".
-func (p *VirtualNodes) sizeReason(pl *pool, req *framework.Resource) string {
+func sizeReason(pl *pool, req *framework.Resource) string {
 	want := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(req.MilliCPU, resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(req.Memory, resource.BinarySI),

@@ -16,12 +16,12 @@ import (
 
 // withinLimits drops the options that would take the pool past its limits
 // (see poolUsage), except claim except's own share when it grows.
-func (p *VirtualNodes) withinLimits(pl *pool, opts []*option, except *claim) []*option {
+func (d *decider) withinLimits(pl *pool, opts []*option, except *claim) []*option {
 	limits := pl.np.Spec.Limits
 	if len(limits) == 0 {
 		return opts
 	}
-	used := p.book.poolUsage(pl, except)
+	used := d.book.poolUsage(pl, except)
 	return slices.DeleteFunc(slices.Clone(opts), func(o *option) bool {
 		return !nodeshape.WithinLimits(limits, used, o.it.Capacity)
 	})
@@ -72,6 +72,6 @@ func (b *book) poolUsage(pl *pool, except *claim) corev1.ResourceList {
 // limitReason says which limits a new node (the cheapest that would hold
 // the pod, o) would cross: only those, not every limit the pool sets,
 // worded as the provisioner words them.
-func (p *VirtualNodes) limitReason(pl *pool, o *option) string {
-	return "limits reached: " + nodeshape.ExceedsLimits(pl.np.Spec.Limits, p.book.poolUsage(pl, nil), o.it.Capacity, o.name)
+func (d *decider) limitReason(pl *pool, o *option) string {
+	return "limits reached: " + nodeshape.ExceedsLimits(pl.np.Spec.Limits, d.book.poolUsage(pl, nil), o.it.Capacity, o.name)
 }

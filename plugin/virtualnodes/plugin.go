@@ -24,7 +24,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -44,13 +43,9 @@ const notSyncedMessage = Name + " has not read NodePools, catalogs and NodeClaim
 // VirtualNodes is the PostFilter plugin.
 type VirtualNodes struct {
 	args     *Args
-	fw       framework.Framework // the profile's plugins, on the view
 	lister   *lister
 	recorder events.EventRecorder
 	now      func() time.Time
-	// daemonSets returns the pods the cluster's DaemonSets would run on a
-	// node; nil means none.
-	daemonSets func(*corev1.Node) []*corev1.Pod
 
 	// synced is closed once pools are read from the API server and the
 	// caches claims are rebuilt from have synced; until then PostFilter
@@ -74,6 +69,9 @@ type VirtualNodes struct {
 
 	// book holds the claims and nominations, under its own lock.
 	book *book
+	// decider chooses where a pod goes; PostFilter applies its choice
+	// through book.
+	decider *decider
 	// metrics are the series PostFilter and the book write.
 	metrics *decisionMetrics
 
@@ -240,13 +238,14 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
 	}
 	m := pluginMetrics()
+	b := newBook(v, m.open)
 	return &VirtualNodes{
 		args:     args,
-		fw:       fw,
 		lister:   v,
 		recorder: h.EventRecorder(),
 		now:      time.Now,
-		book:     newBook(v, m.open),
+		book:     b,
+		decider:  &decider{fw: fw, view: v, book: b, maxClaimsTried: args.MaxClaimsTried, maxInstanceTypes: args.MaxInstanceTypes},
 		metrics:  m,
 		pools:    map[string]*pool{},
 		refused:  map[types.UID]*corev1.Pod{},
@@ -342,21 +341,22 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 			p.book.unview(c, pod)
 		}
 	}
-	d := p.nominate(ctx, pod)
-	if d.claim == nil {
-		msg := "no NodePool can launch a node for this pod: " + strings.Join(d.reasons, "; ")
-		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", d.reasons)
+	p.book.settle()
+	ch := p.decider.place(ctx, pod, p.ordered)
+	if ch.claim == nil {
+		msg := "no NodePool can launch a node for this pod: " + strings.Join(ch.reasons, "; ")
+		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", ch.reasons)
 		p.event(pod, corev1.EventTypeWarning, v1alpha1.ReasonNoInstanceType, v1alpha1.ActionProvisioning, msg)
 		p.refused[pod.UID] = pod
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg), resultRefused, d.refusal
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg), resultRefused, ch.refusal
 	}
-	c := d.claim
-	p.book.nominate(pod.UID, c)
+	p.book.take(pod, ch, p.now())
+	c := ch.claim
 	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
-		"new", d.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
+		"new", ch.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))
 	r := resultExisting
-	if d.isNew {
+	if ch.isNew {
 		r = resultNew
 	}
 	return nominateTo(c), nominatedStatus(c), r, refusalNone
@@ -470,12 +470,4 @@ func (p *VirtualNodes) retryRefused(why string) {
 	clear(p.refused)
 	klog.Background().V(2).Info("Retrying refused pods", "pods", len(pods), "reason", why)
 	p.activate(pods)
-}
-
-// daemonSetPods returns the daemonset pods that would run on node.
-func (p *VirtualNodes) daemonSetPods(node *corev1.Node) []*corev1.Pod {
-	if p.daemonSets == nil {
-		return nil
-	}
-	return p.daemonSets(node)
 }

@@ -73,7 +73,7 @@ func TestSpreadStateIsShapedAsRead(t *testing.T) {
 	h := newHarness(t, []*pool{benchPool(t)})
 	pod := benchPods(5)[1] // zone spread
 	state := framework.NewCycleState()
-	if _, s, _ := h.plugin.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
+	if _, s, _ := h.plugin.decider.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() {
 		t.Fatal(s)
 	}
 	d, err := state.Read(spreadStateKey)

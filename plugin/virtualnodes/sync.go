@@ -55,7 +55,7 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return err
 	}
 	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
-	p.daemonSets = daemonSetPods(logger, h.SharedInformerFactory().Apps().V1().DaemonSets().Lister())
+	p.decider.daemonSets = daemonSetPods(logger, h.SharedInformerFactory().Apps().V1().DaemonSets().Lister())
 
 	go func() {
 		if err := cache.Start(ctx); err != nil {
@@ -372,7 +372,7 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*corev1.Pod) *clai
 		}
 		cl := &claim{name: nc.Name, group: g, template: template, info: framework.NewNodeInfo(), pods: map[types.UID]*corev1.Pod{}, created: nc.CreationTimestamp.Time, open: true, written: nc}
 		cl.setOptions(opts)
-		cl.dsPods = p.daemonSetPods(cl.info.Node())
+		cl.dsPods = p.decider.daemonSetPods(cl.info.Node())
 		for _, d := range cl.dsPods {
 			cl.info.AddPod(d)
 		}
