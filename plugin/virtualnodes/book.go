@@ -336,13 +336,11 @@ func (b *book) forget(c *claim) []*corev1.Pod {
 func (b *book) follow(pod *corev1.Pod, to string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	from, dst := b.nominated[pod.UID], b.claims[to]
-	if from != nil && from.name == to {
+	if from := b.nominated[pod.UID]; from != nil && from.name == to {
 		delete(b.left, pod.UID) // the informer has caught up
 	}
-	if from == nil || dst == nil || from == dst || from.nodeName == to || b.left[pod.UID] == to {
-		// The last: an update of the pod written before this plugin
-		// took it off that claim (closeAt), not a move.
+	from, dst, ok := b.moveLocked(pod, to)
+	if !ok {
 		return false
 	}
 	b.closeLocked(from)
@@ -367,6 +365,26 @@ func (b *book) follow(pod *corev1.Pod, to string) bool {
 	}
 	klog.Background().V(4).Info("Followed a pod moved to another nodeclaim of its batch", "pod", klog.KObj(pod), "from", from.name, "to", dst.name)
 	return true
+}
+
+// moves says whether follow would move pod onto the claim named to,
+// without moving it.
+func (b *book) moves(pod *corev1.Pod, to string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, _, ok := b.moveLocked(pod, to)
+	return ok
+}
+
+// moveLocked is moves, with the two claims.
+func (b *book) moveLocked(pod *corev1.Pod, to string) (from, dst *claim, ok bool) {
+	from, dst = b.nominated[pod.UID], b.claims[to]
+	if from == nil || dst == nil || from == dst || from.nodeName == to || b.left[pod.UID] == to {
+		// The last: an update of the pod written before this plugin
+		// took it off that claim (closeAt), not a move.
+		return nil, nil, false
+	}
+	return from, dst, true
 }
 
 // forgetLeft forgets the claim a pod was taken off (closeAt).

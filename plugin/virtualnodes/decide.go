@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -34,15 +35,22 @@ type decider struct {
 	// daemonSets returns the pods the cluster's DaemonSets would run on a
 	// node; nil means none.
 	daemonSets func(*corev1.Node) []*corev1.Pod
+	// pods reads the scheduler's pod informer: whether a pod the cycle
+	// holds has been bound since it was queued (boundMeanwhile). Nil in
+	// unit tests without an API server.
+	pods corelisters.PodLister
 }
 
 // inFlight is what the decision reads of the book (*book): the open
-// claims, the hints, the names taken and the pools' forecast usage.
+// claims, the hints, the names taken, the pools' forecast usage, and
+// whether a retried pod was moved or its claim repacked.
 type inFlight interface {
 	openClaims() []*claim
 	hint(sig string) *claim
 	newName(pool string) string
 	poolUsage(pl *pool, except *claim) corev1.ResourceList
+	moves(pod *corev1.Pod, to string) bool
+	wasRepacked(name string) bool
 }
 
 // choice is what the decider chose for a pod: the claim to nominate it to,

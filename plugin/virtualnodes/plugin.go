@@ -26,7 +26,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -62,10 +61,6 @@ type VirtualNodes struct {
 	// nodes reads the scheduler's node informer: whether a claim's node
 	// is open (see queue.go). Nil in unit tests without an API server.
 	nodes corelisters.NodeLister
-	// pods reads the scheduler's pod informer: whether a pod the cycle
-	// holds has been bound since it was queued (boundMeanwhile). Nil in
-	// unit tests without an API server.
-	pods corelisters.PodLister
 
 	// book holds the claims and nominations, under its own lock.
 	book *book
@@ -206,7 +201,7 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration, newRegistry func() (fram
 		if err != nil {
 			return nil, err
 		}
-		p.pods = h.SharedInformerFactory().Core().V1().Pods().Lister()
+		p.decider.pods = h.SharedInformerFactory().Core().V1().Pods().Lister()
 		if err := p.startSync(ctx, h); err != nil {
 			return nil, err
 		}
@@ -264,9 +259,12 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *co
 	return res, status
 }
 
-// postFilter is PostFilter's decision, with its result and, for a refused
-// pod, the reason; the result is numResults when there was nothing to
-// decide (the cycle was cancelled, or the pod was bound meanwhile).
+// postFilter is PostFilter's work: once the plugin has synced, it reads
+// the pod's nomination from the book, asks the decider what a pod retried
+// on its claim does and where a pod goes, and applies each choice through
+// the book. It returns the result and, for a refused pod, the reason; the
+// result is numResults when there was nothing to decide (the cycle was
+// cancelled, or the pod was bound meanwhile).
 func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
 	logger := klog.FromContext(ctx)
 	// Wait for the rebuild, but never hold the scheduling loop long: a
@@ -291,55 +289,14 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 		}
 		p.rebuilt = true
 	}
-	// A pod retried while its claim is open, or launching, keeps it: its
-	// node is coming, and a second claim would launch a second node.
+	// A pod retried while nominated to a claim is decided from that claim
+	// first: it leaves it only to be placed afresh.
 	if c := p.book.nominatedTo(pod.UID); c != nil {
-		node := pod.Status.NominatedNodeName
-		// The provisioner moved it to another claim of its batch (a
-		// repack), and the scheduler saw that before this plugin did.
-		if node != "" && node != c.name && p.book.follow(pod, node) {
-			to := p.book.claim(node)
-			return nominateTo(to), nominatedStatus(to), resultKept, refusalNone
+		r := p.decider.retried(ctx, pod, c)
+		if r != retryAfresh {
+			return p.applyRetried(pod, c, r)
 		}
-		switch {
-		case (c.open || node == "" || node == c.name) && !p.openAndRefusing(c):
-			logger.V(4).Info("Pod keeps its nomination", "pod", klog.KObj(pod), "nodeClaim", c.name, "open", c.open)
-			return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
-		case p.boundMeanwhile(pod):
-			// The provisioner bound the pod after the scheduler took it
-			// from its queue: the cycle's copy is older than the
-			// informer's, and the open node refused a pod that is
-			// already on it. Nothing to decide (a new claim would stay
-			// empty); the bind's event takes the pod off its claim
-			// (podGone). kube-scheduler reads its informer so too before
-			// it queues a failed pod again. Not counted as a decision.
-			logger.V(4).Info("Pod was bound meanwhile; not deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name)
-			return nil, fwk.NewStatus(fwk.Unschedulable, "bound to a node since this scheduling cycle began"), numResults, refusalNone
-		case c.open || node == "" || node == c.name:
-			// The claim's node is up and open, its binding done, and the
-			// scheduler's filters refused the pod on it (PostFilter runs
-			// only then): the pod came to the claim after the
-			// provisioner read the claim's pods, in a nomination written
-			// late (an API server down meanwhile), and nothing will bind
-			// it there.
-			logger.Info("Pod nominated to a claim whose node is open and does not fit it; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", c.nodeName)
-			p.book.unview(c, pod)
-		case p.book.wasRepacked(node):
-			// The pod's object still names the claim it was moved from.
-			return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
-		case p.heldForBinding(node):
-			// The provisioner handed the pod to the scheduler, nominated
-			// to its claim's node, for a binding cycle (volumes to
-			// provision, devices to allocate). While the node is held
-			// for binding it keeps that nomination; once the node is
-			// open and still refuses the pod, the pod is decided afresh.
-			logger.V(4).Info("Pod keeps its nomination to its claim's node until the node is open", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
-			return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}},
-				fwk.NewStatus(fwk.Success, "nominated to node "+node+" of nodeclaim "+c.name+", which the scheduler binds it to once the node is open"), resultKept, refusalNone
-		default:
-			logger.Info("Pod handed to the scheduler does not fit its claim's node; deciding it afresh", "pod", klog.KObj(pod), "nodeClaim", c.name, "node", node)
-			p.book.unview(c, pod)
-		}
+		p.book.unview(c, pod)
 	}
 	p.book.settle()
 	ch := p.decider.place(ctx, pod, p.ordered)
@@ -360,6 +317,26 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 		r = resultNew
 	}
 	return nominateTo(c), nominatedStatus(c), r, refusalNone
+}
+
+// applyRetried applies what the decision chose, r (anything but
+// retryAfresh), for pod, retried while nominated to claim c, and answers
+// the scheduler.
+func (p *VirtualNodes) applyRetried(pod *corev1.Pod, c *claim, r retry) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
+	node := pod.Status.NominatedNodeName
+	switch r {
+	case retryFollow:
+		p.book.follow(pod, node) // the move the decision found (book.moves)
+		to := p.book.claim(node)
+		return nominateTo(to), nominatedStatus(to), resultKept, refusalNone
+	case retryHandOff:
+		return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: node, NominatingMode: fwk.ModeOverride}},
+			fwk.NewStatus(fwk.Success, "nominated to node "+node+" of nodeclaim "+c.name+", which the scheduler binds it to once the node is open"), resultKept, refusalNone
+	case retryBound:
+		// Not counted as a decision.
+		return nil, fwk.NewStatus(fwk.Unschedulable, "bound to a node since this scheduling cycle began"), numResults, refusalNone
+	}
+	return nominateTo(c), nominatedStatus(c), resultKept, refusalNone
 }
 
 func nominateTo(c *claim) *fwk.PostFilterResult {
@@ -386,42 +363,6 @@ func (p *VirtualNodes) event(pod *corev1.Pod, typ, reason, action, note string) 
 	if p.recorder != nil {
 		p.recorder.Eventf(pod, nil, typ, reason, action, "%s", note)
 	}
-}
-
-// openAndRefusing reports whether claim c is closed and its node is in
-// the scheduler's snapshot without the binding taint: a pod nominated to
-// c that reaches PostFilter was refused by that node.
-func (p *VirtualNodes) openAndRefusing(c *claim) bool {
-	if c.open || c.nodeName == "" || p.lister.real == nil {
-		return false
-	}
-	if ni, err := p.lister.real.Get(c.nodeName); err != nil || ni.Node() == nil {
-		return false
-	}
-	return !p.heldForBinding(c.nodeName)
-}
-
-// boundMeanwhile says whether the scheduler's pod informer has pod bound
-// to a node, though the scheduling cycle's copy is not.
-func (p *VirtualNodes) boundMeanwhile(pod *corev1.Pod) bool {
-	if p.pods == nil || pod.Spec.NodeName != "" {
-		return false
-	}
-	cached, err := p.pods.Pods(pod.Namespace).Get(pod.Name)
-	return err == nil && cached.UID == pod.UID && cached.Spec.NodeName != ""
-}
-
-// heldForBinding: the real node still carries the provisioner's binding
-// taint in the scheduler's snapshot (or the snapshot is not known yet).
-func (p *VirtualNodes) heldForBinding(name string) bool {
-	if p.lister.real == nil {
-		return true
-	}
-	ni, err := p.lister.real.Get(name)
-	if err != nil || ni.Node() == nil {
-		return false
-	}
-	return slices.ContainsFunc(ni.Node().Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintBinding })
 }
 
 // setPools replaces the pools, as their NodePools and catalogs change.

@@ -517,7 +517,7 @@ func TestPodBoundMeanwhileIsNotDecidedAfresh(t *testing.T) {
 	queued := pod.DeepCopy()
 	queued.Status.NominatedNodeName = first.name
 	informer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-	h.plugin.pods = corelisters.NewPodLister(informer)
+	h.plugin.decider.pods = corelisters.NewPodLister(informer)
 	bound := queued.DeepCopy()
 	bound.Spec.NodeName = "node-1"
 	if err := informer.Add(bound); err != nil {
