@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -121,11 +122,30 @@ func (b *book) openClaims() []*claim {
 	return b.open
 }
 
-// hint is the claim the last pod of signature sig went to, or nil.
-func (b *book) hint(sig string) *claim {
+// inFlight is the book as a decision for one pod reads it: the open
+// claims, oldest first (the book's slice: read it, do not change it), and
+// the claim the last pod like this one went to (hint), or nil.
+type inFlight struct {
+	open []*claim
+	hint *claim
+}
+
+// inFlight returns the claims in flight for a decision on pod.
+func (b *book) inFlight(pod *corev1.Pod) inFlight {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.hints[sig]
+	return inFlight{open: b.open, hint: b.hints[signature(pod)]}
+}
+
+// signature groups pods that the same claim is likely to take, the key of
+// the hints: pods of one owner, or with the same labels in one namespace.
+func signature(pod *corev1.Pod) string {
+	for _, o := range pod.OwnerReferences {
+		if o.Controller != nil && *o.Controller {
+			return string(o.UID)
+		}
+	}
+	return pod.Namespace + "/" + labels.Set(pod.Labels).String()
 }
 
 // wasRepacked says whether a repack emptied the claim named name lately.
@@ -177,7 +197,7 @@ func (b *book) take(pod *corev1.Pod, ch choice, now time.Time) {
 	} else {
 		b.lister.added(c.info, pod)
 	}
-	b.hints[ch.sig] = c
+	b.hints[signature(pod)] = c
 	b.nominated[pod.UID] = c
 }
 

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -28,7 +27,7 @@ import (
 type decider struct {
 	fw   framework.Framework // the profile's plugins, on view
 	view *lister
-	book inFlight
+	book bookReader
 	// maxClaimsTried and maxInstanceTypes are the plugin's arguments of
 	// those names (Args).
 	maxClaimsTried, maxInstanceTypes int
@@ -41,12 +40,11 @@ type decider struct {
 	pods corelisters.PodLister
 }
 
-// inFlight is what the decision reads of the book (*book): the open
-// claims, the hints, the names taken, the pools' forecast usage, and
-// whether a retried pod was moved or its claim repacked.
-type inFlight interface {
-	openClaims() []*claim
-	hint(sig string) *claim
+// bookReader is what the decision reads of the book (*book) while it
+// decides, besides the claims in flight it is given: the names taken, the
+// pools' forecast usage, and whether a retried pod was moved or its claim
+// repacked.
+type bookReader interface {
 	newName(pool string) string
 	poolUsage(pl *pool, except *claim) corev1.ResourceList
 	moves(pod *corev1.Pod, to string) bool
@@ -64,22 +62,19 @@ type choice struct {
 	// resized: the open claim's node became a larger instance type to
 	// hold the pod, so its pods count under that node's labels.
 	resized bool
-	// sig is the pod's signature, under which the book keeps the claim as
-	// the hint for the next pod like it.
-	sig     string
 	reasons []string // "pool default: no instance type has 300 cpu; the largest has 192"
 	// refusal is why not, for the metric: the first pool's reason.
 	refusal refusal
 }
 
-// place chooses the claim for pod: an open claim it fits, else a new claim
-// from the first of pools (by weight) that can hold it. Fit is the
-// simulation framework's Filter verdict on the claim's node, with
-// PreFilter run over the view that includes every virtual node. The
-// chosen claim's node is left as Filter accepted it; nothing else
-// changes until the caller applies the choice (book.take). Callers hold
-// VirtualNodes.mu.
-func (d *decider) place(ctx context.Context, pod *corev1.Pod, pools []*pool) choice {
+// place chooses the claim for pod among the claims in flight: an open
+// claim it fits, else a new claim from the first of pools (by weight) that
+// can hold it. Fit is the simulation framework's Filter verdict on the
+// claim's node, with PreFilter run over the view that includes every
+// virtual node. The chosen claim's node is left as Filter accepted it;
+// nothing else changes until the caller applies the choice (book.take).
+// Callers hold VirtualNodes.mu.
+func (d *decider) place(ctx context.Context, pod *corev1.Pod, claims inFlight, pools []*pool) choice {
 	logger := klog.FromContext(ctx)
 	d.view.reset()
 	defer d.view.reset()
@@ -89,29 +84,25 @@ func (d *decider) place(ctx context.Context, pod *corev1.Pod, pools []*pool) cho
 	}
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
-	sig := signature(pod)
 	// First the claims the pod fits without a larger instance type: room
 	// already paid for. Tightest first, so that small claims fill up
 	// before a node grows or a new one is made.
-	if ch := d.fillSlack(ctx, state, pod, req, d.book.hint(sig)); ch.claim != nil {
-		ch.sig = sig
+	if ch := d.fillSlack(ctx, state, pod, req, claims); ch.claim != nil {
 		return ch
 	}
 	// Then the claims that hold it on a larger instance type, the
 	// smallest increase in price first.
-	ch, tried := d.grow(ctx, state, pod, req, d.book.hint(sig))
+	ch, tried := d.grow(ctx, state, pod, req, claims)
 	if ch.claim != nil {
-		ch.sig = sig
 		return ch
 	}
-	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(d.book.openClaims()))
+	logger.V(4).Info("No open nodeclaim fits the pod", "pod", klog.KObj(pod), "claimsTried", tried, "openClaims", len(claims.open))
 
 	var reasons []string
 	first := refusalNoNodePool
 	for i, pl := range pools {
 		ch, why, reason := d.newClaim(ctx, state, pod, req, pl)
 		if ch.claim != nil {
-			ch.sig = sig
 			return ch
 		}
 		if i == 0 {
@@ -126,10 +117,10 @@ func (d *decider) place(ctx context.Context, pod *corev1.Pod, pools []*pool) cho
 }
 
 // fillSlack chooses an open claim whose cheapest open option holds pod as
-// it is, trying at most MaxClaimsTried of them: hint first, then the
+// it is, trying at most MaxClaimsTried of them: the hint first, then the
 // claims left with the least room once the pod is in. Its choice has no
 // claim when none takes the pod.
-func (d *decider) fillSlack(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) choice {
+func (d *decider) fillSlack(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, claims inFlight) choice {
 	type slack struct {
 		c     *claim
 		left  float64 // the larger of the fractions of cpu and memory the cheapest option has left
@@ -140,13 +131,13 @@ func (d *decider) fillSlack(ctx context.Context, state fwk.CycleState, pod *core
 	fits := firstK[slack]{k: d.maxClaimsTried, cmp: func(a, b slack) int {
 		return cmp.Or(cmp.Compare(a.left, b.left), cmp.Compare(a.order, b.order))
 	}}
-	for i, c := range d.book.openClaims() {
+	for i, c := range claims.open {
 		if len(c.options) == 0 {
 			continue
 		}
 		alloc := c.options[0].alloc
 		if left, ok := room(alloc, c.info.Requested, req, len(c.info.Pods)+1); ok {
-			if c == hint {
+			if c == claims.hint {
 				left = -1
 			}
 			fits.add(slack{c: c, left: left, order: i})
@@ -189,7 +180,7 @@ func (f *firstK[T]) add(x T) {
 // rises least first (the hint, then the newest, among equals). It returns
 // the choice (without a claim when none takes the pod) and how many
 // claims were tried.
-func (d *decider) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, hint *claim) (choice, int) {
+func (d *decider) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, claims inFlight) (choice, int) {
 	type growth struct {
 		c     *claim
 		rise  float64
@@ -198,8 +189,7 @@ func (d *decider) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	fits := firstK[growth]{k: d.maxClaimsTried, cmp: func(a, b growth) int {
 		return cmp.Or(cmp.Compare(a.rise, b.rise), cmp.Compare(a.order, b.order))
 	}}
-	open := d.book.openClaims()
-	for i, c := range open {
+	for i, c := range claims.open {
 		// The claim's node is its largest option.
 		if _, ok := room(c.info.Allocatable, c.info.Requested, req, len(c.info.Pods)+1); len(c.options) == 0 || !ok {
 			continue
@@ -212,8 +202,8 @@ func (d *decider) grow(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 					break
 				}
 				g := growth{c: c, rise: o.price - c.options[0].price, order: -i}
-				if c == hint {
-					g.order = -len(open)
+				if c == claims.hint {
+					g.order = -len(claims.open)
 				}
 				fits.add(g)
 				break
@@ -441,15 +431,4 @@ func sum(a fwk.Resource, b *framework.Resource) *framework.Resource {
 		out.AddScalar(name, q)
 	}
 	return out
-}
-
-// signature groups pods that the same claim is likely to take: pods of one
-// owner, or with the same labels in one namespace.
-func signature(pod *corev1.Pod) string {
-	for _, o := range pod.OwnerReferences {
-		if o.Controller != nil && *o.Controller {
-			return string(o.UID)
-		}
-	}
-	return pod.Namespace + "/" + labels.Set(pod.Labels).String()
 }

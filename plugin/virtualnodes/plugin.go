@@ -299,7 +299,7 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 		p.book.unview(c, pod)
 	}
 	p.book.settle()
-	ch := p.decider.place(ctx, pod, p.ordered)
+	ch := p.decider.place(ctx, pod, p.book.inFlight(pod), p.ordered)
 	if ch.claim == nil {
 		msg := "no NodePool can launch a node for this pod: " + strings.Join(ch.reasons, "; ")
 		logger.V(2).Info("No virtual node for pod", "pod", klog.KObj(pod), "reasons", ch.reasons)
