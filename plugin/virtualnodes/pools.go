@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -159,6 +161,57 @@ func poolsFrom(nps []v1alpha1.NodePool, cats map[string]*v1alpha1.InstanceTypeCa
 		}
 	}
 	return out, errs
+}
+
+// narrow returns the options that can take the requested resources with
+// podCount pods and whose nodes (of template t) every pod in pods accepts.
+func (g *group) narrow(t nodeshape.Template, options []*option, req *framework.Resource, podCount int, pods ...*corev1.Pod) []*option {
+	var selective []nodeaffinity.RequiredNodeAffinity
+	for _, p := range pods {
+		if selectsOnNodeLabels(p) {
+			selective = append(selective, nodeaffinity.GetRequiredNodeAffinity(p))
+		}
+	}
+	// Sized for every option at once: a new claim's narrowing keeps most
+	// of its group's hundreds, and growing by append cost twice that.
+	out := make([]*option, 0, len(options))
+	// Node affinity reads labels (and the name): the probe carries each
+	// option's labels, without copying its resources.
+	probe := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
+	for _, o := range options {
+		if !nodeshape.Fits(o.alloc, req, podCount) {
+			continue
+		}
+		if len(selective) > 0 {
+			probe.Labels = t.NodeLabels(o.it, g.zone, g.capacityType)
+			probe.Labels[corev1.LabelHostname] = probe.Name
+			ok := true
+			for _, na := range selective {
+				if match, _ := na.Match(probe); !match {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// selectsOnNodeLabels reports whether the pod's placement depends on node
+// labels at all; only then do options need checking one by one.
+func selectsOnNodeLabels(pod *corev1.Pod) bool {
+	return len(pod.Spec.NodeSelector) > 0 || pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil && pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
+// largest is the option with the most CPU, then memory.
+func largest(options []*option) *option {
+	return slices.MaxFunc(options, func(a, b *option) int {
+		return cmp.Or(cmp.Compare(a.alloc.MilliCPU, b.alloc.MilliCPU), cmp.Compare(a.alloc.Memory, b.alloc.Memory))
+	})
 }
 
 // node is the Node a claim of this group nominated with template t would
