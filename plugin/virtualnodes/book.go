@@ -41,6 +41,9 @@ import (
 type book struct {
 	mu     sync.Mutex
 	lister *lister
+	// plans are the DRA devices planned for the pods (simulator.Devices):
+	// a pod that leaves its claim leaves its plan. Nil without DRA.
+	plans interface{ Forget(types.UID) }
 	// openGauge follows len(open): nodeforge_virtualnodes_claims_open,
 	// summed over the plugin's profiles.
 	openGauge interface{ Add(float64) }
@@ -291,6 +294,7 @@ func (b *book) unviewLocked(c *claim, pod *corev1.Pod) {
 	}
 	delete(c.pods, pod.UID)
 	delete(c.bound, pod.UID)
+	b.forgetPlan(pod.UID)
 	if c.info != nil {
 		_ = c.info.RemovePod(klog.TODO(), pod) // by UID
 		b.lister.changed()
@@ -338,12 +342,20 @@ func (b *book) forget(c *claim) []*corev1.Pod {
 	delete(b.claims, c.name)
 	var pods []*corev1.Pod
 	for uid, pod := range c.pods {
+		b.forgetPlan(uid)
 		if b.nominated[uid] == c {
 			delete(b.nominated, uid)
 			pods = append(pods, pod)
 		}
 	}
 	return pods
+}
+
+// forgetPlan drops the devices planned for a pod that left its claim.
+func (b *book) forgetPlan(uid types.UID) {
+	if b.plans != nil {
+		b.plans.Forget(uid)
+	}
 }
 
 // follow moves pod from the claim it is nominated to onto the claim named
@@ -430,6 +442,7 @@ func (b *book) podGone(pod *corev1.Pod, deleted bool) bool {
 	case c.open:
 		delete(b.nominated, pod.UID)
 		c.remove(pod)
+		b.forgetPlan(pod.UID)
 		b.lister.changed()
 	case deleted || c.info == nil:
 		b.unviewLocked(c, pod)

@@ -63,6 +63,9 @@ type choice struct {
 	// hold the pod, so its pods count under that node's labels.
 	resized bool
 	reasons []string // "pool default: no instance type has 300 cpu; the largest has 192"
+	// state is the pod's cycle state, with its Filter verdict on the
+	// chosen claim's node: the DRA devices planned from it (Plan).
+	state fwk.CycleState
 	// refusal is why not, for the metric: the first pool's reason.
 	refusal refusal
 }
@@ -75,13 +78,27 @@ type choice struct {
 // nothing else changes until the caller applies the choice (book.take).
 // Callers hold VirtualNodes.mu.
 func (d *decider) place(ctx context.Context, pod *corev1.Pod, claims inFlight, pools []*pool) choice {
-	logger := klog.FromContext(ctx)
 	d.view.reset()
 	defer d.view.reset()
+	var names map[*pool]map[string]string
+	if needsDevices(pod) {
+		names = d.newNodeNames(pools)
+		d.view.slices = virtualSlices(claims, names)
+		defer func() { d.view.slices = nil }()
+	}
 	state := framework.NewCycleState()
 	if _, s, _ := d.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
 		return choice{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
 	}
+	ch := d.choose(ctx, state, pod, claims, pools, names)
+	ch.state = state
+	return ch
+}
+
+// choose is place's choice once PreFilter has run: an open claim first,
+// else a new one (names: a pod with claims' new node names, newNodeNames).
+func (d *decider) choose(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, claims inFlight, pools []*pool, names map[*pool]map[string]string) choice {
+	logger := klog.FromContext(ctx)
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
 	// First the claims the pod fits without a larger instance type: room
@@ -101,7 +118,7 @@ func (d *decider) place(ctx context.Context, pod *corev1.Pod, claims inFlight, p
 	var reasons []string
 	first := refusalNoNodePool
 	for i, pl := range pools {
-		ch, why, reason := d.newClaim(ctx, state, pod, req, pl)
+		ch, why, reason := d.newClaim(ctx, state, pod, req, pl, names[pl])
 		if ch.claim != nil {
 			return ch
 		}
@@ -268,6 +285,10 @@ func room(alloc *framework.Resource, used fwk.Resource, req *framework.Resource,
 // of those options.
 func (d *decider) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, c *claim) (choice, bool) {
 	opts := c.group.narrow(c.template, c.options, sum(c.info.Requested, req), len(c.info.Pods)+1, pod)
+	if needsDevices(pod) && len(c.options) > 0 {
+		// Only the devices of the node DynamicResources saw (devices.go).
+		opts = sameDevices(opts, largest(c.options).devices)
+	}
 	// Growing a claim may need a larger instance type: the pool's limits
 	// hold for that too.
 	if opts = d.withinLimits(c.group.pool, opts, c); len(opts) == 0 || c.group.minValuesUnmet(opts) != "" {
@@ -291,18 +312,19 @@ func (d *decider) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev
 // fitting instance type is cheapest among those the Filter plugins accept;
 // the book registers it once the choice is applied. It returns why not
 // otherwise, and that in a sentence for the pod's Event.
-func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool) (choice, refusal, string) {
+func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool, names map[string]string) (choice, refusal, string) {
 	type candidate struct {
 		g    *group
+		name string
 		info *framework.NodeInfo
 		ds   []*corev1.Pod
 		opts []*option
 	}
-	name := d.book.newName(pl.np.Name)
 	var candidates []candidate
 	noSize, noLabels, noFlex := 0, 0, ""
-	for _, g := range pl.groups {
-		node := g.node(pl.template, name, g.largest)
+	for _, s := range d.newNodes(pl, names) {
+		g, name := s.g, s.name
+		node := g.node(pl.template, name, s.largest)
 		info := framework.NewNodeInfo()
 		info.SetNode(node)
 		ds := d.daemonSetPods(node)
@@ -310,7 +332,7 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 			info.AddPod(d)
 		}
 		total := sum(info.Requested, req)
-		opts := g.narrow(pl.template, g.options, total, len(info.Pods)+1)
+		opts := g.narrow(pl.template, s.options, total, len(info.Pods)+1)
 		if len(opts) == 0 {
 			noSize++
 			continue
@@ -330,13 +352,13 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 		} else {
 			return choice{}, refusalLimitReached, d.limitReason(pl, opts[0])
 		}
-		candidates = append(candidates, candidate{g: g, info: info, ds: ds, opts: opts})
+		candidates = append(candidates, candidate{g: g, name: name, info: info, ds: ds, opts: opts})
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].opts[0].price < candidates[j].opts[0].price })
 	filterReasons := map[string]bool{}
 	for _, cand := range candidates {
-		if big := largest(cand.opts); big != cand.g.largest {
-			cand.info.SetNode(cand.g.node(pl.template, name, big))
+		if big := largest(cand.opts); big.name != cand.info.Node().Labels[corev1.LabelInstanceTypeStable] {
+			cand.info.SetNode(cand.g.node(pl.template, cand.name, big))
 		}
 		s := d.fw.RunFilterPlugins(ctx, state, pod, cand.info)
 		if !s.IsSuccess() {
@@ -345,7 +367,7 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 			}
 			continue
 		}
-		c := &claim{name: name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, open: true}
+		c := &claim{name: cand.name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, open: true}
 		return choice{claim: c, opts: cand.g.cheapest(cand.opts, d.maxInstanceTypes), isNew: true}, refusalNone, ""
 	}
 	switch {
@@ -364,6 +386,44 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 		return choice{}, refusalNoMatch, "no instance type matches the pod's node selector or affinity"
 	}
 	return choice{}, refusalNoOffering, "the pool has no available offering"
+}
+
+// newNode is a new node a pool can launch: a group, and the options of it
+// its node may become, under the name it is tried as.
+type newNode struct {
+	g       *group
+	name    string
+	options []*option
+	largest *option
+}
+
+// newNodes are the new nodes newClaim tries in pl: each group under one
+// new name; for a pod with claims (names from newNodeNames), each group
+// once for each set of devices its types publish, under that set's name,
+// so that the slices DynamicResources listed are the node's.
+func (d *decider) newNodes(pl *pool, names map[string]string) []newNode {
+	var out []newNode
+	if names == nil {
+		name := d.book.newName(pl.np.Name)
+		for _, g := range pl.groups {
+			out = append(out, newNode{g: g, name: name, options: g.options, largest: g.largest})
+		}
+		return out
+	}
+	for _, g := range pl.groups {
+		byKey := map[string][]*option{}
+		var keys []string
+		for _, o := range g.options {
+			if _, ok := byKey[o.devices]; !ok {
+				keys = append(keys, o.devices)
+			}
+			byKey[o.devices] = append(byKey[o.devices], o)
+		}
+		for _, k := range keys {
+			out = append(out, newNode{g: g, name: names[k], options: byKey[k], largest: largest(byKey[k])})
+		}
+	}
+	return out
 }
 
 // daemonSetPods returns the daemonset pods that would run on node.

@@ -3,6 +3,7 @@ package virtualnodes
 import (
 	"fmt"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -22,6 +23,10 @@ type lister struct {
 	real             fwk.NodeInfoLister
 	virtual          []fwk.NodeInfo
 	byName           map[string]fwk.NodeInfo
+	// slices are the ResourceSlices of the virtual nodes a pod with
+	// ResourceClaims can go to, for the decision on that pod
+	// (virtualSlices); nil otherwise.
+	slices []*resourcev1.ResourceSlice
 	// lists memoises the combined lists for one scheduling decision: the
 	// real snapshot does not change within a cycle, nor do the virtual
 	// nodes until the pod is nominated, and PreFilter plugins each ask.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -42,8 +43,11 @@ const notSyncedMessage = Name + " has not read NodePools, catalogs and NodeClaim
 
 // VirtualNodes is the PostFilter plugin.
 type VirtualNodes struct {
-	args     *Args
-	lister   *lister
+	args   *Args
+	lister *lister
+	// devices is the simulation's DRA manager, with the devices planned
+	// for pods on virtual nodes; nil where the scheduler has none.
+	devices  *simulator.Devices
 	recorder events.EventRecorder
 	now      func() time.Time
 
@@ -217,11 +221,20 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
-	fw, err := simulator.New(ctx, withSavedStates(registry, v), simulator.Profile(profile, strings.ToLower(Name), Name),
+	// The scheduler's DRA manager, with the virtual nodes' slices and the
+	// devices planned for their pods (devices.go).
+	var devices *simulator.Devices
+	dra := h.SharedDRAManager()
+	registry = withSavedStates(registry, v)
+	if dra != nil {
+		devices = simulator.NewDevices(dra, func() []*resourcev1.ResourceSlice { return v.slices })
+		registry, dra = devices.Registry(registry), devices
+	}
+	fw, err := simulator.New(ctx, registry, simulator.Profile(profile, strings.ToLower(Name), Name),
 		frameworkruntime.WithClientSet(h.ClientSet()),
 		frameworkruntime.WithKubeConfig(h.KubeConfig()),
 		frameworkruntime.WithInformerFactory(h.SharedInformerFactory()),
-		frameworkruntime.WithSharedDRAManager(h.SharedDRAManager()),
+		frameworkruntime.WithSharedDRAManager(dra),
 		frameworkruntime.WithSharedCSIManager(h.SharedCSIManager()),
 		frameworkruntime.WithSnapshotSharedLister(v),
 		frameworkruntime.WithEventRecorder(h.EventRecorder()),
@@ -235,9 +248,13 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	}
 	m := pluginMetrics()
 	b := newBook(v, m.open)
+	if devices != nil {
+		b.plans = devices
+	}
 	return &VirtualNodes{
 		args:     args,
 		lister:   v,
+		devices:  devices,
 		recorder: h.EventRecorder(),
 		now:      time.Now,
 		book:     b,
@@ -310,6 +327,14 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 	}
 	p.book.take(pod, ch, p.now())
 	c := ch.claim
+	if p.devices != nil && needsDevices(pod) {
+		if s := p.devices.Plan(ctx, ch.state, pod, c.name); !s.IsSuccess() {
+			// Filter accepted the node: its devices are there. The pod
+			// stays nominated; the provisioner's gate judges it again on
+			// the real node.
+			logger.Error(s.AsError(), "Planning the pod's devices on its virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name)
+		}
+	}
 	delete(p.refused, pod.UID)
 	logger.V(4).Info("Nominated pod to virtual node", "pod", klog.KObj(pod), "nodeClaim", c.name, "nodePool", c.group.pool.np.Name,
 		"new", ch.isNew, "zone", c.group.zone, "capacityType", c.group.capacityType, "instanceTypes", len(c.options), "pods", len(c.pods))

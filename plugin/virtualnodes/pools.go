@@ -21,6 +21,8 @@ type option struct {
 	it    *v1alpha1.InstanceType
 	alloc *framework.Resource
 	price float64
+	// devices says which DRA devices its node publishes (devicesKey).
+	devices string
 }
 
 // group is where a new node of a pool can be launched: one zone, one
@@ -123,7 +125,8 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 			p.groups = append(p.groups, g)
 		}
 		// Offers come cheapest first, so each group's options do too.
-		g.options = append(g.options, &option{name: o.InstanceType.Name, it: &o.InstanceType, alloc: framework.NewResource(o.InstanceType.Allocatable), price: o.Price})
+		g.options = append(g.options, &option{name: o.InstanceType.Name, it: &o.InstanceType, alloc: framework.NewResource(o.InstanceType.Allocatable), price: o.Price,
+			devices: devicesKey(o.InstanceType.ResourceSlices)})
 	}
 	for _, g := range p.groups {
 		g.largest = slices.MaxFunc(g.options, func(a, b *option) int {

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +30,9 @@ const (
 	IndexPodNominated = "status.nominatedNodeName"
 	// IndexPodNode: pods by spec.nodeName.
 	IndexPodNode = "spec.nodeName"
+	// IndexSliceNode: ResourceSlices by spec.nodeName (none for a slice
+	// not of one node).
+	IndexSliceNode = "resourceslice.spec.nodeName"
 	// IndexNodeProviderID: nodes by spec.providerID.
 	IndexNodeProviderID = "spec.providerID"
 	// IndexClaimNode: NodeClaims by status.nodeName.
@@ -60,6 +64,12 @@ func Indexes() []Index {
 			return nil
 		}},
 		{&corev1.Pod{}, IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }},
+		{&resourcev1.ResourceSlice{}, IndexSliceNode, func(o client.Object) []string {
+			if n := o.(*resourcev1.ResourceSlice).Spec.NodeName; n != nil {
+				return []string{*n}
+			}
+			return nil
+		}},
 		{&corev1.Node{}, IndexNodeProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }},
 		{&v1alpha1.NodeClaim{}, IndexClaimNode, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.NodeName} }},
 		{&v1alpha1.NodeClaim{}, IndexClaimProviderID, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID} }},

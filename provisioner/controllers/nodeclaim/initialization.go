@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -100,6 +103,12 @@ func (i *initializer) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (re
 	pods, err := i.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if waiting, err := i.slicesPending(ctx, nc, node, pods); err != nil || waiting != "" {
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		return i.waitForNode(ctx, nc, node, waiting)
 	}
 	pass, err := i.newBindPass(ctx, node, len(pods))
 	if err != nil {
@@ -419,6 +428,57 @@ func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 		}
 	}
 	return ""
+}
+
+// slicesPending names the DRA drivers of the node's instance type whose
+// ResourceSlices the node has not published yet, when one of pods has
+// ResourceClaims ("" otherwise): such a pod, handed to the scheduler
+// before its devices are published, fails its scheduling cycle, and
+// would be given another claim. As with extended resources, only what
+// the pods need is waited for.
+func (i *initializer) slicesPending(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pods []corev1.Pod) (string, error) {
+	if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }) {
+		return "", nil
+	}
+	catalog, err := cluster.InstanceTypesOf(ctx, i.kube, nc.Spec.NodePool)
+	if err != nil {
+		return "", err
+	}
+	k := slices.IndexFunc(catalog, func(it v1alpha1.InstanceType) bool { return it.Name == nc.Status.InstanceType })
+	if k < 0 || len(catalog[k].ResourceSlices) == 0 {
+		return "", nil
+	}
+	var published resourcev1.ResourceSliceList
+	if err := i.kube.List(ctx, &published, client.MatchingFields{cluster.IndexSliceNode: node.Name}); err != nil {
+		return "", err
+	}
+	var missing []string
+	for _, t := range catalog[k].ResourceSlices {
+		if !poolComplete(published.Items, t.Driver) {
+			missing = append(missing, t.Driver)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	return "ResourceSlices of DRA driver " + strings.Join(missing, ", ") + " (pods have ResourceClaims)", nil
+}
+
+// poolComplete says whether slices hold a whole pool of driver's: as many
+// slices of one pool and generation as the pool says it has.
+func poolComplete(published []resourcev1.ResourceSlice, driver string) bool {
+	count := map[string]int64{}
+	for _, s := range published {
+		if s.Spec.Driver != driver {
+			continue
+		}
+		key := fmt.Sprintf("%s/%d", s.Spec.Pool.Name, s.Spec.Pool.Generation)
+		count[key]++
+		if count[key] >= s.Spec.Pool.ResourceSliceCount {
+			return true
+		}
+	}
+	return false
 }
 
 func ready(n *corev1.Node) bool {

@@ -1,0 +1,102 @@
+package virtualnodes
+
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
+)
+
+// DRA devices on virtual nodes.
+//
+// A virtual node carries the ResourceSlices its instance type's DRA
+// drivers will publish (the catalog's resourceSlices), so that the
+// scheduler's own DynamicResources plugin allocates a pod's claims on it
+// as on the node it becomes; the allocation is planned (simulator.Devices)
+// and never written. Slices are listed only for a pod with ResourceClaims,
+// and only where the pod can go: the open claims' nodes and, per pool, one
+// new node for each set of devices the pool's types have.
+//
+// A claim that holds such a pod keeps only the instance types whose nodes
+// publish the same devices as the one its pod was planned on, so that the
+// plan holds on whichever type launches; a claim whose node has other
+// devices is not tried for the pod, which gets a claim of its own.
+
+// devicesKey says which devices a node of the type publishes: the same
+// key, the same slices ("" for none).
+func devicesKey(templates []v1alpha1.ResourceSliceTemplate) string {
+	if len(templates) == 0 {
+		return ""
+	}
+	raw, err := json.Marshal(templates)
+	if err != nil {
+		return "unencodable"
+	}
+	return string(raw)
+}
+
+// needsDevices says whether pod has claims DynamicResources allocates.
+func needsDevices(pod *corev1.Pod) bool {
+	return len(pod.Spec.ResourceClaims) > 0
+}
+
+// sameDevices keeps the options whose nodes publish the devices key does.
+func sameDevices(opts []*option, key string) []*option {
+	var out []*option
+	for _, o := range opts {
+		if o.devices == key {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// newNodeNames draws, for a pod with claims, the name of each new node a
+// pool could launch for it, one per set of devices its types publish: a
+// slice names its node, and DynamicResources lists the slices once, in
+// PreFilter, before any node is tried. The types without devices keep the
+// name newClaim would draw (key "").
+func (d *decider) newNodeNames(pools []*pool) map[*pool]map[string]string {
+	out := map[*pool]map[string]string{}
+	for _, pl := range pools {
+		names := map[string]string{}
+		for _, g := range pl.groups {
+			for _, o := range g.options {
+				if _, ok := names[o.devices]; !ok {
+					names[o.devices] = d.book.newName(pl.np.Name)
+				}
+			}
+		}
+		out[pl] = names
+	}
+	return out
+}
+
+// virtualSlices are the slices of the nodes a pod with claims can be
+// nominated to: each open claim's node, as its largest open option, and
+// each new node of newNodeNames.
+func virtualSlices(claims inFlight, names map[*pool]map[string]string) []*resourcev1.ResourceSlice {
+	var out []*resourcev1.ResourceSlice
+	for _, c := range claims.open {
+		if len(c.options) == 0 {
+			continue
+		}
+		out = append(out, nodeshape.ResourceSlices(c.name, largest(c.options).it.ResourceSlices)...)
+	}
+	for pl, byKey := range names {
+		done := map[string]bool{}
+		for _, g := range pl.groups {
+			for _, o := range g.options {
+				if o.devices == "" || done[o.devices] {
+					continue
+				}
+				done[o.devices] = true
+				out = append(out, nodeshape.ResourceSlices(byKey[o.devices], o.it.ResourceSlices)...)
+			}
+		}
+	}
+	return out
+}

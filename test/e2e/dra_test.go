@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+)
+
+// gpuClaimTemplate is a ResourceClaimTemplate for one NVIDIA GPU of at
+// least min memory, selected by CEL on the attributes the NVIDIA DRA
+// driver publishes.
+func gpuClaimTemplate(name, min string) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com", Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+				Expression: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('" + min + "')) >= 0"}}}},
+		}}}}}}
+}
+
+// TestDRAClaimsLaunchNodesWithTheirDevices: pods whose ResourceClaims ask
+// for an NVIDIA GPU of at least 40Gi, which only the p5 family's H100s
+// (published by the NVIDIA DRA driver, not as nvidia.com/gpu) have, are
+// nominated to virtual nodes carrying the slices p5 nodes publish; the
+// nodes launched are p5s with a GPU for each pod; each pod runs with its
+// claim allocated by the scheduler on its own node, no two on one GPU.
+// A pod asking for a 100Gi GPU, which no type has, gets no claim and an
+// Event saying the scheduler refuses every node.
+func TestDRAClaimsLaunchNodesWithTheirDevices(t *testing.T) {
+	t.Parallel()
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	ctx := context.Background()
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tmpl := range []*resourcev1.ResourceClaimTemplate{gpuClaimTemplate("gpu-40", "40Gi"), gpuClaimTemplate("gpu-100", "100Gi")} {
+		if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createZonalPool(t, kube, "gpus")
+	pod := func(name, template string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "gpus"}},
+			Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "gpus"},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+					Claims:   []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			}}
+	}
+	const n = 3
+	for i := range n {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod(fmt.Sprintf("gpus-%d", i), "gpu-40"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := settled(t, cs, kube, "gpus", n)
+	if len(p.pending) != 0 {
+		t.Fatalf("%d pods pending; want all %d Running", len(p.pending), n)
+	}
+	gpus := 0
+	for _, nc := range p.claims {
+		it := nc.Status.InstanceType
+		if !strings.HasPrefix(it, "p5.") {
+			t.Errorf("nodeclaim %s launched %s: only p5 has a GPU of 40Gi", nc.Name, it)
+		}
+		var node corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: nc.Status.NodeName}, &node); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := node.Status.Allocatable[corev1.ResourceName(v1alpha1.ResourceNVIDIAGPU)]; ok {
+			t.Errorf("node %s offers %s beside its DRA devices", node.Name, v1alpha1.ResourceNVIDIAGPU)
+		}
+	}
+	claims, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=gpus"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeOf := map[string]string{}
+	for _, p := range pods.Items {
+		nodeOf[string(p.UID)] = p.Spec.NodeName
+	}
+	used := map[string]string{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil || len(c.Status.ReservedFor) != 1 || len(c.Status.Allocation.Devices.Results) != 1 {
+			t.Errorf("claim %s: allocation %v, reserved for %v; want one device, reserved for its pod", c.Name, c.Status.Allocation, c.Status.ReservedFor)
+			continue
+		}
+		r := c.Status.Allocation.Devices.Results[0]
+		node := nodeOf[string(c.Status.ReservedFor[0].UID)]
+		if r.Driver != "gpu.nvidia.com" || r.Pool != node {
+			t.Errorf("claim %s: device %s/%s/%s, want a gpu.nvidia.com device of its pod's node %s", c.Name, r.Driver, r.Pool, r.Device, node)
+		}
+		id := r.Pool + "/" + r.Device
+		if other, ok := used[id]; ok {
+			t.Errorf("claims %s and %s both hold %s", other, c.Name, id)
+		}
+		used[id] = c.Name
+		gpus++
+	}
+	if gpus != n {
+		t.Errorf("%d GPUs allocated, want %d", gpus, n)
+	}
+	var launched []string
+	for _, nc := range p.claims {
+		launched = append(launched, nc.Status.InstanceType)
+	}
+	t.Logf("%d pods on %v, devices %v", n, launched, used)
+	before := len(p.claims)
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("huge", "gpu-100"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reasons := podEventsUntil(t, cs, "huge", v1alpha1.ReasonNoInstanceType)
+	_, notes, err := podEvents(ctx, cs, "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "refuses every node") }) {
+		t.Errorf("pod huge: events %v %q; want one saying the scheduler refuses every node the pool can launch", reasons, notes)
+	}
+	var all v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &all, client.MatchingLabels{v1alpha1.LabelNodePool: "gpus"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Items) != before {
+		t.Errorf("%d nodeclaims after a pod no type can hold, want %d", len(all.Items), before)
+	}
+}
