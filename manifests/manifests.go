@@ -22,6 +22,7 @@ var Install = []string{
 	"crd/nodeforge.dev_simulatednodeclasses.yaml",
 	"crd/nodeforge.dev_instancetypecatalogs.yaml",
 	"crd/nodeforge.dev_ec2nodeclasses.yaml",
+	"crd/nodeforge.dev_devicetemplates.yaml",
 	"namespace.yaml",
 	"scheduler/rbac.yaml",
 	"provisioner/rbac.yaml",

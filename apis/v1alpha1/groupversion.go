@@ -24,7 +24,7 @@ var (
 
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion, &NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{},
-		&InstanceTypeCatalog{}, &InstanceTypeCatalogList{}, &EC2NodeClass{}, &EC2NodeClassList{})
+		&InstanceTypeCatalog{}, &InstanceTypeCatalogList{}, &EC2NodeClass{}, &EC2NodeClassList{}, &DeviceTemplate{}, &DeviceTemplateList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

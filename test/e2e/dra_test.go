@@ -13,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
+	"github.com/nodeforge/nodeforge/manifests"
 )
 
 // gpuClaimTemplate is a ResourceClaimTemplate for one NVIDIA GPU of at
@@ -145,4 +147,75 @@ func TestDRAClaimsLaunchNodesWithTheirDevices(t *testing.T) {
 	if len(all.Items) != before {
 		t.Errorf("%d nodeclaims after a pod no type can hold, want %d", len(all.Items), before)
 	}
+}
+
+// TestADeviceTemplateTeachesADriverNodeforgeDoesNotKnow: a DeviceTemplate
+// says that nodes of the c7 family run an FPGA driver (fpga.example.com)
+// publishing one device; the c7 types' catalog then carries its slice,
+// the template says Ready with the count of types, and a pod claiming an
+// FPGA of model x1 launches a c7 node and runs with its claim allocated
+// there by the scheduler.
+func TestADeviceTemplateTeachesADriverNodeforgeDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	ctx := context.Background()
+	const driver = "fpga.example.com"
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "fpga"},
+		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The example the API guide shows, as it ships.
+	raw, err := manifests.FS.ReadFile("examples/devicetemplate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt := &v1alpha1.DeviceTemplate{}
+	if err := yaml.UnmarshalStrict(raw, dt); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Create(ctx, dt); err != nil {
+		t.Fatal(err)
+	}
+	createZonalPool(t, kube, "fpgas")
+	poll(t, "DeviceTemplate fpga-on-c7 Ready on the c7 types", func() (bool, error) {
+		err := kube.Get(ctx, client.ObjectKeyFromObject(dt), dt)
+		ready := slices.ContainsFunc(dt.Status.Conditions, func(c metav1.Condition) bool {
+			return c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionTrue
+		})
+		return err == nil && ready && dt.Status.InstanceTypes > 0, err
+	})
+	if _, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "fpga", Namespace: "default"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "fpga", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "fpga", Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+				Expression: `device.attributes["` + driver + `"].model == "x1"`}}}},
+		}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fpgas-0", Namespace: "default", Labels: map[string]string{"app": "fpgas"}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "fpgas"},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "fpga", ResourceClaimName: ptr.To("fpga")}},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+				Claims:   []corev1.ResourceClaim{{Name: "fpga"}}}}},
+		}}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := settled(t, cs, kube, "fpgas", 1)
+	if len(p.pending) != 0 || len(p.claims) != 1 || !strings.HasPrefix(p.claims[0].Status.InstanceType, "c7.") {
+		t.Fatalf("%d pods pending, claims %v; want the pod Running on one c7 node", len(p.pending), p.claims)
+	}
+	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "fpga", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := claim.Status.Allocation; a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Driver != driver || a.Devices.Results[0].Pool != p.claims[0].Status.NodeName {
+		t.Errorf("claim fpga: allocation %v; want %s's device on node %s", claim.Status.Allocation, driver, p.claims[0].Status.NodeName)
+	}
+	t.Logf("%s on %s; template on %d types", pod.Name, p.claims[0].Status.InstanceType, dt.Status.InstanceTypes)
 }

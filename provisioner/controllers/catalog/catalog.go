@@ -85,6 +85,17 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("nodepool.catalog").
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.InstanceTypeCatalog{}).
+		Watches(&v1alpha1.DeviceTemplate{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			var pools v1alpha1.NodePoolList
+			if err := c.client.List(ctx, &pools); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, len(pools.Items))
+			for i := range pools.Items {
+				out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pools.Items[i])}
+			}
+			return out
+		})).
 		WatchesRawSource(source.Channel(c.changed, &handler.EnqueueRequestForObject{})).
 		Complete(c)
 }
@@ -113,6 +124,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("applying the requirements of nodepool %s: %w", pool.Name, err))
 	}
+	var templates v1alpha1.DeviceTemplateList
+	if err := c.client.List(ctx, &templates); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing DeviceTemplates: %w", err)
+	}
+	types = withTemplates(types, templates.Items)
 	next := c.markUnavailable(types)
 	// Published again every Republish at the latest: what a provider
 	// offers changes without any object changing (spot prices, the memory
