@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
@@ -125,6 +126,26 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		p.pods.Insert(pod.UID)
 	}
 	d.staged = d.staged[:0]
+	// A claim planned for another pod that this one shares (Reserve
+	// signals nothing for a claim already allocated): its plan lasts
+	// while either pod keeps it.
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		c, err := d.base.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil {
+			continue
+		}
+		if p := d.planned[claimKey(c)]; p != nil && !p.pods.Has(pod.UID) {
+			p.pods.Insert(pod.UID)
+			p.claim = p.claim.DeepCopy()
+			if !containsConsumer(p.claim.Status.ReservedFor, pod.UID) {
+				p.claim.Status.ReservedFor = append(p.claim.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+			}
+		}
+	}
 	return nil
 }
 

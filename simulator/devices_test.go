@@ -3,12 +3,14 @@ package simulator
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -48,7 +50,7 @@ func podWithClaims(name string, claims ...string) *corev1.Pod {
 // for at least 40Gi and refuses one asking for 100Gi; once the first pod's
 // allocation is planned, a second pod with a claim of its own finds the
 // GPU taken, while a pod sharing the first pod's claim is accepted on that
-// node; forgetting the first pod frees the GPU.
+// node and keeps the plan while it stays; forgetting both frees the GPU.
 func TestDevicesOnAVirtualNodeAreAllocatedOnceAndPlanned(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,6 +84,14 @@ func TestDevicesOnAVirtualNodeAreAllocatedOnceAndPlanned(t *testing.T) {
 	}
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
+	// The claims reach the assume cache through its event handler, which
+	// may run after the informer says it has synced.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		claims, err := devices.ResourceClaims().List()
+		return err == nil && len(claims) == 3, nil
+	}); err != nil {
+		t.Fatalf("the three claims never reached the DRA manager: %v", err)
+	}
 
 	fits := func(pod *corev1.Pod) (fwk.CycleState, *fwk.Status) {
 		t.Helper()
@@ -109,17 +119,26 @@ func TestDevicesOnAVirtualNodeAreAllocatedOnceAndPlanned(t *testing.T) {
 	if _, s := fits(podWithClaims("pb", "b")); s.IsSuccess() {
 		t.Error("a second pod with a claim of its own fits the virtual node whose one GPU pa plans to use")
 	}
-	if _, s := fits(podWithClaims("pa2", "a")); !s.IsSuccess() {
+	a2 := podWithClaims("pa2", "a")
+	state2, s := fits(a2)
+	if !s.IsSuccess() {
 		t.Errorf("a pod sharing pa's claim does not fit the node the claim is planned on: %v", s)
 	}
-	if claim, err := devices.ResourceClaims().Get("default", "a"); err != nil || claim.Status.Allocation == nil || len(claim.Status.ReservedFor) != 1 {
-		t.Errorf("claim a as the simulation reads it: %v (err %v), want planned and reserved for pa", claim, err)
+	if s := devices.Plan(ctx, state2, a2, "virtual-1"); !s.IsSuccess() || devices.Planned() != 1 {
+		t.Errorf("planning pa2, which shares pa's claim: %v, %d planned, want the one claim", s, devices.Planned())
+	}
+	if claim, err := devices.ResourceClaims().Get("default", "a"); err != nil || claim.Status.Allocation == nil || len(claim.Status.ReservedFor) != 2 {
+		t.Errorf("claim a as the simulation reads it: %v (err %v), want planned and reserved for pa and pa2", claim, err)
 	}
 	if real, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "a", metav1.GetOptions{}); err != nil || real.Status.Allocation != nil {
 		t.Errorf("claim a in the API: %v (err %v), want it left unallocated", real.Status, err)
 	}
 	devices.Forget(a.UID)
+	if _, s := fits(podWithClaims("pb", "b")); s.IsSuccess() {
+		t.Error("pa left, but pa2 still shares the claim: pb fits the GPU it plans on")
+	}
+	devices.Forget(a2.UID)
 	if _, s := fits(podWithClaims("pb", "b")); !s.IsSuccess() {
-		t.Errorf("once pa's plan is forgotten, pb does not fit: %v", s)
+		t.Errorf("once pa's and pa2's plans are forgotten, pb does not fit: %v", s)
 	}
 }

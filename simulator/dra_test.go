@@ -50,7 +50,13 @@ func TestTheDRAManagerIsTheSchedulers(t *testing.T) {
 	if err != nil {
 		t.Errorf("the DeviceTaintRule's taint never reached the listed device: %v", err)
 	}
-	if class := dra.DeviceClassResolver().GetDeviceClass(corev1.ResourceName("example.com/fpga")); class == nil || class.Name != "fpga.example.com" {
-		t.Errorf("example.com/fpga resolves to %v, want DeviceClass fpga.example.com", class)
+	// The cache is fed by the informer's event handler, which may run
+	// after the informer says it has synced.
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		class := dra.DeviceClassResolver().GetDeviceClass(corev1.ResourceName("example.com/fpga"))
+		return class != nil && class.Name == "fpga.example.com", nil
+	})
+	if err != nil {
+		t.Errorf("example.com/fpga never resolved to DeviceClass fpga.example.com: %v", err)
 	}
 }

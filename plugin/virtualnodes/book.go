@@ -1,6 +1,7 @@
 package virtualnodes
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sync"
@@ -84,6 +85,16 @@ func newBook(v *lister, openGauge interface{ Add(float64) }) *book {
 		repacked:       map[string]time.Time{},
 		left:           map[types.UID]string{},
 	}
+}
+
+// restored are the claims the book holds, by name: after a rebuild, those
+// it restored.
+func (b *book) restored() []*claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := slices.Collect(maps.Values(b.claims))
+	slices.SortFunc(out, func(a, c *claim) int { return cmp.Compare(a.name, c.name) })
+	return out
 }
 
 // nominationOf returns the claim pod is nominated to, or nil.

@@ -1,10 +1,14 @@
 package virtualnodes
 
 import (
+	"context"
 	"encoding/json"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -73,6 +77,35 @@ func (d *decider) newNodeNames(pools []*pool) map[*pool]map[string]string {
 		out[pl] = names
 	}
 	return out
+}
+
+// replan runs, for pod restored on claim c, DynamicResources' PreFilter
+// and Filter on c's node with its slices listed, and plans what it
+// chose; it says why not when the node does not take the pod.
+func (d *decider) replan(ctx context.Context, c *claim, pod *corev1.Pod, plan func(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status) string {
+	if len(c.options) == 0 || c.info == nil {
+		return "the claim has no instance type left"
+	}
+	d.view.reset()
+	defer d.view.reset()
+	d.view.slices = nodeshape.ResourceSlices(c.name, largest(c.options).it.ResourceSlices)
+	defer func() { d.view.slices = nil }()
+	// Judged as it was when nominated: without itself on the node.
+	info := c.info.Snapshot()
+	if err := info.RemovePod(klog.FromContext(ctx), pod); err != nil {
+		return err.Error()
+	}
+	state := framework.NewCycleState()
+	if _, s, _ := d.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
+		return s.Message()
+	}
+	if s := d.fw.RunFilterPlugins(ctx, state, pod, info); !s.IsSuccess() {
+		return s.Message()
+	}
+	if s := plan(ctx, state, pod, c.name); !s.IsSuccess() {
+		return s.Message()
+	}
+	return ""
 }
 
 // virtualSlices are the slices of the nodes a pod with claims can be

@@ -1,10 +1,13 @@
 package virtualnodes
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -345,8 +348,32 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 		p.book.restore(cl)
 		restored++
 	}
+	p.replanDevices(ctx)
 	logger.Info("Restored open nodeclaims", "nodeClaims", restored, "nominatedPods", p.book.nominations())
 	return nil
+}
+
+// replanDevices plans again the DRA devices of the restored claims' pods,
+// which a restart forgot: each pod with ResourceClaims, on its claim's
+// node, as when it was nominated, in name order. A pod its node no longer
+// takes keeps its nomination; the provisioner's gate judges it on the real
+// node, and it is decided afresh if refused there.
+func (p *VirtualNodes) replanDevices(ctx context.Context) {
+	if p.devices == nil {
+		return
+	}
+	for _, c := range p.book.restored() {
+		pods := slices.Collect(maps.Values(c.pods))
+		slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+		for _, pod := range pods {
+			if !needsDevices(pod) {
+				continue
+			}
+			if why := p.decider.replan(ctx, c, pod, p.devices.Plan); why != "" {
+				klog.FromContext(ctx).Info("Cannot plan the devices of a restored pod on its claim's node; the node will judge it", "pod", klog.KObj(pod), "nodeClaim", c.name, "reason", why)
+			}
+		}
+	}
 }
 
 // restore builds one claim from its NodeClaim, open, with its pods, for

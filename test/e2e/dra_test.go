@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -19,6 +20,39 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/manifests"
 )
+
+// setUpGPUs creates the NVIDIA driver's DeviceClass (as its chart has
+// it, without an extended resource name), ResourceClaimTemplates gpu-40
+// and gpu-100 for one GPU of at least that memory, and the pool "gpus".
+func setUpGPUs(t *testing.T, cs kubernetes.Interface, kube client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tmpl := range []*resourcev1.ResourceClaimTemplate{gpuClaimTemplate("gpu-40", "40Gi"), gpuClaimTemplate("gpu-100", "100Gi")} {
+		if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createZonalPool(t, kube, "gpus")
+}
+
+// gpuPod is a pod of the pool "gpus" with a claim from template.
+func gpuPod(name, template string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "gpus"}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "gpus"},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+				Claims:   []corev1.ResourceClaim{{Name: "gpu"}}}}},
+		}}
+}
 
 // gpuClaimTemplate is a ResourceClaimTemplate for one NVIDIA GPU of at
 // least min memory, selected by CEL on the attributes the NVIDIA DRA
@@ -43,29 +77,8 @@ func TestDRAClaimsLaunchNodesWithTheirDevices(t *testing.T) {
 	t.Parallel()
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx := context.Background()
-	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, tmpl := range []*resourcev1.ResourceClaimTemplate{gpuClaimTemplate("gpu-40", "40Gi"), gpuClaimTemplate("gpu-100", "100Gi")} {
-		if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	createZonalPool(t, kube, "gpus")
-	pod := func(name, template string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "gpus"}},
-			Spec: corev1.PodSpec{
-				SchedulerName: "nodeforge-scheduler", NodeSelector: map[string]string{"pool": "gpus"},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
-				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
-					Claims:   []corev1.ResourceClaim{{Name: "gpu"}}}}},
-			}}
-	}
+	setUpGPUs(t, cs, kube)
+	pod := gpuPod
 	const n = 3
 	for i := range n {
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod(fmt.Sprintf("gpus-%d", i), "gpu-40"), metav1.CreateOptions{}); err != nil {
@@ -218,4 +231,49 @@ func TestADeviceTemplateTeachesADriverNodeforgeDoesNotKnow(t *testing.T) {
 		t.Errorf("claim fpga: allocation %v; want %s's device on node %s", claim.Status.Allocation, driver, p.claims[0].Status.NodeName)
 	}
 	t.Logf("%s on %s; template on %d types", pod.Name, p.claims[0].Status.InstanceType, dt.Status.InstanceTypes)
+}
+
+// TestDevicesPlannedBeforeASchedulerRestartStayTaken: a pod's GPU is
+// planned on an open claim of one-GPU types; the scheduler is killed and
+// started again while the claim is still open; a second such pod, decided
+// after the restart, is not nominated to that claim (its one GPU is
+// planned again from the restored claim) but to one of its own, and both
+// run.
+func TestDevicesPlannedBeforeASchedulerRestartStayTaken(t *testing.T) {
+	t.Parallel()
+	// A batch window long enough for the restart to fall in it.
+	sb, cs, kube := startSandbox(t, sandbox.Options{ProvisionerArgs: []string{"--batch-idle-duration=20s", "--batch-max-duration=40s"}})
+	ctx := context.Background()
+	setUpGPUs(t, cs, kube)
+	first, err := cs.CoreV1().Pods("default").Create(ctx, gpuPod("gpus-0", "gpu-40"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc v1alpha1.NodeClaim
+	poll(t, "gpus-0 nominated to a written nodeclaim", func() (bool, error) {
+		first, err = cs.CoreV1().Pods("default").Get(ctx, "gpus-0", metav1.GetOptions{})
+		if err != nil || first.Status.NominatedNodeName == "" {
+			return false, err
+		}
+		err := kube.Get(ctx, client.ObjectKey{Name: first.Status.NominatedNodeName}, &nc)
+		return err == nil && nc.Spec.NominatedPods == 1, client.IgnoreNotFound(err)
+	})
+	if err := sb.KillAndRestart(ctx, "nodeforge-scheduler"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, gpuPod("gpus-1", "gpu-40"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var second *corev1.Pod
+	poll(t, "gpus-1 nominated or bound", func() (bool, error) {
+		second, err = cs.CoreV1().Pods("default").Get(ctx, "gpus-1", metav1.GetOptions{})
+		return err == nil && (second.Status.NominatedNodeName != "" || second.Spec.NodeName != ""), err
+	})
+	if second.Status.NominatedNodeName == first.Status.NominatedNodeName {
+		t.Errorf("gpus-1 was nominated to %s, whose one GPU gpus-0's claim is planned on: the restart forgot the plan", nc.Name)
+	}
+	p := settled(t, cs, kube, "gpus", 2)
+	if len(p.pending) != 0 {
+		t.Errorf("%d pods pending, want both Running", len(p.pending))
+	}
 }
