@@ -1,0 +1,122 @@
+package testobj
+
+import (
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// PodWrapper builds a Pod.
+type PodWrapper struct{ p corev1.Pod }
+
+// Pod starts a pod named name in namespace default.
+func Pod(name string) *PodWrapper {
+	return &PodWrapper{p: corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault}}}
+}
+
+// Obj returns the pod built so far.
+func (w *PodWrapper) Obj() *corev1.Pod { return w.p.DeepCopy() }
+
+// Namespace sets the pod's namespace.
+func (w *PodWrapper) Namespace(ns string) *PodWrapper { w.p.Namespace = ns; return w }
+
+// UID sets the pod's UID.
+func (w *PodWrapper) UID(uid string) *PodWrapper { w.p.UID = types.UID(uid); return w }
+
+// Label adds a label.
+func (w *PodWrapper) Label(key, value string) *PodWrapper {
+	w.p.Labels = with(w.p.Labels, key, value)
+	return w
+}
+
+// Annotation adds an annotation.
+func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
+	w.p.Annotations = with(w.p.Annotations, key, value)
+	return w
+}
+
+// Req adds requests, as Resources pairs, to the pod's first container
+// (named "main" if the pod has none yet).
+func (w *PodWrapper) Req(pairs ...string) *PodWrapper {
+	c := w.container()
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = corev1.ResourceList{}
+	}
+	maps.Copy(c.Resources.Requests, Resources(pairs...))
+	return w
+}
+
+// Limit adds limits, as Resources pairs, to the pod's first container.
+func (w *PodWrapper) Limit(pairs ...string) *PodWrapper {
+	c := w.container()
+	if c.Resources.Limits == nil {
+		c.Resources.Limits = corev1.ResourceList{}
+	}
+	maps.Copy(c.Resources.Limits, Resources(pairs...))
+	return w
+}
+
+func (w *PodWrapper) container() *corev1.Container {
+	if len(w.p.Spec.Containers) == 0 {
+		w.p.Spec.Containers = []corev1.Container{{Name: "main"}}
+	}
+	return &w.p.Spec.Containers[0]
+}
+
+// Node binds the pod to a node (spec.nodeName).
+func (w *PodWrapper) Node(name string) *PodWrapper { w.p.Spec.NodeName = name; return w }
+
+// Nominated sets status.nominatedNodeName: a claim's name or a node's.
+func (w *PodWrapper) Nominated(name string) *PodWrapper {
+	w.p.Status.NominatedNodeName = name
+	return w
+}
+
+// Phase sets status.phase.
+func (w *PodWrapper) Phase(phase corev1.PodPhase) *PodWrapper { w.p.Status.Phase = phase; return w }
+
+// OwnedBy adds a controller owner reference to an apps/v1 object of kind
+// (DaemonSet, ReplicaSet, StatefulSet) named name, its UID the name.
+func (w *PodWrapper) OwnedBy(kind, name string) *PodWrapper {
+	w.p.OwnerReferences = append(w.p.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name), Controller: ptr.To(true)})
+	return w
+}
+
+// Priority sets spec.priority.
+func (w *PodWrapper) Priority(p int32) *PodWrapper { w.p.Spec.Priority = ptr.To(p); return w }
+
+// Toleration adds a toleration of key=value:effect (Equal), or of every
+// value of key (Exists) when value is empty.
+func (w *PodWrapper) Toleration(key, value string, effect corev1.TaintEffect) *PodWrapper {
+	t := corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect}
+	if value == "" {
+		t.Operator = corev1.TolerationOpExists
+	}
+	w.p.Spec.Tolerations = append(w.p.Spec.Tolerations, t)
+	return w
+}
+
+// NodeSelector adds key=value to spec.nodeSelector.
+func (w *PodWrapper) NodeSelector(key, value string) *PodWrapper {
+	w.p.Spec.NodeSelector = with(w.p.Spec.NodeSelector, key, value)
+	return w
+}
+
+// Grace sets spec.terminationGracePeriodSeconds.
+func (w *PodWrapper) Grace(seconds int64) *PodWrapper {
+	w.p.Spec.TerminationGracePeriodSeconds = ptr.To(seconds)
+	return w
+}
+
+// with returns m, made if nil, with key set to value.
+func with(m map[string]string, key, value string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[key] = value
+	return m
+}
