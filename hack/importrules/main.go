@@ -10,6 +10,8 @@
 //   - No shipped program (cmd/...) depends on a package under test/, or
 //     on internal/sandbox/sandboxtest, which imports testing.
 //   - Nothing but the programs imports a program's package (cmd/...).
+//   - Nothing but tests imports a package under test/ (test/testobj,
+//     the objects and fake client they are built from).
 //   - The programs other than nodeforge-sandbox, and the packages they are
 //     built from, depend on nothing under internal/sandbox/ (the sandbox
 //     and its fakes): internal/ holds what the programs use (crashpoint,
@@ -100,6 +102,9 @@ var rules = []rule{
 	}},
 	{name: "the sandbox imports a provider", check: func(p, dep string) bool {
 		return under(p, "internal") && under(dep, "provisioner") && dep != "provisioner/cloudprovider/aws/pricing"
+	}},
+	{name: "a package imports test code", check: func(p, dep string) bool {
+		return under(dep, "test") && !under(p, "test")
 	}},
 	{name: "a program depends on the sandbox", deps: true, check: func(p, dep string) bool {
 		program := under(p, "cmd/scheduler") || under(p, "cmd/provisioner") || under(p, "cmd/convert") ||

@@ -19,6 +19,8 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 		{ImportPath: m("internal/sandbox"), Imports: []string{m("cmd/provisioner/app")}},
 		{ImportPath: m("provisioner/cloudprovider/aws"), Imports: []string{m("internal/crashpoint")}, Deps: []string{m("internal/crashpoint"), m("internal/sandbox/ec2fake")}},
 		{ImportPath: m("internal/sandbox/regioncatalog"), Imports: []string{m("provisioner/cloudprovider/aws/pricing"), m("provisioner/cloudprovider/aws")}},
+		{ImportPath: m("provisioner/limits"), Imports: []string{m("test/testobj")}},
+		{ImportPath: m("test/testobj"), Imports: []string{m("provisioner/cluster")}},
 		{ImportPath: "example.com/other", Imports: []string{m("provisioner/controllers/nodeclaim")}},
 	}
 	want := []string{
@@ -31,6 +33,7 @@ func TestEachRuleCatchesItsImport(t *testing.T) {
 		"a program depends on the sandbox: provisioner/cloudprovider/aws imports internal/sandbox/ec2fake",
 		"a program depends on the sandbox: cmd/provisioner/app imports internal/sandbox/sandboxtest",
 		"the sandbox imports a provider: internal/sandbox/regioncatalog imports provisioner/cloudprovider/aws",
+		"a package imports test code: provisioner/limits imports test/testobj",
 	}
 	got := check(pkgs)
 	slices.Sort(got)
