@@ -15,6 +15,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // FuzzReserveNeverPassesTheLimit reserves launches, each with up to three
@@ -58,10 +59,10 @@ func FuzzReserveNeverPassesTheLimit(f *testing.F) {
 		}
 		var objs []client.Object
 		for i := range launches {
-			objs = append(objs, claim(fmt.Sprintf("c%d", i)))
+			objs = append(objs, capped(fmt.Sprintf("c%d", i)).Obj())
 		}
 		ctx := context.Background()
-		l := NewLedger(newKube(t, objs...), cloudfake.New())
+		l := NewLedger(testobj.Client(objs...), cloudfake.New())
 		for i, offers := range launches {
 			before, err := l.Usage(ctx, "capped")
 			if err != nil {

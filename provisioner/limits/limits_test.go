@@ -9,17 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func offer(cpu int) cloudprovider.Offer {
@@ -27,21 +22,9 @@ func offer(cpu int) cloudprovider.Offer {
 	return cloudprovider.Offer{InstanceType: v1alpha1.InstanceType{Name: fmt.Sprintf("c%d", cpu), Capacity: c, Allocatable: c}, Zone: "z", CapacityType: "on-demand", Price: float64(cpu)}
 }
 
-func cappedPool(cpu string) *v1alpha1.NodePool {
-	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "capped"}, Spec: v1alpha1.NodePoolSpec{Limits: v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse(cpu)}}}
-}
-
-func claim(name string) *v1alpha1.NodeClaim {
-	return &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}, Spec: v1alpha1.NodeClaimSpec{NodePool: "capped"}}
-}
-
-func newKube(t *testing.T, objs ...client.Object) client.Client {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
-		t.Fatal(err)
-	}
-	return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+// capped is a claim of pool capped, its UID uid-<name>.
+func capped(name string) *testobj.ClaimWrapper {
+	return testobj.Claim(name).UID("uid-" + name).Pool("capped")
 }
 
 func names(offers []cloudprovider.Offer) []string {
@@ -56,10 +39,10 @@ func names(offers []cloudprovider.Offer) []string {
 // fall back up to 4 cpu holds 4 cpu until it returns, then what it got.
 func TestReserveCountsInFlightLaunchesAtTheirLargestOffer(t *testing.T) {
 	ctx := context.Background()
-	a, b := claim("a"), claim("b")
-	kube := newKube(t, a, b)
+	a, b := capped("a").Obj(), capped("b").Obj()
+	kube := testobj.Client(a, b)
 	l := NewLedger(kube, cloudfake.New())
-	pool := cappedPool("6")
+	pool := testobj.Pool("capped").Limit("cpu", "6").Obj()
 
 	got, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(2), offer(4), offer(8)})
 	if err != nil {
@@ -93,9 +76,9 @@ func TestReserveCountsInFlightLaunchesAtTheirLargestOffer(t *testing.T) {
 // limit and whether waiting could help.
 func TestReserveRefusesPastTheLimit(t *testing.T) {
 	ctx := context.Background()
-	a, b := claim("a"), claim("b")
-	l := NewLedger(newKube(t, a, b), cloudfake.New())
-	pool := cappedPool("4")
+	a, b := capped("a").Obj(), capped("b").Obj()
+	l := NewLedger(testobj.Client(a, b), cloudfake.New())
+	pool := testobj.Pool("capped").Limit("cpu", "4").Obj()
 	if _, err := l.Reserve(ctx, pool, a, []cloudprovider.Offer{offer(4)}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +100,10 @@ func TestReserveRefusesPastTheLimit(t *testing.T) {
 // claim's providerID the reservation goes and the claim counts once.
 func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 	ctx := context.Background()
-	a := claim("a")
-	kube := newKube(t, a)
+	a := capped("a").Obj()
+	kube := testobj.Client(a)
 	l := NewLedger(kube, cloudfake.New())
-	if _, err := l.Reserve(ctx, cappedPool("10"), a, []cloudprovider.Offer{offer(2), offer(4)}); err != nil {
+	if _, err := l.Reserve(ctx, testobj.Pool("capped").Limit("cpu", "10").Obj(), a, []cloudprovider.Offer{offer(2), offer(4)}); err != nil {
 		t.Fatal(err)
 	}
 	in := &cloudprovider.Instance{ProviderID: "fake:///z/a", Capacity: offer(2).InstanceType.Capacity}
@@ -138,9 +121,7 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 	}
 	// The node registers reporting more than the catalog said: the larger
 	// figure counts, once.
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{v1alpha1.LabelNodePool: "capped"}},
-		Spec:   corev1.NodeSpec{ProviderID: in.ProviderID},
-		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}
+	node := testobj.Node("n").Label(v1alpha1.LabelNodePool, "capped").ProviderID(in.ProviderID).Capacity("cpu", "3").Obj()
 	if err := kube.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +130,7 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 	}
 	// Two nodes of the pool that no claim names (no providerID): each counts.
 	for _, name := range []string{"bare-1", "bare-2"} {
-		bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: "capped"}},
-			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}
+		bare := testobj.Node(name).Label(v1alpha1.LabelNodePool, "capped").Capacity("cpu", "1").Obj()
 		if err := kube.Create(ctx, bare); err != nil {
 			t.Fatal(err)
 		}
@@ -165,11 +145,11 @@ func TestCacheCatchesUpWithoutDoubleCounting(t *testing.T) {
 // counts it before launching anything else.
 func TestRestartCountsInstancesTheStatusDoesNotName(t *testing.T) {
 	ctx := context.Background()
-	a, b := claim("a"), claim("b")
+	a, b := capped("a").Obj(), capped("b").Obj()
 	cloud := cloudfake.New()
 	cloud.Add(&cloudprovider.Instance{ProviderID: "fake:///z/a", NodeClaim: "a", NodePool: "capped", Capacity: offer(4).InstanceType.Capacity})
-	l := NewLedger(newKube(t, a, b), cloud)
-	_, err := l.Reserve(ctx, cappedPool("4"), b, []cloudprovider.Offer{offer(2)})
+	l := NewLedger(testobj.Client(a, b), cloud)
+	_, err := l.Reserve(ctx, testobj.Pool("capped").Limit("cpu", "4").Obj(), b, []cloudprovider.Offer{offer(2)})
 	var exceeded *ExceededError
 	if !errors.As(err, &exceeded) {
 		t.Errorf("a launch beside an unrecorded 4-cpu instance under a 4-cpu limit: %v", err)
@@ -183,12 +163,12 @@ func TestConcurrentReservationsStayUnderTheLimit(t *testing.T) {
 	var objs []client.Object
 	var claims []*v1alpha1.NodeClaim
 	for i := range 40 {
-		c := claim(fmt.Sprintf("c%d", i))
+		c := capped(fmt.Sprintf("c%d", i)).Obj()
 		claims = append(claims, c)
 		objs = append(objs, c)
 	}
-	l := NewLedger(newKube(t, objs...), cloudfake.New())
-	pool := cappedPool("10")
+	l := NewLedger(testobj.Client(objs...), cloudfake.New())
+	pool := testobj.Pool("capped").Limit("cpu", "10").Obj()
 	var wg sync.WaitGroup
 	for _, c := range claims {
 		wg.Go(func() {
@@ -213,12 +193,10 @@ func TestConcurrentReservationsStayUnderTheLimit(t *testing.T) {
 // disruption was planned again.
 func TestClaimsNotYetLaunchedCountTheirRequests(t *testing.T) {
 	ctx := context.Background()
-	waiting := claim("waiting")
-	waiting.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
-	launched := claim("launched")
-	launched.Status.ProviderID = "fake:///z/launched"
+	waiting := capped("waiting").Requests("cpu", "3").Obj()
+	launched := capped("launched").ProviderID("fake:///z/launched").Obj()
 	launched.Status.Capacity = offer(4).InstanceType.Capacity
-	l := NewLedger(newKube(t, waiting, launched), cloudfake.New())
+	l := NewLedger(testobj.Client(waiting, launched), cloudfake.New())
 	used, err := l.Usage(ctx, "capped")
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +204,8 @@ func TestClaimsNotYetLaunchedCountTheirRequests(t *testing.T) {
 	if got := used.Cpu().String(); got != "7" {
 		t.Errorf("usage with a launched 4-cpu claim and one waiting on 3 cpu of requests: %s cpu, want 7", got)
 	}
-	pool := cappedPool("8")
-	if got, err := l.Reserve(ctx, pool, claim("replacement"), []cloudprovider.Offer{offer(2), offer(1)}); err != nil || fmt.Sprint(names(got)) != "[c1]" {
+	pool := testobj.Pool("capped").Limit("cpu", "8").Obj()
+	if got, err := l.Reserve(ctx, pool, capped("replacement").Obj(), []cloudprovider.Offer{offer(2), offer(1)}); err != nil || fmt.Sprint(names(got)) != "[c1]" {
 		t.Errorf("a replacement beside them under 8 cpu: %v, %v; want only [c1]", names(got), err)
 	}
 	// The waiting claim's own launch does not count it twice.
