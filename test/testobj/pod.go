@@ -78,11 +78,19 @@ func (w *PodWrapper) Nominated(name string) *PodWrapper {
 // Phase sets status.phase.
 func (w *PodWrapper) Phase(phase corev1.PodPhase) *PodWrapper { w.p.Status.Phase = phase; return w }
 
-// OwnedBy adds a controller owner reference to an apps/v1 object of kind
-// (DaemonSet, ReplicaSet, StatefulSet) named name, its UID the name.
+// OwnedBy adds a controller owner reference to the object of kind named
+// name, its UID the name: a Node (a static pod's mirror), a Job, or an
+// apps/v1 kind (DaemonSet, ReplicaSet, StatefulSet).
 func (w *PodWrapper) OwnedBy(kind, name string) *PodWrapper {
+	apiVersion := "apps/v1"
+	switch kind {
+	case "Node":
+		apiVersion = "v1"
+	case "Job":
+		apiVersion = "batch/v1"
+	}
 	w.p.OwnerReferences = append(w.p.OwnerReferences, metav1.OwnerReference{
-		APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name), Controller: ptr.To(true)})
+		APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(name), Controller: ptr.To(true)})
 	return w
 }
 
