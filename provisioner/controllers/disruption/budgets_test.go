@@ -12,14 +12,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func TestBudgetNodes(t *testing.T) {
@@ -41,10 +39,6 @@ func TestBudgetNodes(t *testing.T) {
 // budget stays spent until that claim is gone from the cache.
 func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "1"}}}}}
 	var claims []*v1alpha1.NodeClaim
 	var objs []client.Object
@@ -53,7 +47,7 @@ func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 		nc.Status.NodeName = fmt.Sprintf("n%d", i)
 		claims, objs = append(claims, nc), append(objs, nc)
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	kube := testobj.Client(objs...)
 	var b budgets
 	var allowed atomic.Int32
 	var wg sync.WaitGroup

@@ -10,18 +10,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // taintCounter is a fake client that counts the updates that put the
@@ -32,22 +29,16 @@ type taintCounter struct {
 }
 
 func newTaintCounter(objs ...client.Object) *taintCounter {
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	tc := &taintCounter{}
-	tc.Client = crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if n, ok := obj.(*corev1.Node); ok && slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint) {
-				var before corev1.Node
-				if err := c.Get(ctx, client.ObjectKeyFromObject(n), &before); err == nil && !slices.ContainsFunc(before.Spec.Taints, isDisruptedTaint) {
-					tc.taints.Add(1)
-				}
+	tc.Client = interceptor.NewClient(testobj.Client(objs...), interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		if n, ok := obj.(*corev1.Node); ok && slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint) {
+			var before corev1.Node
+			if err := c.Get(ctx, client.ObjectKeyFromObject(n), &before); err == nil && !slices.ContainsFunc(before.Spec.Taints, isDisruptedTaint) {
+				tc.taints.Add(1)
 			}
-			return c.Update(ctx, obj, opts...)
-		}}).Build()
+		}
+		return c.Update(ctx, obj, opts...)
+	}})
 	return tc
 }
 
@@ -160,31 +151,24 @@ func TestATaintedNodeIsCountedUntilItsTaintIsLifted(t *testing.T) {
 	pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
 	var e *Executor
 	var other atomic.Int32 // 1: n2 was allowed while n1 was tainted; 2: refused
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
-		WithObjects(append(replacementFixture("on-demand"), pool)...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if n, ok := obj.(*corev1.Node); ok && n.Name == "n1" && !slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint) && other.Load() == 0 {
-				var nc v1alpha1.NodeClaim
-				if err := c.Get(ctx, client.ObjectKey{Name: "p-n2"}, &nc); err != nil {
-					return err
-				}
-				ok, _, err := e.budgets.reserve(ctx, c, pool, &nc, v1alpha1.DisruptionReasonDrifted, time.Now())
-				if err != nil {
-					return err
-				}
-				if ok {
-					other.Store(1)
-				} else {
-					other.Store(2)
-				}
+	kube := interceptor.NewClient(testobj.Client(append(replacementFixture("on-demand"), pool)...), interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == "n1" && !slices.ContainsFunc(n.Spec.Taints, isDisruptedTaint) && other.Load() == 0 {
+			var nc v1alpha1.NodeClaim
+			if err := c.Get(ctx, client.ObjectKey{Name: "p-n2"}, &nc); err != nil {
+				return err
 			}
-			return c.Update(ctx, obj, opts...)
-		}}).Build()
+			ok, _, err := e.budgets.reserve(ctx, c, pool, &nc, v1alpha1.DisruptionReasonDrifted, time.Now())
+			if err != nil {
+				return err
+			}
+			if ok {
+				other.Store(1)
+			} else {
+				other.Store(2)
+			}
+		}
+		return c.Update(ctx, obj, opts...)
+	}})
 	e = NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(100), time.Now)
 	c := New(e, &changesMind{})
 	if _, err := settle(c, ctx, getClaim(ctx, t, kube, "p-n1")); err != nil {

@@ -11,18 +11,15 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/simulator"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // consolidationFixture is a pool of 4-cpu nodes, one claim per node, and
@@ -71,9 +68,6 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{
 		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
 	build := func(objs []client.Object) client.Client {
@@ -81,7 +75,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 		for _, o := range objs {
 			cp = append(cp, o.DeepCopyObject().(client.Object))
 		}
-		return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(append(cp, pool.DeepCopy())...).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+		return testobj.Client(append(cp, pool.DeepCopy())...)
 	}
 	kube := build(f.objs)
 	live := kube

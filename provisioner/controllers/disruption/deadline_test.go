@@ -8,15 +8,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestAFailedDisruptingWriteLeavesNoDrainDeadline: repair writes the drain
@@ -28,18 +25,13 @@ func TestAFailedDisruptingWriteLeavesNoDrainDeadline(t *testing.T) {
 	ctx := context.Background()
 	f := &consolidationFixture{}
 	f.node("n1")
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	denied := apierrors.NewForbidden(v1alpha1.SchemeGroupVersion.WithResource("nodeclaims").GroupResource(), "p-n1", errors.New("injected"))
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
-		WithObjects(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if nc, ok := obj.(*v1alpha1.NodeClaim); ok && nc.Status.Phase == v1alpha1.NodeClaimDisrupting {
-				return denied
-			}
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		}}).Build()
+	kube := interceptor.NewClient(testobj.Client(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...), interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		if nc, ok := obj.(*v1alpha1.NodeClaim); ok && nc.Status.Phase == v1alpha1.NodeClaimDisrupting {
+			return denied
+		}
+		return c.SubResource(sub).Update(ctx, obj, opts...)
+	}})
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now)
 	cmd := &Command{Reason: Unhealthy, Why: "unhealthy: test", Budgeted: true, DrainWithoutReplacement: true,
 		Targets: []Target{{Claim: getClaim(ctx, t, kube, "p-n1"), Pool: replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)}}}
@@ -78,7 +70,7 @@ func TestAStaleDrainDeadlineIsRemovedBeforeAnyDecision(t *testing.T) {
 			}
 		}
 	}
-	kube := fakeClient(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now)
 	c := New(e, &changesMind{})
 	for _, name := range []string{"p-n1", "p-n2"} {
@@ -130,7 +122,7 @@ func TestGivingUpAReplacementDoesNotEraseAnInterruption(t *testing.T) {
 			}
 		}
 	}
-	kube := fakeClient(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, func() time.Time { return now })
 	read := getClaim(ctx, t, kube, "p-n1") // what the give-up decides on
 	interrupted := read.DeepCopy()

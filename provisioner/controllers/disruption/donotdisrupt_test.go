@@ -10,13 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // expiredSetup is an initialized claim of pool "p", on node n1, past its
@@ -47,9 +45,6 @@ func newDrifted(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods .
 // newHeldSetup: m decides (nil: expiration).
 func newHeldSetup(t *testing.T, m Method, pool *v1alpha1.NodePool, node *corev1.Node, pods ...*corev1.Pod) *expiredSetup {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	s := &expiredSetup{now: at("2026-03-10T10:00:00Z"), events: events.NewFakeRecorder(20)}
 	s.nc = &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1", CreationTimestamp: metav1.NewTime(s.now.Add(-2 * time.Hour))},
 		Spec: v1alpha1.NodeClaimSpec{NodePool: "p", ExpireAfter: "1h"}}
@@ -59,10 +54,7 @@ func newHeldSetup(t *testing.T, m Method, pool *v1alpha1.NodePool, node *corev1.
 	for _, p := range pods {
 		objs, live = append(objs, p), append(live, p.DeepCopy())
 	}
-	s.kube = crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		Build()
+	s.kube = testobj.Client(objs...)
 	s.live = kubefake.NewClientset(live...)
 	now := func() time.Time { return s.now }
 	if m == nil {

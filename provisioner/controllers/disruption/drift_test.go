@@ -9,18 +9,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // driftWorld is a pool, its node class, and one initialized claim with
@@ -35,9 +32,6 @@ type driftWorld struct {
 
 func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, classHash string)) *driftWorld {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	ref := v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
@@ -49,7 +43,7 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	classHash, _, err := cloudprovider.NodeClassHash(context.Background(), crfake.NewClientBuilder().WithScheme(scheme).WithObjects(class.DeepCopy()).Build(), classes, ref)
+	classHash, _, err := cloudprovider.NodeClassHash(context.Background(), testobj.Client(class.DeepCopy()), classes, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +51,7 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
 	stamp(nc, poolHash, classHash)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"team": "web", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelNodePool: "p"}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(pool, class, nc, node).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	kube := testobj.Client(pool, class, nc, node)
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now), NewDrift(kube, classes))
 	return &driftWorld{kube: kube, c: c, pool: pool, class: class, nc: nc}
 }

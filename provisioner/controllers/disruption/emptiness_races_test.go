@@ -10,14 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // emptyWorld is claim p-abcde of pool p (consolidateAfter 30s) on node
@@ -32,9 +30,6 @@ type emptyWorld struct {
 
 func newEmptyWorld(t *testing.T, pods ...*corev1.Pod) *emptyWorld {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
 	pool.Spec.Disruption.ConsolidateAfter = "30s"
 	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
@@ -45,10 +40,7 @@ func newEmptyWorld(t *testing.T, pods ...*corev1.Pod) *emptyWorld {
 		objs, live = append(objs, p), append(live, p.DeepCopy())
 	}
 	w := &emptyWorld{now: time.Now()}
-	w.kube = crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		Build()
+	w.kube = testobj.Client(objs...)
 	w.live = kubefake.NewClientset(live...)
 	now := func() time.Time { return w.now }
 	w.c = New(NewExecutor(w.kube, w.kube, w.live, events.NewFakeRecorder(10), now), NewEmptiness(w.kube, w.live, now))

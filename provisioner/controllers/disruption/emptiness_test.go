@@ -8,15 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands: an empty
@@ -29,19 +26,13 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 		landed := name != "stays empty"
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			scheme := runtime.NewScheme()
-			_ = clientgoscheme.AddToScheme(scheme)
-			_ = v1alpha1.AddToScheme(scheme)
 			pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
 			pool.Spec.Disruption.ConsolidateAfter = "30s"
 			nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
 			nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 			ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", APIVersion: "apps/v1", UID: "d"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(pool, nc, node, ds).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-				WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-				WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-				Build()
+			kube := testobj.Client(pool, nc, node, ds)
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()
 			c := New(NewExecutor(kube, kube, live, events.NewFakeRecorder(10), func() time.Time { return now }), NewEmptiness(kube, live, func() time.Time { return now }), NewExpiration(func() time.Time { return now }))

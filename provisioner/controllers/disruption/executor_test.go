@@ -22,6 +22,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // expiredFixture: the replacement fixture (n1 and n2, each a pod that fits
@@ -68,8 +69,8 @@ func TestAClaimMarkedDisruptingIsDeletedOnItsNextReconcile(t *testing.T) {
 	writeBackoff = wait.Backoff{Duration: time.Millisecond, Steps: 3}
 	var failing, failed atomic.Bool
 	failing.Store(true)
-	base := fakeClient(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
-	kube := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+	base := testobj.Client(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := interceptor.NewClient(base, interceptor.Funcs{
 		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
 			if _, ok := o.(*v1alpha1.NodeClaim); ok && failing.Load() {
 				failed.Store(true)
@@ -123,7 +124,7 @@ func TestSweepLiftsTaintsNoCommandHolds(t *testing.T) {
 			}
 		}
 	}
-	kube := fakeClient(objs...)
+	kube := testobj.Client(objs...)
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now)
 	if err := e.Sweep(ctx); err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestACalledOffCommandLiftsItsTaint(t *testing.T) {
 			f.node("n1")
 			// The API server, through a client that, like a real one,
 			// does nothing for a context that is over.
-			live := interceptor.NewClient(fakeClient(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...).(client.WithWatch), interceptor.Funcs{
+			live := interceptor.NewClient(testobj.Client(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...), interceptor.Funcs{
 				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
 					return errors.Join(ctx.Err(), c.Get(ctx, key, o, opts...))
 				},
@@ -214,7 +215,7 @@ func TestACalledOffCommandLiftsItsTaint(t *testing.T) {
 // second then runs to the end.
 func TestOneClaimIsInOneCommandAtATime(t *testing.T) {
 	ctx := context.Background()
-	kube := fakeClient(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	rec := events.NewFakeRecorder(100)
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, time.Now), NewExpiration(time.Now))
 	e := c.Executor()
@@ -286,7 +287,7 @@ func TestReplacementMustFitUnderTheLimits(t *testing.T) {
 	cheaper := cpuType("c7.large", 2, "on-demand", 0.085)
 
 	t.Run("consolidation", func(t *testing.T) {
-		kube := fakeClient(append(capacity(replacementFixture("on-demand", cheaper)), withLimit(replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized)))...)
+		kube := testobj.Client(append(capacity(replacementFixture("on-demand", cheaper)), withLimit(replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized)))...)
 		sched := newScheduler(ctx, t)
 		rec := events.NewFakeRecorder(100)
 		now := time.Now()
@@ -313,7 +314,7 @@ func TestReplacementMustFitUnderTheLimits(t *testing.T) {
 	})
 	for _, reason := range []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted, v1alpha1.DisruptionReasonExpired} {
 		t.Run(string(reason), func(t *testing.T) {
-			kube := fakeClient(append(capacity(expiredFixture(cheaper)), withLimit(replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)))...)
+			kube := testobj.Client(append(capacity(expiredFixture(cheaper)), withLimit(replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty)))...)
 			rec := events.NewFakeRecorder(100)
 			e := NewExecutor(kube, kube, kubefake.NewClientset(), rec, time.Now)
 			e.SetReplacer(NewReplacer(kube, kube, newScheduler(ctx, t), limits.NewLedger(kube, cloudfake.New())))
@@ -370,7 +371,7 @@ func TestRepairSetsTheDrainDeadlineToNow(t *testing.T) {
 			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
 		}
 	}
-	kube := fakeClient(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	now := time.Now().Truncate(time.Second)
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, func() time.Time { return now })
 	cmd := &Command{Reason: Unhealthy, Why: "unhealthy: test", Budgeted: true, DrainWithoutReplacement: true,
@@ -415,7 +416,7 @@ func TestTransientErrorsAreTheOnesWorthRetrying(t *testing.T) {
 func TestSubmitRunsInTheBackgroundOnceStarted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kube := fakeClient(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(expiredFixture(), replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	e := NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now)
 	stopped := make(chan struct{})
 	go func() {

@@ -16,6 +16,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // interruptionSetup: spot nodes n1 and n2 (instances i-n1, i-n2), each
@@ -40,7 +41,7 @@ func newInterruptionSetup(ctx context.Context, t *testing.T) *interruptionSetup 
 		}
 	}
 	s := &interruptionSetup{rec: events.NewFakeRecorder(100), now: time.Now(), unavailable: cloudprovider.NewUnavailableOfferings(time.Hour)}
-	s.kube = fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	s.kube = testobj.Client(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	clock := func() time.Time { return s.now }
 	s.c = New(NewExecutor(s.kube, s.kube, kubefake.NewClientset(), s.rec, clock))
 	s.c.Executor().SetReplacer(NewReplacer(s.kube, s.kube, newScheduler(ctx, t), limits.NewLedger(s.kube, cloudfake.New())))
@@ -132,7 +133,7 @@ func TestInterruptionReadsTheClaimLive(t *testing.T) {
 		}
 		objs = append(objs, o)
 	}
-	stale := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	stale := testobj.Client(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	nc := s.claim(ctx, t, "p-n1")
 	nc.Spec.NominatedPods = 0
 	nc.Labels["bound"] = "yes"

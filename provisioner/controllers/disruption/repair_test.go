@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // repairFleet is nodes of pool p: per zone, how many are Ready and how
@@ -51,7 +52,7 @@ func runRepair(t *testing.T, objs []client.Object, pool *v1alpha1.NodePool, now 
 	if pool == nil {
 		pool = &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
 	}
-	kube := fakeClient(append(slices.Clone(objs), pool)...)
+	kube := testobj.Client(append(slices.Clone(objs), pool)...)
 	rec := events.NewFakeRecorder(200)
 	at := now
 	clock := func() time.Time { return at }

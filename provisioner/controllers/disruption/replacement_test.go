@@ -13,18 +13,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // cpuType is an instance type of n cpus (4 GiB each) with one offering
@@ -63,15 +60,6 @@ func replacementPool(policy v1alpha1.ConsolidationPolicy) *v1alpha1.NodePool {
 		Disruption: v1alpha1.Disruption{ConsolidationPolicy: policy, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
 }
 
-func fakeClient(objs ...client.Object) client.Client {
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	return crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(objs...).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNominated, func(o client.Object) []string { return []string{o.(*corev1.Pod).Status.NominatedNodeName} }).
-		WithIndex(&corev1.Pod{}, cluster.IndexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
-}
-
 func drain(rec *events.FakeRecorder) string {
 	var evs []string
 	for len(rec.Events) > 0 {
@@ -103,7 +91,7 @@ func instanceTypesOf(nc *v1alpha1.NodeClaim) []string {
 // over objs, with replacement.
 func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (client.Client, *events.FakeRecorder) {
 	t.Helper()
-	kube := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized))...)
+	kube := testobj.Client(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized))...)
 	sched := newScheduler(ctx, t)
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
@@ -211,7 +199,7 @@ func TestExpiredNodeIsReplacedBeforeItIsDrained(t *testing.T) {
 			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
 		}
 	}
-	kube := fakeClient(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
+	kube := testobj.Client(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmpty))...)
 	rec := events.NewFakeRecorder(100)
 	now := time.Now()
 	clock := func() time.Time { return now }
@@ -377,7 +365,7 @@ func TestAPartialMergeCreatesNoReplacement(t *testing.T) {
 		&v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
 			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{
 				cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)}}})
-	kube := refuseNaming{Client: fakeClient(objs...), claim: "p-n2"}
+	kube := refuseNaming{Client: testobj.Client(objs...), claim: "p-n2"}
 	sched := newScheduler(ctx, t)
 	now := time.Now()
 	clock := func() time.Time { return now }
