@@ -54,9 +54,15 @@ func (w *PoolWrapper) Limit(pairs ...string) *PoolWrapper {
 	return w
 }
 
-// Consolidation sets the consolidation policy and consolidateAfter.
-func (w *PoolWrapper) Consolidation(policy v1alpha1.ConsolidationPolicy, after v1alpha1.NillableDuration) *PoolWrapper {
-	w.p.Spec.Disruption.ConsolidationPolicy, w.p.Spec.Disruption.ConsolidateAfter = policy, after
+// ConsolidationPolicy sets the disruption's consolidationPolicy.
+func (w *PoolWrapper) ConsolidationPolicy(p v1alpha1.ConsolidationPolicy) *PoolWrapper {
+	w.p.Spec.Disruption.ConsolidationPolicy = p
+	return w
+}
+
+// ConsolidateAfter sets the disruption's consolidateAfter.
+func (w *PoolWrapper) ConsolidateAfter(d v1alpha1.NillableDuration) *PoolWrapper {
+	w.p.Spec.Disruption.ConsolidateAfter = d
 	return w
 }
 
