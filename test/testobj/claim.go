@@ -140,6 +140,9 @@ func (w *ClaimWrapper) Launched(instanceType, zone, capacityType string) *ClaimW
 	return w
 }
 
+// Zone sets status.zone alone.
+func (w *ClaimWrapper) Zone(zone string) *ClaimWrapper { w.c.Status.Zone = zone; return w }
+
 // Allocatable sets status.allocatable, as Resources pairs.
 func (w *ClaimWrapper) Allocatable(pairs ...string) *ClaimWrapper {
 	w.c.Status.Allocatable = Resources(pairs...)

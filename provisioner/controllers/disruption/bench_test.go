@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +31,7 @@ const benchPrice = 0.8064
 // scale-down leaves a fleet.
 func benchCluster(b *testing.B) []client.Object {
 	rng := rand.New(rand.NewPCG(1, 2))
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	alloc := []string{"cpu", "16", "memory", "64Gi", "pods", "110"}
 	var objs []client.Object
 	const nodes, pods = 1000, 10000
 	zones := []string{"zone-a", "zone-b", "zone-c"}
@@ -40,10 +39,9 @@ func benchCluster(b *testing.B) []client.Object {
 		name := fmt.Sprintf("n%04d", i)
 		zone := zones[i%3]
 		objs = append(objs,
-			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelTopologyZone: zone}},
-				Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}},
-			&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-" + name, UID: types.UID("uid-" + name), Labels: map[string]string{v1alpha1.LabelNodePool: "p"}}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"},
-				Status: v1alpha1.NodeClaimStatus{Phase: v1alpha1.NodeClaimInitialized, NodeName: name, InstanceType: "m7.4xlarge", Zone: zone, CapacityType: "on-demand"}})
+			testobj.Node(name).Label(corev1.LabelHostname, name).Label(corev1.LabelTopologyZone, zone).Capacity(alloc...).Ready().Obj(),
+			testobj.Claim("p-"+name).UID("uid-"+name).Label(v1alpha1.LabelNodePool, "p").Pool("p").
+				Phase(v1alpha1.NodeClaimInitialized).NodeName(name).Launched("m7.4xlarge", zone, "on-demand").Obj())
 	}
 	cpus := []string{"250m", "500m", "1", "2"}
 	mems := []string{"512Mi", "1Gi", "2Gi", "4Gi"}
@@ -65,11 +63,11 @@ func benchCluster(b *testing.B) []client.Object {
 		}
 		objs = append(objs, p)
 	}
-	objs = append(objs, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.m7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
-		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{{Name: "m7.4xlarge", Capacity: alloc, Allocatable: alloc, Offerings: []v1alpha1.Offering{
-			{Zone: "zone-a", CapacityType: "on-demand", Price: fmt.Sprint(benchPrice), Available: true},
-			{Zone: "zone-b", CapacityType: "on-demand", Price: fmt.Sprint(benchPrice), Available: true},
-			{Zone: "zone-c", CapacityType: "on-demand", Price: fmt.Sprint(benchPrice), Available: true}}}}}})
+	m7 := testobj.InstanceType("m7.4xlarge").Capacity(alloc...)
+	for _, zone := range zones {
+		m7.Offering(zone, v1alpha1.CapacityTypeOnDemand, fmt.Sprint(benchPrice))
+	}
+	objs = append(objs, testobj.Catalog("p", m7.Obj()))
 	return objs
 }
 
@@ -85,8 +83,7 @@ func BenchmarkConsolidate(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	objs := benchCluster(b)
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{
-		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "0s", Budgets: []v1alpha1.Budget{{Nodes: "10%"}}}}}
+	pool := testobj.Pool("p").ConsolidationPolicy(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized).ConsolidateAfter("0s").Budget("10%").Obj()
 	kube := testobj.Client(append(objs, pool)...)
 	sched := newScheduler(ctx, b)
 	k := NewConsolidation(NewExecutor(kube, kube, kubefake.NewClientset(), nil, time.Now), kube, kube, sched, time.Now)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -39,12 +37,11 @@ func TestBudgetNodes(t *testing.T) {
 // budget stays spent until that claim is gone from the cache.
 func TestBudgetOfOneHoldsAcrossWorkers(t *testing.T) {
 	ctx := context.Background()
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "1"}}}}}
+	pool := testobj.Pool("p").Budget("1").Obj()
 	var claims []*v1alpha1.NodeClaim
 	var objs []client.Object
 	for i := range 10 {
-		nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
-		nc.Status.NodeName = fmt.Sprintf("n%d", i)
+		nc := testobj.Claim(fmt.Sprintf("c%d", i)).UID(fmt.Sprintf("uid-%d", i)).Pool("p").NodeName(fmt.Sprintf("n%d", i)).Obj()
 		claims, objs = append(claims, nc), append(objs, nc)
 	}
 	kube := testobj.Client(objs...)

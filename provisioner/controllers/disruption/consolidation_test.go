@@ -9,12 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -31,20 +28,17 @@ type consolidationFixture struct {
 }
 
 func (f *consolidationFixture) node(name string) {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	f.objs = append(f.objs,
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelTopologyZone: "zone-a"}},
-			Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}},
-		&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-" + name, UID: types.UID("uid-" + name)}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"},
-			Status: v1alpha1.NodeClaimStatus{Phase: v1alpha1.NodeClaimInitialized, NodeName: name, InstanceType: "c7.xlarge", Zone: "zone-a", CapacityType: "on-demand"}})
+		testobj.Node(name).Label(corev1.LabelHostname, name).Label(corev1.LabelTopologyZone, "zone-a").
+			Capacity("cpu", "4", "memory", "16Gi", "pods", "110").Ready().Obj(),
+		testobj.Claim("p-"+name).UID("uid-"+name).Pool("p").
+			Phase(v1alpha1.NodeClaimInitialized).NodeName(name).Launched("c7.xlarge", "zone-a", "on-demand").Obj())
 }
 
 // pod is a 1-cpu pod of ReplicaSet rs bound to node.
 func pod(name, node string, edit ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: ptr.To(true)}}},
-		Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	p := testobj.Pod(name).UID("uid-"+name).Label("app", "web").OwnedBy("ReplicaSet", "rs").
+		Node(node).Req("cpu", "1").Phase(corev1.PodRunning).Obj()
 	for _, e := range edit {
 		e(p)
 	}
@@ -68,8 +62,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{
-		ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+	pool := testobj.Pool("p").ConsolidationPolicy(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized).ConsolidateAfter("30s").Budget("100%").Obj()
 	build := func(objs []client.Object) client.Client {
 		var cp []client.Object
 		for _, o := range objs {

@@ -46,9 +46,8 @@ func newDrifted(t *testing.T, pool *v1alpha1.NodePool, node *corev1.Node, pods .
 func newHeldSetup(t *testing.T, m Method, pool *v1alpha1.NodePool, node *corev1.Node, pods ...*corev1.Pod) *expiredSetup {
 	t.Helper()
 	s := &expiredSetup{now: at("2026-03-10T10:00:00Z"), events: events.NewFakeRecorder(20)}
-	s.nc = &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1", CreationTimestamp: metav1.NewTime(s.now.Add(-2 * time.Hour))},
-		Spec: v1alpha1.NodeClaimSpec{NodePool: "p", ExpireAfter: "1h"}}
-	s.nc.Status.Phase, s.nc.Status.NodeName = v1alpha1.NodeClaimInitialized, node.Name
+	s.nc = testobj.Claim("p-abcde").UID("uid-1").Created(s.now.Add(-2 * time.Hour)).Pool("p").ExpireAfter("1h").
+		Phase(v1alpha1.NodeClaimInitialized).NodeName(node.Name).Obj()
 	objs := []client.Object{pool, s.nc, node}
 	live := []runtime.Object{node.DeepCopy()}
 	for _, p := range pods {
@@ -106,11 +105,13 @@ func blockedEvents(evs []string) []string {
 }
 
 func plainPool() *v1alpha1.NodePool {
-	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	return testobj.Pool("p").Obj()
 }
 
 func annotatedPod(name, node string, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations}, Spec: corev1.PodSpec{NodeName: node}}
+	p := testobj.Pod(name).Node(node).Obj()
+	p.Annotations = annotations
+	return p
 }
 
 var doNotDisrupt = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
@@ -134,17 +135,17 @@ func TestDoNotDisruptOnAPodOrTheNodeHoldsADriftedNode(t *testing.T) {
 		heldBy   string // "" when the node is disrupted
 		wantNote string
 	}{
-		{"a pod on the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		{"a pod on the node says do-not-disrupt", testobj.Node("n1").Obj(),
 			[]*corev1.Pod{annotatedPod("plain", "n1", nil), annotatedPod("web-1", "n1", doNotDisrupt)}, "pod", "Drifted: not disrupting node n1: pod default/web-1 has nodeforge.dev/do-not-disrupt=true"},
-		{"the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: doNotDisrupt}},
+		{"the node says do-not-disrupt", testobj.Node("n1").Annotation(v1alpha1.AnnotationDoNotDisrupt, "true").Obj(),
 			nil, "node", "Drifted: not disrupting node n1: node n1 has nodeforge.dev/do-not-disrupt=true"},
-		{"a pod says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		{"a pod says Karpenter's karpenter.sh/do-not-disrupt", testobj.Node("n1").Obj(),
 			[]*corev1.Pod{annotatedPod("moved", "n1", map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"})}, "pod", "Drifted: not disrupting node n1: pod default/moved has karpenter.sh/do-not-disrupt=true"},
-		{"the node says Karpenter's karpenter.sh/do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{v1alpha1.AnnotationKarpenterDoNotDisrupt: "true"}}},
+		{"the node says Karpenter's karpenter.sh/do-not-disrupt", testobj.Node("n1").Annotation(v1alpha1.AnnotationKarpenterDoNotDisrupt, "true").Obj(),
 			nil, "node", "Drifted: not disrupting node n1: node n1 has karpenter.sh/do-not-disrupt=true"},
-		{"only a finished pod says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{succeeded}, "", ""},
-		{"only a pod on another node says it", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{annotatedPod("elsewhere", "n2", doNotDisrupt)}, "", ""},
-		{"a pod says do-not-disrupt=false", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		{"only a finished pod says it", testobj.Node("n1").Obj(), []*corev1.Pod{succeeded}, "", ""},
+		{"only a pod on another node says it", testobj.Node("n1").Obj(), []*corev1.Pod{annotatedPod("elsewhere", "n2", doNotDisrupt)}, "", ""},
+		{"a pod says do-not-disrupt=false", testobj.Node("n1").Obj(),
 			[]*corev1.Pod{annotatedPod("web-1", "n1", map[string]string{v1alpha1.AnnotationDoNotDisrupt: "false"})}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,9 +195,9 @@ func TestDoNotDisruptDoesNotHoldAnExpiredNode(t *testing.T) {
 		pods  []*corev1.Pod
 		claim map[string]string
 	}{
-		{"a pod says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []*corev1.Pod{annotatedPod("web-1", "n1", doNotDisrupt)}, nil},
-		{"the node says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: doNotDisrupt}}, nil, nil},
-		{"the claim says do-not-disrupt", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nil, doNotDisrupt},
+		{"a pod says do-not-disrupt", testobj.Node("n1").Obj(), []*corev1.Pod{annotatedPod("web-1", "n1", doNotDisrupt)}, nil},
+		{"the node says do-not-disrupt", testobj.Node("n1").Annotation(v1alpha1.AnnotationDoNotDisrupt, "true").Obj(), nil, nil},
+		{"the claim says do-not-disrupt", testobj.Node("n1").Obj(), nil, doNotDisrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newExpired(t, plainPool(), tc.node, tc.pods...)
@@ -226,7 +227,7 @@ func TestDoNotDisruptDoesNotHoldAnExpiredNode(t *testing.T) {
 // a change in what holds it is news at once.
 func TestDisruptionBlockedEventIsNotRepeatedUntilItChangesOrFiveMinutesPass(t *testing.T) {
 	ctx := context.Background()
-	s := newDrifted(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("a", "n1", doNotDisrupt))
+	s := newDrifted(t, plainPool(), testobj.Node("n1").Obj(), annotatedPod("a", "n1", doNotDisrupt))
 	s.reconcile(t)
 	s.now = s.now.Add(4 * time.Minute)
 	s.reconcile(t)
@@ -257,7 +258,7 @@ func TestDisruptionBlockedEventIsNotRepeatedUntilItChangesOrFiveMinutesPass(t *t
 // Once the annotation is gone the node is disrupted.
 func TestPodAnnotatedDoNotDisruptBeforeTheLastLookCallsItOff(t *testing.T) {
 	ctx := context.Background()
-	s := newDrifted(t, plainPool(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, annotatedPod("web-1", "n1", nil))
+	s := newDrifted(t, plainPool(), testobj.Node("n1").Obj(), annotatedPod("web-1", "n1", nil))
 	annotated := annotatedPod("web-1", "n1", doNotDisrupt)
 	if _, err := s.live.CoreV1().Pods("default").Update(ctx, annotated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -301,7 +302,7 @@ func TestScheduledBudgetHoldsExpirationOnlyWithinItsWindow(t *testing.T) {
 	b := scheduled("0 9 * * *", time.Hour) // 09:00–10:00 UTC
 	b.Reasons = []v1alpha1.DisruptionReason{"Expired"}
 	p.Spec.Disruption.Budgets = []v1alpha1.Budget{b}
-	s := newExpired(t, p, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	s := newExpired(t, p, testobj.Node("n1").Obj())
 	s.now = at("2026-03-10T09:59:56Z")
 	var nc v1alpha1.NodeClaim
 	if err := s.kube.Get(context.Background(), client.ObjectKeyFromObject(s.nc), &nc); err != nil {

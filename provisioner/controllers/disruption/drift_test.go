@@ -34,10 +34,7 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	t.Helper()
 	ref := v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "web"}
-	pool.Spec.Template.Spec.NodeClassRef = ref
-	pool.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a", "zone-b"}}}
+	pool := testobj.Pool("p").NodeLabel("team", "web").Class(ref.Kind, ref.Name).Require(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, "zone-a", "zone-b").Obj()
 	classes := (&simulated.Cloud{}).NodeClasses()
 	poolHash, err := nodeshape.PoolHash(pool)
 	if err != nil {
@@ -47,10 +44,10 @@ func newDriftWorld(t *testing.T, stamp func(nc *v1alpha1.NodeClaim, poolHash, cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p", NodeClassRef: ref, Labels: map[string]string{"team": "web"}}}
-	nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
+	nc := testobj.Claim("p-abcde").UID("uid-1").Pool("p").Class(ref.Kind, ref.Name).NodeLabel("team", "web").
+		Phase(v1alpha1.NodeClaimInitialized).NodeName("n1").Obj()
 	stamp(nc, poolHash, classHash)
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"team": "web", corev1.LabelTopologyZone: "zone-a", v1alpha1.LabelNodePool: "p"}}}
+	node := testobj.Node("n1").Label("team", "web").Label(corev1.LabelTopologyZone, "zone-a").Label(v1alpha1.LabelNodePool, "p").Obj()
 	kube := testobj.Client(pool, class, nc, node)
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), events.NewFakeRecorder(10), time.Now), NewDrift(kube, classes))
 	return &driftWorld{kube: kube, c: c, pool: pool, class: class, nc: nc}

@@ -30,11 +30,11 @@ type emptyWorld struct {
 
 func newEmptyWorld(t *testing.T, pods ...*corev1.Pod) *emptyWorld {
 	t.Helper()
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-	pool.Spec.Disruption.ConsolidateAfter = "30s"
-	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
-	nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
-	objs := []client.Object{pool, nc, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+	objs := []client.Object{
+		testobj.Pool("p").ConsolidateAfter("30s").Obj(),
+		testobj.Claim("p-abcde").UID("uid-1").Pool("p").Phase(v1alpha1.NodeClaimInitialized).NodeName("n1").Obj(),
+		testobj.Node("n1").Obj(),
+	}
 	var live []runtime.Object
 	for _, p := range pods {
 		objs, live = append(objs, p), append(live, p.DeepCopy())
@@ -77,14 +77,12 @@ func (w *emptyWorld) settlePast(t *testing.T, between func()) bool {
 // the mirror pod counted as an occupant and such nodes were never
 // removed.
 func TestANodeWithOnlyDaemonSetAndStaticPodsIsEmpty(t *testing.T) {
-	ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", APIVersion: "apps/v1", UID: "d"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
-	static := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "proxy-n1", Namespace: "kube-system",
-		Annotations:     map[string]string{corev1.MirrorPodAnnotationKey: "hash"},
-		OwnerReferences: []metav1.OwnerReference{{Kind: "Node", Name: "n1", APIVersion: "v1", UID: "n1"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	ds := testobj.Pod("ds").Namespace("kube-system").OwnedBy("DaemonSet", "d").Node("n1").Obj()
+	static := testobj.Pod("proxy-n1").Namespace("kube-system").Annotation(corev1.MirrorPodAnnotationKey, "hash").OwnedBy("Node", "n1").Node("n1").Obj()
 	if w := newEmptyWorld(t, ds, static); !w.settlePast(t, nil) {
 		t.Error("a node with only a daemonset pod and a static pod was not disrupted as empty")
 	}
-	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	web := testobj.Pod("web").Node("n1").Obj()
 	if w := newEmptyWorld(t, static, web); w.settlePast(t, nil) {
 		t.Error("a node running a pod beside a static pod was disrupted as empty")
 	}
@@ -112,7 +110,7 @@ func TestTheLastLookSeesAPodBoundBetweenItsLists(t *testing.T) {
 		return false, nil, nil
 	})
 	disrupted := w.settlePast(t, func() {
-		web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Status: corev1.PodStatus{NominatedNodeName: "n1"}}
+		web := testobj.Pod("web").Nominated("n1").Obj()
 		if _, err := w.live.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -26,12 +26,10 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 		landed := name != "stays empty"
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-			pool.Spec.Disruption.ConsolidateAfter = "30s"
-			nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", UID: "uid-1"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"}}
-			nc.Status.Phase, nc.Status.NodeName = v1alpha1.NodeClaimInitialized, "n1"
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
-			ds := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ds", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", APIVersion: "apps/v1", UID: "d"}}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+			pool := testobj.Pool("p").ConsolidateAfter("30s").Obj()
+			nc := testobj.Claim("p-abcde").UID("uid-1").Pool("p").Phase(v1alpha1.NodeClaimInitialized).NodeName("n1").Obj()
+			node := testobj.Node("n1").Obj()
+			ds := testobj.Pod("ds").Namespace("kube-system").OwnedBy("DaemonSet", "d").Node("n1").Obj()
 			kube := testobj.Client(pool, nc, node, ds)
 			live := kubefake.NewClientset(ds.DeepCopy())
 			now := time.Now()
@@ -53,16 +51,16 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 			now = now.Add(31 * time.Second)
 			if landed {
 				// The cache has not seen it yet; the API server has.
-				web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}
+				web := testobj.Pod("web")
 				switch name {
 				case "a pod lands before the last look":
-					web.Spec.NodeName = "n1"
+					web.Node("n1")
 				case "a pod is nominated to the node":
-					web.Status.NominatedNodeName = "n1"
+					web.Nominated("n1")
 				default:
-					web.Status.NominatedNodeName = nc.Name
+					web.Nominated(nc.Name)
 				}
-				if _, err := live.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{}); err != nil {
+				if _, err := live.CoreV1().Pods("default").Create(ctx, web.Obj(), metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -96,7 +94,7 @@ func TestEmptyNodeIsDisruptedAfterConsolidateAfterUnlessAPodLands(t *testing.T) 
 func TestExpiredClaimIsChosenOnceItIsExpireAfterOld(t *testing.T) {
 	now := time.Now()
 	e := NewExpiration(func() time.Time { return now })
-	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-abcde", CreationTimestamp: metav1.NewTime(now.Add(-90 * time.Second))}}
+	nc := testobj.Claim("p-abcde").Created(now.Add(-90 * time.Second)).Obj()
 	for _, tc := range []struct {
 		expireAfter v1alpha1.NillableDuration
 		disrupt     bool

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,8 +38,7 @@ func (f *repairFleet) add(zone string, ready, unknown int, down time.Duration, n
 		conds := append([]corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastTransitionTime: metav1.NewTime(since)}}, cond...)
 		f.objs = append(f.objs,
 			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone}}, Status: corev1.NodeStatus{Conditions: conds}},
-			&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "p-" + name, UID: types.UID("uid-" + name)}, Spec: v1alpha1.NodeClaimSpec{NodePool: "p"},
-				Status: v1alpha1.NodeClaimStatus{Phase: v1alpha1.NodeClaimInitialized, NodeName: name, Zone: zone}})
+			testobj.Claim("p-"+name).UID("uid-"+name).Pool("p").Phase(v1alpha1.NodeClaimInitialized).NodeName(name).Zone(zone).Obj())
 	}
 }
 
@@ -50,7 +48,7 @@ func runRepair(t *testing.T, objs []client.Object, pool *v1alpha1.NodePool, now 
 	t.Helper()
 	ctx := context.Background()
 	if pool == nil {
-		pool = &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+		pool = testobj.Pool("p").Budget("100%").Obj()
 	}
 	kube := testobj.Client(append(slices.Clone(objs), pool)...)
 	rec := events.NewFakeRecorder(200)
@@ -127,7 +125,7 @@ func TestRepair(t *testing.T) {
 			f.add("a", 0, 1, 40*time.Minute, now)
 			f.add("b", 0, 1, 40*time.Minute, now)
 		},
-		pool: &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}},
+		pool: testobj.Pool("p").Budget("100%").Obj(),
 		want: 0, event: "every zone is in FullDisruption",
 	}, {
 		name: "more than 20% of a pool unhealthy (4 of 12; 20% rounds up to 3): none repaired",
@@ -141,8 +139,7 @@ func TestRepair(t *testing.T) {
 		name: "a pool of one node may have it repaired: 20% of 1 rounds up to 1",
 		fleet: func(f *repairFleet) {
 			f.add("a", 0, 1, 40*time.Minute, now)
-			f.objs = append(f.objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{corev1.LabelTopologyZone: "b"}},
-				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+			f.objs = append(f.objs, testobj.Node("other").Label(corev1.LabelTopologyZone, "b").Ready().Obj())
 		},
 		want: 1, event: "zone a is in FullDisruption (none of 1 nodes Ready) while other zones are not: repairing at 0.1/s",
 	}, {
@@ -165,9 +162,8 @@ func TestRepair(t *testing.T) {
 	}, {
 		name:  "a budget of 0 for Unhealthy holds repair",
 		fleet: func(f *repairFleet) { f.add("a", 9, 1, 40*time.Minute, now) },
-		pool: &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{
-			Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "0", Reasons: []v1alpha1.DisruptionReason{Unhealthy}}}}}},
-		want: 0, event: "disruption budget for Unhealthy is spent",
+		pool:  testobj.Pool("p").Budget("0", Unhealthy).Obj(),
+		want:  0, event: "disruption budget for Unhealthy is spent",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &repairFleet{}
@@ -194,7 +190,7 @@ func TestOneFailedRepairDoesNotEndTheRound(t *testing.T) {
 	f := &repairFleet{}
 	f.add("a", 5, 1, 40*time.Minute, now) // n06 unhealthy, for longer
 	f.add("b", 5, 1, 35*time.Minute, now) // n12 unhealthy
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+	pool := testobj.Pool("p").Budget("100%").Obj()
 	kube := newTaintCounter(append(slices.Clone(f.objs), pool)...)
 	refusing := interceptedUpdate{Client: kube, refuse: "n06"}
 	clock := func() time.Time { return now }

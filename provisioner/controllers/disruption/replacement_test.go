@@ -27,10 +27,8 @@ import (
 // cpuType is an instance type of n cpus (4 GiB each) with one offering
 // in zone-a.
 func cpuType(name string, cpus int, capacityType string, price float64) v1alpha1.InstanceType {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
-		corev1.ResourceMemory: resource.MustParse(fmt.Sprintf("%dGi", 4*cpus)), corev1.ResourcePods: resource.MustParse("110")}
-	return v1alpha1.InstanceType{Name: name, Capacity: alloc, Allocatable: alloc, Labels: map[string]string{corev1.LabelArchStable: "amd64"},
-		Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityType(capacityType), Price: fmt.Sprint(price), Available: true}}}
+	return testobj.InstanceType(name).Capacity("cpu", fmt.Sprint(cpus), "memory", fmt.Sprintf("%dGi", 4*cpus), "pods", "110").Arch("amd64").
+		Offering("zone-a", v1alpha1.CapacityType(capacityType), fmt.Sprint(price)).Obj()
 }
 
 // replacementFixture: two 4-cpu nodes n1 and n2 of capacityType in pool p,
@@ -48,16 +46,11 @@ func replacementFixture(capacityType string, cheaper ...v1alpha1.InstanceType) [
 		}
 	}
 	types := append([]v1alpha1.InstanceType{cpuType("c7.xlarge", 4, capacityType, 0.17)}, cheaper...)
-	return append(f.objs,
-		pod("a", "n1", antiAffinity(true)), pod("b", "n2", antiAffinity(true)),
-		&v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
-			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: types}})
+	return append(f.objs, pod("a", "n1", antiAffinity(true)), pod("b", "n2", antiAffinity(true)), testobj.Catalog("p", types...))
 }
 
 func replacementPool(policy v1alpha1.ConsolidationPolicy) *v1alpha1.NodePool {
-	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.NodePoolSpec{
-		Template:   v1alpha1.NodeClaimTemplate{Spec: v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: "nodeforge.dev", Kind: "SimulatedNodeClass", Name: "default"}}},
-		Disruption: v1alpha1.Disruption{ConsolidationPolicy: policy, ConsolidateAfter: "30s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}}}
+	return testobj.Pool("p").Class("SimulatedNodeClass", "default").ConsolidationPolicy(policy).ConsolidateAfter("30s").Budget("100%").Obj()
 }
 
 func drain(rec *events.FakeRecorder) string {
@@ -305,9 +298,7 @@ func TestConsolidationMergesNodesIntoOneCheaper(t *testing.T) {
 			nc.Labels = map[string]string{v1alpha1.LabelNodePool: "p"}
 		}
 	}
-	objs := append(f.objs, &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
-		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{
-			cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)}}})
+	objs := append(f.objs, testobj.Catalog("p", cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)))
 	kube, rec := consolidateOnce(ctx, t, objs)
 	evs := drain(rec)
 	var claims v1alpha1.NodeClaimList
@@ -362,9 +353,7 @@ func TestAPartialMergeCreatesNoReplacement(t *testing.T) {
 		}
 	}
 	objs := append(f.objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized),
-		&v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "p.c7", Labels: map[string]string{v1alpha1.LabelNodePool: "p"}},
-			Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "p", InstanceTypes: []v1alpha1.InstanceType{
-				cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)}}})
+		testobj.Catalog("p", cpuType("c7.xlarge", 4, "on-demand", 0.17), cpuType("c7.4xlarge", 16, "on-demand", 0.30)))
 	kube := refuseNaming{Client: testobj.Client(objs...), claim: "p-n2"}
 	sched := newScheduler(ctx, t)
 	now := time.Now()
