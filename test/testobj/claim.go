@@ -23,6 +23,9 @@ func Claim(name string) *ClaimWrapper {
 // Obj returns the claim built so far.
 func (w *ClaimWrapper) Obj() *v1alpha1.NodeClaim { return w.c.DeepCopy() }
 
+// Name renames the claim.
+func (w *ClaimWrapper) Name(name string) *ClaimWrapper { w.c.Name = name; return w }
+
 // UID sets the claim's UID.
 func (w *ClaimWrapper) UID(uid string) *ClaimWrapper { w.c.UID = types.UID(uid); return w }
 

@@ -26,6 +26,12 @@ func (w *PodWrapper) Namespace(ns string) *PodWrapper { w.p.Namespace = ns; retu
 // UID sets the pod's UID.
 func (w *PodWrapper) UID(uid string) *PodWrapper { w.p.UID = types.UID(uid); return w }
 
+// Finalizer adds a finalizer.
+func (w *PodWrapper) Finalizer(f string) *PodWrapper {
+	w.p.Finalizers = append(w.p.Finalizers, f)
+	return w
+}
+
 // Label adds a label.
 func (w *PodWrapper) Label(key, value string) *PodWrapper {
 	w.p.Labels = with(w.p.Labels, key, value)

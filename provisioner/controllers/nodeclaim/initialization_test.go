@@ -34,8 +34,7 @@ var uninitialized = corev1.Taint{Key: cloudproviderapi.TaintExternalCloudProvide
 // the claim's startup taints are, each named with who lifts it; a taint
 // that only prefers pods elsewhere, or one the claim does not list, is not.
 func TestNodeIsNotReadyForPodsUntilEveryStartupTaintIsLifted(t *testing.T) {
-	nc := claim(v1alpha1.NodeClaimRegistered)
-	nc.Spec.StartupTaints = []corev1.Taint{{Key: "example.com/agent-not-ready", Effect: corev1.TaintEffectNoExecute}}
+	nc := poolClaim().Phase(v1alpha1.NodeClaimRegistered).StartupTaint("example.com/agent-not-ready", corev1.TaintEffectNoExecute).Obj()
 	for _, tc := range []struct {
 		name   string
 		taints []corev1.Taint
@@ -93,7 +92,7 @@ func TestNodeWaitsOnlyForTheExtendedResourcesItsPodsRequest(t *testing.T) {
 		{"no requests", nil, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc := claim(v1alpha1.NodeClaimRegistered)
+			nc := poolClaim().Phase(v1alpha1.NodeClaimRegistered).Obj()
 			nc.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: q("2"), gpu: q("1"), podENI: q("9")}
 			nc.Spec.Resources.Requests = tc.requests
 			got := notReadyForPods(readyNodeWith(tc.allocatable), nc)
@@ -111,8 +110,7 @@ func TestNodeWaitsOnlyForTheExtendedResourcesItsPodsRequest(t *testing.T) {
 // initialization deadline the claim is given up.
 func TestUninitialisedNodeHoldsItsPodsUntilTheDeadline(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimRegistered)
-	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+	nc := poolClaim().Phase(v1alpha1.NodeClaimRegistered).ProviderID("fake:///zone-a/i-1").NodeName("n1").Obj()
 	registered := metav1.NewTime(time.Now())
 	nc.Status.Conditions = []metav1.Condition{{Type: "Registered", Status: metav1.ConditionTrue, Reason: "Registered", LastTransitionTime: registered}}
 	node := readyNodeWith(nil, uninitialized, corev1.Taint{Key: v1alpha1.TaintBinding, Effect: corev1.TaintEffectNoSchedule})

@@ -9,10 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // outsideCases are claims that ask for more than "pool" makes, each
@@ -78,8 +78,7 @@ func TestAClaimOutsideItsPoolIsNotLaunched(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range outsideCases {
 		t.Run(tc.name, func(t *testing.T) {
-			nc := claim(v1alpha1.NodeClaimLaunching)
-			controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
+			nc := poolClaim().Finalizer(v1alpha1.FinalizerTermination).Phase(v1alpha1.NodeClaimLaunching).Obj()
 			if tc.editClaim != nil {
 				tc.editClaim(nc)
 			}
@@ -113,14 +112,12 @@ func TestAClaimOutsideItsPoolIsNotAdopted(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range outsideCases {
 		t.Run(tc.name, func(t *testing.T) {
-			nc := claim(v1alpha1.NodeClaimLaunched)
-			controllerutil.AddFinalizer(nc, v1alpha1.FinalizerTermination)
-			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
+			nc := poolClaim().Finalizer(v1alpha1.FinalizerTermination).Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///zone-a/i-1").
+				Launched("small", "zone-a", "spot").Condition(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched").Obj()
 			if tc.editClaim != nil {
 				tc.editClaim(nc)
 			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+			node := testobj.Node("n1").ProviderID(nc.Status.ProviderID).Obj()
 			s := newSteps(t, nc, node)
 			if tc.editPool != nil {
 				s.editPool(t, tc.editPool)

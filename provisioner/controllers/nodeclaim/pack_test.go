@@ -19,6 +19,7 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // newPackScheduler is the simulator with kube-scheduler's default profile.
@@ -40,12 +41,9 @@ func packSteps(t *testing.T) (*steps, *v1alpha1.NodeClaim, *v1alpha1.NodeClaim) 
 	var claims []*v1alpha1.NodeClaim
 	var objs []client.Object
 	for i, name := range []string{"pool-aaaaa", "pool-bbbbb"} {
-		nc := claim(v1alpha1.NodeClaimLaunching)
-		nc.Name, nc.UID = name, types.UID(fmt.Sprint("uid-claim-", i))
-		nc.Spec.NominatedPods = 1
-		pod := nominated(fmt.Sprint("p", i), name)
-		pod.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}
+		nc := poolClaim().Name(name).UID(fmt.Sprint("uid-claim-", i)).NominatedPods(1).Phase(v1alpha1.NodeClaimLaunching).Obj()
+		p := fmt.Sprint("p", i)
+		pod := testobj.Pod(p).UID("uid-pod-"+p).Nominated(name).Req("cpu", "1500m", "memory", "1Gi").Obj()
 		claims = append(claims, nc)
 		objs = append(objs, nc, pod)
 	}
@@ -198,8 +196,7 @@ func TestDueClaimClosesItsIdleBatchWithIt(t *testing.T) {
 	var objs []client.Object
 	var claims []*v1alpha1.NodeClaim
 	for i, name := range []string{"pool-due", "pool-idle", "pool-busy", "pool-zoneb"} {
-		nc := claim(v1alpha1.NodeClaimNominating)
-		nc.Name, nc.UID = name, types.UID("uid-"+name)
+		nc := poolClaim().Name(name).UID("uid-" + name).Phase(v1alpha1.NodeClaimNominating).Obj()
 		if name == "pool-zoneb" {
 			nc.Spec.Requirements[1].Values = []string{"zone-b"}
 		}

@@ -7,12 +7,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -26,22 +23,13 @@ import (
 func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 	ctx := context.Background()
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
-	s := newSteps(t)
-	// The steps' client, with the class's status a subresource as the API
-	// server has it.
-	s.kube = crfake.NewClientBuilder().WithScheme(s.kube.Scheme()).WithObjects(class).
-		WithStatusSubresource(&v1alpha1.NodeClaim{}, &v1alpha1.SimulatedNodeClass{}).
-		WithIndex(&corev1.Pod{}, indexNominated, func(client.Object) []string { return nil }).
-		WithIndex(&corev1.Node{}, indexProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }).
-		Build()
-	s.build()
+	s := newSteps(t, class)
 	rec := s.recorder
 	var names []string
 	for i := range RegistrationTimeoutsInARow {
-		nc := claim(v1alpha1.NodeClaimLaunched)
-		nc.Name, nc.UID = fmt.Sprintf("pool-timeout-%d", i), types.UID(fmt.Sprintf("uid-timeout-%d", i))
-		nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
-		nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///i-"+nc.Name, "small", "zone-a", "spot"
+		name := fmt.Sprintf("pool-timeout-%d", i)
+		nc := poolClaim().Name(name).UID(fmt.Sprintf("uid-timeout-%d", i)).Class("SimulatedNodeClass", "default").
+			Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-"+name).Launched("small", "zone-a", "spot").Obj()
 		nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
 		if err := s.kube.Create(ctx, nc); err != nil {
 			t.Fatal(err)
@@ -88,8 +76,7 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 	ctx := context.Background()
 	ref := v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
 	s := newSteps(t)
-	joined := claim(v1alpha1.NodeClaimInitialized)
-	joined.Name, joined.UID, joined.Spec.NodeClassRef = "pool-joined", "uid-joined", ref
+	joined := poolClaim().Name("pool-joined").UID("uid-joined").Class(ref.Kind, ref.Name).Phase(v1alpha1.NodeClaimInitialized).Obj()
 	if err := s.kube.Create(ctx, joined); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +84,7 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 	if err := s.kube.Status().Update(ctx, joined); err != nil {
 		t.Fatal(err)
 	}
-	nc := claim(v1alpha1.NodeClaimLaunched)
-	nc.Spec.NodeClassRef = ref
-	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///i-late", "small", "zone-b", "spot"
+	nc := poolClaim().Class(ref.Kind, ref.Name).Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-late").Launched("small", "zone-b", "spot").Obj()
 	nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
 	if err := s.kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)

@@ -17,18 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // These tests run each step of a claim's life on its own, against the
@@ -36,9 +34,8 @@ import (
 // (test/integration, test/e2e) run them together.
 
 func instanceType(name, cpu, price string) v1alpha1.InstanceType {
-	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("29")}
-	return v1alpha1.InstanceType{Name: name, Labels: map[string]string{corev1.LabelArchStable: "amd64"}, Capacity: res, Allocatable: res,
-		Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityTypeSpot, Price: price, Available: true}}}
+	return testobj.InstanceType(name).Capacity("cpu", cpu, "memory", "4Gi", "pods", "29").Arch("amd64").
+		Offering("zone-a", v1alpha1.CapacityTypeSpot, price).Obj()
 }
 
 type steps struct {
@@ -60,33 +57,9 @@ func (s *steps) build() {
 
 func newSteps(t *testing.T, objs ...client.Object) *steps {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	types := []v1alpha1.InstanceType{instanceType("small", "2", "0.02"), instanceType("large", "4", "0.04")}
-	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}
-	pool.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "then"}
-	cat := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "pool", Labels: map[string]string{v1alpha1.LabelNodePool: "pool"}},
-		Spec: v1alpha1.InstanceTypeCatalogSpec{NodePool: "pool", InstanceTypes: types}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(append([]client.Object{pool, cat}, objs...)...).
-		WithStatusSubresource(&v1alpha1.NodeClaim{}, &corev1.Pod{}).
-		WithIndex(&corev1.Pod{}, indexNominated, func(o client.Object) []string {
-			if p := o.(*corev1.Pod); p.Status.NominatedNodeName != "" && p.Spec.NodeName == "" {
-				return []string{p.Status.NominatedNodeName}
-			}
-			return nil
-		}).
-		WithIndex(&corev1.Pod{}, indexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		WithIndex(&corev1.Node{}, indexProviderID, func(o client.Object) []string { return []string{o.(*corev1.Node).Spec.ProviderID} }).
-		WithIndex(&v1alpha1.NodeClaim{}, indexClaimNode, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.NodeName} }).
-		WithIndex(&v1alpha1.NodeClaim{}, indexClaimProviderID, func(o client.Object) []string { return []string{o.(*v1alpha1.NodeClaim).Status.ProviderID} }).
-		WithIndex(&v1alpha1.NodeClaim{}, indexClaimPool, cluster.ClaimPool).
-		Build()
+	pool := testobj.Pool("pool").NodeLabel("team", "then").Obj()
+	kube := testobj.Client(append([]client.Object{pool, testobj.Catalog("pool", types...)}, objs...)...)
 	cloud := cloudfake.New(types...)
 	s := &steps{kube: kube, pods: kubefake.NewClientset(), cloud: cloud, unavailable: cloudprovider.NewUnavailableOfferings(time.Minute),
 		recorder: events.NewFakeRecorder(100), now: time.Now(), opts: Options{
@@ -96,18 +69,13 @@ func newSteps(t *testing.T, objs ...client.Object) *steps {
 	return s
 }
 
-// claim is a claim of "pool" made from its template (the label
+// poolClaim is a claim of "pool" made from its template (the label
 // team=then), open to both instance types.
-func claim(phase v1alpha1.NodeClaimPhase) *v1alpha1.NodeClaim {
-	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "pool-abcde", UID: "uid-1", CreationTimestamp: metav1.Now()}, Spec: v1alpha1.NodeClaimSpec{
-		NodePool: "pool", Labels: map[string]string{"team": "then"},
-		Requirements: []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"small", "large"}},
-			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}},
-		}}}
-	nc.Status.Phase = phase
-	return nc
+func poolClaim() *testobj.ClaimWrapper {
+	return testobj.Claim("pool-abcde").UID("uid-1").Created(time.Now()).Pool("pool").NodeLabel("team", "then").
+		Require(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, "small", "large").
+		Require(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, "zone-a").
+		Require(v1alpha1.LabelCapacityType, corev1.NodeSelectorOpIn, "spot")
 }
 
 // editPool changes "pool" as its claims were made from it, or as it was
@@ -125,9 +93,7 @@ func (s *steps) editPool(t *testing.T, edit func(*v1alpha1.NodePool)) {
 }
 
 func nominated(name, claim string) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-pod-" + name)}}
-	p.Status.NominatedNodeName = claim
-	return p
+	return testobj.Pod(name).UID("uid-pod-" + name).Nominated(claim).Obj()
 }
 
 func (s *steps) get(t *testing.T, nc *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
@@ -145,7 +111,7 @@ func (s *steps) get(t *testing.T, nc *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
 // unlaunched.
 func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimNominating)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimNominating).Obj()
 	s := newSteps(t, nc, nominated("a", nc.Name))
 	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
 	if err := s.kube.Update(ctx, nc); err != nil {
@@ -164,8 +130,7 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 		t.Fatalf("after the window: phase %s, finalizers %v; want Launching with the termination finalizer", got.Status.Phase, got.Finalizers)
 	}
 
-	empty := claim(v1alpha1.NodeClaimNominating)
-	empty.Name, empty.UID = "pool-empty", "uid-2"
+	empty := poolClaim().Phase(v1alpha1.NodeClaimNominating).Name("pool-empty").UID("uid-2").Obj()
 	s = newSteps(t, empty)
 	s.now = s.now.Add(time.Minute)
 	if _, err := s.c.batcher.reconcile(ctx, s.get(t, empty)); err != nil {
@@ -181,7 +146,7 @@ func TestBatchClosesOnlyOnceTheWindowHasPassed(t *testing.T) {
 // status and marks the cheapest unavailable, so the next launch skips it.
 func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
 	s := newSteps(t, nc)
 	s.cloud.SetCapacity("small", false)
 	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
@@ -205,7 +170,7 @@ func TestLaunchFallsBackAndMarksWhatHadNoCapacity(t *testing.T) {
 // launches it; reconcileLaunch leaves every other phase alone.
 func TestLaunchWorkersTakeTheLaunches(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
 	s := newSteps(t, nc)
 	s.opts.LaunchWorkers = 1
 	s.build()
@@ -238,7 +203,7 @@ func TestLaunchWorkersTakeTheLaunches(t *testing.T) {
 func TestLaunchKeepsMinValues(t *testing.T) {
 	ctx := context.Background()
 	two := int32(2)
-	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
 	nc.Spec.Requirements[0].MinValues = &two
 	s := newSteps(t, nc)
 	s.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
@@ -262,7 +227,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 		t.Error("no Event naming minValues")
 	}
 
-	nc = claim(v1alpha1.NodeClaimLaunching)
+	nc = poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
 	nc.Spec.Requirements[0].MinValues = &two
 	s = newSteps(t, nc)
 	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
@@ -291,10 +256,9 @@ func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 		{"an instance of a fleet launched for other claims", "", []string{"pool-other", "pool-third"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc := claim(v1alpha1.NodeClaimLaunched)
-			nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-			meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+			nc := poolClaim().Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///zone-a/i-1").Launched("small", "zone-a", "spot").
+				Condition(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched").Obj()
+			node := testobj.Node("n1").ProviderID(nc.Status.ProviderID).Obj()
 			s := newSteps(t, nc, node)
 			s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: tc.launchFor, NodeClaims: tc.fleetOf, NodePool: "pool"})
 			if _, err := s.c.registrar.reconcile(ctx, s.get(t, nc)); err != nil {
@@ -332,10 +296,8 @@ func TestRegistrationAdoptsOnlyTheNodeOfItsOwnInstance(t *testing.T) {
 // and drops its finalizer.
 func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimInitialized)
-	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
-	nc.Finalizers = []string{v1alpha1.FinalizerTermination}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	nc := poolClaim().Finalizer(v1alpha1.FinalizerTermination).Phase(v1alpha1.NodeClaimInitialized).ProviderID("fake:///zone-a/i-1").NodeName("n1").Obj()
+	node := testobj.Node("n1").Finalizer(v1alpha1.FinalizerTermination).ProviderID(nc.Status.ProviderID).Obj()
 	s := newSteps(t, nc, node)
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, NodeClaim: nc.Name})
 	if err := s.kube.Delete(ctx, nc); err != nil {
@@ -359,8 +321,7 @@ func TestTerminationTerminatesTheInstanceThenLetsTheClaimGo(t *testing.T) {
 // node that is Ready, free of the not-ready taint and of the claim's
 // startup taints, and that has every extended resource its pods request.
 func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
-	nc := claim(v1alpha1.NodeClaimRegistered)
-	nc.Spec.StartupTaints = []corev1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoSchedule}}
+	nc := poolClaim().Phase(v1alpha1.NodeClaimRegistered).StartupTaint("cni", corev1.TaintEffectNoSchedule).Obj()
 	nc.Spec.Resources.Requests = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 	nc.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")}
 	readyNode := func(edit func(*corev1.Node)) *corev1.Node {
@@ -402,11 +363,10 @@ func TestNodeIsReadyForPodsOnlyWhenNothingIsPending(t *testing.T) {
 // adopts; one the node already has keeps the node's value.
 func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimLaunched)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///zone-a/i-1").Launched("small", "zone-a", "spot").
+		Condition(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched").Obj()
 	nc.Spec.Annotations = map[string]string{"example.com/owner": "then", "example.com/set-at-boot": "claim"}
-	nc.Status.ProviderID, nc.Status.InstanceType, nc.Status.Zone, nc.Status.CapacityType = "fake:///zone-a/i-1", "small", "zone-a", "spot"
-	meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched"})
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{"example.com/set-at-boot": "node"}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	node := testobj.Node("n1").Annotation("example.com/set-at-boot", "node").ProviderID(nc.Status.ProviderID).Obj()
 	s := newSteps(t, nc, node)
 	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.ObjectMeta.Annotations = nc.Spec.Annotations })
 	s.cloud.Add(&cloudprovider.Instance{ProviderID: nc.Status.ProviderID, InstanceType: "small", Zone: "zone-a", CapacityType: "spot", NodeClaim: nc.Name, NodePool: "pool"})
@@ -429,8 +389,7 @@ func TestRegistrationPutsTheClaimsAnnotationsOnTheNode(t *testing.T) {
 // the node class it was launched from, as the provider hashes it.
 func TestLaunchStampsTheNodeClassHash(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimLaunching)
-	nc.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Class("SimulatedNodeClass", "default").Obj()
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: v1alpha1.SimulatedNodeClassSpec{Tags: map[string]string{"team": "web"}}}
 	s := newSteps(t, nc, class)
 	s.editPool(t, func(np *v1alpha1.NodePool) { np.Spec.Template.Spec.NodeClassRef = nc.Spec.NodeClassRef })
@@ -462,11 +421,9 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			nc := claim(v1alpha1.NodeClaimInitialized)
+			nc := poolClaim().Finalizer(v1alpha1.FinalizerTermination).Phase(v1alpha1.NodeClaimInitialized).ProviderID("fake:///zone-a/i-1").NodeName("n1").Obj()
 			nc.Spec.TerminationGracePeriod = tgp
-			nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
-			nc.Finalizers = []string{v1alpha1.FinalizerTermination}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+			node := testobj.Node("n1").Finalizer(v1alpha1.FinalizerTermination).ProviderID(nc.Status.ProviderID).Obj()
 			bound := func(name string, grace int64) *corev1.Pod {
 				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
 					Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: &grace}}
@@ -559,14 +516,10 @@ func TestDrainDeletesPodsAPDBHoldsOnlyAsTerminationGracePeriodRunsOut(t *testing
 // is over though no terminationGracePeriod is set.
 func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimInitialized)
-	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
-	terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: "default", UID: "uid-stuck", Finalizers: []string{"example.com/hold"}},
-		Spec: corev1.PodSpec{NodeName: "n1"}}
-	mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static", Namespace: "kube-system", UID: "uid-static", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
-		Spec: corev1.PodSpec{NodeName: "n1"}}
+	nc := poolClaim().Phase(v1alpha1.NodeClaimInitialized).ProviderID("fake:///zone-a/i-1").NodeName("n1").Obj()
+	node := testobj.Node("n1").ProviderID(nc.Status.ProviderID).Condition(corev1.NodeReady, corev1.ConditionUnknown).Obj()
+	terminating := testobj.Pod("stuck").UID("uid-stuck").Finalizer("example.com/hold").Node("n1").Obj()
+	mirror := testobj.Pod("static").Namespace("kube-system").UID("uid-static").Annotation(corev1.MirrorPodAnnotationKey, "x").Node("n1").Obj()
 	s := newSteps(t, node, terminating, mirror)
 	// The pod was deleted with a 30s grace 10s ago: 20s are left.
 	if err := s.kube.Delete(ctx, terminating, client.GracePeriodSeconds(30)); err != nil {
@@ -620,10 +573,9 @@ func TestDrainOfANodeThatIsNotReadyFinishes(t *testing.T) {
 // terminates its instance.
 func TestDeletedNodeDeletesItsClaim(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimInitialized)
-	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
+	nc := poolClaim().Phase(v1alpha1.NodeClaimInitialized).ProviderID("fake:///zone-a/i-1").NodeName("n1").Obj()
 	nc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "nodeforge.dev/v1alpha1", Kind: "NodePool", Name: "pool", UID: "uid-pool"}}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID}}
+	node := testobj.Node("n1").Finalizer(v1alpha1.FinalizerTermination).ProviderID(nc.Status.ProviderID).Obj()
 	s := newSteps(t, nc, node)
 	if err := s.kube.Delete(ctx, node); err != nil {
 		t.Fatal(err)
@@ -643,7 +595,7 @@ func TestDeletedNodeDeletesItsClaim(t *testing.T) {
 // than the batch's longest window.
 func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimNominating)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimNominating).Obj()
 	s := newSteps(t, nc, nominated("a", nc.Name), nominated("b", nc.Name))
 	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
 	nc.Spec.NominatedPods = 1
@@ -667,8 +619,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 		t.Fatalf("once the spec counts both pods: phase %s, want Launching", phase)
 	}
 
-	late := claim(v1alpha1.NodeClaimNominating)
-	late.Name, late.UID = "pool-late", "uid-3"
+	late := poolClaim().Phase(v1alpha1.NodeClaimNominating).Name("pool-late").UID("uid-3").Obj()
 	s = newSteps(t, late, nominated("c", late.Name), nominated("d", late.Name))
 	late.Spec.NominatedPods = 1
 	if err := s.kube.Update(ctx, late); err != nil {
@@ -691,7 +642,7 @@ func TestBatchWaitsForTheSchedulersLastWrite(t *testing.T) {
 // has been open the batch's longest window.
 func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimNominating)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimNominating).Obj()
 	s := newSteps(t, nc)
 	nc.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
 	nc.Spec.NominatedPods = 2
@@ -713,8 +664,7 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 		t.Fatalf("once a pod names it: phase %s, want Launching", phase)
 	}
 
-	gone := claim(v1alpha1.NodeClaimNominating)
-	gone.Name, gone.UID = "pool-gone", "uid-4"
+	gone := poolClaim().Phase(v1alpha1.NodeClaimNominating).Name("pool-gone").UID("uid-4").Obj()
 	s = newSteps(t, gone)
 	gone.Spec.LastNominationTime = &metav1.MicroTime{Time: s.now}
 	gone.Spec.NominatedPods = 2
@@ -737,7 +687,7 @@ func TestBatchWaitsForNominationsWrittenAfterTheClaim(t *testing.T) {
 // its deletion as before, and still no launch is tried.
 func TestDeniedLaunchIsNotRetriedFromAStaleCache(t *testing.T) {
 	ctx := context.Background()
-	nc := claim(v1alpha1.NodeClaimLaunching)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
 	s := newSteps(t, nc, nominated("a", nc.Name))
 	s.cloud.FailLaunches(&cloudprovider.AccessDeniedError{Op: "CreateFleet", Err: errors.New("UnauthorizedOperation")})
 	stale := s.get(t, nc)

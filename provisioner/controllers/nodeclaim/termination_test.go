@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
@@ -22,17 +21,15 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // deletedClaimOn is a claim of instance i-1 on node n1, with the
 // termination finalizer, deleted; its node is Ready as given.
 func deletedClaimOn(t *testing.T, ready corev1.ConditionStatus, objs ...client.Object) (*steps, *v1alpha1.NodeClaim, *corev1.Node) {
 	t.Helper()
-	nc := claim(v1alpha1.NodeClaimInitialized)
-	nc.Status.ProviderID, nc.Status.NodeName = "fake:///zone-a/i-1", "n1"
-	nc.Finalizers = []string{v1alpha1.FinalizerTermination}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{ProviderID: nc.Status.ProviderID},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+	nc := poolClaim().Phase(v1alpha1.NodeClaimInitialized).ProviderID("fake:///zone-a/i-1").NodeName("n1").Finalizer(v1alpha1.FinalizerTermination).Obj()
+	node := testobj.Node("n1").ProviderID(nc.Status.ProviderID).Condition(corev1.NodeReady, ready).Obj()
 	s := newSteps(t, append([]client.Object{nc, node}, objs...)...)
 	if err := s.kube.Delete(context.Background(), nc); err != nil {
 		t.Fatal(err)
@@ -58,7 +55,7 @@ func evictions(cs *kubefake.Clientset) []clienttesting.CreateActionImpl {
 func TestTerminationSkipsTheDrainOfADeadNode(t *testing.T) {
 	for _, alive := range []bool{false, true} {
 		ctx := context.Background()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+		pod := testobj.Pod("web").UID("uid-web").Node("n1").Obj()
 		s, nc, node := deletedClaimOn(t, corev1.ConditionUnknown, pod)
 		live := kubefake.NewClientset(pod.DeepCopy())
 		s.pods = live
@@ -89,7 +86,7 @@ func TestTerminationSkipsTheDrainOfADeadNode(t *testing.T) {
 // naming the PodDisruptionBudget, not one on every retry.
 func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 	ctx := context.Background()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web", Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	pod := testobj.Pod("web").UID("uid-web").Label("app", "web").Node("n1").Obj()
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1}}
@@ -143,7 +140,7 @@ func TestEvictionIsPreconditionedAndARefusalNamesTheBudget(t *testing.T) {
 // drain deadline, which is its terminationGracePeriod's alone.
 func TestRepairDeletesEachPodWithItsOwnGrace(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
-	nc := claim(v1alpha1.NodeClaimInitialized)
+	nc := poolClaim().Phase(v1alpha1.NodeClaimInitialized).Obj()
 	nc.DeletionTimestamp = &metav1.Time{Time: now}
 	if _, capped := drainDeadline(nc); capped {
 		t.Error("a claim with no terminationGracePeriod has a drain deadline")
@@ -352,8 +349,7 @@ func TestDoNotDisruptPodHoldsTheDrainUntilTerminationGracePeriod(t *testing.T) {
 // podOn is a pod bound to n1 asking grace seconds to stop, with a
 // finalizer, so that a fake client's delete leaves it terminating.
 func podOn(name string, grace int64) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Finalizers: []string{"example.com/hold"}},
-		Spec: corev1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: &grace}}
+	return testobj.Pod(name).UID("uid-" + name).Finalizer("example.com/hold").Node("n1").Grace(grace).Obj()
 }
 
 // refusingEvictions is a clientset holding pods whose every eviction a
