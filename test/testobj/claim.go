@@ -146,7 +146,13 @@ func (w *ClaimWrapper) Launched(instanceType, zone, capacityType string) *ClaimW
 // Zone sets status.zone alone.
 func (w *ClaimWrapper) Zone(zone string) *ClaimWrapper { w.c.Status.Zone = zone; return w }
 
-// Allocatable sets status.allocatable, as Resources pairs.
+// Capacity sets status.capacity and allocatable both, as Resources pairs.
+func (w *ClaimWrapper) Capacity(pairs ...string) *ClaimWrapper {
+	w.c.Status.Capacity, w.c.Status.Allocatable = Resources(pairs...), Resources(pairs...)
+	return w
+}
+
+// Allocatable sets status.allocatable alone, as Resources pairs.
 func (w *ClaimWrapper) Allocatable(pairs ...string) *ClaimWrapper {
 	w.c.Status.Allocatable = Resources(pairs...)
 	return w

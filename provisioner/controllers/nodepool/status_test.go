@@ -11,38 +11,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
-	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func poolWithClass(name string, ref v1alpha1.NodeClassReference) *v1alpha1.NodePool {
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Template.Spec.NodeClassRef = ref
 	return np
-}
-
-// poolScheme knows the built-in kinds and Nodeforge's.
-func poolScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return scheme
 }
 
 func simulatedClass(name string) v1alpha1.NodeClassReference {
@@ -54,7 +38,6 @@ func simulatedClass(name string) v1alpha1.NodeClassReference {
 // message names them), the class must exist, and the provider must read
 // it as ready.
 func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
-	scheme := poolScheme(t)
 	for _, tc := range []struct {
 		name       string
 		ref        v1alpha1.NodeClassReference
@@ -77,7 +60,7 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
 			np := poolWithClass("pool", tc.ref)
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(class, np).WithStatusSubresource(np).Build()
+			kube := testobj.Client(class, np)
 			cloud := cloudfake.New()
 			if tc.notReady != "" {
 				cloud.SetNodeClassReady("default", false, tc.notReady)
@@ -105,15 +88,11 @@ func TestPoolIsReadyOnlyWithAServedReadyClass(t *testing.T) {
 // enqueues the pools whose nodeClassRef names that kind and name, and no
 // other pool.
 func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(
+	kube := testobj.Client(
 		poolWithClass("uses-it", simulatedClass("a")),
 		poolWithClass("other-name", simulatedClass("b")),
 		poolWithClass("other-kind", v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "a"}),
-	).Build()
+	)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	got := c.poolsOfClass("SimulatedNodeClass")(context.Background(), &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	if len(got) != 1 || got[0].Name != "uses-it" {
@@ -127,13 +106,12 @@ func TestClassChangeReconcilesThePoolsReferringToIt(t *testing.T) {
 // reconciled, and leaves Ready alone; fixing it makes BudgetsValid True.
 func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 	ctx := context.Background()
-	scheme := poolScheme(t)
 	np := poolWithClass("pool", simulatedClass("default"))
 	np.Spec.Disruption.Budgets = []v1alpha1.Budget{
 		{Nodes: "10%"},
 		{Nodes: "0", Schedule: ptr.To("0 25 * * *"), Duration: &metav1.Duration{Duration: time.Hour}},
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np)
 	recorder := events.NewFakeRecorder(10)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), recorder)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}
@@ -181,12 +159,9 @@ func TestBadBudgetScheduleIsReportedOnThePool(t *testing.T) {
 // Ready while no catalog is published for it.
 func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	np := poolWithClass("pool", simulatedClass("default"))
 	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{{Key: "node.kubernetes.io/instance-type", Operator: "NotIn"}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 	if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 		t.Fatal(err)
@@ -207,9 +182,6 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 // True naming them.
 func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	for _, tc := range []struct {
 		name        string
 		limits      v1alpha1.Limits
@@ -225,8 +197,7 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			np := poolWithClass("pool", simulatedClass("default"))
 			np.Spec.Limits = tc.limits
-			kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
-				WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+			kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np)
 			c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
 			if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
 				t.Fatal(err)
@@ -252,15 +223,11 @@ func TestPoolWithoutLimitsSaysSo(t *testing.T) {
 // has none.
 func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 	ctx := context.Background()
-	scheme := poolScheme(t)
 	np := poolWithClass("metered", simulatedClass("default"))
 	np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("100")}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{v1alpha1.LabelNodePool: "metered"}},
-		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}}}
-	launching := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "launching"}, Spec: v1alpha1.NodeClaimSpec{NodePool: "metered"},
-		Status: v1alpha1.NodeClaimStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
-		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np, node, launching).WithStatusSubresource(np).Build()
+	node := testobj.Node("n").Label(v1alpha1.LabelNodePool, "metered").Capacity("cpu", "4", "memory", "16Gi").Obj()
+	launching := testobj.Claim("launching").Pool("metered").Capacity("cpu", "2").Obj()
+	kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np, node, launching)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "metered"}}
 	if _, err := c.Reconcile(ctx, req); err != nil {
@@ -300,18 +267,15 @@ func TestPoolUsageAndLimitsAreExported(t *testing.T) {
 // written at once.
 func TestCountsAreWrittenAtMostOnceAnInterval(t *testing.T) {
 	ctx := context.Background()
-	scheme := poolScheme(t)
 	np := poolWithClass("counted", simulatedClass("default"))
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithIndex(&v1alpha1.NodeClaim{}, cluster.IndexClaimPool, cluster.ClaimPool).
-		WithObjects(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np).WithStatusSubresource(np).Build()
+	kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np)
 	c := NewStatusController(kube, cloudfake.New().NodeClasses(), nil)
 	now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
 	c.now = func() time.Time { return now }
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "counted"}}
 	addNode := func(name string) {
 		t.Helper()
-		if err := kube.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNodePool: "counted"}},
-			Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}); err != nil {
+		if err := kube.Create(ctx, testobj.Node(name).Label(v1alpha1.LabelNodePool, "counted").Capacity("cpu", "2").Obj()); err != nil {
 			t.Fatal(err)
 		}
 	}
