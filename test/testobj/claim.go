@@ -158,8 +158,13 @@ func (w *ClaimWrapper) Allocatable(pairs ...string) *ClaimWrapper {
 	return w
 }
 
-// Condition sets a status condition.
+// Condition sets a status condition, its transition now.
 func (w *ClaimWrapper) Condition(t string, status metav1.ConditionStatus, reason string) *ClaimWrapper {
-	meta.SetStatusCondition(&w.c.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason})
+	return w.ConditionAt(t, status, reason, time.Time{})
+}
+
+// ConditionAt sets a status condition that changed at at (now if zero).
+func (w *ClaimWrapper) ConditionAt(t string, status metav1.ConditionStatus, reason string, at time.Time) *ClaimWrapper {
+	meta.SetStatusCondition(&w.c.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(at)})
 	return w
 }

@@ -8,22 +8,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	cloudfake "github.com/nodeforge/nodeforge/provisioner/cloudprovider/fake"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func node(name, providerID string, ours bool, created time.Time) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created), Finalizers: []string{v1alpha1.FinalizerTermination}}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	n := testobj.Node(name).Created(created).Finalizer(v1alpha1.FinalizerTermination).ProviderID(providerID)
 	if ours {
-		n.Labels = map[string]string{v1alpha1.LabelNodePool: "default"}
+		n.Label(v1alpha1.LabelNodePool, "default")
 	}
-	return n
+	return n.Obj()
 }
 
 func TestCollect(t *testing.T) {
@@ -43,16 +41,10 @@ func TestCollect(t *testing.T) {
 	} {
 		cloud.Add(in)
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	claim := func(name, providerID string, launched time.Time) *v1alpha1.NodeClaim {
-		nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		nc.Status.ProviderID = providerID
-		nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(launched)}}
-		return nc
+		return testobj.Claim(name).ProviderID(providerID).ConditionAt(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", launched).Obj()
 	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+	kube := testobj.Client(
 		claim("owned", "sim:///a/owned", now.Add(-time.Hour)),
 		claim("sa", "sim:///a/shared-1", now.Add(-time.Hour)),
 		claim("sb", "", now.Add(-time.Hour)),
@@ -60,14 +52,14 @@ func TestCollect(t *testing.T) {
 		claim("vanished", "sim:///a/vanished", now.Add(-time.Hour)),
 		// Launched after the cloud was listed: not in the list, but young.
 		claim("fresh", "sim:///a/fresh", now.Add(-time.Second)),
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "orphan-node"}, Spec: corev1.NodeSpec{ProviderID: "sim:///a/orphan"}},
+		testobj.Node("orphan-node").ProviderID("sim:///a/orphan").Obj(),
 		// Left behind by a crash after its orphan instance was terminated.
 		node("leftover", "sim:///a/terminated-earlier", true, now.Add(-time.Hour)),
 		// Not ours, or named by a claim, or too young to judge: kept.
 		node("foreign", "other:///x", false, now.Add(-time.Hour)),
 		node("fresh-node", "sim:///a/fresh", true, now.Add(-time.Hour)),
 		node("just-registered", "sim:///a/not-listed-yet", true, now.Add(-time.Second)),
-	).Build()
+	)
 	g := New(kube, cloud)
 	g.now = func() time.Time { return now }
 	if err := g.Collect(context.Background()); err != nil {
