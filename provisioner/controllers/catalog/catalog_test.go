@@ -14,19 +14,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // staticSource offers the same types every time, as fresh copies: the
@@ -77,12 +75,8 @@ func (w *writes) reset() map[string]int {
 // newKube is a fake API server holding objs, and the writes made to it.
 func newKube(t *testing.T, objs ...client.Object) (client.Client, *writes) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme)); err != nil {
-		t.Fatal(err)
-	}
 	w := &writes{n: map[string]int{}}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+	kube := interceptor.NewClient(testobj.Client(objs...), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			return w.count("create", obj, c.Create(ctx, obj, opts...))
 		},
@@ -97,7 +91,7 @@ func newKube(t *testing.T, objs ...client.Object) (client.Client, *writes) {
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			return w.count("delete", obj, c.Delete(ctx, obj, opts...))
 		},
-	}).Build()
+	})
 	return kube, w
 }
 
@@ -119,14 +113,11 @@ func reconcileAll(t *testing.T, c *Controller, pools ...*v1alpha1.NodePool) {
 
 // simpleType is a small type offered in two zones, spot and on-demand.
 func simpleType(name, arch string) v1alpha1.InstanceType {
-	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("29")}
-	it := v1alpha1.InstanceType{Name: name, Labels: map[string]string{corev1.LabelArchStable: arch}, Capacity: rl, Allocatable: rl.DeepCopy()}
+	it := testobj.InstanceType(name).Capacity("cpu", "2", "memory", "8Gi", "pods", "29").Arch(arch)
 	for _, z := range []string{"zone-a", "zone-b"} {
-		it.Offerings = append(it.Offerings,
-			v1alpha1.Offering{Zone: z, CapacityType: v1alpha1.CapacityTypeOnDemand, Price: "0.096", Available: true},
-			v1alpha1.Offering{Zone: z, CapacityType: v1alpha1.CapacityTypeSpot, Price: "0.0384", Available: true})
+		it.Offering(z, v1alpha1.CapacityTypeOnDemand, "0.096").Offering(z, v1alpha1.CapacityTypeSpot, "0.0384")
 	}
-	return it
+	return it.Obj()
 }
 
 func catalogNames(t *testing.T, kube client.Client) []string {
