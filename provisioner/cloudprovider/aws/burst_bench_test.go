@@ -18,9 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -29,6 +27,7 @@ import (
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // BenchmarkLaunchBurst launches a burst of claims (2,000 unless
@@ -89,11 +88,7 @@ func runBurst(b *testing.B, claims, launchWorkers, otherWorkers int) {
 			o.MaxBackoff = 20 * time.Second
 		}),
 	})
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		b.Fatal(err)
-	}
-	kube := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}).Build()
+	kube := testobj.Client()
 	prices, err := pricing.Shipped()
 	if err != nil {
 		b.Fatal(err)

@@ -17,10 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -30,6 +28,7 @@ import (
 	"github.com/nodeforge/nodeforge/internal/sandbox/iamfake"
 	"github.com/nodeforge/nodeforge/internal/sdkhttp"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws/pricing"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // These tests run the node class controller against a fake API server
@@ -69,15 +68,11 @@ func newIAMEnv(t *testing.T, funcs *interceptor.Funcs) *iamEnv {
 	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: sdkaws.String(iamURL), Credentials: creds,
 		HTTPClient: sdkhttp.GuardClosedBodyRace(nil), Retryer: testRetryer()})
 
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	b := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.EC2NodeClass{}, &v1alpha1.NodeClaim{})
+	kube := testobj.Client()
 	if funcs != nil {
-		b = b.WithInterceptorFuncs(*funcs)
+		kube = interceptor.NewClient(kube, *funcs)
 	}
-	e.kube = b.Build()
+	e.kube = kube
 	prices, err := pricing.Shipped()
 	if err != nil {
 		t.Fatal(err)
@@ -415,8 +410,7 @@ func TestDeletionWaitsForClaims(t *testing.T) {
 	e.create(t, "default", classSpec("NodeRole", ""))
 	e.reconcile(t, "default")
 	claim := func(name, class string) *v1alpha1.NodeClaim {
-		return &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeClaimSpec{
-			NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: class}}}
+		return testobj.Claim(name).Class("EC2NodeClass", class).Obj()
 	}
 	claims := []*v1alpha1.NodeClaim{claim("default-a", "default"), claim("default-b", "default"), claim("gpu-a", "gpu")}
 	for _, nc := range claims {

@@ -16,7 +16,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestNewClientsSendTheirOwnUserAgent writes and reads through the clients
@@ -42,7 +43,7 @@ func TestNewClientsSendTheirOwnUserAgent(t *testing.T) {
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	cache := crfake.NewClientBuilder().WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-i-1"}}).Build()
+	cache := testobj.Client(testobj.Node("sim-i-1").Obj())
 	cfg := &rest.Config{Host: srv.URL, UserAgent: "nodeforge-provisioner"}
 
 	kube, api, err := NewClients(cfg, cache, clientgoscheme.Scheme, mapper)
