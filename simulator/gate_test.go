@@ -11,7 +11,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // startGate starts a gate on cs for the default profile, with ignore as the
@@ -59,19 +60,19 @@ func watchStarted(cs *kubefake.Clientset, resource string) <-chan struct{} {
 	return started
 }
 
+// gateNode is a Ready node of 4 cpu, 8Gi and 110 pods.
 func gateNode(name string, taints ...corev1.Taint) *corev1.Node {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}, Spec: corev1.NodeSpec{Taints: taints},
-		Status: corev1.NodeStatus{Allocatable: alloc, Capacity: alloc, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	return testobj.Node(name).Label(corev1.LabelHostname, name).Capacity("cpu", "4", "memory", "8Gi", "pods", "110").
+		Taints(taints...).Ready().Obj()
 }
 
+// gatePod is a pod of 1 cpu, on host port port unless it is 0.
 func gatePod(name string, port int32) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}}
+	p := testobj.Pod(name).UID("uid-"+name).Req("cpu", "1")
 	if port > 0 {
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP}}
+		p.HostPort(port)
 	}
-	return p
+	return p.Obj()
 }
 
 // TestGateJudgesAsTheScheduler: the binding taint is not held against a

@@ -4,7 +4,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestSnapshotCountsEachPodWhereItWillRun: bound pods stay put; a pod
@@ -18,7 +19,7 @@ func TestSnapshotCountsEachPodWhereItWillRun(t *testing.T) {
 	open := gateNode("open")
 	launching := gateNode("claim-l")
 	pod := func(name, node, nominated string, phase corev1.PodPhase) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{NominatedNodeName: nominated, Phase: phase}}
+		return testobj.Pod(name).Node(node).Nominated(nominated).Phase(phase).Obj()
 	}
 	pods := []*corev1.Pod{
 		pod("bound", "open", "", corev1.PodRunning),

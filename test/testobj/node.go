@@ -60,6 +60,12 @@ func (w *NodeWrapper) Taint(key string, effect corev1.TaintEffect) *NodeWrapper 
 	return w
 }
 
+// Taints adds taints.
+func (w *NodeWrapper) Taints(taints ...corev1.Taint) *NodeWrapper {
+	w.n.Spec.Taints = append(w.n.Spec.Taints, taints...)
+	return w
+}
+
 // Ready adds the condition Ready True.
 func (w *NodeWrapper) Ready() *NodeWrapper {
 	return w.Condition(corev1.NodeReady, corev1.ConditionTrue)

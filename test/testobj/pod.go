@@ -65,6 +65,14 @@ func (w *PodWrapper) Limit(pairs ...string) *PodWrapper {
 	return w
 }
 
+// HostPort adds a TCP container port bound to the same port on the host
+// to the pod's first container.
+func (w *PodWrapper) HostPort(port int32) *PodWrapper {
+	c := w.container()
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: corev1.ProtocolTCP})
+	return w
+}
+
 func (w *PodWrapper) container() *corev1.Container {
 	if len(w.p.Spec.Containers) == 0 {
 		w.p.Spec.Containers = []corev1.Container{{Name: "main"}}
