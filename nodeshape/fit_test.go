@@ -5,24 +5,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func fitNode(cpu, memory, pods, gpus string) *corev1.Node {
-	alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory), corev1.ResourcePods: resource.MustParse(pods)}
+	n := testobj.Node("n").Allocatable("cpu", cpu, "memory", memory, "pods", pods)
 	if gpus != "" {
-		alloc["nvidia.com/gpu"] = resource.MustParse(gpus)
+		n.Allocatable("cpu", cpu, "memory", memory, "pods", pods, "nvidia.com/gpu", gpus)
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: corev1.NodeStatus{Allocatable: alloc}}
+	return n.Obj()
 }
 
 func fitPod(name, cpu, memory, gpus string) *corev1.Pod {
-	req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	p := testobj.Pod(name).Req("cpu", cpu, "memory", memory)
 	if gpus != "" {
-		req["nvidia.com/gpu"] = resource.MustParse(gpus)
+		p.Req("nvidia.com/gpu", gpus)
 	}
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: req}}}}}
+	return p.Obj()
 }
 
 // TestHoldsCountsEveryResourceAndThePods: a node holds pods when their

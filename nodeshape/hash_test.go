@@ -9,22 +9,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func hashPool() *v1alpha1.NodePool {
-	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
-	t := &np.Spec.Template
-	t.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "web", "env": "prod", "tier": "front"}
-	t.ObjectMeta.Annotations = map[string]string{"example.com/owner": "alice", "example.com/cost": "42"}
-	t.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}, {Key: "gpu", Effect: corev1.TaintEffectNoExecute}}
-	t.Spec.StartupTaints = []v1alpha1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoSchedule}}
-	t.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-		req(corev1.LabelArchStable, corev1.NodeSelectorOpIn, "amd64", "arm64"),
-		req(corev1.LabelTopologyZone, corev1.NodeSelectorOpNotIn, "zone-c"),
-	}
-	t.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
-	t.Spec.ExpireAfter = "720h"
-	return np
+	return testobj.Pool("p").NodeLabel("team", "web").NodeLabel("env", "prod").NodeLabel("tier", "front").
+		NodeAnnotation("example.com/owner", "alice").NodeAnnotation("example.com/cost", "42").
+		Taints(v1alpha1.Taint{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}, v1alpha1.Taint{Key: "gpu", Effect: corev1.TaintEffectNoExecute}).
+		StartupTaints(v1alpha1.Taint{Key: "cni", Effect: corev1.TaintEffectNoSchedule}).
+		Require(corev1.LabelArchStable, corev1.NodeSelectorOpIn, "amd64", "arm64").
+		Require(corev1.LabelTopologyZone, corev1.NodeSelectorOpNotIn, "zone-c").
+		Class("SimulatedNodeClass", "default").ExpireAfter("720h").
+		Obj()
 }
 
 func mustHash(t *testing.T, np *v1alpha1.NodePool) string {

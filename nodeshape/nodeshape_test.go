@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func req(key string, op corev1.NodeSelectorOperator, values ...string) v1alpha1.NodeSelectorRequirementWithMinValues {
@@ -94,16 +95,12 @@ func TestOffersAreCheapestFirstWithTiesByName(t *testing.T) {
 }
 
 func TestNodeCarriesTheTemplateAndTheOffer(t *testing.T) {
-	it := &v1alpha1.InstanceType{Name: "c7.large",
-		Labels:      map[string]string{corev1.LabelArchStable: "arm64", v1alpha1.LabelNodePool: "spoofed", corev1.LabelTopologyZone: "spoofed"},
-		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourcePods: resource.MustParse("29")},
-		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1930m"), corev1.ResourcePods: resource.MustParse("29")},
-	}
-	np := &v1alpha1.NodePool{}
-	np.Name = "default"
-	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": "a"}
-	np.Spec.Template.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "a", Effect: corev1.TaintEffectNoSchedule}}
-	np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoExecute}}
+	c7 := testobj.InstanceType("c7.large").Arch("arm64").Label(v1alpha1.LabelNodePool, "spoofed").Label(corev1.LabelTopologyZone, "spoofed").
+		Capacity("cpu", "2", "pods", "29").Allocatable("cpu", "1930m", "pods", "29").Obj()
+	it := &c7
+	np := testobj.Pool("default").NodeLabel("team", "a").
+		Taints(v1alpha1.Taint{Key: "dedicated", Value: "a", Effect: corev1.TaintEffectNoSchedule}).
+		StartupTaints(v1alpha1.Taint{Key: "cni", Effect: corev1.TaintEffectNoExecute}).Obj()
 	tmpl := ForPool(np)
 	node := tmpl.Node("n1", it, "zone-a", "spot")
 	wantLabels := map[string]string{
@@ -136,9 +133,7 @@ func TestNodeCarriesTheTemplateAndTheOffer(t *testing.T) {
 // TestTemplateAnnotationsReachTheNode: the pool's template annotations
 // are the claim's template's, and the node's.
 func TestTemplateAnnotationsReachTheNode(t *testing.T) {
-	np := &v1alpha1.NodePool{}
-	np.Name = "p"
-	np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "alice"}
+	np := testobj.Pool("p").NodeAnnotation("example.com/owner", "alice").Obj()
 	pool := ForPool(np)
 	if diff := cmp.Diff(np.Spec.Template.ObjectMeta.Annotations, pool.Annotations); diff != "" {
 		t.Errorf("ForPool annotations (-want,+got):\n%s", diff)

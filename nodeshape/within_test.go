@@ -8,24 +8,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // withinPool is a pool with a bit of everything a claim copies.
 func withinPool() *v1alpha1.NodePool {
-	np := &v1alpha1.NodePool{}
-	np.Name = "apps"
-	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"intent": "apps"}
-	np.Spec.Template.ObjectMeta.Annotations = map[string]string{"example.com/owner": "team-a"}
-	np.Spec.Template.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
-	np.Spec.Template.Spec.Taints = []v1alpha1.Taint{{Key: "dedicated", Value: "apps", Effect: corev1.TaintEffectNoSchedule}, {Key: "gpu", Effect: corev1.TaintEffectNoExecute}}
-	np.Spec.Template.Spec.StartupTaints = []v1alpha1.Taint{{Key: "cni", Effect: corev1.TaintEffectNoExecute}}
-	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-		req(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, "c7.large", "m7.large", "r7.large"),
-		req(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, "zone-a", "zone-b"),
-		req(corev1.LabelArchStable, corev1.NodeSelectorOpNotIn, "arm64"),
-		req("nodeforge.dev/instance-generation", corev1.NodeSelectorOpGt, "5"),
-	}
-	return np
+	return testobj.Pool("apps").NodeLabel("intent", "apps").NodeAnnotation("example.com/owner", "team-a").Class("SimulatedNodeClass", "default").
+		Taints(v1alpha1.Taint{Key: "dedicated", Value: "apps", Effect: corev1.TaintEffectNoSchedule}, v1alpha1.Taint{Key: "gpu", Effect: corev1.TaintEffectNoExecute}).
+		StartupTaints(v1alpha1.Taint{Key: "cni", Effect: corev1.TaintEffectNoExecute}).
+		Require(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, "c7.large", "m7.large", "r7.large").
+		Require(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, "zone-a", "zone-b").
+		Require(corev1.LabelArchStable, corev1.NodeSelectorOpNotIn, "arm64").
+		Require("nodeforge.dev/instance-generation", corev1.NodeSelectorOpGt, "5").
+		Obj()
 }
 
 // madeFrom is the claim the scheduler plugin writes for pool np.

@@ -35,6 +35,13 @@ func (w *PoolWrapper) NodeLabel(key, value string) *PoolWrapper {
 	return w
 }
 
+// NodeAnnotation adds a template annotation, one every node of the pool
+// gets.
+func (w *PoolWrapper) NodeAnnotation(key, value string) *PoolWrapper {
+	w.p.Spec.Template.ObjectMeta.Annotations = with(w.p.Spec.Template.ObjectMeta.Annotations, key, value)
+	return w
+}
+
 // Require adds a template requirement.
 func (w *PoolWrapper) Require(key string, op corev1.NodeSelectorOperator, values ...string) *PoolWrapper {
 	w.p.Spec.Template.Spec.Requirements = append(w.p.Spec.Template.Spec.Requirements,
@@ -42,9 +49,15 @@ func (w *PoolWrapper) Require(key string, op corev1.NodeSelectorOperator, values
 	return w
 }
 
-// Taint adds a template taint.
-func (w *PoolWrapper) Taint(key string, effect corev1.TaintEffect) *PoolWrapper {
-	w.p.Spec.Template.Spec.Taints = append(w.p.Spec.Template.Spec.Taints, v1alpha1.Taint{Key: key, Effect: effect})
+// Taints adds template taints.
+func (w *PoolWrapper) Taints(taints ...v1alpha1.Taint) *PoolWrapper {
+	w.p.Spec.Template.Spec.Taints = append(w.p.Spec.Template.Spec.Taints, taints...)
+	return w
+}
+
+// StartupTaints adds template startup taints.
+func (w *PoolWrapper) StartupTaints(taints ...v1alpha1.Taint) *PoolWrapper {
+	w.p.Spec.Template.Spec.StartupTaints = append(w.p.Spec.Template.Spec.StartupTaints, taints...)
 	return w
 }
 
