@@ -22,11 +22,11 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/plugin/refusenodes"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -624,11 +624,7 @@ func oldLeaderWrote(t *testing.T, edit func(*v1alpha1.NodeClaim)) (*claim, *core
 	}
 	nominated := testPod("a", "1", "1Gi")
 	nominated.Status.NominatedNodeName = oldClaim.name
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return oldClaim, nominated, crfake.NewClientBuilder().WithScheme(scheme).WithObjects(written).Build()
+	return oldClaim, nominated, testobj.Client(written)
 }
 
 // TestJudgedNodeIsTheClaimsNode: the node a claim's pods were judged on is
@@ -697,16 +693,12 @@ func TestPoolsAreBuiltFromEveryCatalogObjectOfTheirPool(t *testing.T) {
 		return v1alpha1.InstanceType{Name: name, Labels: map[string]string{corev1.LabelArchStable: arch}, Capacity: rl, Allocatable: rl,
 			Offerings: []v1alpha1.Offering{{Zone: "zone-a", CapacityType: v1alpha1.CapacityTypeOnDemand, Price: "0.1", Available: true}}}
 	}
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	reader := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(
+	reader := testobj.Client(
 		&v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
 		family("default.m5", "default", typ("m5.large", "amd64")),
 		family("default.c7g", "default", typ("c7g.large", "arm64")),
 		family("default.r5", "other", typ("r5.large", "amd64")), // another pool's, despite its name
-	).Build()
+	)
 	h.plugin.resyncPools(context.Background(), reader)
 
 	pl := h.plugin.pools["default"]

@@ -7,15 +7,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestPodsRefusedWhileACatalogIsWrittenAreRetriedOnceItIsWhole: a new
@@ -27,7 +26,7 @@ import (
 func TestPodsRefusedWhileACatalogIsWrittenAreRetriedOnceItIsWhole(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, nil)
-	if err := h.plugin.resyncPools(ctx, crfake.NewClientBuilder().WithScheme(apiScheme(t)).Build()); err != nil {
+	if err := h.plugin.resyncPools(ctx, testobj.Client()); err != nil {
 		t.Fatal(err)
 	}
 	if _, s := h.schedule(ctx, testPod("early", "1", "1Gi")); s.IsSuccess() {
@@ -37,7 +36,7 @@ func TestPodsRefusedWhileACatalogIsWrittenAreRetriedOnceItIsWhole(t *testing.T) 
 	h.plugin.activate = func(pods map[string]*corev1.Pod) { retries = append(retries, len(pods)) }
 
 	np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "parts"}}
-	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(np).WithObjects(np).Build()
+	api := testobj.Client(np)
 	types := benchCatalog()[:30]
 	const parts = 3
 	for i := range parts {
@@ -149,13 +148,4 @@ func TestNominatedPodWaitsOutOfTheQueueForItsClaimsNode(t *testing.T) {
 	if s := h.plugin.PreEnqueue(ctx, pod); !s.IsSuccess() {
 		t.Fatalf("a pod whose claim's node is open is still gated: %s", s.Message())
 	}
-}
-
-func apiScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return scheme
 }

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // flakyReader fails its first failures Lists, then reads through.
@@ -41,10 +41,9 @@ func (f *flakyReader) List(ctx context.Context, list client.ObjectList, opts ...
 func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	scheme := apiScheme(t)
 	boom := errors.New("apiserver unavailable")
 	// The API server holds no NodePool: a resync that succeeds drops "bench".
-	api := &flakyReader{Reader: crfake.NewClientBuilder().WithScheme(scheme).Build(), failures: 2, err: boom}
+	api := &flakyReader{Reader: testobj.Client(), failures: 2, err: boom}
 
 	if err := h.plugin.resyncPools(ctx, api); !errors.Is(err, boom) || !strings.Contains(err.Error(), "listing nodepools") {
 		t.Errorf("resyncPools with the List failing = %v, want an error listing nodepools wrapping %v", err, boom)
@@ -90,8 +89,7 @@ func TestFailedPoolResyncKeepsThePoolsAndIsRetriedWithBackoff(t *testing.T) {
 func TestClaimDeletedWithoutAnEventIsForgotten(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	scheme := apiScheme(t)
-	api := crfake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	api := testobj.Client()
 	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
@@ -134,7 +132,7 @@ func TestClaimDeletedWithoutAnEventIsForgotten(t *testing.T) {
 func TestPodsNominatedAfterTheLastWriteLeaveAClaimClosedUnderThem(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
-	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).Build()
+	api := testobj.Client()
 	c, s := h.schedule(ctx, testPod("a", "1", "1Gi"))
 	if !s.IsSuccess() {
 		t.Fatal(s.Message())
@@ -206,15 +204,15 @@ func TestNameTakenByAClaimOfAnotherClassIsForgotten(t *testing.T) {
 	}
 	taken := c.object()
 	taken.Spec.NodeClassRef.Name = "someone-elses"
-	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).WithObjects(taken).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+	api := interceptor.NewClient(testobj.Client(taken),
+		interceptor.Funcs{Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			var cur v1alpha1.NodeClaim
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), &cur); err == nil && cur.Spec.NodeClassRef != obj.(*v1alpha1.NodeClaim).Spec.NodeClassRef {
 				return apierrors.NewInvalid(v1alpha1.SchemeGroupVersion.WithKind("NodeClaim").GroupKind(), obj.GetName(),
 					field.ErrorList{field.Invalid(field.NewPath("spec", "nodeClassRef"), nil, "nodeClassRef is immutable")})
 			}
 			return cl.Update(ctx, obj, opts...)
-		}}).Build()
+		}})
 	h.plugin.flush(ctx, api)
 	h.plugin.mu.Lock()
 	defer h.plugin.mu.Unlock()
@@ -239,8 +237,8 @@ func TestEachClaimChangeIsOneWrite(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, []*pool{benchPool(t)})
 	writes := map[string]int{}
-	api := crfake.NewClientBuilder().WithScheme(apiScheme(t)).WithStatusSubresource(&v1alpha1.NodeClaim{}).
-		WithInterceptorFuncs(interceptor.Funcs{
+	api := interceptor.NewClient(testobj.Client(),
+		interceptor.Funcs{
 			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				writes["create"]++
 				return cl.Create(ctx, obj, opts...)
@@ -253,7 +251,7 @@ func TestEachClaimChangeIsOneWrite(t *testing.T) {
 				writes[sub]++
 				return cl.SubResource(sub).Update(ctx, obj, opts...)
 			},
-		}).Build()
+		})
 	read := func(name string) v1alpha1.NodeClaim {
 		t.Helper()
 		var nc v1alpha1.NodeClaim
