@@ -31,6 +31,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 func reconcileRequest(name string) reconcile.Request {
@@ -681,8 +682,8 @@ func TestTerminateAndGarbageCollection(t *testing.T) {
 			Tags: map[string]string{aws.TagCluster: "another-cluster"}})
 		claimed := r.ec2.AddInstance(ec2fake.Instance{Type: "m5.large", SubnetID: "subnet-0c1a4f3e2d5b60a01", LaunchTime: old,
 			Tags: map[string]string{aws.TagCluster: "conformance", aws.TagNodeClaim: "gc-kept"}})
-		kept := claim(t, "gc-kept", "aws:///us-west-2a/"+claimed.ID)
-		vanished := claim(t, "gc-vanished", "aws:///us-west-2a/i-0fffffffffffffff0")
+		kept := storedClaim(t, "gc-kept", "aws:///us-west-2a/"+claimed.ID)
+		vanished := storedClaim(t, "gc-vanished", "aws:///us-west-2a/i-0fffffffffffffff0")
 		if err := garbage.New(kube, r.provider).Collect(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -704,22 +705,19 @@ func TestTerminateAndGarbageCollection(t *testing.T) {
 	})
 }
 
-// claim stores a launched NodeClaim with the provider ID.
-func claim(t *testing.T, name, providerID string) *v1alpha1.NodeClaim {
+// storedClaim stores a NodeClaim launched an hour ago, past the collector's
+// grace period, on the instance of providerID.
+func storedClaim(t *testing.T, name, providerID string) *v1alpha1.NodeClaim {
 	t.Helper()
 	ctx := context.Background()
-	nc := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeClaimSpec{
-		NodePool:     "pool",
-		NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "EC2NodeClass", Name: "x"},
-	}}
-	if err := kube.Create(ctx, nc); err != nil {
+	launched := testobj.Claim(name).Pool("pool").Class("EC2NodeClass", "x").Phase(v1alpha1.NodeClaimLaunched).ProviderID(providerID).
+		ConditionAt(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", time.Now().Add(-time.Hour)).Obj()
+	nc := launched.DeepCopy()
+	if err := kube.Create(ctx, nc); err != nil { // the API server leaves the status out
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kube.Delete(context.Background(), nc) })
-	nc.Status.ProviderID = providerID
-	nc.Status.Phase = v1alpha1.NodeClaimLaunched
-	// Launched an hour ago: past the collector's grace period.
-	nc.Status.Conditions = []metav1.Condition{{Type: "Launched", Status: metav1.ConditionTrue, Reason: "Launched", Message: providerID, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Hour))}}
+	nc.Status = launched.Status
 	if err := kube.Status().Update(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
