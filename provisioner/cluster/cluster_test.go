@@ -74,9 +74,20 @@ func TestPodsTheirNodeOwns(t *testing.T) {
 	ds := testobj.Pod("ds").OwnedBy("DaemonSet", "d").Obj()
 	rs := testobj.Pod("rs").OwnedBy("ReplicaSet", "r").Obj()
 	mirror := testobj.Pod("mirror").Annotation(corev1.MirrorPodAnnotationKey, "x").Obj()
-	if !cluster.OwnedByDaemonSet(ds) || cluster.OwnedByDaemonSet(rs) || !cluster.IsMirror(mirror) || cluster.IsMirror(rs) {
-		t.Errorf("daemonset %v, replicaset %v, mirror %v, replicaset as mirror %v; want true, false, true, false",
-			cluster.OwnedByDaemonSet(ds), cluster.OwnedByDaemonSet(rs), cluster.IsMirror(mirror), cluster.IsMirror(rs))
+	for _, tc := range []struct {
+		name string
+		is   func(*corev1.Pod) bool
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"a daemonset's pod is owned by a daemonset", cluster.OwnedByDaemonSet, ds, true},
+		{"a replicaset's pod is not", cluster.OwnedByDaemonSet, rs, false},
+		{"a static pod's mirror is a mirror", cluster.IsMirror, mirror, true},
+		{"a replicaset's pod is not", cluster.IsMirror, rs, false},
+	} {
+		if got := tc.is(tc.pod); got != tc.want {
+			t.Errorf("%s: got %v", tc.name, got)
+		}
 	}
 }
 
