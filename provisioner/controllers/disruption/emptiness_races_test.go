@@ -79,12 +79,20 @@ func (w *emptyWorld) settlePast(t *testing.T, between func()) bool {
 func TestANodeWithOnlyDaemonSetAndStaticPodsIsEmpty(t *testing.T) {
 	ds := testobj.Pod("ds").Namespace("kube-system").OwnedBy("DaemonSet", "d").Node("n1").Obj()
 	static := testobj.Pod("proxy-n1").Namespace("kube-system").Annotation(corev1.MirrorPodAnnotationKey, "hash").OwnedBy("Node", "n1").Node("n1").Obj()
-	if w := newEmptyWorld(t, ds, static); !w.settlePast(t, nil) {
-		t.Error("a node with only a daemonset pod and a static pod was not disrupted as empty")
-	}
 	web := testobj.Pod("web").Node("n1").Obj()
-	if w := newEmptyWorld(t, static, web); w.settlePast(t, nil) {
-		t.Error("a node running a pod beside a static pod was disrupted as empty")
+	for _, tc := range []struct {
+		name  string
+		pods  []*corev1.Pod
+		empty bool
+	}{
+		{"a node with only a daemonset pod and a static pod is empty", []*corev1.Pod{ds, static}, true},
+		{"a node running a pod beside a static pod is not", []*corev1.Pod{static, web}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if disrupted := newEmptyWorld(t, tc.pods...).settlePast(t, nil); disrupted != tc.empty {
+				t.Errorf("disrupted as empty = %v, want %v", disrupted, tc.empty)
+			}
+		})
 	}
 }
 
