@@ -29,8 +29,8 @@ func TestRegistrationTimeoutCountsAgainstTheClass(t *testing.T) {
 	for i := range RegistrationTimeoutsInARow {
 		name := fmt.Sprintf("pool-timeout-%d", i)
 		nc := poolClaim().Name(name).UID(fmt.Sprintf("uid-timeout-%d", i)).Class("SimulatedNodeClass", "default").
-			Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-"+name).Launched("small", "zone-a", "spot").Obj()
-		nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
+			Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-"+name).Launched("small", "zone-a", "spot").
+			ConditionAt(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", s.now).Obj()
 		if err := s.kube.Create(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
@@ -84,8 +84,8 @@ func TestRegistrationTimeoutWhereTheClassJoinsMarksTheOffering(t *testing.T) {
 	if err := s.kube.Status().Update(ctx, joined); err != nil {
 		t.Fatal(err)
 	}
-	nc := poolClaim().Class(ref.Kind, ref.Name).Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-late").Launched("small", "zone-b", "spot").Obj()
-	nc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionLaunched, Status: metav1.ConditionTrue, Reason: "Launched", LastTransitionTime: metav1.NewTime(s.now)}}
+	nc := poolClaim().Class(ref.Kind, ref.Name).Phase(v1alpha1.NodeClaimLaunched).ProviderID("fake:///i-late").Launched("small", "zone-b", "spot").
+		ConditionAt(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", s.now).Obj()
 	if err := s.kube.Create(ctx, nc); err != nil {
 		t.Fatal(err)
 	}

@@ -202,9 +202,7 @@ func TestLaunchWorkersTakeTheLaunches(t *testing.T) {
 // created in the cloud. With both available it launches.
 func TestLaunchKeepsMinValues(t *testing.T) {
 	ctx := context.Background()
-	two := int32(2)
-	nc := poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
-	nc.Spec.Requirements[0].MinValues = &two
+	nc := poolClaim().MinValues(corev1.LabelInstanceTypeStable, 2).Phase(v1alpha1.NodeClaimLaunching).Obj()
 	s := newSteps(t, nc)
 	s.unavailable.Mark(cloudprovider.Offer{InstanceType: instanceType("small", "2", "0.02"), Zone: "zone-a", CapacityType: "spot"})
 	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
@@ -227,8 +225,7 @@ func TestLaunchKeepsMinValues(t *testing.T) {
 		t.Error("no Event naming minValues")
 	}
 
-	nc = poolClaim().Phase(v1alpha1.NodeClaimLaunching).Obj()
-	nc.Spec.Requirements[0].MinValues = &two
+	nc = poolClaim().MinValues(corev1.LabelInstanceTypeStable, 2).Phase(v1alpha1.NodeClaimLaunching).Obj()
 	s = newSteps(t, nc)
 	if _, err := s.c.launcher.reconcile(ctx, s.get(t, nc)); err != nil {
 		t.Fatal(err)
