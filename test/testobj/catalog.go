@@ -47,12 +47,6 @@ func (w *InstanceTypeWrapper) Offering(zone string, ct v1alpha1.CapacityType, pr
 	return w
 }
 
-// Unavailable marks the last offering added unavailable.
-func (w *InstanceTypeWrapper) Unavailable() *InstanceTypeWrapper {
-	w.t.Offerings[len(w.t.Offerings)-1].Available = false
-	return w
-}
-
 // Catalog is pool's published catalog as one object named after the
 // pool and labelled with it, listing types.
 func Catalog(pool string, types ...v1alpha1.InstanceType) *v1alpha1.InstanceTypeCatalog {

@@ -94,12 +94,6 @@ func (w *ClaimWrapper) NodeLabel(key, value string) *ClaimWrapper {
 	return w
 }
 
-// Taint adds a taint the claim's node gets.
-func (w *ClaimWrapper) Taint(key string, effect corev1.TaintEffect) *ClaimWrapper {
-	w.c.Spec.Taints = append(w.c.Spec.Taints, corev1.Taint{Key: key, Effect: effect})
-	return w
-}
-
 // StartupTaint adds a startup taint the claim's node gets.
 func (w *ClaimWrapper) StartupTaint(key string, effect corev1.TaintEffect) *ClaimWrapper {
 	w.c.Spec.StartupTaints = append(w.c.Spec.StartupTaints, corev1.Taint{Key: key, Effect: effect})
@@ -114,12 +108,6 @@ func (w *ClaimWrapper) Requests(pairs ...string) *ClaimWrapper {
 
 // NominatedPods sets spec.nominatedPods.
 func (w *ClaimWrapper) NominatedPods(n int32) *ClaimWrapper { w.c.Spec.NominatedPods = n; return w }
-
-// LastNomination sets spec.lastNominationTime.
-func (w *ClaimWrapper) LastNomination(t time.Time) *ClaimWrapper {
-	w.c.Spec.LastNominationTime = &metav1.MicroTime{Time: t}
-	return w
-}
 
 // ExpireAfter sets spec.expireAfter.
 func (w *ClaimWrapper) ExpireAfter(d v1alpha1.NillableDuration) *ClaimWrapper {

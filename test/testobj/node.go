@@ -54,12 +54,6 @@ func (w *NodeWrapper) Allocatable(pairs ...string) *NodeWrapper {
 	return w
 }
 
-// Taint adds a taint with no value.
-func (w *NodeWrapper) Taint(key string, effect corev1.TaintEffect) *NodeWrapper {
-	w.n.Spec.Taints = append(w.n.Spec.Taints, corev1.Taint{Key: key, Effect: effect})
-	return w
-}
-
 // Taints adds taints.
 func (w *NodeWrapper) Taints(taints ...corev1.Taint) *NodeWrapper {
 	w.n.Spec.Taints = append(w.n.Spec.Taints, taints...)
@@ -79,6 +73,3 @@ func (w *NodeWrapper) Condition(t corev1.NodeConditionType, status corev1.Condit
 
 // ProviderID sets spec.providerID.
 func (w *NodeWrapper) ProviderID(id string) *NodeWrapper { w.n.Spec.ProviderID = id; return w }
-
-// Unschedulable cordons the node.
-func (w *NodeWrapper) Unschedulable() *NodeWrapper { w.n.Spec.Unschedulable = true; return w }

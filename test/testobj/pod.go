@@ -2,6 +2,7 @@ package testobj
 
 import (
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,12 @@ func (w *PodWrapper) Finalizer(f string) *PodWrapper {
 	return w
 }
 
+// Created sets the creation timestamp.
+func (w *PodWrapper) Created(t time.Time) *PodWrapper {
+	w.p.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
 // Label adds a label.
 func (w *PodWrapper) Label(key, value string) *PodWrapper {
 	w.p.Labels = with(w.p.Labels, key, value)
@@ -52,16 +59,6 @@ func (w *PodWrapper) Req(pairs ...string) *PodWrapper {
 		c.Resources.Requests = corev1.ResourceList{}
 	}
 	maps.Copy(c.Resources.Requests, Resources(pairs...))
-	return w
-}
-
-// Limit adds limits, as Resources pairs, to the pod's first container.
-func (w *PodWrapper) Limit(pairs ...string) *PodWrapper {
-	c := w.container()
-	if c.Resources.Limits == nil {
-		c.Resources.Limits = corev1.ResourceList{}
-	}
-	maps.Copy(c.Resources.Limits, Resources(pairs...))
 	return w
 }
 
@@ -110,23 +107,6 @@ func (w *PodWrapper) OwnedBy(kind, name string) *PodWrapper {
 
 // Priority sets spec.priority.
 func (w *PodWrapper) Priority(p int32) *PodWrapper { w.p.Spec.Priority = ptr.To(p); return w }
-
-// Toleration adds a toleration of key=value:effect (Equal), or of every
-// value of key (Exists) when value is empty.
-func (w *PodWrapper) Toleration(key, value string, effect corev1.TaintEffect) *PodWrapper {
-	t := corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect}
-	if value == "" {
-		t.Operator = corev1.TolerationOpExists
-	}
-	w.p.Spec.Tolerations = append(w.p.Spec.Tolerations, t)
-	return w
-}
-
-// NodeSelector adds key=value to spec.nodeSelector.
-func (w *PodWrapper) NodeSelector(key, value string) *PodWrapper {
-	w.p.Spec.NodeSelector = with(w.p.Spec.NodeSelector, key, value)
-	return w
-}
 
 // Grace sets spec.terminationGracePeriodSeconds.
 func (w *PodWrapper) Grace(seconds int64) *PodWrapper {

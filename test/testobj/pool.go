@@ -3,7 +3,6 @@ package testobj
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
@@ -90,6 +89,3 @@ func (w *PoolWrapper) ExpireAfter(d v1alpha1.NillableDuration) *PoolWrapper {
 	w.p.Spec.Template.Spec.ExpireAfter = d
 	return w
 }
-
-// Weight sets spec.weight.
-func (w *PoolWrapper) Weight(n int32) *PoolWrapper { w.p.Spec.Weight = ptr.To(n); return w }
