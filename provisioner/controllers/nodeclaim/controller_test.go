@@ -7,7 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeforge/nodeforge/test/testobj"
 )
 
 // TestRefusalIsConfirmedBeforeItCounts: the gate's refusal of a pod sends
@@ -44,10 +45,7 @@ func TestRefusalIsConfirmedBeforeItCounts(t *testing.T) {
 func TestBindOrderIsTheQueuesAndStable(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
 	pod := func(ns, name string, prio int32, age time.Duration) corev1.Pod {
-		return corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-age))},
-			Spec:       corev1.PodSpec{Priority: &prio},
-		}
+		return *testobj.Pod(name).Namespace(ns).Created(t0.Add(-age)).Priority(prio).Obj()
 	}
 	want := []corev1.Pod{
 		pod("b", "urgent", 1000, 0),
