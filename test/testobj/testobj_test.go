@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -19,7 +22,8 @@ func TestClientServesEveryIndexTheControllersRead(t *testing.T) {
 	bound := Pod("bound").Node("n1").Obj()
 	node := Node("n1").ProviderID("fake:///zone-a/i-1").Obj()
 	nc := Claim("pool-abcde").Pool("pool").Class("SimulatedNodeClass", "default").NodeName("n1").ProviderID("fake:///zone-a/i-1").Obj()
-	kube := Client(pending, bound, node, nc)
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n1-gpu"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("n1")}}
+	kube := Client(pending, bound, node, nc, slice)
 	cases := map[string]struct {
 		list  client.ObjectList
 		value string
@@ -27,13 +31,14 @@ func TestClientServesEveryIndexTheControllersRead(t *testing.T) {
 	}{
 		cluster.IndexPodNominated:    {&corev1.PodList{}, "pool-abcde", podNames},
 		cluster.IndexPodNode:         {&corev1.PodList{}, "n1", podNames},
+		cluster.IndexSliceNode:       {&resourcev1.ResourceSliceList{}, "n1", sliceNames},
 		cluster.IndexNodeProviderID:  {&corev1.NodeList{}, "fake:///zone-a/i-1", nodeNames},
 		cluster.IndexClaimNode:       {&v1alpha1.NodeClaimList{}, "n1", claimNames},
 		cluster.IndexClaimProviderID: {&v1alpha1.NodeClaimList{}, "fake:///zone-a/i-1", claimNames},
 		cluster.IndexClaimPool:       {&v1alpha1.NodeClaimList{}, "pool", claimNames},
 		cluster.IndexClaimClass:      {&v1alpha1.NodeClaimList{}, "SimulatedNodeClass/default", claimNames},
 	}
-	want := map[string]string{cluster.IndexPodNominated: "pending", cluster.IndexPodNode: "bound", cluster.IndexNodeProviderID: "n1"}
+	want := map[string]string{cluster.IndexPodNominated: "pending", cluster.IndexPodNode: "bound", cluster.IndexSliceNode: "n1-gpu", cluster.IndexNodeProviderID: "n1"}
 	for _, i := range cluster.Indexes() {
 		tc, ok := cases[i.Field]
 		if !ok {
@@ -57,6 +62,13 @@ func TestClientServesEveryIndexTheControllersRead(t *testing.T) {
 func podNames(l client.ObjectList) (out []string) {
 	for _, p := range l.(*corev1.PodList).Items {
 		out = append(out, p.Name)
+	}
+	return out
+}
+
+func sliceNames(l client.ObjectList) (out []string) {
+	for _, s := range l.(*resourcev1.ResourceSliceList).Items {
+		out = append(out, s.Name)
 	}
 	return out
 }
