@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -40,15 +42,19 @@ func TestIndexesAreRegisteredOncePerManager(t *testing.T) {
 }
 
 // TestIndexesReadWhatTheyName: each index reads the field it is named
-// for; a bound pod is not indexed as nominated.
+// for; a bound pod is not indexed as nominated, nor a slice of no one
+// node by node.
 func TestIndexesReadWhatTheyName(t *testing.T) {
 	pending := testobj.Pod("pending").Nominated("claim-a").Obj()
 	bound := testobj.Pod("bound").Node("node-a").Nominated("node-a").Obj()
 	node := testobj.Node("node-a").ProviderID("aws:///zone-a/i-1").Obj()
 	nc := testobj.Claim("c").Pool("pool").Class("EC2NodeClass", "default").NodeName("node-a").ProviderID("aws:///zone-a/i-1").Obj()
+	slice := &resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}
+	shared := &resourcev1.ResourceSlice{Spec: resourcev1.ResourceSliceSpec{AllNodes: ptr.To(true)}}
 	want := map[string]map[client.Object][]string{
 		cluster.IndexPodNominated:    {pending: {"claim-a"}, bound: nil},
 		cluster.IndexPodNode:         {pending: {""}, bound: {"node-a"}},
+		cluster.IndexSliceNode:       {slice: {"node-a"}, shared: nil},
 		cluster.IndexNodeProviderID:  {node: {"aws:///zone-a/i-1"}},
 		cluster.IndexClaimNode:       {nc: {"node-a"}},
 		cluster.IndexClaimProviderID: {nc: {"aws:///zone-a/i-1"}},
