@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
@@ -34,6 +36,9 @@ type decider struct {
 	// daemonSets returns the pods the cluster's DaemonSets would run on a
 	// node; nil means none.
 	daemonSets func(*corev1.Node) []*corev1.Pod
+	// claims reads a ResourceClaim as the simulation sees it, for the
+	// Events about devices; nil without DRA.
+	claims func(namespace, name string) (*resourcev1.ResourceClaim, error)
 	// pods reads the scheduler's pod informer: whether a pod the cycle
 	// holds has been bound since it was queued (boundMeanwhile). Nil in
 	// unit tests without an API server.
@@ -80,24 +85,25 @@ type choice struct {
 func (d *decider) place(ctx context.Context, pod *corev1.Pod, claims inFlight, pools []*pool) choice {
 	d.view.reset()
 	defer d.view.reset()
-	var names map[*pool]map[string]string
+	var nodeNames map[*pool]map[string]string
 	if needsDevices(pod) {
-		names = d.newNodeNames(pools)
-		d.view.slices = virtualSlices(claims, names)
+		nodeNames = d.newNodeNames(pools)
+		d.view.slices = virtualSlices(claims, nodeNames)
 		defer func() { d.view.slices = nil }()
 	}
 	state := framework.NewCycleState()
 	if _, s, _ := d.fw.RunPreFilterPlugins(ctx, state, pod); !s.IsSuccess() && !s.IsSkip() {
 		return choice{reasons: []string{"no node can run it: " + s.Message()}, refusal: refusalPreFilter}
 	}
-	ch := d.choose(ctx, state, pod, claims, pools, names)
+	ch := d.choose(ctx, state, pod, claims, pools, nodeNames)
 	ch.state = state
 	return ch
 }
 
 // choose is place's choice once PreFilter has run: an open claim first,
-// else a new one (names: a pod with claims' new node names, newNodeNames).
-func (d *decider) choose(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, claims inFlight, pools []*pool, names map[*pool]map[string]string) choice {
+// else a new one (nodeNames: a pod with claims' new node names,
+// newNodeNames).
+func (d *decider) choose(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, claims inFlight, pools []*pool, nodeNames map[*pool]map[string]string) choice {
 	logger := klog.FromContext(ctx)
 	req := framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 
@@ -118,7 +124,7 @@ func (d *decider) choose(ctx context.Context, state fwk.CycleState, pod *corev1.
 	var reasons []string
 	first := refusalNoNodePool
 	for i, pl := range pools {
-		ch, why, reason := d.newClaim(ctx, state, pod, req, pl, names[pl])
+		ch, why, reason := d.newClaim(ctx, state, pod, req, pl, nodeNames[pl])
 		if ch.claim != nil {
 			return ch
 		}
@@ -312,7 +318,7 @@ func (d *decider) tryClaim(ctx context.Context, state fwk.CycleState, pod *corev
 // fitting instance type is cheapest among those the Filter plugins accept;
 // the book registers it once the choice is applied. It returns why not
 // otherwise, and that in a sentence for the pod's Event.
-func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool, names map[string]string) (choice, refusal, string) {
+func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, req *framework.Resource, pl *pool, nodeNames map[string]string) (choice, refusal, string) {
 	type candidate struct {
 		g    *group
 		name string
@@ -322,7 +328,7 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	var candidates []candidate
 	noSize, noLabels, noFlex := 0, 0, ""
-	for _, s := range d.newNodes(pl, names) {
+	for _, s := range d.newNodes(pl, nodeNames) {
 		g, name := s.g, s.name
 		node := g.node(pl.template, name, s.largest)
 		info := framework.NewNodeInfo()
@@ -356,6 +362,7 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return candidates[i].opts[0].price < candidates[j].opts[0].price })
 	filterReasons := map[string]bool{}
+	devicesRefused := false
 	for _, cand := range candidates {
 		if big := largest(cand.opts); big.name != cand.info.Node().Labels[corev1.LabelInstanceTypeStable] {
 			cand.info.SetNode(cand.g.node(pl.template, cand.name, big))
@@ -365,6 +372,7 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 			for _, r := range s.Reasons() {
 				filterReasons[r] = true
 			}
+			devicesRefused = devicesRefused || s.Plugin() == names.DynamicResources
 			continue
 		}
 		c := &claim{name: cand.name, group: cand.g, template: pl.template, poolHash: pl.hash, info: cand.info, dsPods: cand.ds, pods: map[types.UID]*corev1.Pod{}, open: true}
@@ -377,6 +385,9 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 			rs = append(rs, r)
 		}
 		slices.Sort(rs)
+		if devicesRefused && needsDevices(pod) {
+			return choice{}, refusalFilter, "no instance type's devices satisfy " + d.describeClaims(pod) + "; the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
+		}
 		return choice{}, refusalFilter, "the scheduler refuses every node the pool can launch: " + strings.Join(rs, ", ")
 	case noFlex != "":
 		return choice{}, refusalMinValues, noFlex
@@ -401,9 +412,9 @@ type newNode struct {
 // new name; for a pod with claims (names from newNodeNames), each group
 // once for each set of devices its types publish, under that set's name,
 // so that the slices DynamicResources listed are the node's.
-func (d *decider) newNodes(pl *pool, names map[string]string) []newNode {
+func (d *decider) newNodes(pl *pool, nodeNames map[string]string) []newNode {
 	var out []newNode
-	if names == nil {
+	if nodeNames == nil {
 		name := d.book.newName(pl.np.Name)
 		for _, g := range pl.groups {
 			out = append(out, newNode{g: g, name: name, options: g.options, largest: g.largest})
@@ -420,7 +431,7 @@ func (d *decider) newNodes(pl *pool, names map[string]string) []newNode {
 			byKey[o.devices] = append(byKey[o.devices], o)
 		}
 		for _, k := range keys {
-			out = append(out, newNode{g: g, name: names[k], options: byKey[k], largest: largest(byKey[k])})
+			out = append(out, newNode{g: g, name: nodeNames[k], options: byKey[k], largest: largest(byKey[k])})
 		}
 	}
 	return out

@@ -3,9 +3,12 @@ package virtualnodes
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -77,6 +80,42 @@ func (d *decider) newNodeNames(pools []*pool) map[*pool]map[string]string {
 		out[pl] = names
 	}
 	return out
+}
+
+// describeClaims names a pod's ResourceClaims and their requests, for the
+// Event that says no type's devices satisfy them: "claim default/x-gpu-q2
+// (request gpu: 1 of gpu.nvidia.com)".
+func (d *decider) describeClaims(pod *corev1.Pod) string {
+	var out []string
+	for i := range pod.Spec.ResourceClaims {
+		pc := &pod.Spec.ResourceClaims[i]
+		name, _, err := resourceclaim.Name(pod, pc)
+		if err != nil || name == nil {
+			out = append(out, "claim "+pc.Name+" (not created yet)")
+			continue
+		}
+		desc := "claim " + pod.Namespace + "/" + *name
+		if d.claims != nil {
+			if c, err := d.claims(pod.Namespace, *name); err == nil {
+				var reqs []string
+				for _, r := range c.Spec.Devices.Requests {
+					if r.Exactly != nil {
+						n := r.Exactly.Count
+						if r.Exactly.AllocationMode == resourcev1.DeviceAllocationModeAll {
+							reqs = append(reqs, fmt.Sprintf("request %s: all of %s", r.Name, r.Exactly.DeviceClassName))
+							continue
+						}
+						reqs = append(reqs, fmt.Sprintf("request %s: %d of %s", r.Name, max(n, 1), r.Exactly.DeviceClassName))
+					} else {
+						reqs = append(reqs, "request "+r.Name+": one of its subrequests")
+					}
+				}
+				desc += " (" + strings.Join(reqs, ", ") + ")"
+			}
+		}
+		out = append(out, desc)
+	}
+	return strings.Join(out, ", ")
 }
 
 // replan runs, for pod restored on claim c, DynamicResources' PreFilter

@@ -247,10 +247,15 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		return nil, fmt.Errorf("%s: building the simulation framework for profile %s: %w", Name, profile.SchedulerName, err)
 	}
 	m := pluginMetrics()
+	dec := &decider{fw: fw, view: v, maxClaimsTried: args.MaxClaimsTried, maxInstanceTypes: args.MaxInstanceTypes}
+	if devices != nil {
+		dec.claims = devices.ResourceClaims().Get
+	}
 	b := newBook(v, m.open)
 	if devices != nil {
 		b.plans = devices
 	}
+	dec.book = b
 	return &VirtualNodes{
 		args:     args,
 		lister:   v,
@@ -258,7 +263,7 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		recorder: h.EventRecorder(),
 		now:      time.Now,
 		book:     b,
-		decider:  &decider{fw: fw, view: v, book: b, maxClaimsTried: args.MaxClaimsTried, maxInstanceTypes: args.MaxInstanceTypes},
+		decider:  dec,
 		metrics:  m,
 		pools:    map[string]*pool{},
 		refused:  map[types.UID]*corev1.Pod{},
