@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -41,7 +42,7 @@ func withTemplates(types []v1alpha1.InstanceType, templates []v1alpha1.DeviceTem
 	if len(templates) == 0 {
 		return types
 	}
-	slices.SortFunc(templates, func(a, b v1alpha1.DeviceTemplate) int { return compareNames(a.Name, b.Name) })
+	slices.SortFunc(templates, func(a, b v1alpha1.DeviceTemplate) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]v1alpha1.InstanceType, len(types))
 	for i := range types {
 		out[i] = types[i]
@@ -55,21 +56,11 @@ func withTemplates(types []v1alpha1.InstanceType, templates []v1alpha1.DeviceTem
 				merged = slices.DeleteFunc(merged, func(have v1alpha1.ResourceSliceTemplate) bool { return have.Driver == s.Driver })
 				merged = append(merged, *s.DeepCopy())
 			}
-			slices.SortFunc(merged, func(a, b v1alpha1.ResourceSliceTemplate) int { return compareNames(a.Driver, b.Driver) })
+			slices.SortFunc(merged, func(a, b v1alpha1.ResourceSliceTemplate) int { return cmp.Compare(a.Driver, b.Driver) })
 			out[i].ResourceSlices = merged
 		}
 	}
 	return out
-}
-
-func compareNames(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // TemplateStatus writes each DeviceTemplate's status from the published
