@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -82,6 +83,13 @@ func newHarnessWith(tb testing.TB, pools []*pool, edit func(*config.KubeSchedule
 // newHarnessFrom is newHarnessWith with the scheduler's plugins from reg.
 func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, edit func(*config.KubeSchedulerProfile)) *harness {
 	tb.Helper()
+	return newHarnessOf(tb, reg, pools, edit)
+}
+
+// newHarnessOf is newHarnessFrom with objs in the API the scheduler's
+// informers read (DeviceClasses and ResourceClaims, say).
+func newHarnessOf(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, edit func(*config.KubeSchedulerProfile), objs ...runtime.Object) *harness {
+	tb.Helper()
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	schedmetrics.Register() // as the scheduler does at start
 	cfg, err := latest.Default()
@@ -92,7 +100,7 @@ func newHarnessFrom(tb testing.TB, reg frameworkruntime.Registry, pools []*pool,
 	if edit != nil {
 		edit(profile)
 	}
-	cs := kubefake.NewClientset()
+	cs := kubefake.NewClientset(objs...)
 	inf := informers.NewSharedInformerFactory(cs, 0)
 	snapshot := cache.NewSnapshot(nil, []*corev1.Node{controlPlaneNode()})
 	shared, err := simulator.SharedState(ctx, cs, inf)
