@@ -42,6 +42,9 @@ type Devices struct {
 	// DynamicResources makes for an extended resource), each with the
 	// pods whose plans use it.
 	planned map[string]*plan
+	// byPod are the keys of planned each pod's plans use: Forget runs
+	// for every pod that leaves a claim, with or without devices.
+	byPod map[types.UID]sets.Set[string]
 	// staged are the allocations Reserve signalled during Plan, kept once
 	// it returns.
 	staged []*resourcev1.ResourceClaim
@@ -59,7 +62,7 @@ type plan struct {
 // slices' (called when the DynamicResources plugin lists slices, once per
 // pod that has claims to allocate).
 func NewDevices(base fwk.SharedDRAManager, slices func() []*resourcev1.ResourceSlice) *Devices {
-	return &Devices{base: base, slices: slices, planned: map[string]*plan{}}
+	return &Devices{base: base, slices: slices, planned: map[string]*plan{}, byPod: map[types.UID]sets.Set[string]{}}
 }
 
 var _ fwk.SharedDRAManager = &Devices{}
@@ -124,6 +127,7 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 		p.claim = c
 		p.pods.Insert(pod.UID)
+		d.usedBy(pod.UID, k)
 	}
 	d.staged = d.staged[:0]
 	// A claim planned for another pod that this one shares (Reserve
@@ -140,6 +144,7 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 		if p := d.planned[claimKey(c)]; p != nil && !p.pods.Has(pod.UID) {
 			p.pods.Insert(pod.UID)
+			d.usedBy(pod.UID, claimKey(c))
 			p.claim = p.claim.DeepCopy()
 			if !containsConsumer(p.claim.Status.ReservedFor, pod.UID) {
 				p.claim.Status.ReservedFor = append(p.claim.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
@@ -167,8 +172,11 @@ func hasExtended(pod *corev1.Pod) bool {
 func (d *Devices) Forget(pod types.UID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for k, p := range d.planned {
-		if !p.pods.Has(pod) {
+	keys := d.byPod[pod]
+	delete(d.byPod, pod)
+	for k := range keys {
+		p := d.planned[k]
+		if p == nil || !p.pods.Has(pod) {
 			continue
 		}
 		p.pods.Delete(pod)
@@ -179,6 +187,14 @@ func (d *Devices) Forget(pod types.UID) {
 		p.claim = p.claim.DeepCopy()
 		p.claim.Status.ReservedFor = slicesDeleteConsumer(p.claim.Status.ReservedFor, pod)
 	}
+}
+
+// usedBy records that pod's plans use the plan under key.
+func (d *Devices) usedBy(pod types.UID, key string) {
+	if d.byPod[pod] == nil {
+		d.byPod[pod] = sets.New[string]()
+	}
+	d.byPod[pod].Insert(key)
 }
 
 // Planned is how many claims are planned, for tests and logs.
