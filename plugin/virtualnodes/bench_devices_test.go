@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -63,10 +62,7 @@ func benchDevicesPool(tb testing.TB) *pool {
 // bound (the requested cpu and memory at the cheapest prices, plus
 // gpuPrice for each GPU claimed).
 func BenchmarkNominateWithDevices(b *testing.B) {
-	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkAffinityHit = check }(checkAffinityHit)
-	checkAffinityHit = nil
-	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkSpreadHit = check }(checkSpreadHit)
-	checkSpreadHit = nil
+	withoutStateChecks(b)
 	for _, n := range []int{100, 1000, 5000} {
 		for _, withClaims := range []bool{false, true} {
 			b.Run(fmt.Sprintf("pods=%d/claims=%v", n, withClaims), func(b *testing.B) {

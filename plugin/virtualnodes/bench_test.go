@@ -212,18 +212,22 @@ func benchPods(n int) []*corev1.Pod {
 	return pods
 }
 
+// withoutStateChecks turns off, for the benchmark b, the tests' check of
+// every saved affinity and spread state against a fresh one: benchmarks
+// measure without.
+func withoutStateChecks(b *testing.B) {
+	affinity, spread := checkAffinityHit, checkSpreadHit
+	checkAffinityHit, checkSpreadHit = nil, nil
+	b.Cleanup(func() { checkAffinityHit, checkSpreadHit = affinity, spread })
+}
+
 // BenchmarkNominate measures pods nominated per second through the
 // scheduler's path for a pending pod, and the fleet it asks for: nodes,
 // its $/h (each claim at its cheapest option) and two lower bounds: the
 // requested resources at the cheapest price per vCPU and per GiB, and the
 // same with the catalog's shape (2 GiB per vCPU) taken into account.
 func BenchmarkNominate(b *testing.B) {
-	// The tests check every saved affinity and spread state against a
-	// fresh one; the benchmark measures without.
-	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkAffinityHit = check }(checkAffinityHit)
-	checkAffinityHit = nil
-	defer func(check func(*corev1.Pod, fwk.StateData, fwk.StateData)) { checkSpreadHit = check }(checkSpreadHit)
-	checkSpreadHit = nil
+	withoutStateChecks(b)
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			ctx := klog.NewContext(context.Background(), klog.Background().V(0))
