@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
-	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/utils/ptr"
@@ -104,7 +102,7 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	d.staged = d.staged[:0]
 	reserve := d.reserve
 	d.mu.Unlock()
-	if reserve == nil || len(pod.Spec.ResourceClaims) == 0 && !hasExtended(pod) {
+	if reserve == nil {
 		return nil
 	}
 	s := reserve.Reserve(ctx, state, pod, node)
@@ -152,19 +150,6 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 	}
 	return nil
-}
-
-// hasExtended says whether a container of pod asks for an extended
-// resource, which a DeviceClass may provide through DRA.
-func hasExtended(pod *corev1.Pod) bool {
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		for name := range c.Resources.Requests {
-			if v1helper.IsExtendedResourceName(name) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Forget drops the pod's plans; a claim no other pod plans with is free

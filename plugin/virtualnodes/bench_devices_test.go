@@ -105,17 +105,8 @@ func BenchmarkNominateWithDevices(b *testing.B) {
 						b.Fatalf("the %d claims never reached the DRA manager: %v", claimed, err)
 					}
 					b.StartTimer()
-					start := time.Now()
-					for _, pod := range pods {
-						if _, s := h.schedule(ctx, pod); !s.IsSuccess() {
-							b.Fatalf("pod %s: %v", pod.Name, s.Message())
-						}
-					}
-					elapsed += time.Since(start)
-					nodes, cost = h.plugin.book.count(), 0
-					for _, c := range h.plugin.book.claims {
-						cost += c.options[0].price
-					}
+					elapsed += h.scheduleAll(ctx, b, pods)
+					nodes, cost = h.fleet()
 					if got := h.plugin.devices.Planned(); got != claimed {
 						b.Fatalf("%d claims planned, want %d", got, claimed)
 					}

@@ -42,7 +42,7 @@ func withTemplates(types []v1alpha1.InstanceType, templates []v1alpha1.DeviceTem
 	if len(templates) == 0 {
 		return types
 	}
-	slices.SortFunc(templates, func(a, b v1alpha1.DeviceTemplate) int { return cmp.Compare(a.Name, b.Name) })
+	templates = slices.SortedFunc(slices.Values(templates), func(a, b v1alpha1.DeviceTemplate) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]v1alpha1.InstanceType, len(types))
 	for i := range types {
 		out[i] = types[i]
