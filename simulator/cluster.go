@@ -139,6 +139,19 @@ func (c *Cluster) Draining(taint corev1.Taint, names ...string) *View {
 // IsDraining tells whether the named node is one the view drains.
 func (v *View) IsDraining(name string) bool { return v.draining.Has(name) }
 
+// evicted are the pods of the cluster's nodes the view removes or drains.
+func (v *View) evicted() []*corev1.Pod {
+	var out []*corev1.Pod
+	for name := range v.removed.Union(v.draining) {
+		if ni := v.base.infos[name]; ni != nil {
+			for _, pi := range ni.Pods {
+				out = append(out, pi.GetPod())
+			}
+		}
+	}
+	return out
+}
+
 // View is a what-if on a Cluster: some nodes gone, some added, pods
 // placed. The Cluster under it is never written; a node a view changes is
 // copied first. A View is what the scheduling framework lists while it
@@ -151,6 +164,9 @@ type View struct {
 	pvcs    map[string]int
 	// draining are nodes kept with no pods and a taint (Draining).
 	draining sets.Set[string]
+	// plans are the DRA devices the placements on the view plan and free
+	// (Scheduler.plansFor), nil until the first.
+	plans *DevicePlans
 
 	lists *viewLists // nil when a change made them stale
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,21 @@ type Devices struct {
 	slices func() []*resourcev1.ResourceSlice
 
 	mu sync.RWMutex
+	// plans are the simulation's: its own for the plugin, the view's
+	// being placed on for a Scheduler (use).
+	plans *DevicePlans
+	// staged are the allocations Reserve signalled during Plan, kept once
+	// it returns.
+	staged []*resourcev1.ResourceClaim
+	// reserve is the DynamicResources plugin of the framework built from
+	// Registry.
+	reserve fwk.ReservePlugin
+}
+
+// DevicePlans are the devices one simulation plans and frees: the
+// allocations planned for the pods it places, and the allocated claims it
+// reads as not allocated because every pod that holds them is moved.
+type DevicePlans struct {
 	// planned claims by key (UID, or namespace/name for the claim
 	// DynamicResources makes for an extended resource), each with the
 	// pods whose plans use it.
@@ -43,12 +59,13 @@ type Devices struct {
 	// byPod are the keys of planned each pod's plans use: Forget runs
 	// for every pod that leaves a claim, with or without devices.
 	byPod map[types.UID]sets.Set[string]
-	// staged are the allocations Reserve signalled during Plan, kept once
-	// it returns.
-	staged []*resourcev1.ResourceClaim
-	// reserve is the DynamicResources plugin of the framework built from
-	// Registry.
-	reserve fwk.ReservePlugin
+	// released are allocated claims, by UID, as they were when released:
+	// read unallocated, with nobody reserving them, their devices free.
+	released map[types.UID]*resourcev1.ResourceClaim
+}
+
+func newDevicePlans() *DevicePlans {
+	return &DevicePlans{planned: map[string]*plan{}, byPod: map[types.UID]sets.Set[string]{}}
 }
 
 type plan struct {
@@ -60,7 +77,17 @@ type plan struct {
 // slices' (called when the DynamicResources plugin lists slices, once per
 // pod that has claims to allocate).
 func NewDevices(base fwk.SharedDRAManager, slices func() []*resourcev1.ResourceSlice) *Devices {
-	return &Devices{base: base, slices: slices, planned: map[string]*plan{}, byPod: map[types.UID]sets.Set[string]{}}
+	if slices == nil {
+		slices = func() []*resourcev1.ResourceSlice { return nil }
+	}
+	return &Devices{base: base, slices: slices, plans: newDevicePlans()}
+}
+
+// use makes p the plans the manager reads and Plan adds to.
+func (d *Devices) use(p *DevicePlans) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.plans = p
 }
 
 var _ fwk.SharedDRAManager = &Devices{}
@@ -114,10 +141,10 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	for _, c := range d.staged {
 		k := claimKey(c)
-		p := d.planned[k]
+		p := d.plans.planned[k]
 		if p == nil {
 			p = &plan{pods: sets.New[types.UID]()}
-			d.planned[k] = p
+			d.plans.planned[k] = p
 		}
 		c = c.DeepCopy()
 		if !containsConsumer(c.Status.ReservedFor, pod.UID) {
@@ -140,7 +167,7 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		if err != nil {
 			continue
 		}
-		if p := d.planned[claimKey(c)]; p != nil && !p.pods.Has(pod.UID) {
+		if p := d.plans.planned[claimKey(c)]; p != nil && !p.pods.Has(pod.UID) {
 			p.pods.Insert(pod.UID)
 			d.usedBy(pod.UID, claimKey(c))
 			p.claim = p.claim.DeepCopy()
@@ -157,16 +184,16 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 func (d *Devices) Forget(pod types.UID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	keys := d.byPod[pod]
-	delete(d.byPod, pod)
+	keys := d.plans.byPod[pod]
+	delete(d.plans.byPod, pod)
 	for k := range keys {
-		p := d.planned[k]
+		p := d.plans.planned[k]
 		if p == nil || !p.pods.Has(pod) {
 			continue
 		}
 		p.pods.Delete(pod)
 		if p.pods.Len() == 0 {
-			delete(d.planned, k)
+			delete(d.plans.planned, k)
 			continue
 		}
 		p.claim = p.claim.DeepCopy()
@@ -176,17 +203,48 @@ func (d *Devices) Forget(pod types.UID) {
 
 // usedBy records that pod's plans use the plan under key.
 func (d *Devices) usedBy(pod types.UID, key string) {
-	if d.byPod[pod] == nil {
-		d.byPod[pod] = sets.New[string]()
+	if d.plans.byPod[pod] == nil {
+		d.plans.byPod[pod] = sets.New[string]()
 	}
-	d.byPod[pod].Insert(key)
+	d.plans.byPod[pod].Insert(key)
+}
+
+// release frees in plans the devices of the allocated claims that only
+// pods hold, as they will be once pods are evicted: the claim controller
+// deallocates a claim nobody reserves, and a pod made anew from a claim
+// template gets a new claim. A claim another pod keeps stays allocated
+// where it is, so a pod sharing it can go only where its devices are.
+func (d *Devices) release(plans *DevicePlans, pods []*corev1.Pod) {
+	moving := sets.New[types.UID]()
+	for _, p := range pods {
+		moving.Insert(p.UID)
+	}
+	for _, p := range pods {
+		for i := range p.Spec.ResourceClaims {
+			name, _, err := resourceclaim.Name(p, &p.Spec.ResourceClaims[i])
+			if err != nil || name == nil {
+				continue
+			}
+			c, err := d.base.ResourceClaims().Get(p.Namespace, *name)
+			if err != nil || c.Status.Allocation == nil || plans.released[c.UID] != nil {
+				continue
+			}
+			if slices.ContainsFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return !moving.Has(r.UID) }) {
+				continue
+			}
+			if plans.released == nil {
+				plans.released = map[types.UID]*resourcev1.ResourceClaim{}
+			}
+			plans.released[c.UID] = c
+		}
+	}
 }
 
 // Planned is how many claims are planned, for tests and logs.
 func (d *Devices) Planned() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return len(d.planned)
+	return len(d.plans.planned)
 }
 
 func claimKey(c *resourcev1.ResourceClaim) string {
@@ -232,16 +290,27 @@ func (l *sliceLister) ListWithDeviceTaintRules() ([]*resourcev1.ResourceSlice, e
 }
 
 // claimTracker answers with the base manager's claims, a planned claim
-// in the place of its unallocated self.
+// in the place of its unallocated or released self.
 type claimTracker Devices
 
-// plannedFor is the plan of c, when c is not allocated for real.
-func (t *claimTracker) plannedFor(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
-	if c == nil || c.Status.Allocation != nil {
+// simulated is what the simulation reads of c, nil when it reads c as
+// it is: its plan, if c is not allocated for real or is released; else,
+// released, c without its allocation and consumers.
+func (t *claimTracker) simulated(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+	if c == nil {
 		return nil
 	}
-	if p := t.planned[claimKey(c)]; p != nil {
+	released := t.plans.released[c.UID] != nil
+	if c.Status.Allocation != nil && !released {
+		return nil
+	}
+	if p := t.plans.planned[claimKey(c)]; p != nil {
 		return p.claim
+	}
+	if released {
+		c = c.DeepCopy()
+		c.Status.Allocation, c.Status.ReservedFor = nil, nil
+		return c
 	}
 	return nil
 }
@@ -253,13 +322,13 @@ func (t *claimTracker) List() ([]*resourcev1.ResourceClaim, error) {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if len(t.planned) == 0 {
+	if len(t.plans.planned) == 0 && len(t.plans.released) == 0 {
 		return claims, nil
 	}
 	out := make([]*resourcev1.ResourceClaim, len(claims))
 	for i, c := range claims {
 		out[i] = c
-		if p := t.plannedFor(c); p != nil {
+		if p := t.simulated(c); p != nil {
 			out[i] = p
 		}
 	}
@@ -273,42 +342,57 @@ func (t *claimTracker) Get(namespace, name string) (*resourcev1.ResourceClaim, e
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if p := t.plannedFor(c); p != nil {
+	if p := t.simulated(c); p != nil {
 		return p, nil
 	}
 	return c, nil
 }
 
+// devicesOf calls the callbacks for the devices of an allocation, as
+// kube-scheduler counts an allocated claim's devices: admin access is no
+// allocation, a device with a share ID is shared and its consumed
+// capacity counted.
+func devicesOf(a *resourcev1.AllocationResult, dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID), consumed func(structured.DeviceConsumedCapacity)) {
+	for _, r := range a.Devices.Results {
+		if ptr.Deref(r.AdminAccess, false) {
+			continue
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID != nil {
+			shared(structured.MakeSharedDeviceID(id, r.ShareID))
+			if r.ConsumedCapacity != nil {
+				consumed(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+			continue
+		}
+		dedicated(id)
+	}
+}
+
 // plannedDevices calls the callbacks for the devices of every plan whose
-// claim is not allocated for real, as kube-scheduler counts an allocated
-// claim's devices: admin access is no allocation, a device with a share
-// ID is shared and its consumed capacity counted.
-func (t *claimTracker) plannedDevices(dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID), consumed func(structured.DeviceConsumedCapacity)) error {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for _, p := range t.planned {
+// claim is not allocated for real (or is released).
+func (t *claimTracker) plannedDevices(dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID), consumed func(structured.DeviceConsumedCapacity)) {
+	for _, p := range t.plans.planned {
 		if p.claim.UID != "" {
 			real, err := t.base.ResourceClaims().Get(p.claim.Namespace, p.claim.Name)
-			if err == nil && (real.UID != p.claim.UID || real.Status.Allocation != nil) {
+			if err == nil && (real.UID != p.claim.UID || real.Status.Allocation != nil && t.plans.released[real.UID] == nil) {
 				continue // allocated for real, or another claim of that name now
 			}
 		}
-		for _, r := range p.claim.Status.Allocation.Devices.Results {
-			if ptr.Deref(r.AdminAccess, false) {
-				continue
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID != nil {
-				shared(structured.MakeSharedDeviceID(id, r.ShareID))
-				if r.ConsumedCapacity != nil {
-					consumed(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-				}
-				continue
-			}
-			dedicated(id)
-		}
+		devicesOf(p.claim.Status.Allocation, dedicated, shared, consumed)
 	}
-	return nil
+}
+
+// releasedDevices calls the callbacks for the devices of the released
+// claims that are still allocated as they were when released.
+func (t *claimTracker) releasedDevices(dedicated func(structured.DeviceID), shared func(structured.SharedDeviceID), consumed func(structured.DeviceConsumedCapacity)) {
+	for _, c := range t.plans.released {
+		real, err := t.base.ResourceClaims().Get(c.Namespace, c.Name)
+		if err != nil || real.UID != c.UID || real.Status.Allocation == nil {
+			continue // its devices are free already
+		}
+		devicesOf(real.Status.Allocation, dedicated, shared, consumed)
+	}
 }
 
 func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
@@ -317,8 +401,11 @@ func (t *claimTracker) ListAllAllocatedDevices() (sets.Set[structured.DeviceID],
 		return nil, err
 	}
 	ids = ids.Clone()
-	err = t.plannedDevices(func(id structured.DeviceID) { ids.Insert(id) }, func(structured.SharedDeviceID) {}, func(structured.DeviceConsumedCapacity) {})
-	return ids, err
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	t.releasedDevices(func(id structured.DeviceID) { ids.Delete(id) }, func(structured.SharedDeviceID) {}, func(structured.DeviceConsumedCapacity) {})
+	t.plannedDevices(func(id structured.DeviceID) { ids.Insert(id) }, func(structured.SharedDeviceID) {}, func(structured.DeviceConsumedCapacity) {})
+	return ids, nil
 }
 
 func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error) {
@@ -340,10 +427,15 @@ func (t *claimTracker) GatherAllocatedState() (*structured.AllocatedState, error
 	if out.AggregatedCapacity == nil {
 		out.AggregatedCapacity = structured.NewConsumedCapacityCollection()
 	}
-	err = t.plannedDevices(func(id structured.DeviceID) { out.AllocatedDevices.Insert(id) },
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	t.releasedDevices(func(id structured.DeviceID) { out.AllocatedDevices.Delete(id) },
+		func(id structured.SharedDeviceID) { out.AllocatedSharedDeviceIDs.Delete(id) },
+		func(c structured.DeviceConsumedCapacity) { out.AggregatedCapacity.Remove(c) })
+	t.plannedDevices(func(id structured.DeviceID) { out.AllocatedDevices.Insert(id) },
 		func(id structured.SharedDeviceID) { out.AllocatedSharedDeviceIDs.Insert(id) },
 		func(c structured.DeviceConsumedCapacity) { out.AggregatedCapacity.Insert(c) })
-	return out, err
+	return out, nil
 }
 
 // SignalClaimPendingAllocation stages the allocation Reserve makes, for

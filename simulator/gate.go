@@ -30,20 +30,28 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 )
 
-// SharedState returns the framework options that carry the state the
-// scheduler shares between its plugins (clientset, informers, the DRA and
-// CSI managers), made as kube-scheduler makes them from inf.
-func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.SharedInformerFactory) ([]frameworkruntime.Option, error) {
+// Shared is the state the scheduler shares between its plugins.
+type Shared struct {
+	// Options carry it to a framework: clientset, informers, the DRA and
+	// CSI managers.
+	Options []frameworkruntime.Option
+	// DRA is the DRA manager among Options.
+	DRA fwk.SharedDRAManager
+}
+
+// SharedState returns the state the scheduler shares between its
+// plugins, made as kube-scheduler makes it from inf.
+func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.SharedInformerFactory) (Shared, error) {
 	dra, err := newDRAManager(ctx, cs, inf)
 	if err != nil {
-		return nil, err
+		return Shared{}, err
 	}
-	return []frameworkruntime.Option{
+	return Shared{DRA: dra, Options: []frameworkruntime.Option{
 		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithInformerFactory(inf),
 		frameworkruntime.WithSharedDRAManager(dra),
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
-	}, nil
+	}}, nil
 }
 
 // newDRAManager is the DRA manager kube-scheduler makes (its New and
@@ -116,7 +124,7 @@ type Gate struct {
 	infos  map[types.UID]podInfoOf
 
 	// for Scheduler: the shared state, registry and profile, as given.
-	opts     []frameworkruntime.Option
+	shared   Shared
 	registry frameworkruntime.Registry
 	profile  *config.KubeSchedulerProfile
 	exclude  []string
@@ -129,14 +137,14 @@ type Gate struct {
 // Start it before the first Check.
 func NewGate(ctx context.Context, registry frameworkruntime.Registry, cs kubernetes.Interface, profile *config.KubeSchedulerProfile, ignoreTaint string, exclude ...string) (*Gate, error) {
 	inf := informers.NewSharedInformerFactory(cs, 0)
-	opts, err := SharedState(ctx, cs, inf)
+	shared, err := SharedState(ctx, cs, inf)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &viewLister{},
-		opts: opts, registry: registry, profile: profile, exclude: exclude}
+		shared: shared, registry: registry, profile: profile, exclude: exclude}
 	g.current.set(NewCluster(nil, nil).Without())
-	g.fw, err = New(ctx, registry, Profile(profile, "bind-gate", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(g.current))...)
+	g.fw, err = New(ctx, registry, Profile(profile, "bind-gate", exclude...), append(slices.Clone(shared.Options), frameworkruntime.WithSnapshotSharedLister(g.current))...)
 	if err != nil {
 		return nil, fmt.Errorf("building the bind gate from profile %s: %w", profile.SchedulerName, err)
 	}
@@ -154,7 +162,7 @@ func NewGate(ctx context.Context, registry frameworkruntime.Registry, cs kuberne
 // informers its plugins asked for too. percentageOfNodesToScore is the
 // scheduler configuration's global value.
 func (g *Gate) Scheduler(ctx context.Context, percentageOfNodesToScore *int32) (*Scheduler, error) {
-	return NewScheduler(ctx, g.registry, g.profile, percentageOfNodesToScore, g.opts, g.exclude...)
+	return NewScheduler(ctx, g.registry, g.profile, percentageOfNodesToScore, g.shared, g.exclude...)
 }
 
 // bindingCycleOnly names the plugins of a profile that act in the

@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,22 +27,32 @@ type Scheduler struct {
 	fw      framework.Framework
 	current *viewLister
 	percent *int32
+	// devices is the DRA manager the framework reads, over the shared
+	// one, with each view's plans (nil without DRA).
+	devices *Devices
 
 	mu sync.Mutex // one placement at a time: the view is the framework's
 }
 
 // NewScheduler builds a Scheduler from profile (as it is in the
 // scheduler's configuration), its plugins from registry
-// (plugin/registry.All); opts carry the shared state (SharedState).
+// (plugin/registry.All); shared is the scheduler's shared state
+// (SharedState), its DRA manager read through each view's device plans.
 // exclude are plugins the scheduler registers that the simulator does not
 // run (VirtualNodes). percentageOfNodesToScore is the configuration's
 // global value, used when the profile sets none.
-func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, opts []frameworkruntime.Option, exclude ...string) (*Scheduler, error) {
+func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, shared Shared, exclude ...string) (*Scheduler, error) {
 	s := &Scheduler{current: &viewLister{}, percent: profile.PercentageOfNodesToScore}
 	if s.percent == nil {
 		s.percent = percentageOfNodesToScore
 	}
 	s.current.set(NewCluster(nil, nil).Without())
+	opts := shared.Options
+	if shared.DRA != nil {
+		s.devices = NewDevices(shared.DRA, nil)
+		registry = s.devices.Registry(registry)
+		opts = append(slices.Clone(opts), frameworkruntime.WithSharedDRAManager(s.devices))
+	}
 	var err error
 	s.fw, err = New(ctx, registry, Profile(profile, "disruption", exclude...), append(opts, frameworkruntime.WithSnapshotSharedLister(s.current))...)
 	if err != nil {
@@ -72,7 +83,7 @@ func (s *Scheduler) PlaceAny(ctx context.Context, view *View, pod *corev1.Pod) (
 func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *corev1.Pod, names []string) (string, *fwk.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.current.set(view)
+	s.setView(view)
 	state, pod, pre, status := s.preFilter(ctx, pod)
 	if status != nil {
 		return "", status
@@ -90,10 +101,7 @@ func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *corev1.Pod,
 			last = st
 			continue
 		}
-		if err := view.Bind(pod, name); err != nil {
-			return "", fwk.AsStatus(err)
-		}
-		return name, nil
+		return name, s.bind(ctx, view, state, pod, name)
 	}
 	return "", last
 }
@@ -101,15 +109,45 @@ func (s *Scheduler) PlaceAmong(ctx context.Context, view *View, pod *corev1.Pod,
 func (s *Scheduler) place(ctx context.Context, view *View, pod *corev1.Pod, first bool) (string, *fwk.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.current.set(view)
-	node, status := s.choose(ctx, view, pod, first)
+	s.setView(view)
+	state, pod, pre, status := s.preFilter(ctx, pod)
+	if status != nil {
+		return "", status
+	}
+	node, status := s.choose(ctx, view, state, pod, pre, first)
 	if !status.IsSuccess() {
 		return "", status
 	}
-	if err := view.Bind(pod, node); err != nil {
-		return "", fwk.AsStatus(err)
+	if st := s.bind(ctx, view, state, pod, node); !st.IsSuccess() {
+		return "", st
 	}
 	return node, nil
+}
+
+// setView points the framework at view: its nodes, and its device plans,
+// made on first use with the claims of the pods it evicts released.
+func (s *Scheduler) setView(view *View) {
+	s.current.set(view)
+	if s.devices == nil {
+		return
+	}
+	if view.plans == nil {
+		view.plans = newDevicePlans()
+		s.devices.release(view.plans, view.evicted())
+	}
+	s.devices.use(view.plans)
+}
+
+// bind counts pod (the copy PreFilter ran for) on node in view, and plans
+// the devices the DynamicResources plugin allocated it there, so that the
+// next pod placed finds them taken.
+func (s *Scheduler) bind(ctx context.Context, view *View, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	if s.devices != nil && len(pod.Spec.ResourceClaims) > 0 {
+		if st := s.devices.Plan(ctx, state, pod, node); !st.IsSuccess() {
+			return st
+		}
+	}
+	return fwk.AsStatus(view.Bind(pod, node))
 }
 
 // preFilter runs the PreFilter plugins for a copy of pod, unbound, as a
@@ -126,11 +164,7 @@ func (s *Scheduler) preFilter(ctx context.Context, pod *corev1.Pod) (fwk.CycleSt
 	return state, pod, pre, nil
 }
 
-func (s *Scheduler) choose(ctx context.Context, view *View, pod *corev1.Pod, first bool) (string, *fwk.Status) {
-	state, pod, pre, status := s.preFilter(ctx, pod)
-	if status != nil {
-		return "", status
-	}
+func (s *Scheduler) choose(ctx context.Context, view *View, state fwk.CycleState, pod *corev1.Pod, pre *fwk.PreFilterResult, first bool) (string, *fwk.Status) {
 	all, _ := view.NodeInfos().List()
 	want := feasibleToFind(s.percent, len(all))
 	if first {

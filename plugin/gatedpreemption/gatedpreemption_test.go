@@ -96,7 +96,7 @@ func postFilter(t *testing.T, plugin string, c cluster) answer {
 		t.Fatal(err)
 	}
 	snapshot := cache.NewSnapshot(c.pods, c.nodes)
-	fw, err := frameworkruntime.NewFramework(ctx, reg, profile, append(shared,
+	fw, err := frameworkruntime.NewFramework(ctx, reg, profile, append(shared.Options,
 		frameworkruntime.WithSnapshotSharedLister(snapshot), frameworkruntime.WithMutableSnapshotLister(snapshot), frameworkruntime.WithPodNominator(noNominations{}), frameworkruntime.WithPodActivator(noActivations{}),
 		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()), frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
 		frameworkruntime.WithEventRecorder(&events.FakeRecorder{}))...)

@@ -46,7 +46,7 @@ type harness struct {
 	// profile, shared and registry build the provisioner's simulator
 	// (repack).
 	profile  *config.KubeSchedulerProfile
-	shared   []frameworkruntime.Option
+	shared   simulator.Shared
 	registry frameworkruntime.Registry
 }
 
@@ -107,7 +107,7 @@ func newHarnessOf(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, e
 	if err != nil {
 		tb.Fatal(err)
 	}
-	live, err := frameworkruntime.NewFramework(ctx, reg, profile, append(shared, frameworkruntime.WithSnapshotSharedLister(snapshot))...)
+	live, err := frameworkruntime.NewFramework(ctx, reg, profile, append(slices.Clone(shared.Options), frameworkruntime.WithSnapshotSharedLister(snapshot))...)
 	if err != nil {
 		tb.Fatal(err)
 	}

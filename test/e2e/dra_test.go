@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -347,4 +349,131 @@ func TestDRAClaimsForTwoGPUsAndASharedClaim(t *testing.T) {
 		t.Errorf("claim shared: allocation %v, reserved for %d pods; want allocated, reserved for the four", claim.Status.Allocation, len(claim.Status.ReservedFor))
 	}
 	t.Logf("nodes %v; shared claim on %v", typeOf, sharedNodes)
+}
+
+// withGPUClaim gives a pod spec a claim from the ResourceClaimTemplate
+// template, for its container.
+func withGPUClaim(template string) func(*corev1.PodSpec) {
+	return func(spec *corev1.PodSpec) {
+		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}}
+		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	}
+}
+
+// TestConsolidationMovesGPUPodsWithTheirClaimsAllocatedAfresh: two
+// p5.4xlarge nodes (two H100s each, through the DRA driver) each run one
+// pod of a Deployment holding one GPU by a claim. Consolidation sees
+// that one node's pod fits the other node's free GPU, and removes a node:
+// the evicted pod's replacement runs on the node left, its new claim
+// allocated there by the scheduler on the GPU the other pod does not
+// hold, and no claim is left allocated on the node removed.
+func TestConsolidationMovesGPUPodsWithTheirClaimsAllocatedAfresh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	setUpGPUs(t, cs, kube)
+	const pool = "gpushrink"
+	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5.4xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption = v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+			ConsolidateAfter: "2s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}
+	})
+	nodeOf := func(selector string) (string, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning || pods.Items[0].DeletionTimestamp != nil {
+			return "", err
+		}
+		return pods.Items[0].Spec.NodeName, nil
+	}
+	// a on a first node, whose second GPU a pod with no controller
+	// holds while b is created, so that b gets a node of its own.
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment("a", pool, 1, withGPUClaim("gpu-40")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	poll(t, "a Running", func() (bool, error) {
+		n, err := nodeOf("app=a")
+		first = n
+		return n != "", err
+	})
+	hold := gpuPod("hold", "gpu-40")
+	hold.Spec.NodeSelector = map[string]string{"team": pool}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, hold, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "hold Running on a's node", func() (bool, error) {
+		n, err := nodeOf("app=gpus")
+		return n == first, err
+	})
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment("b", pool, 1, withGPUClaim("gpu-40")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var second string
+	poll(t, "b Running", func() (bool, error) {
+		n, err := nodeOf("app=b")
+		second = n
+		return n != "", err
+	})
+	if second == first {
+		t.Fatalf("b runs on a's node %s, whose two GPUs a and hold hold", first)
+	}
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "hold", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	var left string
+	pollFor(t, 3*time.Minute, "a and b Running on one node, the pool's only one", func() (bool, error) {
+		n, err := poolNodes(ctx, cs, pool)
+		if err != nil || n != 1 {
+			return false, err
+		}
+		na, err := nodeOf("app=a")
+		if err != nil {
+			return false, err
+		}
+		nb, err := nodeOf("app=b")
+		left = na
+		return na != "" && na == nb, err
+	})
+	t.Logf("nodes %s and %s consolidated onto %s in %s", first, second, left, time.Since(deleted).Round(time.Second))
+	gone := first
+	if left == first {
+		gone = second
+	}
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonDisrupting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool { return e.Action == string(v1alpha1.DisruptionReasonUnderutilized) }) {
+		t.Errorf("no %s Event with action %s: consolidation did not remove the node", v1alpha1.ReasonDisrupting, v1alpha1.DisruptionReasonUnderutilized)
+	}
+	poll(t, "the claims of a and b allocated on "+left+", on two GPUs, none left on "+gone, func() (bool, error) {
+		claims, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		devices := map[string]bool{}
+		for _, c := range claims.Items {
+			if c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Pool == gone {
+					return false, fmt.Errorf("claim %s still allocated %s on %s, which was removed", c.Name, r.Device, gone)
+				}
+				if r.Pool != left {
+					return false, fmt.Errorf("claim %s allocated %s/%s, want a device of %s", c.Name, r.Pool, r.Device, left)
+				}
+				devices[r.Device] = true
+			}
+		}
+		if len(devices) != 2 {
+			return false, fmt.Errorf("devices %v allocated, want two of %s", devices, left)
+		}
+		return true, nil
+	})
 }
