@@ -183,6 +183,12 @@ const (
 	// EC2NodeClass) offering instance types on demand without their
 	// region's price, at a stand-in region's price or at none.
 	ReasonOnDemandPricesUnknown = "OnDemandPricesUnknown"
+	// ReasonDevicesCorrected: a Warning on a NodePool one of whose running
+	// nodes publishes other DRA devices than its instance type's template
+	// (the provider's or a DeviceTemplate's) said, naming the node, the
+	// type, the driver and both device lists; the pool's catalog then
+	// carries what the node publishes. Once per content.
+	ReasonDevicesCorrected = "DevicesCorrected"
 )
 
 // The actions of Nodeforge's Events: what it was doing when it recorded
@@ -212,4 +218,7 @@ const (
 	// ActionPriceInstanceTypes: pricing the instance types a NodePool
 	// offers.
 	ActionPriceInstanceTypes = "PriceInstanceTypes"
+	// ActionPublishCatalog: publishing the instance type catalog of a
+	// NodePool.
+	ActionPublishCatalog = "PublishCatalog"
 )

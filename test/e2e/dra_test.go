@@ -21,6 +21,8 @@ import (
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
 	"github.com/nodeforge/nodeforge/manifests"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
 // setUpGPUs checks the sandbox ships the NVIDIA driver's DeviceClass, and
@@ -476,4 +478,114 @@ func TestConsolidationMovesGPUPodsWithTheirClaimsAllocatedAfresh(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// gpusOf is how many devices of gpu.nvidia.com the pool's catalog says
+// a node of instanceType has.
+func gpusOf(ctx context.Context, kube client.Client, pool, instanceType string) (int, error) {
+	types, err := cluster.InstanceTypesOf(ctx, kube, pool)
+	if err != nil {
+		return 0, err
+	}
+	for _, it := range types {
+		if it.Name != instanceType {
+			continue
+		}
+		for _, s := range it.ResourceSlices {
+			if s.Driver == cloudprovider.DriverNVIDIAGPU {
+				return len(s.Devices), nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// TestANodeCorrectsAWrongDeviceTemplate: a DeviceTemplate says that a
+// p5.2xlarge has two H100s (it has one). A pod claiming two GPUs is
+// nominated to a p5.2xlarge, the cheapest type said to have them; its
+// node's driver publishes one GPU; the bind gate refuses the pod there and
+// its nomination is cleared; the pool's catalog takes the node's one GPU
+// for p5.2xlarge and says so in an Event; the pod, decided afresh, runs on
+// a p5.4xlarge with its claim allocated two GPUs there.
+func TestANodeCorrectsAWrongDeviceTemplate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	setUpGPUs(t, cs, kube)
+	two, err := cloudprovider.NVIDIAGPUSlice("h100", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := &v1alpha1.DeviceTemplate{ObjectMeta: metav1.ObjectMeta{Name: "p5-2xlarge-two-gpus"}, Spec: v1alpha1.DeviceTemplateSpec{
+		Requirements:   []corev1.NodeSelectorRequirement{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5.2xlarge"}}},
+		ResourceSlices: []v1alpha1.ResourceSliceTemplate{two},
+	}}
+	if err := kube.Create(ctx, wrong); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the catalog saying p5.2xlarge has two GPUs", func() (bool, error) {
+		n, err := gpusOf(ctx, kube, "gpus", "p5.2xlarge")
+		return n == 2, err
+	})
+	pair := gpuClaimTemplate("gpu-pair", "40Gi")
+	pair.Spec.Spec.Devices.Requests[0].Exactly.Count = 2
+	pair.Spec.Spec.Devices.Requests[0].Exactly.AllocationMode = resourcev1.DeviceAllocationModeExactCount
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, pair, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, gpuPod("pair", "gpu-pair"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var node corev1.Node
+	pollFor(t, 3*time.Minute, "pod pair Running", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "pair", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			return false, err
+		}
+		return true, kube.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node)
+	})
+	t.Logf("pod pair Running on %s (%s) %s after it was made", node.Name, node.Labels[corev1.LabelInstanceTypeStable], time.Since(start).Round(time.Second))
+	if it := node.Labels[corev1.LabelInstanceTypeStable]; it != "p5.4xlarge" {
+		t.Errorf("pod pair runs on a %s, want a p5.4xlarge: the only type with two GPUs", it)
+	}
+	if n, err := gpusOf(ctx, kube, "gpus", "p5.2xlarge"); err != nil || n != 1 {
+		t.Errorf("the catalog says p5.2xlarge has %d GPUs (err %v), want the 1 its node publishes", n, err)
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: "gpus"}); err != nil {
+		t.Fatal(err)
+	}
+	var launched []string
+	for _, nc := range claims.Items {
+		launched = append(launched, nc.Status.InstanceType)
+	}
+	if !slices.Contains(launched, "p5.2xlarge") {
+		t.Errorf("nodeclaims of %v: the pod was never nominated to the p5.2xlarge its template promised, so nothing was corrected", launched)
+	}
+	_, notes, err := podEvents(ctx, cs, "pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, "refused by scheduler plugin DynamicResources") }) {
+		t.Errorf("pod pair's events %q: none says DynamicResources refused it on the p5.2xlarge", notes)
+	}
+	evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonDevicesCorrected})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+		return e.Regarding.Kind == "NodePool" && e.Regarding.Name == "gpus" && strings.Contains(e.Note, "of type p5.2xlarge publishes 1 device (gpu-0) of DRA driver gpu.nvidia.com where the template said 2 devices (gpu-0, gpu-1)")
+	}) {
+		t.Errorf("no %s Event on pool gpus naming p5.2xlarge's one GPU against the template's two; have %d", v1alpha1.ReasonDevicesCorrected, len(evs.Items))
+	}
+	c, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range c.Items {
+		if rc.Status.Allocation == nil || len(rc.Status.Allocation.Devices.Results) != 2 || rc.Status.Allocation.Devices.Results[0].Pool != node.Name {
+			t.Errorf("claim %s allocation %v, want two GPUs of %s", rc.Name, rc.Status.Allocation, node.Name)
+		}
+	}
 }

@@ -216,7 +216,7 @@ func watcher(ctx context.Context, resourceVersion string) (watch.Interface, erro
 func startCatalog(t *testing.T, ctx context.Context, source catalog.Source, unavailable *cloudprovider.UnavailableOfferings) {
 	t.Helper()
 	mgr := newManager(t)
-	if err := catalog.NewController(mgr.GetClient(), source, unavailable).SetupWithManager(mgr); err != nil {
+	if err := catalog.NewController(mgr.GetClient(), source, unavailable, nil).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

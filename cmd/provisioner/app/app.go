@@ -312,7 +312,7 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	catalogs := catalog.NewController(mgr.GetClient(), measured, unavailable)
+	catalogs := catalog.NewController(mgr.GetClient(), measured, unavailable, recorder)
 	if err := catalogs.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -225,6 +225,33 @@ func NewCatalog(path string) (*Catalog, error) {
 // Name is the provider's name.
 func (c *Catalog) Name() string { return "simulated" }
 
+// driverSlices are the slices the DRA drivers of a node of type it
+// publish once it runs: for a driver the simulated cloud's own types
+// carry (gpu.nvidia.com), what its own type of that name has, whatever
+// the catalog the launch was decided from said (a DeviceTemplate may be
+// wrong, and a driver publishes what the hardware has); for any other
+// driver, a DeviceTemplate's, as the user's own driver would publish it
+// (the sandbox runs no such driver).
+func (c *Catalog) driverSlices(it v1alpha1.InstanceType) []v1alpha1.ResourceSliceTemplate {
+	own := map[string]bool{}
+	var truth []v1alpha1.ResourceSliceTemplate
+	for _, t := range c.types {
+		for _, s := range t.ResourceSlices {
+			own[s.Driver] = true
+		}
+		if t.Name == it.Name {
+			truth = t.ResourceSlices
+		}
+	}
+	out := slices.Clone(truth)
+	for _, s := range it.ResourceSlices {
+		if !own[s.Driver] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // InstanceTypes returns every instance type of the catalog: simulated node
 // classes do not change what a pool can launch.
 func (c *Catalog) InstanceTypes(context.Context, *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {

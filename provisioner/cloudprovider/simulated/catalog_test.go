@@ -4,7 +4,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 )
 
 // TestAllocatable checks the reservation formulas on sizes worked by hand.
@@ -63,5 +67,33 @@ func TestDefaultCatalog(t *testing.T) {
 	}
 	if len(types) < 40 || !archs["amd64"] || !archs["arm64"] || len(zones) != 3 || minCPU != 2 || maxCPU < 64 || gpus == 0 {
 		t.Errorf("catalog: %d types, archs %v, zones %v, cpu %d..%d, %d GPU types", len(types), archs, zones, minCPU, maxCPU, gpus)
+	}
+}
+
+// TestNodesPublishWhatTheirHardwareHas: a launch decided from a catalog
+// whose p5.2xlarge a DeviceTemplate says has two GPUs (and an FPGA) gets
+// a node whose NVIDIA driver publishes the one GPU a p5.2xlarge has, and
+// the FPGA driver's slice as the template says, the sandbox running no
+// such driver of its own.
+func TestNodesPublishWhatTheirHardwareHas(t *testing.T) {
+	c, err := NewCatalog("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := cloudprovider.NVIDIAGPUSlice("h100", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpga := v1alpha1.ResourceSliceTemplate{Driver: "fpga.example.com", Devices: []resourcev1.Device{{Name: "fpga-0"}}}
+	got := c.driverSlices(v1alpha1.InstanceType{Name: "p5.2xlarge", ResourceSlices: []v1alpha1.ResourceSliceTemplate{two, fpga}})
+	devices := map[string]int{}
+	for _, s := range got {
+		devices[s.Driver] = len(s.Devices)
+	}
+	if len(devices) != 2 || devices[cloudprovider.DriverNVIDIAGPU] != 1 || devices["fpga.example.com"] != 1 {
+		t.Errorf("a p5.2xlarge node publishes %v, want 1 device of %s and 1 of fpga.example.com", devices, cloudprovider.DriverNVIDIAGPU)
+	}
+	if got := c.driverSlices(v1alpha1.InstanceType{Name: "c7.large", ResourceSlices: []v1alpha1.ResourceSliceTemplate{two}}); len(got) != 0 {
+		t.Errorf("a c7.large node, which has no GPU, publishes %v", got)
 	}
 }

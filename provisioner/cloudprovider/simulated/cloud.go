@@ -231,7 +231,7 @@ func (c *Cloud) Create(ctx context.Context, l cloudprovider.Launch) (*cloudprovi
 				NodeClaim: l.NodeClaim, NodePool: l.NodePool, Launched: c.now(),
 			},
 			ClaimUID: l.ClaimUID, NodeName: "sim-" + id, Labels: l.Template.NodeLabels(&o.InstanceType, o.Zone, o.CapacityType), Annotations: l.Template.Annotations, Taints: l.Template.RegistrationTaints(),
-			RegisterAt: c.now().Add(delay), NeverRegister: never, NodeClass: class.Name, ResourceSlices: o.InstanceType.ResourceSlices,
+			RegisterAt: c.now().Add(delay), NeverRegister: never, NodeClass: class.Name, ResourceSlices: c.Catalog.driverSlices(o.InstanceType),
 		}
 		if devices > 0 {
 			r.DevicesAt = r.RegisterAt.Add(devices)

@@ -14,11 +14,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,12 +54,20 @@ type Controller struct {
 	source      Source
 	unavailable *cloudprovider.UnavailableOfferings
 	changed     chan ctrlevent.GenericEvent
+	recorder    events.EventRecorder
+
+	mu sync.Mutex
+	// corrected is what was last said of each device template a node
+	// corrected, by pool/type/driver.
+	corrected map[string]string
 }
 
 // NewController returns a Controller publishing what source offers, with
-// the offerings in unavailable marked so until they expire.
-func NewController(c client.Client, source Source, unavailable *cloudprovider.UnavailableOfferings) *Controller {
-	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan ctrlevent.GenericEvent, 1024)}
+// the offerings in unavailable marked so until they expire. A device
+// template a running node contradicts is recorded on its pool through
+// recorder (which may be nil).
+func NewController(c client.Client, source Source, unavailable *cloudprovider.UnavailableOfferings, recorder events.EventRecorder) *Controller {
+	ctrl := &Controller{client: c, source: source, unavailable: unavailable, changed: make(chan ctrlevent.GenericEvent, 1024), recorder: recorder, corrected: map[string]string{}}
 	unavailable.OnChange(ctrl.RepublishAll)
 	return ctrl
 }
@@ -78,8 +89,9 @@ func (c *Controller) RepublishAll() {
 
 // SetupWithManager registers the controller: a pool's catalog is rewritten
 // when the pool changes or one of its objects is changed by someone else,
-// when offerings become unavailable or available again, and every
-// Republish.
+// when a DeviceTemplate changes or one of its nodes publishes
+// ResourceSlices, when offerings become unavailable or available again,
+// and every Republish.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodepool.catalog").
@@ -96,6 +108,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return out
 		})).
+		Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(c.poolsOfSlice)).
 		WatchesRawSource(source.Channel(c.changed, &handler.EnqueueRequestForObject{})).
 		Complete(c)
 }
@@ -129,6 +142,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("listing DeviceTemplates: %w", err)
 	}
 	types = withTemplates(types, templates.Items)
+	types, fixes, err := c.withObserved(ctx, &pool, types)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	c.reportCorrections(ctx, &pool, fixes)
 	next := c.markUnavailable(types)
 	// Published again every Republish at the latest: what a provider
 	// offers changes without any object changing (spot prices, the memory

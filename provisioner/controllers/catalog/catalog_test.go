@@ -138,7 +138,7 @@ func TestReconcilePublishesOneObjectPerFamily(t *testing.T) {
 	pool := nodePool("default")
 	kube, _ := newKube(t, pool)
 	source := staticSource{simpleType("m5.large", "amd64"), simpleType("m5.xlarge", "amd64"), simpleType("c7g.large", "arm64"), simpleType("t2", "amd64")}
-	c := NewController(kube, source, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, source, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	reconcileAll(t, c, pool)
 
 	if diff := cmp.Diff([]string{"default.c7g", "default.m5", "default.t2"}, catalogNames(t, kube)); diff != "" {
@@ -191,7 +191,7 @@ func TestReadersNeverSeeAPartCatalog(t *testing.T) {
 		seen = append(seen, names)
 	}
 	source := staticSource{simpleType("c5.large", "amd64"), simpleType("m5.large", "amd64"), simpleType("r5.large", "amd64"), simpleType("t3.large", "amd64")}
-	c := NewController(kube, source, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, source, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	check := func(step string, before, after []string) {
 		t.Helper()
 		for i, names := range seen {
@@ -249,7 +249,7 @@ func TestNoFamilyIsDeletedWhileAnotherWaitsForItsUpdate(t *testing.T) {
 	ctx := context.Background()
 	pool := nodePool("default", v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"m5.large", "c5.large"}})
 	kube, w := newKube(t, pool)
-	c := NewController(kube, staticSource{simpleType("c5.large", "amd64"), simpleType("m5.large", "amd64")}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, staticSource{simpleType("c5.large", "amd64"), simpleType("m5.large", "amd64")}, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	reconcileAll(t, c, pool)
 	if err := kube.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestNoFamilyIsDeletedWhileAnotherWaitsForItsUpdate(t *testing.T) {
 func TestReconcileWithNothingChangedWritesNothing(t *testing.T) {
 	pool := nodePool("default")
 	kube, w := newKube(t, pool)
-	c := NewController(kube, staticSource{simpleType("m5.large", "amd64"), simpleType("c7g.large", "arm64")}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, staticSource{simpleType("m5.large", "amd64"), simpleType("c7g.large", "arm64")}, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	reconcileAll(t, c, pool)
 	w.reset()
 	reconcileAll(t, c, pool)
@@ -303,7 +303,7 @@ func TestReconcileDeletesTheObjectsOfFamiliesThePoolNoLongerHas(t *testing.T) {
 	unsplit := &v1alpha1.InstanceTypeCatalog{ObjectMeta: metav1.ObjectMeta{Name: "default",
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, v1alpha1.SchemeGroupVersion.WithKind("NodePool"))}}}
 	kube, w := newKube(t, pool, handWritten, unsplit)
-	c := NewController(kube, staticSource{simpleType("m5.large", "amd64"), simpleType("c7g.large", "arm64")}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, staticSource{simpleType("m5.large", "amd64"), simpleType("c7g.large", "arm64")}, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	reconcileAll(t, c, pool)
 	if diff := cmp.Diff([]string{"by-hand", "default.c7g", "default.m5"}, catalogNames(t, kube)); diff != "" {
 		t.Errorf("catalog objects after the first publish (-want,+got):\n%s", diff)
@@ -343,7 +343,7 @@ func TestOneMarkWritesOneObjectPerPoolOfferingTheType(t *testing.T) {
 	}
 	source = append(source, simpleType("c7g.large", "arm64"), simpleType("m7g.large", "arm64"))
 	unavailable := cloudprovider.NewUnavailableOfferings(time.Minute)
-	c := NewController(kube, source, unavailable)
+	c := NewController(kube, source, unavailable, nil)
 	reconcileAll(t, c, all, amd, arm)
 	if got := len(w.reset()); got != 5+3+2 {
 		t.Fatalf("the first publish wrote %d objects, want 10 (5 families of all, 3 of amd, 2 of arm)", got)
@@ -514,7 +514,7 @@ func TestTheCatalogIsPublishedAgainWhenTheProviderChangesItsMind(t *testing.T) {
 	pool := nodePool("default")
 	kube, w := newKube(t, pool)
 	types := []v1alpha1.InstanceType{simpleType("m5.large", "amd64")}
-	c := NewController(kube, changingSource{&types}, cloudprovider.NewUnavailableOfferings(time.Minute))
+	c := NewController(kube, changingSource{&types}, cloudprovider.NewUnavailableOfferings(time.Minute), nil)
 	res, err := c.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pool)})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
@@ -454,7 +455,7 @@ func (i *initializer) slicesPending(ctx context.Context, nc *v1alpha1.NodeClaim,
 	}
 	var missing []string
 	for _, t := range catalog[k].ResourceSlices {
-		if !poolComplete(published.Items, t.Driver) {
+		if _, ok := nodeshape.PublishedDevices(published.Items, t.Driver); !ok {
 			missing = append(missing, t.Driver)
 		}
 	}
@@ -462,23 +463,6 @@ func (i *initializer) slicesPending(ctx context.Context, nc *v1alpha1.NodeClaim,
 		return "", nil
 	}
 	return "ResourceSlices of DRA driver " + strings.Join(missing, ", ") + " (pods have ResourceClaims)", nil
-}
-
-// poolComplete says whether slices hold a whole pool of driver's: as many
-// slices of one pool and generation as the pool says it has.
-func poolComplete(published []resourcev1.ResourceSlice, driver string) bool {
-	count := map[string]int64{}
-	for _, s := range published {
-		if s.Spec.Driver != driver {
-			continue
-		}
-		key := fmt.Sprintf("%s/%d", s.Spec.Pool.Name, s.Spec.Pool.Generation)
-		count[key]++
-		if count[key] >= s.Spec.Pool.ResourceSliceCount {
-			return true
-		}
-	}
-	return false
 }
 
 func ready(n *corev1.Node) bool {
