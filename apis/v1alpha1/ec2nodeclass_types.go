@@ -110,6 +110,22 @@ type EC2NodeClassSpec struct {
 	// +listType=atomic
 	// +optional
 	CapacityReservationSelectorTerms []CapacityReservationSelectorTerm `json:"capacityReservationSelectorTerms,omitempty"`
+	// DRADrivers are the DRA drivers the class's nodes run, whose devices
+	// Nodeforge describes for instance types not yet launched: only
+	// gpu.nvidia.com (the NVIDIA GPU DRA driver) yet. A type whose GPUs
+	// that driver publishes then carries its ResourceSlice template and no
+	// nvidia.com/gpu, since the DRA driver replaces the device plugin on
+	// those nodes; every node of the class is labelled
+	// dra.nodeforge.dev/<driver>: "true" (LabelDRADriver), which the
+	// driver's DaemonSet can select and the device plugin's avoid. Unset:
+	// the nodes run the device plugins. DeviceTemplates describe any
+	// other driver.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:message="draDrivers: only gpu.nvidia.com is supported yet; describe another driver's devices with a DeviceTemplate",rule="self.all(d, d == 'gpu.nvidia.com')"
+	// +listType=set
+	// +optional
+	DRADrivers []string `json:"draDrivers,omitempty"`
 }
 
 // CapacityReservationSelectorTerm selects capacity reservations by id, or

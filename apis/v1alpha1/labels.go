@@ -36,6 +36,14 @@ const (
 	LabelCapacityReservationID          = Group + "/capacity-reservation-id"
 	LabelKarpenterCapacityReservationID = "karpenter.k8s.aws/capacity-reservation-id"
 
+	// LabelDRADriverPrefix, followed by a DRA driver's name
+	// (LabelDRADriver), labels a node "true" when its node class says the
+	// node runs that driver (EC2NodeClass spec.draDrivers): the kubelet
+	// registers with it, and the virtual nodes of the class carry it, so
+	// the driver's DaemonSet can select such nodes and a device plugin's
+	// DaemonSet avoid them.
+	LabelDRADriverPrefix = "dra." + Group + "/"
+
 	// TaintBinding is the startup taint the provisioner puts on a node it
 	// adopts, so that the default scheduler does not take the room meant for
 	// the pods nominated to it; it is removed once they are bound.
@@ -220,6 +228,9 @@ var familyParts = regexp.MustCompile(`^([a-z]+)(?:-[0-9]+tb)?([0-9]+)`)
 // of its subdomains. Users may not set these on a NodePool: Nodeforge owns them.
 // The same expression appears in the CEL rules of the types below.
 var reservedKey = regexp.MustCompile(`^([^/]*\.)?nodeforge\.dev/`)
+
+// LabelDRADriver is the label of nodes that run the DRA driver named.
+func LabelDRADriver(driver string) string { return LabelDRADriverPrefix + driver }
 
 // IsReservedKey reports whether a label or taint key belongs to Nodeforge.
 func IsReservedKey(key string) bool { return reservedKey.MatchString(key) }

@@ -91,6 +91,11 @@ func TestEC2NodeClassValidation(t *testing.T) {
 			wantErr: `Unsupported value: "sometimes": supported values: "required", "optional"`},
 		{name: "throughput on a gp2 volume is refused", edit: []string{"spec.blockDeviceMappings=[{deviceName: /dev/xvda, ebs: {volumeSize: 20, volumeType: gp2, throughput: 200}}]"},
 			wantErr: "iops and throughput can only be set on gp3, io1 and io2 volumes"},
+		{name: "the NVIDIA GPU DRA driver is accepted", edit: []string{"spec.draDrivers=[gpu.nvidia.com]"}},
+		{name: "a DRA driver Nodeforge does not describe yet is refused, pointing at DeviceTemplates", edit: []string{"spec.draDrivers=[dra.net]"},
+			wantErr: "draDrivers: only gpu.nvidia.com is supported yet; describe another driver's devices with a DeviceTemplate"},
+		{name: "a DRA driver named twice is refused", edit: []string{"spec.draDrivers=[gpu.nvidia.com, gpu.nvidia.com]"},
+			wantErr: `spec.draDrivers[1]: Duplicate value: "gpu.nvidia.com"`},
 		{name: "two root volumes are refused", edit: []string{"spec.blockDeviceMappings=[{deviceName: /dev/xvda, rootVolume: true, ebs: {volumeSize: 20}}, {deviceName: /dev/xvdb, rootVolume: true, ebs: {volumeSize: 20}}]"},
 			wantErr: "at most one block device mapping may be the root volume"},
 	}
