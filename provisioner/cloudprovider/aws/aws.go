@@ -174,6 +174,9 @@ type Provider struct {
 	// reservations counts the room left in capacity reservations
 	// (reservations.go).
 	reservations reservationLedger
+	// unknownGPUModels are the NVIDIA GPU models already logged as
+	// having no DRA template (dra.go).
+	unknownGPUModels sync.Map
 }
 
 var _ cloudprovider.CloudProvider = &Provider{}

@@ -2,6 +2,7 @@ package aws
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -201,7 +202,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, pool *v1alpha1.NodePool) (
 		if _, ok := imageFor(classAMIs(class), arch, variantOf(info)); class != nil && !ok {
 			continue
 		}
-		it := p.instanceType(info, class)
+		it := p.instanceType(ctx, info, class)
 		for _, zone := range cat.offered[name] {
 			if class != nil && !zones[zone] {
 				continue
@@ -335,8 +336,9 @@ func architecture(info ec2types.InstanceTypeInfo) string {
 	return ""
 }
 
-// instanceType describes one type as nodes of the class will have it.
-func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.EC2NodeClass) v1alpha1.InstanceType {
+// instanceType describes one type as nodes of the class will have it,
+// under the class's kubelet settings and DRA drivers (dra.go).
+func (p *Provider) instanceType(ctx context.Context, info ec2types.InstanceTypeInfo, class *v1alpha1.EC2NodeClass) v1alpha1.InstanceType {
 	var kubelet *v1alpha1.KubeletConfiguration
 	var bdm []v1alpha1.BlockDeviceMapping
 	if class != nil {
@@ -347,15 +349,19 @@ func (p *Provider) instanceType(info ec2types.InstanceTypeInfo, class *v1alpha1.
 		capacity[corev1.ResourceMemory] = measured
 	}
 	reservedPods, _ := Pods(info, kubelet)
-	return v1alpha1.InstanceType{
+	labels := p.labels(info)
+	maps.Copy(labels, draLabels(class))
+	it := v1alpha1.InstanceType{
 		Name: string(info.InstanceType),
 		// What the kubelet and the cloud's node controller label every
 		// node of the type with, beside its name and zone: a pod that
 		// selects on them must be judged on the node that will register.
-		Labels:      p.labels(info),
+		Labels:      labels,
 		Capacity:    capacity,
 		Allocatable: Allocatable(capacity, reservedPods, kubelet),
 	}
+	p.withDRADrivers(ctx, info, class, &it)
+	return it
 }
 
 // labels are what a node of the type is labelled with beside its name and

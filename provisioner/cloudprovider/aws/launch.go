@@ -77,9 +77,10 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	ami := image.ID
 	// The kubelet sets the instance type's own labels (instance type,
 	// zone, region, architecture, operating system) when it registers;
-	// the user data carries the claim's and the capacity type (Nodeforge's key and Karpenter's), the same
-	// for every offer of the fleet.
+	// the user data carries the claim's, the capacity type (Nodeforge's key and Karpenter's) and
+	// the class's DRA drivers (dra.go), the same for every offer of the fleet.
 	labels := maps.Clone(l.Template.Labels)
+	maps.Copy(labels, draLabels(class))
 	labels[v1alpha1.LabelCapacityType] = capacityType
 	labels[v1alpha1.LabelKarpenterCapacityType] = capacityType
 	short := &addressShortage{class: class.Name}
