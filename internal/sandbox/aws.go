@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -236,7 +237,10 @@ func (s *Sandbox) SpotInterruption(ctx context.Context, instanceID string, sent 
 // nodeadm, the kubelet, the device plugins and the VPC resource controller
 // would give it (package eksnode), security groups for pods on, and the
 // cloud provider's uninitialised taint, which it lifts after a moment as
-// the cloud controller manager does once it has initialised the node.
+// the cloud controller manager does once it has initialised the node;
+// then the ResourceSlices of the DRA drivers the node runs (the NVIDIA
+// GPU driver's on a node labelled for it) are published, as their
+// kubelet plugins publish them once they start.
 func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
 	it, ok := r.types[in.Type]
 	if !ok {
@@ -263,7 +267,11 @@ func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
 		Status:     corev1.NodeStatus{Capacity: joined.Capacity, Allocatable: joined.Allocatable},
 	}
 	cs := r.cs.Load()
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	}
+	if err != nil {
 		return err
 	}
 	select {
@@ -271,7 +279,21 @@ func (r *awsRegion) boot(ctx context.Context, in ec2fake.Instance) error {
 		return nil
 	case <-time.After(cloudInitDelay):
 	}
-	return initialize(ctx, cs, node.Name)
+	if err := initialize(ctx, cs, node.Name); err != nil {
+		return err
+	}
+	return publishSlices(ctx, cs, joined.Slices(created))
+}
+
+// publishSlices creates the ResourceSlices the node's DRA drivers
+// publish once their kubelet plugins run on it (eksnode.Node.Slices).
+func publishSlices(ctx context.Context, cs kubernetes.Interface, published []resourcev1.ResourceSlice) error {
+	for i := range published {
+		if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &published[i], metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("ResourceSlice %s: %w", published[i].Name, err)
+		}
+	}
+	return nil
 }
 
 // cloudInitDelay is how long the sandbox's cloud controller manager takes

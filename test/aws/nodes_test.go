@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -82,9 +83,75 @@ func TestVirtualNodeIsTheRegisteredNode(t *testing.T) {
 	}
 }
 
+// TestDRATemplatesAreTheRegisteredNodesSlices: under a class whose nodes
+// run the NVIDIA GPU DRA driver, every type is launched and booted as in
+// TestVirtualNodeIsTheRegisteredNode (the same figures, nvidia.com/gpu on
+// neither side), and each type's slice templates are what its node
+// publishes: the same drivers, the same devices by name, each template
+// attribute and capacity equal on the node's device (which adds its own:
+// uuid, versions, PCI). A type with NVIDIA GPUs but no template publishes
+// no slice, and the node has the driver's label the virtual node has.
+func TestDRATemplatesAreTheRegisteredNodesSlices(t *testing.T) {
+	r := realRegion(t)
+	spec := r.class.Spec.DeepCopy()
+	spec.DRADrivers = []string{cloudprovider.DriverNVIDIAGPU}
+	class := r.resolve(t, className(t)+"-dra", *spec)
+	pool := r.pool()
+	pool.Spec.Template.Spec.NodeClassRef.Name = class.Name
+	types, err := r.provider.InstanceTypes(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := v1alpha1.LabelDRADriver(cloudprovider.DriverNVIDIAGPU)
+	withTemplates := 0
+	for _, it := range types {
+		if it.Labels[v1alpha1.LabelInstanceGPUManufacturer] != "nvidia" {
+			continue // no NVIDIA GPUs: TestVirtualNodeIsTheRegisteredNode holds it
+		}
+		node := r.checkNodeOf(t, pool, class, it)
+		if it.Labels[label] != "true" || node.Labels[label] != "true" {
+			t.Errorf("%s: label %s virtual %q, registered %q; want true on both", it.Name, label, it.Labels[label], node.Labels[label])
+		}
+		published := node.Slices(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-of-" + it.Name}})
+		if len(it.ResourceSlices) != len(published) {
+			t.Errorf("%s: %d slice templates, the node publishes %d slices", it.Name, len(it.ResourceSlices), len(published))
+			continue
+		}
+		if len(published) > 0 {
+			withTemplates++
+		}
+		for i, tmpl := range it.ResourceSlices {
+			got := published[i]
+			if got.Spec.Driver != tmpl.Driver || len(got.Spec.Devices) != len(tmpl.Devices) {
+				t.Errorf("%s: template %s of %d devices, the node publishes %s with %d", it.Name, tmpl.Driver, len(tmpl.Devices), got.Spec.Driver, len(got.Spec.Devices))
+				continue
+			}
+			for j, want := range tmpl.Devices {
+				d := got.Spec.Devices[j]
+				if d.Name != want.Name {
+					t.Errorf("%s: device %d named %s, the node's %s", it.Name, j, want.Name, d.Name)
+				}
+				for k, v := range want.Attributes {
+					if diff := cmp.Diff(v, d.Attributes[k]); diff != "" {
+						t.Errorf("%s %s: attribute %s (-template,+node):\n%s", it.Name, want.Name, k, diff)
+					}
+				}
+				for k, v := range want.Capacity {
+					if has := d.Capacity[k].Value; has.Cmp(v.Value) != 0 {
+						t.Errorf("%s %s: capacity %s %s, the node's %s", it.Name, want.Name, k, v.Value.String(), has.String())
+					}
+				}
+			}
+		}
+	}
+	if withTemplates == 0 {
+		t.Error("no type carried a template: the region's GPU types are not what the test expects")
+	}
+}
+
 // checkNodeOf launches one instance of it for a claim whose pods ask for
-// each of its devices, boots it, and compares.
-func (r *region) checkNodeOf(t *testing.T, pool *v1alpha1.NodePool, class *v1alpha1.EC2NodeClass, it v1alpha1.InstanceType) {
+// each of its devices, boots it, compares, and returns the node.
+func (r *region) checkNodeOf(t *testing.T, pool *v1alpha1.NodePool, class *v1alpha1.EC2NodeClass, it v1alpha1.InstanceType) eksnode.Node {
 	t.Helper()
 	ctx := context.Background()
 	o := it.Offerings[0]
@@ -122,6 +189,7 @@ func (r *region) checkNodeOf(t *testing.T, pool *v1alpha1.NodePool, class *v1alp
 	if diff := resourcesDiff(it.Allocatable, node.Allocatable); diff != "" {
 		t.Errorf("%s allocatable, virtual node against registered node:\n%s", it.Name, diff)
 	}
+	return node
 }
 
 // boot is the node the instance registers, as its kubelet reports it.

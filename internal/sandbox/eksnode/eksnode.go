@@ -21,7 +21,9 @@
 //     nodefs.available 10%, as nodeadm leaves them unless the config sets
 //     them;
 //   - devices: NVIDIA's, AMD's and Habana's device plugins count their
-//     GPUs; the Neuron device plugin registers aws.amazon.com/neuron
+//     GPUs, but on a node that runs the NVIDIA GPU DRA driver (labelled
+//     for its DaemonSet, dra.go), where that driver publishes the NVIDIA
+//     GPUs as ResourceSlices instead; the Neuron device plugin registers aws.amazon.com/neuron
 //     (devices) and aws.amazon.com/neuroncore (cores); the EFA device
 //     plugin counts the EFA interfaces attached; the VPC resource
 //     controller advertises vpc.amazonaws.com/pod-eni on trunk-capable
@@ -44,6 +46,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	cloudproviderapi "k8s.io/cloud-provider/api"
 
@@ -78,6 +81,9 @@ type Node struct {
 	// uninitialised taint among them).
 	Labels map[string]string
 	Taints []corev1.Taint
+	// DRADevices are the devices its DRA drivers publish once it runs,
+	// by driver, without what is the node's own (Slices adds it).
+	DRADevices map[string][]resourcev1.Device
 }
 
 // Join computes the node an instance of type it registers, booted with b.
@@ -129,7 +135,8 @@ func report(it ec2fake.InstanceType, b Boot, nc nodeConfig, labels map[string]st
 		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(b.RootGiB<<30, resource.BinarySI),
 	}
-	for name, n := range devices(it, b) {
+	nvidiaDRA := runsNVIDIADRA(labels)
+	for name, n := range devices(it, b, nvidiaDRA) {
 		capacity[corev1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
 	kubeReserved := map[string]string{
@@ -169,7 +176,11 @@ func report(it ec2fake.InstanceType, b Boot, nc nodeConfig, labels map[string]st
 		subtract(allocatable, name, q)
 	}
 	taints = append(taints, corev1.Taint{Key: cloudproviderapi.TaintExternalCloudProvider, Value: "true", Effect: corev1.TaintEffectNoSchedule})
-	return Node{Capacity: capacity, Allocatable: allocatable, Labels: labels, Taints: taints}, nil
+	node := Node{Capacity: capacity, Allocatable: allocatable, Labels: labels, Taints: taints}
+	if gpus := nvidiaDevices(it); nvidiaDRA && len(gpus) > 0 {
+		node.DRADevices = map[string][]resourcev1.Device{DriverNVIDIAGPU: gpus}
+	}
+	return node, nil
 }
 
 // kubeletConfig is the part of the kubelet's configuration file a
@@ -234,12 +245,17 @@ func reservedMilliCPU(total int64) int64 {
 	return out
 }
 
-func devices(it ec2fake.InstanceType, b Boot) map[string]int64 {
+// devices are the extended resources the device plugins and the VPC
+// resource controller advertise; nvidiaDRA: the NVIDIA GPU DRA driver,
+// not the device plugin, offers the NVIDIA GPUs.
+func devices(it ec2fake.InstanceType, b Boot, nvidiaDRA bool) map[string]int64 {
 	out := map[string]int64{}
 	for _, g := range it.GPUs {
 		switch g.Manufacturer {
 		case "NVIDIA":
-			out["nvidia.com/gpu"] += int64(g.Count)
+			if !nvidiaDRA {
+				out["nvidia.com/gpu"] += int64(g.Count)
+			}
 		case "AMD":
 			out["amd.com/gpu"] += int64(g.Count)
 		case "Habana":

@@ -82,7 +82,7 @@ func TestDevicesOfRealTypes(t *testing.T) {
 		if !ok {
 			continue
 		}
-		got := devices(it, Boot{EFAInterfaces: int64(it.EFAs), PodENI: true})
+		got := devices(it, Boot{EFAInterfaces: int64(it.EFAs), PodENI: true}, false)
 		if fmt.Sprint(got) != fmt.Sprint(w) {
 			t.Errorf("%s devices = %v, want %v", it.Name, got, w)
 		}
