@@ -589,3 +589,83 @@ func TestANodeCorrectsAWrongDeviceTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestDRAClaimLaunchesAGPUInstanceOnAWS: on the aws provider, with a class
+// whose nodes run the NVIDIA GPU DRA driver, a pod whose claim asks for
+// one NVIDIA GPU of at least 14Gi is nominated to a virtual node carrying
+// the template of an NVIDIA type; the fleet launches such an instance,
+// its node (the EKS fakes' kubelet, labelled for the driver) joins
+// without nvidia.com/gpu and publishes the driver's slice, and the pod
+// runs with its claim allocated from that slice by the scheduler.
+func TestDRAClaimLaunchesAGPUInstanceOnAWS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{CloudProvider: "aws", AWSRegistrationDelay: time.Second})
+	// What the NVIDIA DRA driver's chart installs beside its DaemonSet.
+	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"}, Spec: resourcev1.DeviceClassSpec{
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"`}}}}}
+	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, gpuClaimTemplate("gpu-14", "14Gi"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var def v1alpha1.EC2NodeClass
+	poll(t, "the sandbox's default EC2NodeClass", func() (bool, error) {
+		return kube.Get(ctx, client.ObjectKey{Name: "default"}, &def) == nil, nil
+	})
+	nodeClass := &v1alpha1.EC2NodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gpus"}, Spec: *def.Spec.DeepCopy()}
+	nodeClass.Spec.DRADrivers = []string{"gpu.nvidia.com"}
+	if err := kube.Create(ctx, nodeClass); err != nil {
+		t.Fatal(err)
+	}
+	poolFromDefault(t, kube, "gpus", func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"pool": "gpus"}
+		np.Spec.Template.Spec.NodeClassRef.Name = "gpus"
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: v1alpha1.LabelInstanceGPUManufacturer, Operator: corev1.NodeSelectorOpIn, Values: []string{"nvidia"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{v1alpha1.CapacityTypeOnDemand}},
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	})
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, gpuPod("gpu-0", "gpu-14"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	poll(t, "pod gpu-0 Running", func() (bool, error) {
+		var err error
+		pod, err = cs.CoreV1().Pods("default").Get(ctx, "gpu-0", metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == corev1.PodRunning, err
+	})
+	node, err := cs.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := node.Status.Allocatable[corev1.ResourceName(v1alpha1.ResourceNVIDIAGPU)]; ok {
+		t.Errorf("node %s offers %s beside its DRA devices", node.Name, v1alpha1.ResourceNVIDIAGPU)
+	}
+	if node.Labels[v1alpha1.LabelDRADriver("gpu.nvidia.com")] != "true" || node.Labels[v1alpha1.LabelInstanceGPUManufacturer] != "nvidia" {
+		t.Errorf("node %s (%s) labels %v: want the driver's label and an NVIDIA type", node.Name, node.Labels[corev1.LabelInstanceTypeStable], node.Labels)
+	}
+	published, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(published.Items) != 1 || published.Items[0].Spec.Driver != "gpu.nvidia.com" || len(published.Items[0].OwnerReferences) != 1 ||
+		published.Items[0].OwnerReferences[0].UID != node.UID {
+		t.Fatalf("node %s's ResourceSlices %+v: want one of gpu.nvidia.com, owned by the node", node.Name, published.Items)
+	}
+	claims, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 1 || claims.Items[0].Status.Allocation == nil || len(claims.Items[0].Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claims %+v: want one, allocated one device", claims.Items)
+	}
+	r := claims.Items[0].Status.Allocation.Devices.Results[0]
+	if r.Driver != "gpu.nvidia.com" || r.Pool != node.Name {
+		t.Errorf("claim %s: device %s/%s/%s, want a gpu.nvidia.com device of node %s", claims.Items[0].Name, r.Driver, r.Pool, r.Device, node.Name)
+	}
+	t.Logf("pod gpu-0 on %s (%s), device %s/%s", node.Name, node.Labels[corev1.LabelInstanceTypeStable], r.Pool, r.Device)
+}
