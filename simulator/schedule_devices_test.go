@@ -60,7 +60,7 @@ func TestPodsOfADrainedNodeHaveTheirDevicesAllocatedAfresh(t *testing.T) {
 		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
 		gpuSlice("n1", 2), gpuSlice("n2", 2), objs[0], objs[1], objs[2],
 	)
-	s := schedulerOn(ctx, t, cs, 3)
+	s := schedulerOn(ctx, t, cs, 3, 2)
 	node := func(name string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}, Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
@@ -98,7 +98,7 @@ func TestAClaimSharedWithAPodThatStaysIsNotMoved(t *testing.T) {
 		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
 		gpuSlice("n1", 1), gpuSlice("n2", 1), gpuSlice("n3", 1), allocated(gpuClaim("shared", "40Gi"), "n1", "gpu-0", c, d),
 	)
-	s := schedulerOn(ctx, t, cs, 1)
+	s := schedulerOn(ctx, t, cs, 1, 3)
 	n := func(name string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}, Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
@@ -118,8 +118,9 @@ func TestAClaimSharedWithAPodThatStaysIsNotMoved(t *testing.T) {
 }
 
 // schedulerOn is a default-profile Scheduler reading cs, once claims
-// claims have reached its DRA manager.
-func schedulerOn(ctx context.Context, t *testing.T, cs *kubefake.Clientset, claims int) *Scheduler {
+// claims and slices slices have reached its DRA manager (through event
+// handlers, which may run after the informers say they have synced).
+func schedulerOn(ctx context.Context, t *testing.T, cs *kubefake.Clientset, claims, slices int) *Scheduler {
 	t.Helper()
 	cfg, err := latest.Default()
 	if err != nil {
@@ -139,9 +140,9 @@ func schedulerOn(ctx context.Context, t *testing.T, cs *kubefake.Clientset, clai
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		all, err := shared.DRA.ResourceClaims().List()
 		sl, err2 := shared.DRA.ResourceSlices().ListWithDeviceTaintRules()
-		return err == nil && err2 == nil && len(all) == claims && len(sl) > 0, nil
+		return err == nil && err2 == nil && len(all) == claims && len(sl) == slices, nil
 	}); err != nil {
-		t.Fatalf("the claims never reached the DRA manager: %v", err)
+		t.Fatalf("the claims and slices never reached the DRA manager: %v", err)
 	}
 	return s
 }
