@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -165,8 +166,10 @@ type View struct {
 	// draining are nodes kept with no pods and a taint (Draining).
 	draining sets.Set[string]
 	// plans are the DRA devices the placements on the view plan and free
-	// (Scheduler.plansFor), nil until the first.
+	// (Scheduler.setView), nil until the first.
 	plans *DevicePlans
+	// slices are the ResourceSlices of the nodes the view adds.
+	slices []*resourcev1.ResourceSlice
 
 	lists *viewLists // nil when a change made them stale
 }
@@ -176,13 +179,16 @@ type viewLists struct {
 }
 
 // Add adds a node, with no pods, to the view: a node that does not exist
-// yet (a replacement the simulator is asked about).
-func (v *View) Add(node *corev1.Node) {
+// yet (a replacement the simulator is asked about), with the
+// ResourceSlices its DRA drivers will publish (nodeshape.ResourceSlices),
+// on which a Scheduler allocates devices as on a real node's.
+func (v *View) Add(node *corev1.Node, slices ...*resourcev1.ResourceSlice) {
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)
 	v.changed[node.Name] = ni
 	v.added = append(v.added, node.Name)
 	v.lists = nil
+	v.slices = append(v.slices, slices...)
 }
 
 // Bind counts pod on the named node of the view.

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -28,7 +29,8 @@ type Scheduler struct {
 	current *viewLister
 	percent *int32
 	// devices is the DRA manager the framework reads, over the shared
-	// one, with each view's plans (nil without DRA).
+	// one, with each view's plans and the slices of the nodes it adds
+	// (nil without DRA).
 	devices *Devices
 
 	mu sync.Mutex // one placement at a time: the view is the framework's
@@ -49,7 +51,7 @@ func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profi
 	s.current.set(NewCluster(nil, nil).Without())
 	opts := shared.Options
 	if shared.DRA != nil {
-		s.devices = NewDevices(shared.DRA, nil)
+		s.devices = NewDevices(shared.DRA, func() []*resourcev1.ResourceSlice { return s.current.get().slices })
 		registry = s.devices.Registry(registry)
 		opts = append(slices.Clone(opts), frameworkruntime.WithSharedDRAManager(s.devices))
 	}

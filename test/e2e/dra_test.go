@@ -669,3 +669,99 @@ func TestDRAClaimLaunchesAGPUInstanceOnAWS(t *testing.T) {
 	}
 	t.Logf("pod gpu-0 on %s (%s), device %s/%s", node.Name, node.Labels[corev1.LabelInstanceTypeStable], r.Pool, r.Device)
 }
+
+// TestADriftedGPUNodeIsReplacedWithItsDevices: a Deployment's pod holds
+// an H100 by a claim on a p5.2xlarge; its pool's template changes, which
+// drifts the node. The replacement is decided on a virtual node carrying
+// the slices a p5 publishes, launched, and initialized only once its
+// driver has published them; then the old node is drained, and the pod's
+// successor runs on the replacement with its new claim allocated there.
+// The replacement may launch only p5.2xlarge: a p5.4xlarge publishes
+// other devices than those its pod was placed on.
+func TestADriftedGPUNodeIsReplacedWithItsDevices(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{})
+	setUpGPUs(t, cs, kube)
+	const pool = "gpudrift"
+	np := poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool, "generation": "1"}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: v1alpha1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
+	})
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, deployment("drifty", pool, 1, withGPUClaim("gpu-40")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() (*corev1.Pod, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drifty"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning || pods.Items[0].DeletionTimestamp != nil {
+			return nil, err
+		}
+		return &pods.Items[0], nil
+	}
+	var before *corev1.Pod
+	poll(t, "drifty Running", func() (bool, error) {
+		p, err := running()
+		before = p
+		return p != nil, err
+	})
+	update(t, kube, np, func() { np.Spec.Template.ObjectMeta.Labels["generation"] = "2" })
+	changed := time.Now()
+	var after *corev1.Pod
+	var node corev1.Node
+	pollFor(t, 3*time.Minute, "drifty's successor Running on a node of generation 2", func() (bool, error) {
+		p, err := running()
+		if err != nil || p == nil || p.UID == before.UID {
+			return false, err
+		}
+		if err := kube.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
+			return false, err
+		}
+		after = p
+		return node.Labels["generation"] == "2", nil
+	})
+	t.Logf("drifty moved from %s to %s (%s) %s after the pool changed", before.Spec.NodeName, node.Name, node.Labels[corev1.LabelInstanceTypeStable], time.Since(changed).Round(time.Second))
+	if !strings.HasPrefix(node.Labels[corev1.LabelInstanceTypeStable], "p5.") {
+		t.Errorf("the replacement is a %s", node.Labels[corev1.LabelInstanceTypeStable])
+	}
+	claims, err := poolClaims(ctx, kube, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].Status.NodeName != node.Name {
+		var names []string
+		for _, nc := range claims {
+			names = append(names, nc.Name+" on "+nc.Status.NodeName)
+		}
+		t.Errorf("nodeclaims %v, want only the replacement, on %s: one launch, no claim made for the pod besides it", names, node.Name)
+	}
+	if k := slices.IndexFunc(claims[0].Spec.Requirements, func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
+		return r.Key == corev1.LabelInstanceTypeStable
+	}); k < 0 || !slices.Equal(claims[0].Spec.Requirements[k].Values, []string{"p5.2xlarge"}) {
+		t.Errorf("the replacement's requirements %v; want it to launch only p5.2xlarge, the one type whose node publishes the devices its pod's claim was planned on", claims[0].Spec.Requirements)
+	}
+	poll(t, "drifty's claim allocated on "+node.Name+" and nothing left on "+before.Spec.NodeName, func() (bool, error) {
+		rcs, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range rcs.Items {
+			if c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Pool != node.Name {
+					return false, fmt.Errorf("claim %s holds %s/%s", c.Name, r.Pool, r.Device)
+				}
+			}
+			if len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].UID != after.UID {
+				return false, fmt.Errorf("claim %s reserved for %v", c.Name, c.Status.ReservedFor)
+			}
+		}
+		return len(rcs.Items) == 1 && rcs.Items[0].Status.Allocation != nil, nil
+	})
+}

@@ -232,12 +232,13 @@ func (r *Replacer) offersFor(ctx context.Context, pool *v1alpha1.NodePool, templ
 }
 
 // placeBeside places pods on s's cluster with node, the replacement of
-// offer o, added and its daemonset pods ds bound to it, and the nodes
-// named draining. It returns where each pod went (by namespace/name) and
+// offer o, added (with the ResourceSlices its type's DRA drivers will
+// publish) and its daemonset pods ds bound to it, and the nodes named
+// draining. It returns where each pod went (by namespace/name) and
 // the pods that went to node, or why one of pods fits nowhere.
 func (r *Replacer) placeBeside(ctx context.Context, s *state, names []string, o nodeshape.Offer, node *corev1.Node, ds, pods []*corev1.Pod) (placed map[string]string, onNew []*corev1.Pod, why string, err error) {
 	view := s.cluster().Draining(disruptedTaint, names...)
-	view.Add(node)
+	view.Add(node, nodeshape.ResourceSlices(node.Name, o.InstanceType.ResourceSlices)...)
 	for _, p := range ds {
 		if err := view.Bind(p, node.Name); err != nil {
 			return nil, nil, "", err
@@ -275,12 +276,18 @@ func holds(node *corev1.Node, pods []*corev1.Pod) bool {
 }
 
 // claimFor is the replacement claim: the pool's template as it is now,
-// the options of chosen's group that hold pods, cheapest first.
+// the options of chosen's group that hold pods, cheapest first. When a
+// pod has ResourceClaims, only types whose nodes publish the devices
+// chosen's do: its devices were allocated on chosen's slices.
 func (r *Replacer) claimFor(cands []*candidate, t nodeshape.Template, name string, chosen nodeshape.Offer, offers []nodeshape.Offer, pods []*corev1.Pod) *replacement {
 	var names []string
 	var its []*v1alpha1.InstanceType
+	devices := slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 })
 	for _, o := range offers {
 		if o.Group() != chosen.Group() || slices.Contains(names, o.InstanceType.Name) {
+			continue
+		}
+		if devices && !nodeshape.SameDevices(o.InstanceType.ResourceSlices, chosen.InstanceType.ResourceSlices) {
 			continue
 		}
 		if holds(t.Node(name, &o.InstanceType, o.Zone, o.CapacityType), pods) {

@@ -436,9 +436,12 @@ func notReadyForPods(node *corev1.Node, nc *v1alpha1.NodeClaim) string {
 // ResourceClaims ("" otherwise): such a pod, handed to the scheduler
 // before its devices are published, fails its scheduling cycle, and
 // would be given another claim. As with extended resources, only what
-// the pods need is waited for.
+// the pods need is waited for. A replacement always waits: the pods it
+// is for are evicted once it is initialized, and come to it through the
+// scheduler with their claims.
 func (i *initializer) slicesPending(ctx context.Context, nc *v1alpha1.NodeClaim, node *corev1.Node, pods []corev1.Pod) (string, error) {
-	if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }) {
+	_, replacing := nc.Annotations[v1alpha1.AnnotationReplaces]
+	if !replacing && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }) {
 		return "", nil
 	}
 	catalog, err := cluster.InstanceTypesOf(ctx, i.kube, nc.Spec.NodePool)
