@@ -2,6 +2,7 @@ package nodeshape
 
 import (
 	"cmp"
+	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -35,6 +36,19 @@ func ResourceSlices(node string, templates []v1alpha1.ResourceSliceTemplate) []*
 		})
 	}
 	return out
+}
+
+// DevicesKey says which devices a node of a type publishes: the same
+// key, the same slices ("" for none).
+func DevicesKey(templates []v1alpha1.ResourceSliceTemplate) string {
+	if len(templates) == 0 {
+		return ""
+	}
+	raw, err := json.Marshal(templates)
+	if err != nil {
+		return "unencodable"
+	}
+	return string(raw)
 }
 
 // SameDevices says whether two instance types' nodes publish the same

@@ -208,7 +208,7 @@ func (v *View) Bind(pod *corev1.Pod, node string) error {
 }
 
 // Unbind takes pod off the named node of the view: a pod a what-if moves
-// elsewhere.
+// elsewhere. The DRA devices planned for it there are free again.
 func (v *View) Unbind(pod *corev1.Pod, node string) error {
 	ni, err := v.writable(node)
 	if err != nil {
@@ -221,6 +221,11 @@ func (v *View) Unbind(pod *corev1.Pod, node string) error {
 	}
 	for key := range framework.PodPVCKeys(p) {
 		v.pvcs[key]--
+	}
+	if v.plans != nil {
+		// Its devices are free for the next pod placed (the view is read
+		// by one placement at a time).
+		v.plans.forget(pod.UID)
 	}
 	v.lists = nil
 	return nil

@@ -184,20 +184,25 @@ func (d *Devices) Plan(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 func (d *Devices) Forget(pod types.UID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	keys := d.plans.byPod[pod]
-	delete(d.plans.byPod, pod)
+	d.plans.forget(pod)
+}
+
+// forget drops the pod's plans (Devices.Forget).
+func (p *DevicePlans) forget(pod types.UID) {
+	keys := p.byPod[pod]
+	delete(p.byPod, pod)
 	for k := range keys {
-		p := d.plans.planned[k]
-		if p == nil || !p.pods.Has(pod) {
+		pl := p.planned[k]
+		if pl == nil || !pl.pods.Has(pod) {
 			continue
 		}
-		p.pods.Delete(pod)
-		if p.pods.Len() == 0 {
-			delete(d.plans.planned, k)
+		pl.pods.Delete(pod)
+		if pl.pods.Len() == 0 {
+			delete(p.planned, k)
 			continue
 		}
-		p.claim = p.claim.DeepCopy()
-		p.claim.Status.ReservedFor = slicesDeleteConsumer(p.claim.Status.ReservedFor, pod)
+		pl.claim = pl.claim.DeepCopy()
+		pl.claim.Status.ReservedFor = slicesDeleteConsumer(pl.claim.Status.ReservedFor, pod)
 	}
 }
 

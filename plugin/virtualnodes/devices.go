@@ -2,7 +2,6 @@ package virtualnodes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -13,7 +12,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
 
@@ -31,19 +29,6 @@ import (
 // publish the same devices as the one its pod was planned on, so that the
 // plan holds on whichever type launches; a claim whose node has other
 // devices is not tried for the pod, which gets a claim of its own.
-
-// devicesKey says which devices a node of the type publishes: the same
-// key, the same slices ("" for none).
-func devicesKey(templates []v1alpha1.ResourceSliceTemplate) string {
-	if len(templates) == 0 {
-		return ""
-	}
-	raw, err := json.Marshal(templates)
-	if err != nil {
-		return "unencodable"
-	}
-	return string(raw)
-}
 
 // needsDevices says whether pod has claims DynamicResources allocates.
 func needsDevices(pod *corev1.Pod) bool {

@@ -21,7 +21,7 @@ type option struct {
 	it    *v1alpha1.InstanceType
 	alloc *framework.Resource
 	price float64
-	// devices says which DRA devices its node publishes (devicesKey).
+	// devices says which DRA devices its node publishes (nodeshape.DevicesKey).
 	devices string
 }
 
@@ -126,7 +126,7 @@ func newPool(np *v1alpha1.NodePool, cat *v1alpha1.InstanceTypeCatalog) (*pool, e
 		}
 		// Offers come cheapest first, so each group's options do too.
 		g.options = append(g.options, &option{name: o.InstanceType.Name, it: &o.InstanceType, alloc: framework.NewResource(o.InstanceType.Allocatable), price: o.Price,
-			devices: devicesKey(o.InstanceType.ResourceSlices)})
+			devices: nodeshape.DevicesKey(o.InstanceType.ResourceSlices)})
 	}
 	for _, g := range p.groups {
 		g.largest = slices.MaxFunc(g.options, func(a, b *option) int {

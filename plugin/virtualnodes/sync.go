@@ -490,11 +490,24 @@ func (p *VirtualNodes) nominationCleared(pod *corev1.Pod) {
 }
 
 // nominationMoved follows a pod the provisioner moved from one closed
-// claim to another.
+// claim to another (a repack). A pod with ResourceClaims has its devices
+// planned again on its new claim's node, which publishes the same devices
+// as its old one (the repack keeps it on such types): its plan there went
+// with the move.
 func (p *VirtualNodes) nominationMoved(pod *corev1.Pod) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.book.follow(pod, pod.Status.NominatedNodeName)
+	if !p.book.follow(pod, pod.Status.NominatedNodeName) || p.devices == nil || !needsDevices(pod) {
+		return
+	}
+	c := p.book.nominatedTo(pod.UID)
+	if c == nil {
+		return
+	}
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	if why := p.decider.replan(ctx, c, pod, p.devices.Plan); why != "" {
+		klog.Background().Info("Cannot plan the devices of a pod moved to another nodeclaim; the node will judge it", "pod", klog.KObj(pod), "nodeClaim", c.name, "reason", why)
+	}
 }
 
 // podGone takes a pod that was bound or deleted off its claim (see

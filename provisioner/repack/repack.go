@@ -42,6 +42,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -53,9 +54,14 @@ type Option struct {
 	// Node is the node it registers as, with the given name as its name
 	// and hostname: labels, taints and allocatable.
 	Node func(name string) *corev1.Node
+	// Devices are the ResourceSlices its DRA drivers publish (the
+	// catalog's templates): a node of the batch carries them, so the
+	// simulator allocates its pods' claims there.
+	Devices []v1alpha1.ResourceSliceTemplate
 
-	alloc *framework.Resource
-	probe *corev1.Node // Node("repack-probe"), for label matching
+	alloc   *framework.Resource
+	probe   *corev1.Node // Node("repack-probe"), for label matching
+	devices string       // nodeshape.DevicesKey(Devices)
 }
 
 // Bin is one node to launch: a claim of the batch, or one the repack
@@ -142,9 +148,16 @@ func Repack(ctx context.Context, p Problem) (Plan, error) {
 		keep.Why = "no instance type to launch"
 		return keep, nil
 	}
-	s := &solver{Problem: &p, catalog: catalog, requests: map[*corev1.Pod]*framework.Resource{}}
+	s := &solver{Problem: &p, catalog: catalog, requests: map[*corev1.Pod]*framework.Resource{}, pinned: map[*corev1.Pod]string{}}
 	for _, pod := range pods {
 		s.requests[pod] = framework.NewResource(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+	}
+	for _, b := range p.Batch {
+		for _, pod := range b.Pods {
+			if len(pod.Spec.ResourceClaims) > 0 && len(b.Options) > 0 {
+				s.pinned[pod] = nodeshape.DevicesKey(b.Options[0].Devices)
+			}
+		}
 	}
 
 	var best *packing
@@ -216,6 +229,11 @@ type solver struct {
 	requests map[*corev1.Pod]*framework.Resource
 	masks    map[*corev1.Pod][]bool // see mask
 	fresh    map[*Option]*packed    // see freshUsage
+	// pinned are the pods with ResourceClaims, each with the devices its
+	// claim's types publish (nodeshape.DevicesKey): VirtualNodes planned
+	// its devices on such a node, and every type it may move to publishes
+	// the same, so that the plan holds on whichever type launches.
+	pinned map[*corev1.Pod]string
 }
 
 // packing is one way to put the batch's pods on nodes, with the view the
@@ -651,7 +669,7 @@ func (s *solver) verify(ctx context.Context, pk *packing) (string, error) {
 		if !added[b] {
 			added[b] = true
 			node := s.catalog[b.cur].Node(b.name)
-			view.Add(node)
+			view.Add(node, nodeshape.ResourceSlices(b.name, s.catalog[b.cur].Devices)...)
 			if s.DaemonSetPods != nil {
 				for _, ds := range s.DaemonSetPods(node) {
 					if err := view.Bind(ds, b.name); err != nil {
@@ -679,7 +697,7 @@ func (s *solver) open(view *simulator.View, name string, allowed []int, as *Opti
 		big = s.largestOf(allowed)
 	}
 	node := big.Node(name)
-	view.Add(node)
+	view.Add(node, nodeshape.ResourceSlices(name, big.Devices)...)
 	b := &packed{name: name, used: &framework.Resource{}, allowed: allowed, big: big}
 	if s.DaemonSetPods != nil {
 		for _, ds := range s.DaemonSetPods(node) {
@@ -825,6 +843,17 @@ func (s *solver) mask(pod *corev1.Pod) []bool {
 			m[i], _ = req.Match(o.probe)
 		}
 	}
+	if key, ok := s.pinned[pod]; ok {
+		if m == nil {
+			m = make([]bool, len(s.catalog))
+			for i := range m {
+				m[i] = true
+			}
+		}
+		for i, o := range s.catalog {
+			m[i] = m[i] && o.devices == key
+		}
+	}
 	if s.masks == nil {
 		s.masks = map[*corev1.Pod][]bool{}
 	}
@@ -848,6 +877,7 @@ func prepare(catalog []*Option) []*Option {
 	for _, o := range out {
 		o.probe = o.Node("repack-probe")
 		o.alloc = framework.NewResource(o.probe.Status.Allocatable)
+		o.devices = nodeshape.DevicesKey(o.Devices)
 	}
 	slices.SortStableFunc(out, func(a, b *Option) int { return cmp.Compare(a.Price, b.Price) })
 	return out

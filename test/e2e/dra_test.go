@@ -765,3 +765,106 @@ func TestADriftedGPUNodeIsReplacedWithItsDevices(t *testing.T) {
 		return len(rcs.Items) == 1 && rcs.Items[0].Status.Allocation != nil, nil
 	})
 }
+
+// TestRepackMovesPodsBesideAGPUPod: a GPU pod (its claim for one H100)
+// is nominated to a p5.2xlarge claim, and a CPU pod of the same batch to
+// a claim of its own (it keeps off a blocker pod that shares the GPU
+// pod's claim until it is deleted). The batch closes and is repacked with
+// the GPU pod in it: its node carries the slices a p5.2xlarge publishes,
+// so the GPU pod stays on a type with the devices planned for it, and the
+// CPU pod moves into the room beside it (or both onto one of the two
+// claims as a p5.2xlarge). One p5.2xlarge is launched, both pods run
+// there, the claim allocated on it; the other claim is deleted
+// unlaunched.
+func TestRepackMovesPodsBesideAGPUPod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{ProvisionerArgs: []string{"--batch-idle-duration=10s", "--batch-max-duration=60s"}})
+	setUpGPUs(t, cs, kube)
+	const pool = "gpurepack"
+	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: v1alpha1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5", "c7"}},
+			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	})
+	pod := func(name, role string, gpu bool, keepOff string) *corev1.Pod {
+		p := gpuPod(name, "gpu-40")
+		p.Labels = map[string]string{"role": role}
+		p.Spec.NodeSelector = map[string]string{"team": pool}
+		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+		if !gpu {
+			p.Spec.ResourceClaims, p.Spec.Containers[0].Resources.Claims = nil, nil
+		}
+		if keepOff != "" {
+			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": keepOff}}, TopologyKey: corev1.LabelHostname}}}}
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	nominatedTo := func(name string) string {
+		t.Helper()
+		var claim string
+		poll(t, "pod "+name+" nominated", func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			claim = p.Status.NominatedNodeName
+			return claim != "", nil
+		})
+		return claim
+	}
+	pod("gpu", "gpu", true, "")
+	x := nominatedTo("gpu")
+	pod("blocker", "blocker", false, "")
+	if got := nominatedTo("blocker"); got != x {
+		t.Fatalf("blocker nominated to %s, want the GPU pod's claim %s (it has room)", got, x)
+	}
+	pod("cpu", "cpu", false, "blocker")
+	y := nominatedTo("cpu")
+	if y == x {
+		t.Fatalf("cpu nominated to the blocker's claim %s", x)
+	}
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "blocker", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, name := range []string{"gpu", "cpu"} {
+		pollFor(t, 3*time.Minute, "pod "+name+" Running", func() (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.Status.Phase == corev1.PodRunning {
+				nodes[p.Spec.NodeName] = true
+			}
+			return err == nil && p.Status.Phase == corev1.PodRunning, err
+		})
+	}
+	claims, err := poolClaims(ctx, kube, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1 || len(claims) != 1 {
+		t.Fatalf("gpu and cpu run on %d nodes, pool %s has nodeclaims %v; want one node, one claim (the batch repacked)", len(nodes), pool, claimTypes(claims))
+	}
+	kept := claims[0]
+	if !slices.Contains([]string{x, y}, kept.Name) || kept.Status.InstanceType != "p5.2xlarge" {
+		t.Errorf("the kept claim is %s of %s, want %s or %s as a p5.2xlarge", kept.Name, kept.Status.InstanceType, x, y)
+	}
+	t.Logf("claims %s (gpu) and %s (cpu) repacked into %s", x, y, kept.Name)
+	if cond := findCondition(kept.Status.Conditions, "Packed"); cond == nil || cond.Reason != "Repacked" {
+		t.Errorf("the kept claim's Packed condition is %+v, want reason Repacked", cond)
+	}
+	rcs, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rcs.Items) != 1 || rcs.Items[0].Status.Allocation == nil || rcs.Items[0].Status.Allocation.Devices.Results[0].Pool != kept.Status.NodeName {
+		t.Errorf("resource claims %v; want the GPU pod's allocated on %s", rcs.Items, kept.Status.NodeName)
+	}
+}

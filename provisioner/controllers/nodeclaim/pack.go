@@ -548,7 +548,7 @@ func (r *repacker) optionsFor(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 			continue
 		}
 		it := o.InstanceType
-		opt := &repack.Option{Name: it.Name, Price: o.Price, Node: func(name string) *corev1.Node { return template.Node(name, &it, zone, capacityType) }}
+		opt := &repack.Option{Name: it.Name, Price: o.Price, Devices: it.ResourceSlices, Node: func(name string) *corev1.Node { return template.Node(name, &it, zone, capacityType) }}
 		options.byName[it.Name] = opt
 		options.all = append(options.all, opt)
 	}
@@ -599,11 +599,6 @@ func (r *repacker) problem(options *packOptions, batch []batchMember, nodes []*c
 		}
 		slices.SortStableFunc(bin.Options, func(a, b *repack.Option) int { return cmp.Compare(a.Price, b.Price) })
 		for i := range b.pods {
-			if len(b.pods[i].Spec.ResourceClaims) > 0 {
-				// The repack's nodes carry no ResourceSlices: the batch
-				// keeps the devices VirtualNodes planned for its pods.
-				return repack.Problem{}, nil, "pod " + b.pods[i].Namespace + "/" + b.pods[i].Name + " has ResourceClaims, whose devices the repack does not plan"
-			}
 			bin.Pods = append(bin.Pods, &b.pods[i])
 			from[b.pods[i].UID] = b.nc.Name
 		}
