@@ -402,6 +402,11 @@ func (gs *GateSession) Check(ctx context.Context, pod *corev1.Pod) (s *fwk.Statu
 	if g.always != "" {
 		why = append(why, "the profile has "+g.always)
 	}
+	if sg := pod.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		// A bind of the pod alone would start part of a gang: the
+		// scheduler's group cycle binds the group's pods together.
+		why = append(why, "it belongs to PodGroup "+pod.Namespace+"/"+*sg.PodGroupName+", whose pods the scheduler binds together")
+	}
 	return nil, strings.Join(why, "; ")
 }
 

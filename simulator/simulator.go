@@ -22,7 +22,7 @@ import (
 // Profile is p as the simulator runs it: named p's name plus "-"+suffix
 // (plugins register informer indexers per profile, so the name must not
 // clash with the scheduler's), without the plugins in exclude, and with
-// every PostFilter plugin disabled.
+// every PostFilter and PodGroupPostFilter plugin disabled.
 func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *config.KubeSchedulerProfile {
 	out := p.DeepCopy()
 	out.SchedulerName = p.SchedulerName + "-" + suffix
@@ -32,10 +32,11 @@ func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *
 	drop := func(ps []config.Plugin) []config.Plugin {
 		return slices.DeleteFunc(ps, func(pl config.Plugin) bool { return slices.Contains(exclude, pl.Name) })
 	}
-	for _, set := range []*config.PluginSet{&out.Plugins.MultiPoint, &out.Plugins.PreFilter, &out.Plugins.Filter, &out.Plugins.PostFilter, &out.Plugins.PreScore, &out.Plugins.Score, &out.Plugins.Reserve, &out.Plugins.Permit, &out.Plugins.PreBind, &out.Plugins.Bind, &out.Plugins.PostBind, &out.Plugins.PreEnqueue, &out.Plugins.QueueSort} {
+	for _, set := range []*config.PluginSet{&out.Plugins.MultiPoint, &out.Plugins.PreFilter, &out.Plugins.Filter, &out.Plugins.PostFilter, &out.Plugins.PreScore, &out.Plugins.Score, &out.Plugins.Reserve, &out.Plugins.Permit, &out.Plugins.PreBind, &out.Plugins.Bind, &out.Plugins.PostBind, &out.Plugins.PreEnqueue, &out.Plugins.QueueSort, &out.Plugins.PlacementGenerate, &out.Plugins.PlacementScore} {
 		set.Enabled = drop(set.Enabled)
 	}
 	out.Plugins.PostFilter = config.PluginSet{Disabled: []config.Plugin{{Name: "*"}}}
+	out.Plugins.PodGroupPostFilter = config.PluginSet{Disabled: []config.Plugin{{Name: "*"}}}
 	out.PluginConfig = slices.DeleteFunc(out.PluginConfig, func(pc config.PluginConfig) bool { return slices.Contains(exclude, pc.Name) })
 	return out
 }

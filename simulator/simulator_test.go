@@ -15,6 +15,7 @@ func TestProfileKeepsFiltersDropsPostFilterAndCaller(t *testing.T) {
 	}
 	p := &cfg.Profiles[0]
 	p.Plugins.PostFilter.Enabled = append(p.Plugins.PostFilter.Enabled, config.Plugin{Name: "Caller"})
+	p.Plugins.PodGroupPostFilter.Enabled = append(p.Plugins.PodGroupPostFilter.Enabled, config.Plugin{Name: "Caller"})
 	p.Plugins.Filter.Enabled = append(p.Plugins.Filter.Enabled, config.Plugin{Name: "OutOfTreeFilter"})
 	p.PluginConfig = append(p.PluginConfig, config.PluginConfig{Name: "Caller"})
 	out := Profile(p, "sim", "Caller")
@@ -26,6 +27,9 @@ func TestProfileKeepsFiltersDropsPostFilterAndCaller(t *testing.T) {
 	}
 	if len(out.Plugins.PostFilter.Enabled) != 0 || len(out.Plugins.PostFilter.Disabled) != 1 || out.Plugins.PostFilter.Disabled[0].Name != "*" {
 		t.Errorf("PostFilter plugins %+v, want all disabled", out.Plugins.PostFilter)
+	}
+	if len(out.Plugins.PodGroupPostFilter.Enabled) != 0 || len(out.Plugins.PodGroupPostFilter.Disabled) != 1 || out.Plugins.PodGroupPostFilter.Disabled[0].Name != "*" {
+		t.Errorf("PodGroupPostFilter plugins %+v, want all disabled", out.Plugins.PodGroupPostFilter)
 	}
 	if slices.ContainsFunc(out.PluginConfig, func(pc config.PluginConfig) bool { return pc.Name == "Caller" }) {
 		t.Error("the caller's own arguments were kept")

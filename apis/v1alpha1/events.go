@@ -17,6 +17,11 @@ const (
 	// a node for, with each pool's reason. Nothing is launched; the
 	// scheduler tries the pod again as the cluster changes.
 	ReasonNoInstanceType = "NoInstanceType"
+	// ReasonGroupNotLaunchable: a Warning on each pod of a gang (a
+	// PodGroup of policy gang) fewer than minCount of whose pods can have
+	// a node, with how many can and the first refused pod's reason. None
+	// of its pods is nominated and nothing is launched.
+	ReasonGroupNotLaunchable = "GroupNotLaunchable"
 )
 
 // Events of a NodeClaim's launch, on the claim and, where the claim is

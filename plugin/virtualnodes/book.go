@@ -70,6 +70,10 @@ type book struct {
 	// (closeAt), that claim's name: an update of the pod still naming
 	// it, written before, is not a move to follow.
 	left map[types.UID]string
+	// held counts the decisions under way that may yet be undone (a pod
+	// group's, all or nothing): while one is, dirty writes nothing, so
+	// that no claim of a group the plugin then gives up is created.
+	held int
 }
 
 func newBook(v *lister, openGauge interface{ Add(float64) }) *book {
@@ -213,6 +217,43 @@ func (b *book) take(pod *corev1.Pod, ch choice, now time.Time) {
 	}
 	b.hints[signature(pod)] = c
 	b.nominated[pod.UID] = c
+}
+
+// hold keeps dirty from writing until release: the nominations made
+// meanwhile may be undone (untake).
+func (b *book) hold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held++
+}
+
+func (b *book) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held--
+}
+
+// untake undoes take for pod, nominated to c by a decision held since:
+// the pod leaves c (and its devices plan), c gets back options (its
+// options before the decision; nil for a claim the decision made), and a
+// claim the decision made, left with no pod, is forgotten as if never
+// made: it was never written.
+func (b *book) untake(pod *corev1.Pod, c *claim, options []*option) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.nominated[pod.UID] == c {
+		delete(b.nominated, pod.UID)
+	}
+	c.remove(pod)
+	b.forgetPlan(pod.UID)
+	b.lister.changed()
+	if options != nil {
+		c.setOptions(options)
+	}
+	if len(c.pods) == 0 && c.written == nil {
+		b.closeLocked(c)
+		delete(b.claims, c.name)
+	}
 }
 
 // close stops a claim taking nominations. Its node stays in the view, with
@@ -571,10 +612,14 @@ func (b *book) poolsChanged() {
 }
 
 // dirty returns the open claims changed since they were last written,
-// each with the object to write, and marks them clean.
+// each with the object to write, and marks them clean; nothing while a
+// decision is held.
 func (b *book) dirty() []write {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.held > 0 {
+		return nil
+	}
 	var writes []write
 	for _, cl := range b.open {
 		if cl.dirty {

@@ -58,10 +58,13 @@ const (
 	refusalLimitReached
 	// refusalNoOffering: the pool has no offering available.
 	refusalNoOffering
+	// refusalGangIncomplete: the pod is of a gang fewer than minCount of
+	// whose pods can have a node.
+	refusalGangIncomplete
 	numRefusals
 )
 
-var refusalNames = [numRefusals]string{"", "NotSynced", "NoNodePool", "PreFilterRefused", "FilterRefused", "TooLarge", "NoInstanceTypeMatches", "MinValues", "LimitReached", "NoOffering"}
+var refusalNames = [numRefusals]string{"", "NotSynced", "NoNodePool", "PreFilterRefused", "FilterRefused", "TooLarge", "NoInstanceTypeMatches", "MinValues", "LimitReached", "NoOffering", "GangIncomplete"}
 
 var (
 	nominationsTotal = basemetrics.NewCounterVec(&basemetrics.CounterOpts{
@@ -84,7 +87,7 @@ var (
 	})
 	podsRefused = basemetrics.NewCounterVec(&basemetrics.CounterOpts{
 		Name:           "nodeforge_virtualnodes_pods_refused_total",
-		Help:           "Pods VirtualNodes refused, by reason: NotSynced, NoNodePool, PreFilterRefused, FilterRefused, TooLarge, NoInstanceTypeMatches, MinValues, LimitReached, NoOffering (when every pool refuses, the first pool's by weight).",
+		Help:           "Pods VirtualNodes refused, by reason: NotSynced, NoNodePool, PreFilterRefused, FilterRefused, TooLarge, NoInstanceTypeMatches, MinValues, LimitReached, NoOffering, GangIncomplete (when every pool refuses, the first pool's by weight).",
 		StabilityLevel: basemetrics.ALPHA,
 	}, []string{"reason"})
 )

@@ -290,28 +290,11 @@ func (p *VirtualNodes) PostFilter(ctx context.Context, _ fwk.CycleState, pod *co
 // cancelled, or the pod was bound meanwhile).
 func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.PostFilterResult, *fwk.Status, result, refusal) {
 	logger := klog.FromContext(ctx)
-	// Wait for the rebuild, but never hold the scheduling loop long: a
-	// plugin that cannot read the API (RBAC, a down server) refuses the
-	// pod for now, which the scheduler retries with backoff.
-	wait := time.NewTimer(syncWait)
-	defer wait.Stop()
-	select {
-	case <-p.synced:
-	case <-wait.C:
-		logger.Info("Not synced with the API server yet; the pod will be retried", "pod", klog.KObj(pod), "waited", syncWait)
-		return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused, refusalNotSynced
-	case <-ctx.Done():
-		return nil, fwk.AsStatus(ctx.Err()), numResults, refusalNone
+	unlock, st, notSynced := p.lockSynced(ctx, klog.KObj(pod))
+	if unlock == nil {
+		return nil, st, notSynced, refusalNotSynced
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.rebuilt && p.rebuildFrom != nil {
-		if err := p.rebuildFrom(ctx); err != nil {
-			logger.Error(err, "Rebuilding nodeclaims before the first decision; the pod will be retried", "pod", klog.KObj(pod))
-			return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused, refusalNotSynced
-		}
-		p.rebuilt = true
-	}
+	defer unlock()
 	// A pod retried while nominated to a claim is decided from that claim
 	// first: it leaves it only to be placed afresh.
 	if c := p.book.nominatedTo(pod.UID); c != nil {
@@ -348,6 +331,37 @@ func (p *VirtualNodes) postFilter(ctx context.Context, pod *corev1.Pod) (*fwk.Po
 		r = resultNew
 	}
 	return nominateTo(c), nominatedStatus(c), r, refusalNone
+}
+
+// lockSynced waits for the plugin's first sync with the API server and
+// takes p.mu, rebuilding the book from the API server on the first
+// decision; it returns the unlock. Not synced within syncWait, it does
+// not hold the scheduling loop: a plugin that cannot read the API (RBAC,
+// a down server) refuses what it decides for now (nil unlock, the
+// status, resultRefused), which the scheduler retries with backoff. A
+// cancelled cycle gets an error status and numResults.
+func (p *VirtualNodes) lockSynced(ctx context.Context, what klog.ObjectRef) (func(), *fwk.Status, result) {
+	logger := klog.FromContext(ctx)
+	wait := time.NewTimer(syncWait)
+	defer wait.Stop()
+	select {
+	case <-p.synced:
+	case <-wait.C:
+		logger.Info("Not synced with the API server yet; will be retried", "object", what, "waited", syncWait)
+		return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused
+	case <-ctx.Done():
+		return nil, fwk.AsStatus(ctx.Err()), numResults
+	}
+	p.mu.Lock()
+	if !p.rebuilt && p.rebuildFrom != nil {
+		if err := p.rebuildFrom(ctx); err != nil {
+			p.mu.Unlock()
+			logger.Error(err, "Rebuilding nodeclaims before the first decision; will be retried", "object", what)
+			return nil, fwk.NewStatus(fwk.Unschedulable, notSyncedMessage), resultRefused
+		}
+		p.rebuilt = true
+	}
+	return p.mu.Unlock, nil, 0
 }
 
 // applyRetried applies what the decision chose, r (anything but

@@ -36,6 +36,9 @@ func (postFilterStub) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.N
 func (postFilterStub) PreFilter(context.Context, fwk.CycleState, *corev1.Pod, []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	return nil, nil
 }
+func (postFilterStub) PodGroupPostFilter(context.Context, fwk.PodGroupCycleState, fwk.PodGroupInfo, fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
+	return nil, nil
+}
 func (postFilterStub) PreFilterExtensions() fwk.PreFilterExtensions        { return nil }
 func (postFilterStub) PreEnqueue(context.Context, *corev1.Pod) *fwk.Status { return nil }
 
@@ -91,6 +94,11 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	// until their claim's node is open.
 	if !slices.ContainsFunc(fw.ListPlugins().PreEnqueue.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
 		t.Errorf("PreEnqueue plugins %v: want %s among them", fw.ListPlugins().PreEnqueue.Enabled, virtualnodes.Name)
+	}
+	// And its PodGroupPostFilter, which kube-scheduler runs for the pods
+	// of a PodGroup in PostFilter's place, last.
+	if pg := fw.ListPlugins().PodGroupPostFilter.Enabled; len(pg) == 0 || pg[len(pg)-1].Name != virtualnodes.Name {
+		t.Errorf("PodGroupPostFilter plugins %v: want %s last", pg, virtualnodes.Name)
 	}
 	// And its PreFilter, which lets pods it has not nominated skip that Filter.
 	if !slices.ContainsFunc(fw.ListPlugins().PreFilter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
