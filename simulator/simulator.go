@@ -15,15 +15,26 @@ import (
 
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
+// neverRun are the plugins a simulation has no use for and cannot build
+// beside kube-scheduler's queue: preemption (a PostFilter, PreEnqueue and
+// PodGroupPostFilter plugin) reads, once GenericWorkload is on, the
+// mutable snapshot and PodGroup manager that only the scheduler has.
+// GatedPreemption is plugin/gatedpreemption's, which wraps
+// DefaultPreemption (cmd/scheduler/app's test holds the name).
+var neverRun = []string{names.DefaultPreemption, "GatedPreemption"}
+
 // Profile is p as the simulator runs it: named p's name plus "-"+suffix
 // (plugins register informer indexers per profile, so the name must not
-// clash with the scheduler's), without the plugins in exclude, and with
-// every PostFilter and PodGroupPostFilter plugin disabled.
+// clash with the scheduler's), without the plugins in exclude nor the
+// preemption plugins (neverRun), and with every PostFilter and
+// PodGroupPostFilter plugin disabled.
 func Profile(p *config.KubeSchedulerProfile, suffix string, exclude ...string) *config.KubeSchedulerProfile {
+	exclude = append(slices.Clone(exclude), neverRun...)
 	out := p.DeepCopy()
 	out.SchedulerName = p.SchedulerName + "-" + suffix
 	if out.Plugins == nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodeforge/nodeforge/plugin/gatedpreemption"
 	"github.com/nodeforge/nodeforge/plugin/virtualnodes"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // postFilterStub stands in for VirtualNodes: this test is about the order
@@ -99,6 +100,13 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 	// of a PodGroup in PostFilter's place, last.
 	if pg := fw.ListPlugins().PodGroupPostFilter.Enabled; len(pg) == 0 || pg[len(pg)-1].Name != virtualnodes.Name {
 		t.Errorf("PodGroupPostFilter plugins %v: want %s last", pg, virtualnodes.Name)
+	}
+	// Simulations leave preemption out, GatedPreemption by its name.
+	sim := simulator.Profile(&cfg.Profiles[0], "test")
+	for _, set := range []config.PluginSet{sim.Plugins.MultiPoint, sim.Plugins.PostFilter, sim.Plugins.PreEnqueue, sim.Plugins.PodGroupPostFilter} {
+		if slices.ContainsFunc(set.Enabled, func(p config.Plugin) bool { return p.Name == gatedpreemption.Name || p.Name == "DefaultPreemption" }) {
+			t.Errorf("the simulation's profile enables %v: preemption is never simulated", set.Enabled)
+		}
 	}
 	// And its PreFilter, which lets pods it has not nominated skip that Filter.
 	if !slices.ContainsFunc(fw.ListPlugins().PreFilter.Enabled, func(p config.Plugin) bool { return p.Name == virtualnodes.Name }) {
