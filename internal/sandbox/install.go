@@ -115,7 +115,8 @@ func (s *Sandbox) renderChart(ctx context.Context, helm string, values map[strin
 
 // chartValues are the values the sandbox installs the chart with: what a
 // user sets to run Nodeforge on a cluster whose only node is a tainted
-// control-plane node, and the options' replicas, flags and environment.
+// control-plane node, and the options' replicas, flags, environment and
+// feature gates.
 func (s *Sandbox) chartValues(o Options) map[string]any {
 	controlPlane := []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}}
 	scheduler := map[string]any{
@@ -159,7 +160,12 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 	// localhost names images built on this machine. One node, without a
 	// zone label: replicas apart where they can be.
 	image := map[string]any{"repository": "localhost/nodeforge"}
-	return map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner, "spreadReplicas": "preferred"}
+	values := map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner, "spreadReplicas": "preferred"}
+	if len(o.FeatureGates) > 0 {
+		// Both programs get them as --feature-gates, as a cluster's would.
+		values["featureGates"] = o.FeatureGates
+	}
+	return values
 }
 
 func envVars(env []string) []any {

@@ -87,6 +87,16 @@ type Options struct {
 	// ServiceAccounts' names and the same RBAC: for tests of the programs
 	// that need nothing of the install.
 	Install bool
+	// FeatureGates, name to on or off, are given as --feature-gates to
+	// every Kubernetes component and Nodeforge program that takes them:
+	// kube-apiserver, kube-controller-manager, each nodeforge-scheduler
+	// and the cluster's kube-scheduler, each nodeforge-provisioner (with
+	// Install, through the chart's featureGates value). kube-apiserver
+	// also serves the APIs of the gates that are on which it serves only
+	// when asked (--runtime-config): scheduling.k8s.io/v1beta1 for
+	// GenericWorkload, v1alpha3 for CompositePodGroup. ParseFeatureGates
+	// reads the name=true,name=false form. Nil: every default.
+	FeatureGates map[string]bool
 }
 
 // Timers of the control plane and of Nodeforge's leader election.
@@ -182,6 +192,7 @@ type Sandbox struct {
 	// restartBackoff replaces the first restart's wait (restartBackoff)
 	// when set: for tests of the supervision itself.
 	restartBackoff time.Duration
+	featureGates   map[string]bool   // Options.FeatureGates, for every scheduler started
 	ports          []heldPort        // the components' ports, held until Stop
 	pods           map[string]string // component → pod, when the chart is installed
 	progress       io.Writer
@@ -423,7 +434,7 @@ func (s *Sandbox) StartScheduler(ctx context.Context, name, bin string, config [
 
 // startScheduler runs a scheduler binary as the identity of
 // kubeconfigs/<identity>.kubeconfig, with config's client connection
-// pointed at it.
+// pointed at it and the sandbox's feature gates.
 func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config []byte, port int, env []string, identity string, restart bool) (*process, error) {
 	kubeconfig := filepath.Join(s.Dir, "kubeconfigs", identity+".kubeconfig")
 	raw, err := withConfigFields(config, "clientConnection", map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400})
@@ -434,19 +445,26 @@ func (s *Sandbox) startScheduler(ctx context.Context, name, bin string, config [
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		return nil, err
 	}
-	p, err := s.startWithEnv(filepath.Join(s.Dir, "logs"), name, bin, env, restart,
-		"--config="+path,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port),
-		"--cert-dir="+filepath.Join(s.Dir, "pki", name),
-		"--v=2",
-	)
+	p, err := s.startWithEnv(filepath.Join(s.Dir, "logs"), name, bin, env, restart, s.schedulerArgs(name, path, kubeconfig, port)...)
 	if err != nil {
 		return nil, err
 	}
 	return p, s.ready(ctx, p, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))
+}
+
+// schedulerArgs is the command line of scheduler name: its configuration
+// file, its identity's kubeconfig, its secure port, and the sandbox's
+// feature gates.
+func (s *Sandbox) schedulerArgs(name, config, kubeconfig string, port int) []string {
+	return append([]string{
+		"--config=" + config,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir=" + filepath.Join(s.Dir, "pki", name),
+		"--v=2",
+	}, featureGateArgs(s.featureGates)...)
 }
 
 // withConfigFields sets fields of one section of a

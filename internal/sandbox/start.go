@@ -27,11 +27,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	default:
 		return nil, fmt.Errorf("cloud provider %q: choose simulated or aws", o.CloudProvider)
 	}
+	if err := validateFeatureGates(o.FeatureGates); err != nil {
+		return nil, err
+	}
 	dir, err := stateDir(o.Dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), progress: o.Progress, restarts: map[string]int{}, quit: make(chan struct{})}
+	s := &Sandbox{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), progress: o.Progress, restarts: map[string]int{}, quit: make(chan struct{}), featureGates: o.FeatureGates}
 	// Every step records what it starts on s, so Stop ends all of it.
 	defer func() {
 		if err != nil {
@@ -208,30 +211,30 @@ func (st *starter) startAPIServer(ctx context.Context) error {
 	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o644); err != nil {
 		return err
 	}
-	apiserver, err := st.s.start(st.logDir, "kube-apiserver", st.o.Binaries.KubeAPIServer,
+	args := []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", st.p.etcdClient),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", st.p.apiserver),
-		"--cert-dir="+filepath.Join(dir, "pki", "apiserver-generated"),
-		"--tls-cert-file="+certs.path("apiserver.crt"),
-		"--tls-private-key-file="+certs.path("apiserver.key"),
-		"--client-ca-file="+certs.path("ca.crt"),
+		"--cert-dir=" + filepath.Join(dir, "pki", "apiserver-generated"),
+		"--tls-cert-file=" + certs.path("apiserver.crt"),
+		"--tls-private-key-file=" + certs.path("apiserver.key"),
+		"--client-ca-file=" + certs.path("ca.crt"),
 		"--authorization-mode=Node,RBAC",
 		// The front proxy's CA, so that components serving their own
 		// endpoints (scheduler, controller manager) find a complete
 		// authentication configuration in kube-system.
-		"--requestheader-client-ca-file="+certs.path("ca.crt"),
+		"--requestheader-client-ca-file=" + certs.path("ca.crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file="+certs.path("front-proxy-client.crt"),
-		"--proxy-client-key-file="+certs.path("front-proxy-client.key"),
+		"--proxy-client-cert-file=" + certs.path("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + certs.path("front-proxy-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+certs.path("sa.pub"),
-		"--service-account-signing-key-file="+certs.path("sa.key"),
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-account-key-file=" + certs.path("sa.pub"),
+		"--service-account-signing-key-file=" + certs.path("sa.key"),
+		"--service-cluster-ip-range=" + serviceCIDR,
 		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse.
 		"--endpoint-reconciler-type=none",
 		// kubectl logs and exec reach kwok, the nodes' kubelet, at the
@@ -239,9 +242,10 @@ func (st *starter) startAPIServer(ctx context.Context) error {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--allow-privileged=true",
 		"--profiling=false",
-		"--audit-policy-file="+auditPolicy,
-		"--audit-log-path="+filepath.Join(st.logDir, AuditLog),
-	)
+		"--audit-policy-file=" + auditPolicy,
+		"--audit-log-path=" + filepath.Join(st.logDir, AuditLog),
+	}
+	apiserver, err := st.s.start(st.logDir, "kube-apiserver", st.o.Binaries.KubeAPIServer, append(args, apiServerArgs(st.o.FeatureGates)...)...)
 	if err != nil {
 		return err
 	}
@@ -374,6 +378,7 @@ func (st *starter) startControllerManager(ctx context.Context) error {
 	if d := st.o.Timers.NodeMonitorPeriod; d > 0 {
 		kcmArgs = append(kcmArgs, "--node-monitor-period="+d.String())
 	}
+	kcmArgs = append(kcmArgs, featureGateArgs(st.o.FeatureGates)...)
 	kcm, err := st.s.start(st.logDir, "kube-controller-manager", st.o.Binaries.KubeControllerManager, kcmArgs...)
 	if err != nil {
 		return err
@@ -502,7 +507,8 @@ func (st *starter) startProvisioners(ctx context.Context) error {
 
 // provisionerCommand is the arguments and environment every replica of
 // nodeforge-provisioner shares: the simulated cloud or the fake EC2
-// region. It has no default provider, so the sandbox always names one.
+// region, and the feature gates. It has no default provider, so the
+// sandbox always names one.
 func (st *starter) provisionerCommand() (args, env []string) {
 	s := st.s
 	cloud := "simulated"
@@ -519,6 +525,7 @@ func (st *starter) provisionerCommand() (args, env []string) {
 		"--leader-election-namespace=" + namespace,
 	}
 	args = append(args, st.o.Timers.provisionerArgs()...)
+	args = append(args, featureGateArgs(st.o.FeatureGates)...)
 	if s.region == nil {
 		return args, nil
 	}
