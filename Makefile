@@ -117,7 +117,7 @@ bench: ## Run the benchmarks (figures go in docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./plugin/... ./provisioner/... ./nodeshape/... ./simulator/...
 
 .PHONY: demo
-demo: build ## Start the sandbox and run the walk-through (it builds the components it runs on first use, not the oldest minor's, which only the tests need).
+demo: build ## Start the sandbox and run the walk-through (it builds the components it runs on first use, not the oldest minor's, which only the tests need). NODEFORGE_FEATURE_GATES=GenericWorkload=true,... turns feature gates on in every component.
 	$(BIN)/nodeforge-sandbox demo
 
 .PHONY: clean

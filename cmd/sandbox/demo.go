@@ -44,8 +44,13 @@ func demo(ctx context.Context, args []string) error {
 	keep := fs.Bool("keep", false, "leave the sandbox running after the walk-through, until SIGINT")
 	cloud := fs.String("cloud-provider", "simulated", "simulated, or aws: launch through the AWS SDK into a fake EC2 region on loopback")
 	consolidateAfter := fs.Duration("consolidate-after", 30*time.Second, "the apps pool's consolidateAfter: how long its nodes stay once they run nothing (the walk-through waits it out at the end)")
+	gates := featureGatesFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	featureGates, err := gates()
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
 	if *consolidateAfter < time.Second || *consolidateAfter%time.Second != 0 {
 		return fmt.Errorf("demo: --consolidate-after=%s: must be whole seconds, at least 1s", *consolidateAfter)
@@ -64,7 +69,7 @@ func demo(ctx context.Context, args []string) error {
 	// NODEFORGE_* variables reach the programs as with up (the
 	// provisioner's flags: NODEFORGE_DISRUPTION_BUDGET_RETRY=2s, say).
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: b, Progress: os.Stdout, CloudProvider: *cloud, AWSRegistrationDelay: 2 * time.Second, Install: true,
-		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv()})
+		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv(), FeatureGates: featureGates})
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,14 @@ import (
 const kubernetesUsage = "the control plane's Kubernetes minor: current (the one nodeforge-scheduler is built from) or oldest (the oldest the chart's kubeVersion accepts; its kube-apiserver and kube-controller-manager are built from " + sandbox.OldestModule + ")"
 
 const usage = `usage:
-  nodeforge-sandbox up --dir DIR [--cloud-provider aws] [--kubernetes oldest]   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
-  nodeforge-sandbox build [--kubernetes oldest]                                build or reuse every component and print their paths
-  nodeforge-sandbox demo [--cloud-provider aws]                                run the walk-through in a temporary sandbox
+  nodeforge-sandbox up --dir DIR [--cloud-provider aws] [--kubernetes oldest] [--feature-gates A=true,B=false]
+                                   start the sandbox; print "ready kubeconfig=DIR/kubeconfig"; stop on SIGINT/SIGTERM
+  nodeforge-sandbox build [--kubernetes oldest]
+                                   build or reuse every component and print their paths
+  nodeforge-sandbox demo [--cloud-provider aws] [--feature-gates A=true,B=false]
+                                   run the walk-through in a temporary sandbox
+
+--feature-gates defaults to $NODEFORGE_FEATURE_GATES.
 `
 
 func main() {
@@ -112,8 +117,13 @@ func up(ctx context.Context, args []string) error {
 	replicas := fs.Int("replicas", 1, "replicas of nodeforge-scheduler and of nodeforge-provisioner (the chart's scheduler.replicas and provisioner.replicas); each elects a leader, the others stand by (logs: kubectl logs of each pod, or logs/nodeforge-scheduler-2.log...)")
 	processes := fs.Bool("processes", false, "run the scheduler and provisioner as plain processes instead of installing the chart")
 	kubernetes := fs.String("kubernetes", "current", kubernetesUsage)
+	gates := featureGatesFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	featureGates, err := gates()
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
 	}
 	if *dir == "" {
 		return errors.New("up: --dir is required")
@@ -127,7 +137,7 @@ func up(ctx context.Context, args []string) error {
 	}
 	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: *dir, Binaries: b, Progress: os.Stderr, CloudProvider: *cloud, AWSRegistrationDelay: *delay,
 		SchedulerReplicas: *replicas, ProvisionerReplicas: *replicas, Install: !*processes,
-		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv()})
+		SchedulerEnv: programEnv(), ProvisionerEnv: programEnv(), FeatureGates: featureGates})
 	if err != nil {
 		return err
 	}
@@ -150,14 +160,16 @@ func up(ctx context.Context, args []string) error {
 
 // programEnv is what of up's environment the programs get: NODEFORGE_*
 // variables (the provisioner takes every flag as NODEFORGE_<FLAG>, and
-// both take crash and pause points), but for the sandbox's own. Installed
+// both take crash and pause points), but for the sandbox's own
+// (NODEFORGE_FEATURE_GATES is the sandbox's: every component gets it as
+// --feature-gates, not the provisioner alone). Installed
 // from the chart they reach the pods' env through its values.
 func programEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "NODEFORGE_BIN_DIR", "NODEFORGE_SOURCE", "NODEFORGE_E2E_LOGS":
+		case "NODEFORGE_BIN_DIR", "NODEFORGE_SOURCE", "NODEFORGE_E2E_LOGS", featureGatesEnv:
 			continue
 		}
 		if strings.HasPrefix(name, "NODEFORGE_") {
@@ -166,4 +178,21 @@ func programEnv() []string {
 	}
 	slices.Sort(env)
 	return env
+}
+
+// featureGatesEnv is the variable --feature-gates defaults to.
+const featureGatesEnv = "NODEFORGE_FEATURE_GATES"
+
+// featureGatesFlag adds --feature-gates to fs and returns what it (or,
+// when not given, $NODEFORGE_FEATURE_GATES) says, once fs is parsed:
+// the gates every component of the sandbox gets (sandbox.Options.FeatureGates).
+func featureGatesFlag(fs *flag.FlagSet) func() (map[string]bool, error) {
+	value := fs.String("feature-gates", os.Getenv(featureGatesEnv), "feature gates of every component (kube-apiserver, kube-controller-manager, both schedulers, the provisioner), name=true|false pairs separated by commas, e.g. GenericWorkload=true,TopologyAwareWorkloadScheduling=true; GenericWorkload on also serves scheduling.k8s.io/v1beta1 (default $"+featureGatesEnv+")")
+	return func() (map[string]bool, error) {
+		gates, err := sandbox.ParseFeatureGates(*value)
+		if err != nil {
+			return nil, fmt.Errorf("--feature-gates (or $%s): %w", featureGatesEnv, err)
+		}
+		return gates, nil
+	}
 }
