@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,8 +51,18 @@ var SchedulerAPIs = []API{
 	{Feature: "DynamicResourceAllocation", GroupVersion: "resource.k8s.io/v1", Resource: "deviceclasses", Since: "1.34"},
 	{Feature: "DRADeviceTaintRules", GroupVersion: "resource.k8s.io/v1", Resource: "devicetaintrules", Since: "1.37"},
 	// Off by default in 1.37, and their APIs are served only where the
-	// server enables them; a user who turns them on against a server that
-	// does not serve them gets them turned off again, with a log line.
+	// server enables them (the gate and --runtime-config of
+	// scheduling.k8s.io/v1beta1, v1alpha3 for compositepodgroups); a
+	// user who turns them on against a server that does not serve them
+	// gets them turned off again, with a log line, and with them the
+	// features that depend on them (Check). kube-scheduler v1.37 lists
+	// PodGroups only: it never reads a Workload (the API server serves
+	// workloads beside podgroups, and the controllers that make
+	// PodGroups read them), and TopologyAwareWorkloadScheduling and
+	// DRAWorkloadResourceClaims, which depend on GenericWorkload, add
+	// PodGroup fields (spec.schedulingConstraints, spec.resourceClaims)
+	// and no API. Whether the server accepts those fields (its own gates)
+	// discovery does not say.
 	{Feature: "GenericWorkload", GroupVersion: "scheduling.k8s.io/v1beta1", Resource: "podgroups", Since: "1.37"},
 	{Feature: "CompositePodGroup", GroupVersion: "scheduling.k8s.io/v1alpha3", Resource: "compositepodgroups", Since: "1.37"},
 }
@@ -71,10 +82,12 @@ type Discovery interface {
 }
 
 // Gates is what Check needs of a feature gate: whether a feature is on,
-// and whether it may be turned off (kube-scheduler's --feature-gates).
+// whether it may be turned off (kube-scheduler's --feature-gates), and
+// which features need which others on.
 type Gates interface {
 	Enabled(featuregate.Feature) bool
 	GetAll() map[featuregate.Feature]featuregate.FeatureSpec
+	Dependencies() map[featuregate.Feature][]featuregate.Feature
 }
 
 // UnservedError is an API a program cannot run without that the server
@@ -97,7 +110,10 @@ func (e *UnservedError) Error() string {
 // does not answer with backoff for up to timeout (it may be starting
 // too), and returns the features to turn off (each logged), or an
 // *UnservedError for an API that is missing and cannot be done without.
-// APIs of features that are off are not asked about.
+// APIs of features that are off are not asked about. A feature that is on
+// and depends on one turned off is turned off too
+// (TopologyAwareWorkloadScheduling with GenericWorkload): the gate
+// refuses a feature on whose dependency is off.
 func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, program string, timeout time.Duration) ([]featuregate.Feature, error) {
 	logger := klog.FromContext(ctx)
 	specs := gates.GetAll()
@@ -168,7 +184,38 @@ func Check(ctx context.Context, disco Discovery, gates Gates, apis []API, progra
 		logger.Info("Turning a feature off: the API server does not serve its API", "feature", api.Feature, "groupVersion", api.GroupVersion, "resource", api.Resource, "serverVersion", serverVersion, "servedSince", api.Since)
 		features[i] = api.Feature
 	}
+	for _, d := range dependents(gates, features) {
+		logger.Info("Turning a feature off: it depends on a feature turned off", "feature", d[0], "dependsOn", d[1])
+		features = append(features, d[0])
+	}
 	return features, nil
+}
+
+// dependents are the features that are on and depend, directly or
+// through others, on one of off, each with the feature it depends on
+// that is turned off, in the order of their names.
+func dependents(gates Gates, off []featuregate.Feature) [][2]featuregate.Feature {
+	deps := gates.Dependencies()
+	specs := gates.GetAll()
+	turned := map[featuregate.Feature]bool{}
+	for _, f := range off {
+		turned[f] = true
+	}
+	features := slices.Sorted(maps.Keys(deps))
+	var out [][2]featuregate.Feature
+	for changed := len(off) > 0; changed; {
+		changed = false
+		for _, f := range features {
+			if _, known := specs[f]; turned[f] || !known || !gates.Enabled(f) {
+				continue
+			}
+			if i := slices.IndexFunc(deps[f], func(dep featuregate.Feature) bool { return turned[dep] }); i >= 0 {
+				turned[f], changed = true, true
+				out = append(out, [2]featuregate.Feature{f, deps[f][i]})
+			}
+		}
+	}
+	return out
 }
 
 // Off is the feature gate settings that turn off features.

@@ -125,3 +125,90 @@ func TestCheckWaitsForTheServer(t *testing.T) {
 		t.Fatalf("err %v, want a timeout that names the last answer", err)
 	}
 }
+
+// workloadGates are kube-scheduler v1.37's gates of gang scheduling with
+// their dependencies (pkg/features): GenericWorkload, and
+// TopologyAwareWorkloadScheduling, DRAWorkloadResourceClaims and
+// CompositePodGroup that need it (CompositePodGroup the topology gate
+// too), with the given ones on.
+func workloadGates(t *testing.T, on ...string) featuregate.MutableFeatureGate {
+	g := gates(t)
+	if err := g.Add(map[featuregate.Feature]featuregate.FeatureSpec{
+		"TopologyAwareWorkloadScheduling": {Default: false, PreRelease: featuregate.Alpha},
+		"DRAWorkloadResourceClaims":       {Default: false, PreRelease: featuregate.Beta},
+		"CompositePodGroup":               {Default: false, PreRelease: featuregate.Alpha},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.(interface {
+		AddDependencies(map[featuregate.Feature][]featuregate.Feature) error
+	}).AddDependencies(map[featuregate.Feature][]featuregate.Feature{
+		"TopologyAwareWorkloadScheduling": {"GenericWorkload"},
+		"DRAWorkloadResourceClaims":       {"DynamicResourceAllocation", "GenericWorkload"},
+		"CompositePodGroup":               {"GenericWorkload", "TopologyAwareWorkloadScheduling"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, f := range on {
+		set[f] = true
+	}
+	if err := g.SetFromMap(set); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// serving is a discovery fake of a v1.37 server serving DRA's resources
+// and the given ones of scheduling.k8s.io/v1beta1 ("" serves none of it).
+func serving(podgroups ...string) *fakediscovery.FakeDiscovery {
+	d := server("v1.37.2", "resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
+	if len(podgroups) > 0 {
+		list := &metav1.APIResourceList{GroupVersion: "scheduling.k8s.io/v1beta1"}
+		for _, r := range podgroups {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: r})
+		}
+		d.Resources = append(d.Resources, list)
+	}
+	return d
+}
+
+// TestCheckTurnsOffWhatDependsOnAFeatureTurnedOff: gang scheduling's
+// gates on against a server that serves no PodGroups (the gate or the
+// runtime-config missing there) turn off GenericWorkload and every gate
+// on that needs it, directly or through another, so that the gate takes
+// the settings (it refuses a feature on whose dependency is off); against
+// a server that serves them, nothing is turned off.
+func TestCheckTurnsOffWhatDependsOnAFeatureTurnedOff(t *testing.T) {
+	all := []string{"GenericWorkload", "TopologyAwareWorkloadScheduling", "DRAWorkloadResourceClaims", "CompositePodGroup"}
+	for _, tc := range []struct {
+		name  string
+		disco *fakediscovery.FakeDiscovery
+		on    []string
+		off   []featuregate.Feature
+	}{
+		{"a server that serves podgroups", serving("workloads", "podgroups"), all[:2], nil},
+		{"GenericWorkload alone, unserved", serving(), all[:1], []featuregate.Feature{"GenericWorkload"}},
+		{"with the topology gate, unserved", serving(), all[:2], []featuregate.Feature{"GenericWorkload", "TopologyAwareWorkloadScheduling"}},
+		{"every gang gate, unserved", serving(), all, []featuregate.Feature{"GenericWorkload", "CompositePodGroup", "DRAWorkloadResourceClaims", "TopologyAwareWorkloadScheduling"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := workloadGates(t, tc.on...)
+			off, err := Check(context.Background(), tc.disco, g, SchedulerAPIs, "prog", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(off, tc.off) {
+				t.Fatalf("turned off %v, want %v", off, tc.off)
+			}
+			if err := g.SetFromMap(Off(off)); err != nil {
+				t.Fatalf("the gate refuses what Check turned off: %v", err)
+			}
+			for _, f := range all {
+				if want := slices.Contains(tc.on, f) && !slices.Contains(off, featuregate.Feature(f)); g.Enabled(featuregate.Feature(f)) != want {
+					t.Errorf("%s on: %v, want %v", f, g.Enabled(featuregate.Feature(f)), want)
+				}
+			}
+		})
+	}
+}
