@@ -41,6 +41,15 @@
 //	    enabled:
 //	    - name: GatedPreemption
 //	    - name: VirtualNodes
+//	  podGroupPostFilter:
+//	    disabled:
+//	    - name: DefaultPreemption
+//	    enabled:
+//	    - name: GatedPreemption
+//	    - name: VirtualNodes
+//
+// For a PodGroup (PodGroupPostFilter) it is DefaultPreemption, but for
+// an answer that lets the plugins after it run.
 package gatedpreemption
 
 import (
@@ -189,6 +198,19 @@ func (pl *GatedPreemption) PostFilter(ctx context.Context, state fwk.CycleState,
 		"pod", klog.KObj(pod), "priority", corev1helpers.PodPriority(pod), "nodesTried", len(candidates))
 	// DefaultPreemption prefixes its message so, and clears the nomination.
 	return framework.NewPostFilterResultWithNominatedNode(""), fwk.NewStatus(fwk.Unschedulable, "preemption: "+fitErr.Error())
+}
+
+// PodGroupPostFilter is DefaultPreemption's for a PodGroup whose group
+// cycle failed, except that a group no preemption can help (no victims)
+// is Unschedulable, not UnschedulableAndUnresolvable: kube-scheduler runs
+// no PodGroupPostFilter plugin after an Unresolvable answer, and
+// VirtualNodes, after this one, may provision nodes for the group.
+func (pl *GatedPreemption) PodGroupPostFilter(ctx context.Context, state fwk.PodGroupCycleState, pg fwk.PodGroupInfo, schedule fwk.PodGroupSchedulingFunc) (*fwk.PodGroupPostFilterResult, *fwk.Status) {
+	res, s := pl.DefaultPreemption.PodGroupPostFilter(ctx, state, pg, schedule)
+	if s.Code() == fwk.UnschedulableAndUnresolvable {
+		return res, fwk.NewStatus(fwk.Unschedulable, s.Reasons()...)
+	}
+	return res, s
 }
 
 // gateMayAnswer reports whether the gate may answer for the pod: it may

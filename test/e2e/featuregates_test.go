@@ -120,9 +120,6 @@ func TestGangSchedulingGates(t *testing.T) {
 
 	t.Run("programs", func(t *testing.T) {
 		t.Parallel()
-		t.Skip("nodeforge-scheduler and nodeforge-provisioner crash at start with GenericWorkload on: the simulator's framework " +
-			"(simulator.New) has no mutable snapshot nor PodGroupManager, which DefaultPreemption reads when built " +
-			"(preemption.NewEvaluator, defaultpreemption.New, Kubernetes 1.37); remove this skip with that fix")
 		start := time.Now()
 		sb, cs, _ := startSandbox(t, sandbox.Options{CloudProvider: "simulated", Install: true, FeatureGates: gangGates})
 		started := time.Since(start)

@@ -97,9 +97,14 @@ func TestShippedConfigRunsPreemptionBeforeVirtualNodes(t *testing.T) {
 		t.Errorf("PreEnqueue plugins %v: want %s among them", fw.ListPlugins().PreEnqueue.Enabled, virtualnodes.Name)
 	}
 	// And its PodGroupPostFilter, which kube-scheduler runs for the pods
-	// of a PodGroup in PostFilter's place, last.
-	if pg := fw.ListPlugins().PodGroupPostFilter.Enabled; len(pg) == 0 || pg[len(pg)-1].Name != virtualnodes.Name {
-		t.Errorf("PodGroupPostFilter plugins %v: want %s last", pg, virtualnodes.Name)
+	// of a PodGroup in PostFilter's place, after the group's preemption.
+	var groups []string
+	for _, p := range fw.ListPlugins().PodGroupPostFilter.Enabled {
+		groups = append(groups, p.Name)
+	}
+	// The default set has DynamicResources there too.
+	if pre, vn := slices.Index(groups, gatedpreemption.Name), slices.Index(groups, virtualnodes.Name); pre < 0 || vn != len(groups)-1 || slices.Contains(groups, "DefaultPreemption") {
+		t.Errorf("PodGroupPostFilter plugins %v: want %s, %s last, and no DefaultPreemption (whose Unresolvable answer would stop the plugins after it)", groups, gatedpreemption.Name, virtualnodes.Name)
 	}
 	// Simulations leave preemption out, GatedPreemption by its name.
 	sim := simulator.Profile(&cfg.Profiles[0], "test")

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/internal/sandbox"
+)
+
+// gangOf creates PodGroup default/<name>, a gang of minCount n, and its n
+// pods of 3 cpu, which a c7.xlarge (4 cpu) holds one of.
+func gangOf(t *testing.T, cs kubernetes.Interface, name, pool string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}}}}
+	if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: "default", Labels: map[string]string{"gang": name}},
+			Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+				NodeSelector:    map[string]string{"team": pool},
+				SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+			}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAGangLaunchesWholeOrNotAtAll, with GenericWorkload on: a gang of 8
+// pods that each need a c7.xlarge of their own, under a pool limit that
+// allows 7 such nodes, launches nothing, and each pod and the group say
+// why; once the limit allows 8, the gang gets 8 new nodes and all its
+// pods run, bound by the scheduler's group cycle.
+func TestAGangLaunchesWholeOrNotAtAll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
+	const pool, n = "gang", 8
+	np := poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("28")}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	})
+	gangOf(t, cs, "train", pool, n)
+	podEventsUntil(t, cs, "train-0", v1alpha1.ReasonGroupNotLaunchable)
+	_, notes, err := podEvents(ctx, cs, "train-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(notes, func(s string) bool {
+		return strings.Contains(s, "pod group default/train is a gang of minCount 8 and only 7 of its 8 pods can have a node") && strings.Contains(s, "limits")
+	}) {
+		t.Errorf("train-0's events %q: none says only 7 of 8 can have a node, for the pool's limits", notes)
+	}
+	claims, err := poolClaims(ctx, kube, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 0 {
+		t.Fatalf("a gang that cannot have 8 nodes made %d nodeclaims: %v", len(claims), claimTypes(claims))
+	}
+	update(t, kube, np, func() { np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("32")} })
+	raised := time.Now()
+	pollFor(t, 3*time.Minute, "the gang's 8 pods Running", func() (bool, error) {
+		k, err := runningPods(ctx, cs, "gang=train")
+		return k == n, err
+	})
+	t.Logf("8 pods Running %s after the limit was raised", time.Since(raised).Round(time.Second))
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "gang=train"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		nodes[p.Spec.NodeName] = true
+	}
+	claims, err = poolClaims(ctx, kube, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != n || len(claims) != n {
+		t.Errorf("the gang runs on %d nodes of %d nodeclaims, want %d of each", len(nodes), len(claims), n)
+	}
+	var handed int
+	for _, p := range pods.Items {
+		reasons, _, err := podEvents(ctx, cs, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(reasons, v1alpha1.ReasonHandedOff) {
+			handed++
+		}
+	}
+	if handed != n {
+		t.Errorf("%d of the gang's pods were handed to the scheduler to bind, want all %d", handed, n)
+	}
+}
