@@ -3,6 +3,8 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,8 +48,8 @@ func (p *VirtualNodes) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCyc
 	if group == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "VirtualNodes does not provision for composite pod groups yet")
 	}
-	key := klog.KObj(group)
-	unlock, st, _ := p.lockSynced(ctx, key)
+	ref := klog.KObj(group)
+	unlock, st, _ := p.lockSynced(ctx, ref)
 	if unlock == nil {
 		return nil, st
 	}
@@ -60,29 +62,13 @@ func (p *VirtualNodes) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCyc
 	// No claim of the group is written before the group is decided.
 	p.book.hold()
 	defer p.book.release()
-	out := &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}
-	var made []taken
-	before := map[*claim]bool{}
-	refused := map[*corev1.Pod]string{}
-	for _, pod := range pods {
-		name, t, why := p.decideInGroup(ctx, pod, before)
-		if name == "" {
-			refused[pod] = why
-			continue
-		}
-		out.NominatingInfos[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}] = &fwk.NominatingInfo{NominatedNodeName: name, NominatingMode: fwk.ModeOverride}
-		if t != nil {
-			made = append(made, *t)
-		}
-	}
+	d := p.decideConstrained(ctx, group, pods, max(minCount, 1))
 	logger := klog.FromContext(ctx)
-	placed := len(out.NominatingInfos)
+	placed := len(d.out.NominatingInfos)
 	if placed < minCount {
-		for i := len(made) - 1; i >= 0; i-- {
-			p.book.untake(made[i].pod, made[i].c, made[i].options)
-		}
-		msg := gangMessage(group, minCount, placed, len(pods), refused)
-		logger.Info("Pod group cannot have enough nodes; nominating none of its pods", "podGroup", key, "minCount", minCount, "placeable", placed, "pods", len(pods))
+		p.undo(d)
+		msg := gangMessage(group, minCount, placed, len(pods), d.refused)
+		logger.Info("Pod group cannot have enough nodes; nominating none of its pods", "podGroup", ref, "minCount", minCount, "placeable", placed, "pods", len(pods))
 		for _, pod := range pods {
 			p.event(pod, corev1.EventTypeWarning, v1alpha1.ReasonGroupNotLaunchable, v1alpha1.ActionProvisioning, msg)
 			p.refused[pod.UID] = pod
@@ -90,23 +76,135 @@ func (p *VirtualNodes) PodGroupPostFilter(ctx context.Context, _ fwk.PodGroupCyc
 		}
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
-	for pod, why := range refused {
+	p.count(d, time.Since(start))
+	logger.V(2).Info("Nominated the pods of a pod group", "podGroup", ref, "nominated", placed, "refused", len(d.refused), "minCount", minCount)
+	if placed == 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no NodePool can launch a node for any pod of pod group "+ref.String())
+	}
+	return d.out, fwk.NewStatus(fwk.Success, fmt.Sprintf("nominated %d pods of pod group %s to nodeclaims; their nodes are launched for them, and the group is scheduled once they are ready", placed, ref))
+}
+
+// decideConstrained decides the group's pods; under a topology
+// constraint, all in the one domain of its key where the most of them
+// (at least want) can have a node, the cheapest of those.
+func (p *VirtualNodes) decideConstrained(ctx context.Context, group *schedulingv1beta1.PodGroup, pods []*corev1.Pod, want int) groupDecision {
+	c := group.Spec.SchedulingConstraints
+	if c == nil || len(c.Topology) == 0 {
+		return p.decideGroup(ctx, pods, "", "")
+	}
+	key := c.Topology[0].Key
+	if domain := p.chooseDomain(ctx, pods, key, want); domain != "" {
+		return p.decideGroup(ctx, pods, key, domain)
+	}
+	d := groupDecision{out: &fwk.PodGroupPostFilterResult{}, refused: map[*corev1.Pod]string{}}
+	for _, pod := range pods {
+		d.refused[pod] = fmt.Sprintf("no %s domain a pool can launch in holds %d of the group's pods together", key, want)
+	}
+	return d
+}
+
+// count tells the pods a group's decision refused that no pool can have
+// them, and counts each pod's result.
+func (p *VirtualNodes) count(d groupDecision, took time.Duration) {
+	for pod, why := range d.refused {
 		p.event(pod, corev1.EventTypeWarning, v1alpha1.ReasonNoInstanceType, v1alpha1.ActionProvisioning, "no NodePool can launch a node for this pod: "+why)
 		p.refused[pod.UID] = pod
-		p.metrics.observe(resultRefused, refusalNone, time.Since(start))
+		p.metrics.observe(resultRefused, refusalNone, took)
 	}
-	for _, t := range made {
+	for _, t := range d.made {
 		r := resultExisting
 		if t.isNew {
 			r = resultNew
 		}
-		p.metrics.observe(r, refusalNone, time.Since(start))
+		p.metrics.observe(r, refusalNone, took)
 	}
-	logger.V(2).Info("Nominated the pods of a pod group", "podGroup", key, "nominated", placed, "refused", len(refused), "minCount", minCount)
-	if placed == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "no NodePool can launch a node for any pod of pod group "+key.String())
+}
+
+// groupDecision is what deciding a group's pods made: the nominations,
+// what undoes them, and the pods refused, with why.
+type groupDecision struct {
+	out     *fwk.PodGroupPostFilterResult
+	made    []taken
+	refused map[*corev1.Pod]string
+}
+
+// undo takes back the nominations d made, last first.
+func (p *VirtualNodes) undo(d groupDecision) {
+	for i := len(d.made) - 1; i >= 0; i-- {
+		p.book.untake(d.made[i].pod, d.made[i].c, d.made[i].options)
 	}
-	return out, fwk.NewStatus(fwk.Success, fmt.Sprintf("nominated %d pods of pod group %s to nodeclaims; their nodes are launched for them, and the group is scheduled once they are ready", placed, key))
+}
+
+// cost is the price of the claims d made, each at its cheapest option.
+func (d groupDecision) cost() float64 {
+	seen := map[*claim]bool{}
+	sum := 0.0
+	for _, t := range d.made {
+		if t.isNew && !seen[t.c] && len(t.c.options) > 0 {
+			seen[t.c] = true
+			sum += t.c.options[0].price
+		}
+	}
+	return sum
+}
+
+// decideGroup decides each of pods in order, on the claims of the pods
+// before it; with key set, each pod only on nodes whose label key is
+// domain (the group's topology constraint).
+func (p *VirtualNodes) decideGroup(ctx context.Context, pods []*corev1.Pod, key, domain string) groupDecision {
+	d := groupDecision{out: &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}, refused: map[*corev1.Pod]string{}}
+	before := map[*claim]bool{}
+	for _, pod := range pods {
+		if key != "" {
+			pod = pod.DeepCopy()
+			if pod.Spec.NodeSelector == nil {
+				pod.Spec.NodeSelector = map[string]string{}
+			}
+			pod.Spec.NodeSelector[key] = domain
+		}
+		name, t, why := p.decideInGroup(ctx, pod, before)
+		if name == "" {
+			d.refused[pod] = why
+			continue
+		}
+		d.out.NominatingInfos[types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}] = &fwk.NominatingInfo{NominatedNodeName: name, NominatingMode: fwk.ModeOverride}
+		if t != nil {
+			d.made = append(d.made, *t)
+		}
+	}
+	return d
+}
+
+// chooseDomain is the value of key (a topology constraint's) in which
+// the most of pods, at least want, can have a node, the cheapest of
+// those; "" when none. Each domain is decided and undone: a domain is
+// one a pool's nodes are labelled with (its zones, its template's
+// labels).
+func (p *VirtualNodes) chooseDomain(ctx context.Context, pods []*corev1.Pod, key string, want int) string {
+	best, bestPlaced, bestCost := "", 0, 0.0
+	for _, v := range p.domains(key) {
+		d := p.decideGroup(ctx, pods, key, v)
+		placed, cost := len(d.out.NominatingInfos), d.cost()
+		p.undo(d)
+		klog.FromContext(ctx).V(4).Info("Tried a pod group's topology domain", "key", key, "domain", v, "placed", placed, "cost", cost)
+		if placed >= want && (placed > bestPlaced || placed == bestPlaced && cost < bestCost) {
+			best, bestPlaced, bestCost = v, placed, cost
+		}
+	}
+	return best
+}
+
+// domains are the values of key the pools' nodes carry, sorted.
+func (p *VirtualNodes) domains(key string) []string {
+	set := map[string]bool{}
+	for _, pl := range p.ordered {
+		for _, g := range pl.groups {
+			if v, ok := g.placeholder.Node().Labels[key]; ok {
+				set[v] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // decideInGroup decides one pod of a group: the node it is nominated to

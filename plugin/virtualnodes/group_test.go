@@ -110,3 +110,44 @@ func TestAGangIsNominatedWholeOrNotAtAll(t *testing.T) {
 func keyOf(p *corev1.Pod) types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
+
+// TestAGangOfOneZoneLandsInOneZone: three pods that spread over zones
+// (maxSkew 1) each get a claim in another zone; the same pods in a gang
+// whose PodGroup says its pods share a zone all get claims in one zone.
+func TestAGangOfOneZoneLandsInOneZone(t *testing.T) {
+	spread := func(g podGroup) podGroup {
+		for _, p := range g.pods {
+			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,
+				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "train"}}}}
+		}
+		return g
+	}
+	zones := func(h *harness, g podGroup) map[string]bool {
+		out := map[string]bool{}
+		for _, p := range g.pods {
+			if c := h.plugin.book.nominatedTo(p.UID); c != nil {
+				out[c.group.zone] = true
+			}
+		}
+		return out
+	}
+	ctx := context.Background()
+	h := newHarness(t, []*pool{benchPool(t)})
+	free := spread(gang(3, 3))
+	if _, s := h.plugin.PodGroupPostFilter(ctx, nil, free, nil); !s.IsSuccess() {
+		t.Fatal(s.Message())
+	}
+	if z := zones(h, free); len(z) != 3 {
+		t.Fatalf("a gang spread over zones has claims in zones %v, want 3", z)
+	}
+	h = newHarness(t, []*pool{benchPool(t)})
+	one := spread(gang(3, 3))
+	one.pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: corev1.LabelTopologyZone}}}
+	res, s := h.plugin.PodGroupPostFilter(ctx, nil, one, nil)
+	if !s.IsSuccess() || len(res.NominatingInfos) != 3 {
+		t.Fatalf("a gang of one zone: %v %v, want 3 nominated", res, s)
+	}
+	if z := zones(h, one); len(z) != 1 || h.plugin.book.count() != 3 {
+		t.Errorf("a gang of one zone has %d claims in zones %v, want 3 claims in one zone (the other zones tried and undone)", h.plugin.book.count(), z)
+	}
+}

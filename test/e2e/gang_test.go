@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/sandbox"
@@ -115,5 +116,49 @@ func TestAGangLaunchesWholeOrNotAtAll(t *testing.T) {
 	}
 	if handed != n {
 		t.Errorf("%d of the gang's pods were handed to the scheduler to bind, want all %d", handed, n)
+	}
+}
+
+// TestAGangOfOneZoneLandsInOneZone, with TopologyAwareWorkloadScheduling
+// on: four pods that would spread over three zones (maxSkew 1) form a
+// gang whose PodGroup says its pods share a zone; their nodes are all
+// launched in one zone, and the four run there.
+func TestAGangOfOneZoneLandsInOneZone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true, "TopologyAwareWorkloadScheduling": true}})
+	const pool, n = "onezone", 4
+	createZonalPool(t, kube, pool)
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "ring", Namespace: "default"}, Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: n}},
+		SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: corev1.LabelTopologyZone}}}}}
+	if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	topologyPods(t, cs, pool, n, func(spec *corev1.PodSpec) {
+		spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("ring")}
+		spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone,
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": pool}}}}
+	})
+	start := time.Now()
+	pollFor(t, 3*time.Minute, "the gang's 4 pods Running", func() (bool, error) {
+		k, err := runningPods(ctx, cs, "app="+pool)
+		return k == n, err
+	})
+	t.Logf("4 pods Running %s after they were made", time.Since(start).Round(time.Second))
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]bool{}
+	for _, p := range pods.Items {
+		var node corev1.Node
+		if err := kube.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
+			t.Fatal(err)
+		}
+		zones[node.Labels[corev1.LabelTopologyZone]] = true
+	}
+	if len(zones) != 1 {
+		t.Errorf("the gang runs in zones %v, want one", zones)
 	}
 }
