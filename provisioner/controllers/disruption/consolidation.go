@@ -229,6 +229,11 @@ func (k *Consolidation) movable(nc *v1alpha1.NodeClaim, node *corev1.Node, pods 
 		if k := v1alpha1.DoNotDisrupt(p.Annotations); k != "" {
 			return nil, fmt.Sprintf("pod %s has %s=true", klog.KObj(p), k)
 		}
+		if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+			// Evicted, it would wait for its gang's group cycle, which
+			// binds no part of a group: the gang would run in part.
+			return nil, fmt.Sprintf("pod %s belongs to PodGroup %s/%s, which consolidation does not move", klog.KObj(p), p.Namespace, *g.PodGroupName)
+		}
 		if metav1.GetControllerOf(p) == nil {
 			return nil, fmt.Sprintf("pod %s has no controller: evicting it would delete it for good", klog.KObj(p))
 		}

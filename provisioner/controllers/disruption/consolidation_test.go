@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -181,6 +182,12 @@ func TestConsolidation(t *testing.T) {
 		name:  "a pod without a controller keeps its node: evicting it would lose it (the other node's pods move to it)",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil }), pod("b", "n2"), pod("c", "n2")},
 		want: []string{"n2"}, wantEvent: "pod default/a has no controller",
+	}, {
+		name:  "a pod of a PodGroup keeps its node: a gang is not moved in part (the other node's pods move to it)",
+		nodes: 2, pods: []*corev1.Pod{pod("a", "n1", func(p *corev1.Pod) {
+			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("train")}
+		}), pod("b", "n2"), pod("c", "n2")},
+		want: []string{"n2"}, wantEvent: "pod default/a belongs to PodGroup default/train, which consolidation does not move",
 	}, {
 		name:  "a PodDisruptionBudget that allows no eviction now keeps the node",
 		nodes: 2, pods: []*corev1.Pod{pod("a", "n1"), pod("b", "n2"), pod("c", "n2")},
