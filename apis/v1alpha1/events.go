@@ -59,6 +59,12 @@ const (
 	// of the claim's Launched or Registered condition (False). Such a
 	// claim is not launched or adopted, and is deleted.
 	ReasonOutsideNodePool = "OutsideNodePool"
+	// ReasonGroupReleased: a Warning on a NodeClaim, and its pods, deleted
+	// because another claim of the same PodGroup's pods was given up (not
+	// launched, refused, or timed out), naming that claim and why: a
+	// group's pods start together or not at all, and the group is decided
+	// afresh.
+	ReasonGroupReleased = "GroupReleased"
 	// ReasonLaunchTimeout: a Warning on a NodeClaim and its pods when the
 	// claim was not launched within the launch TTL; it is deleted.
 	ReasonLaunchTimeout = "LaunchTimeout"

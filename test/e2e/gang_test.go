@@ -24,24 +24,36 @@ import (
 // pods of 3 cpu, which a c7.xlarge (4 cpu) holds one of.
 func gangOf(t *testing.T, cs kubernetes.Interface, name, pool string, n int) {
 	t.Helper()
-	ctx := context.Background()
+	groupOf(t, cs, name, n)
+	for i := range n {
+		gangPod(t, cs, name, pool, fmt.Sprintf("%s-%d", name, i), "3")
+	}
+}
+
+// groupOf creates PodGroup default/<name>, a gang of minCount.
+func groupOf(t *testing.T, cs kubernetes.Interface, name string, minCount int) {
+	t.Helper()
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: schedulingv1beta1.PodGroupSpec{
-		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}}}}
-	if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(minCount)}}}}
+	if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(context.Background(), pg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for i := range n {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: "default", Labels: map[string]string{"gang": name}},
-			Spec: corev1.PodSpec{
-				SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
-				NodeSelector:    map[string]string{"team": pool},
-				SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)},
-				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
-			}}
-		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+}
+
+// gangPod creates pod default/<pod> of PodGroup group, on pool's nodes,
+// requesting cpu.
+func gangPod(t *testing.T, cs kubernetes.Interface, group, pool, pod, cpu string) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "default", Labels: map[string]string{"gang": group}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+			NodeSelector:    map[string]string{"team": pool},
+			SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+		}}
+	if _, err := cs.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -160,5 +172,76 @@ func TestAGangOfOneZoneLandsInOneZone(t *testing.T) {
 	}
 	if len(zones) != 1 {
 		t.Errorf("the gang runs in zones %v, want one", zones)
+	}
+}
+
+// TestAGangWhoseClaimCannotLaunchLeavesNothing: a gang of 4 pods, each
+// on a node of its own, three of which fit a c7.xlarge and one needs a
+// c7.2xlarge, which has no capacity (an injected fault). The c7.2xlarge
+// claim has no option left and is given up, and the three c7.xlarge
+// claims (launched or launching) are released with it, any instance
+// terminated.
+// Decided afresh without the c7.2xlarge, the gang cannot have 4 nodes:
+// nothing of it is left running or billed, and its pods say why.
+func TestAGangWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
+	const pool, n = "gangfail", 4
+	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge", "c7.2xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+	})
+	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	update(t, kube, class, func() {
+		class.Spec.Faults = []v1alpha1.SimulatedFault{{Kind: v1alpha1.FaultInsufficientCapacity, InstanceTypes: []string{"c7.2xlarge"}}}
+	})
+	groupOf(t, cs, "fail", n)
+	for i := range n - 1 {
+		gangPod(t, cs, "fail", pool, fmt.Sprintf("fail-%d", i), "3")
+	}
+	gangPod(t, cs, "fail", pool, "fail-big", "6")
+	start := time.Now()
+	poll(t, "the three c7.xlarge claims released", func() (bool, error) {
+		evs, err := cs.EventsV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonGroupReleased})
+		if err != nil {
+			return false, err
+		}
+		claims := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "NodeClaim" {
+				claims[e.Regarding.Name] = true
+			}
+		}
+		return len(claims) == n-1, nil
+	})
+	podEventsUntil(t, cs, "fail-big", v1alpha1.ReasonGroupNotLaunchable)
+	pollFor(t, 3*time.Minute, "no nodeclaim, node or instance of the gang left", func() (bool, error) {
+		claims, err := poolClaims(ctx, kube, pool)
+		if err != nil || len(claims) > 0 {
+			return false, err
+		}
+		nodes, err := poolNodes(ctx, cs, pool)
+		if err != nil || nodes > 0 {
+			return false, err
+		}
+		inventory, err := cs.CoreV1().ConfigMaps("nodeforge").List(ctx, metav1.ListOptions{LabelSelector: "simulated.nodeforge.dev/instance"})
+		if err != nil {
+			return false, err
+		}
+		for _, cm := range inventory.Items {
+			if strings.Contains(cm.Data["instance.json"], `"NodePool":"`+pool+`"`) {
+				return false, fmt.Errorf("instance %s of pool %s still billed", cm.Name, pool)
+			}
+		}
+		return true, nil
+	})
+	t.Logf("the gang's launched claims released and nothing left %s after its last pod was made", time.Since(start).Round(time.Second))
+	if k, err := runningPods(ctx, cs, "gang=fail"); err != nil || k != 0 {
+		t.Errorf("%d of the gang's pods run (err %v), want none", k, err)
 	}
 }

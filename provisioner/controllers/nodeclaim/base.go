@@ -89,6 +89,7 @@ func (b base) giveUp(ctx context.Context, nc *v1alpha1.NodeClaim, reason, action
 	}
 	b.event(nc, corev1.EventTypeWarning, reason, action, why+"; "+what)
 	b.podEvents(ctx, nc, corev1.EventTypeWarning, reason, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
+	b.releaseGroups(ctx, nc, "was "+why)
 	return reconcile.Result{}, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 }
 

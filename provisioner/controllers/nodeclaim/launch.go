@@ -176,6 +176,7 @@ func (l *launcher) noOptions(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, "none of the instance type options is available; the pods will get another claim")
 	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s: none of its instance type options is available; the pod will get another claim", nc.Name))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoOptions").Inc()
+	l.releaseGroups(ctx, nc, "had no instance type option available")
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 
@@ -189,6 +190,7 @@ func (l *launcher) refuseForMinValues(ctx context.Context, nc *v1alpha1.NodeClai
 	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, why+"; not launched, the pods will get another claim")
 	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "MinValues").Inc()
+	l.releaseGroups(ctx, nc, "could not keep its pool's minValues")
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 
@@ -277,6 +279,7 @@ func (l *launcher) refuseForLimits(ctx context.Context, nc *v1alpha1.NodeClaim, 
 	l.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonLimitReached, v1alpha1.ActionLaunch, exceeded.Error()+"; not launched")
 	l.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonLimitReached, v1alpha1.ActionLaunch, fmt.Sprintf("nodeclaim %s not launched: %s; the pod will be scheduled again", nc.Name, exceeded.Error()))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "LimitReached").Inc()
+	l.releaseGroups(ctx, nc, "would have passed its pool's limits")
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 
@@ -309,6 +312,7 @@ func (l *launcher) expireRefused(ctx context.Context, nc *v1alpha1.NodeClaim) (r
 	}
 	klog.FromContext(ctx).Info("Deleting nodeclaim whose launch the cloud denied", "refusedFor", l.registrationTTL)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonAccessDenied).Inc()
+	l.releaseGroups(ctx, nc, "was refused by the cloud")
 	return reconcile.Result{}, client.IgnoreNotFound(l.kube.Delete(ctx, nc))
 }
 

@@ -53,5 +53,6 @@ func (b base) refuseOutsidePool(ctx context.Context, nc *v1alpha1.NodeClaim, con
 	b.event(nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, why+"; "+what+", and the claim is deleted")
 	b.podEvents(ctx, nc, corev1.EventTypeWarning, v1alpha1.ReasonOutsideNodePool, action, fmt.Sprintf("nodeclaim %s: %s; the pod will get another claim", nc.Name, why))
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonOutsideNodePool).Inc()
+	b.releaseGroups(ctx, nc, "asked for more than its pool makes")
 	return reconcile.Result{}, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 }
