@@ -92,6 +92,12 @@ const (
 	// creation has not reached the cache yet; not found long after, it
 	// failed.
 	AnnotationReplacementRequested = Group + "/replacement-requested"
+	// AnnotationReleasedWith on a NodeClaim names the claim of the same
+	// PodGroup's pods that was given up: the provisioner deletes it at the
+	// next point where no launch of it is under way (before its launch,
+	// or once the instance launched is recorded), which terminates any
+	// instance it has.
+	AnnotationReleasedWith = Group + "/released-with"
 	// AnnotationReplaces on a replacement NodeClaim names the claim it
 	// replaces. The provisioner launches it with no nominated pods, and
 	// does not disrupt it while that claim is still there.

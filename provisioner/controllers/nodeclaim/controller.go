@@ -231,6 +231,10 @@ func (c *Controller) step(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcil
 	if !nc.DeletionTimestamp.IsZero() {
 		return c.terminator.reconcile(ctx, nc)
 	}
+	if _, ok := nc.Annotations[v1alpha1.AnnotationReleasedWith]; ok && nc.Status.Phase != v1alpha1.NodeClaimLaunching {
+		// Not launching: its instance, if any, is recorded.
+		return reconcile.Result{}, c.deleteReleased(ctx, nc)
+	}
 	if len(nc.OwnerReferences) == 0 && nc.Status.Phase == v1alpha1.NodeClaimInitialized {
 		// Claims made before claims named their pool as owner (those
 		// left are running nodes): name it now. A pool not found is not

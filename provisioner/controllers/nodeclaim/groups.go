@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -13,9 +14,9 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
-// releaseGroups deletes, for a claim given up (nc, which the caller
-// deletes), the other claims whose pods belong to a PodGroup one of nc's
-// pods belongs to, launched or not: the scheduler binds a group's pods
+// releaseGroups releases (AnnotationReleasedWith), for a claim given up
+// (nc, which the caller deletes), the other claims whose pods belong to a
+// PodGroup one of nc's pods belongs to, launched or not: the scheduler binds a group's pods
 // only together, so without nc's node the others would run nothing and
 // be paid for. Their pods' nominations go with them, and the scheduler
 // decides the group afresh. Errors are logged: the claim given up goes
@@ -44,16 +45,31 @@ func (b base) releaseGroups(ctx context.Context, nc *v1alpha1.NodeClaim, why str
 			if other.UID == nc.UID || other.DeletionTimestamp != nil {
 				continue
 			}
+			if _, ok := other.Annotations[v1alpha1.AnnotationReleasedWith]; ok {
+				continue
+			}
 			note := fmt.Sprintf("released with nodeclaim %s of pod group %s/%s, which %s: the group's pods start together or not at all", nc.Name, p.Namespace, *g.PodGroupName, why)
 			logger.Info("Releasing a nodeclaim of a pod group one of whose claims was given up", "nodeClaim", klog.KObj(other), "givenUp", nc.Name, "podGroup", klog.KRef(p.Namespace, *g.PodGroupName), "providerID", other.Status.ProviderID)
+			// Marked, not deleted: the claim's own controller deletes it
+			// where no launch of it is under way, so that no instance
+			// launched meanwhile is left without a claim.
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationReleasedWith, nc.Name))
+			if err := b.kube.Patch(ctx, other, patch); client.IgnoreNotFound(err) != nil {
+				logger.Error(err, "Releasing a nodeclaim of a pod group", "nodeClaim", klog.KObj(other))
+				continue
+			}
 			b.event(other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
 			b.podEvents(ctx, other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
-			metrics.ClaimsDeleted.WithLabelValues(other.Spec.NodePool, v1alpha1.ReasonGroupReleased).Inc()
-			if err := b.kube.Delete(ctx, other); client.IgnoreNotFound(err) != nil {
-				logger.Error(err, "Releasing a nodeclaim of a pod group", "nodeClaim", klog.KObj(other))
-			}
 		}
 	}
+}
+
+// deleteReleased deletes a claim released with another of its pods'
+// PodGroup (AnnotationReleasedWith), no launch of it being under way.
+func (b base) deleteReleased(ctx context.Context, nc *v1alpha1.NodeClaim) error {
+	klog.FromContext(ctx).Info("Deleting nodeclaim released with another of its pod group's", "releasedWith", nc.Annotations[v1alpha1.AnnotationReleasedWith], "providerID", nc.Status.ProviderID)
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, v1alpha1.ReasonGroupReleased).Inc()
+	return client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 }
 
 // groupClaims are the claims the pods of PodGroup namespace/name are

@@ -76,6 +76,41 @@ type launcher struct {
 	// denied are the claims whose launch the cloud denied, until the
 	// cache shows their Launched condition (see reconcile).
 	denied deniedLaunches
+	// recorded are the claims whose launch was recorded (phase Launched)
+	// in the last minute: a reconcile of the claim from a cache that has
+	// not seen the record yet would call the cloud again, and, the claim
+	// deleted and its instance terminated meanwhile (a release), launch
+	// a second instance no claim accounts for.
+	recorded recentLaunches
+}
+
+// recentLaunches remembers, by claim UID, when a launch was recorded.
+type recentLaunches struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+// add records uid's launch now.
+func (r *recentLaunches) add(uid types.UID, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = map[types.UID]time.Time{}
+	}
+	for k, t := range r.at {
+		if now.Sub(t) > time.Minute {
+			delete(r.at, k)
+		}
+	}
+	r.at[uid] = now
+}
+
+// has says whether uid's launch was recorded within the last minute.
+func (r *recentLaunches) has(uid types.UID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.at[uid]
+	return ok && now.Sub(t) <= time.Minute
 }
 
 // deniedLaunches remembers, by claim UID, the launches the cloud denied.
@@ -106,6 +141,13 @@ func (d *deniedLaunches) has(uid types.UID) bool {
 // reconcile creates the instance; Create is idempotent per claim UID, so
 // a crash between Create and the status update launches nothing twice.
 func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if l.recorded.has(nc.UID, l.now()) {
+		// Launched already; the cache is a write behind (see recorded).
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	if _, ok := nc.Annotations[v1alpha1.AnnotationReleasedWith]; ok {
+		return l.releaseBeforeLaunch(ctx, nc)
+	}
 	if refused := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionLaunched); refused != nil && refused.Reason == v1alpha1.ReasonAccessDenied {
 		l.denied.set(nc.UID, false)
 		return l.expireRefused(ctx, nc)
@@ -166,6 +208,25 @@ func (l *launcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (recon
 		return l.createFailed(ctx, nc, len(offers), err)
 	}
 	return l.launched(ctx, nc, in)
+}
+
+// releaseBeforeLaunch deletes a Launching claim released with another of
+// its pods' PodGroup. An earlier attempt may have launched an instance
+// whose answer was lost (the claim's status update conflicting with the
+// release): the cloud is asked, and such an instance is recorded first,
+// so that the claim's deletion terminates it.
+func (l *launcher) releaseBeforeLaunch(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	instances, err := l.cloud.List(ctx)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing instances before releasing nodeclaim %s: %w", nc.Name, err)
+	}
+	for _, in := range instances {
+		if in.NodeClaim == nc.Name {
+			return l.launched(ctx, nc, in)
+		}
+	}
+	l.limits.Release(nc.UID)
+	return reconcile.Result{}, l.deleteReleased(ctx, nc)
 }
 
 // noOptions deletes a claim none of whose instance type options is
@@ -250,6 +311,7 @@ func (l *launcher) launched(ctx context.Context, nc *v1alpha1.NodeClaim, in *clo
 	if err := l.kube.Status().Update(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
+	l.recorded.add(nc.UID, l.now())
 	crashpoint.Hit(crashpoint.AfterLaunchStatus)
 	metrics.ClaimsLaunched.WithLabelValues(nc.Spec.NodePool).Inc()
 	logger.Info("Launched instance", "providerID", in.ProviderID, "instanceType", in.InstanceType, "zone", in.Zone, "capacityType", in.CapacityType, "price", nc.Status.Price)
