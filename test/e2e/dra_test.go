@@ -728,17 +728,19 @@ func TestADriftedGPUNodeIsReplacedWithItsDevices(t *testing.T) {
 	if !strings.HasPrefix(node.Labels[corev1.LabelInstanceTypeStable], "p5.") {
 		t.Errorf("the replacement is a %s", node.Labels[corev1.LabelInstanceTypeStable])
 	}
-	claims, err := poolClaims(ctx, kube, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(claims) != 1 || claims[0].Status.NodeName != node.Name {
-		var names []string
+	// The drifted claim goes once its node is drained and its instance
+	// terminated; no other claim is made for the pod.
+	var claims []v1alpha1.NodeClaim
+	poll(t, "the drifted nodeclaim gone, the replacement the pool's only one", func() (bool, error) {
+		var err error
+		claims, err = poolClaims(ctx, kube, pool)
 		for _, nc := range claims {
-			names = append(names, nc.Name+" on "+nc.Status.NodeName)
+			if nc.Status.NodeName != node.Name && nc.Status.NodeName != before.Spec.NodeName {
+				return false, fmt.Errorf("nodeclaim %s on %q: a claim besides the drifted one and its replacement", nc.Name, nc.Status.NodeName)
+			}
 		}
-		t.Errorf("nodeclaims %v, want only the replacement, on %s: one launch, no claim made for the pod besides it", names, node.Name)
-	}
+		return err == nil && len(claims) == 1 && claims[0].Status.NodeName == node.Name, err
+	})
 	if k := slices.IndexFunc(claims[0].Spec.Requirements, func(r v1alpha1.NodeSelectorRequirementWithMinValues) bool {
 		return r.Key == corev1.LabelInstanceTypeStable
 	}); k < 0 || !slices.Equal(claims[0].Spec.Requirements[k].Values, []string{"p5.2xlarge"}) {
