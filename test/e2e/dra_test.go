@@ -810,19 +810,7 @@ func TestRepackMovesPodsBesideAGPUPod(t *testing.T) {
 		}
 		return p
 	}
-	nominatedTo := func(name string) string {
-		t.Helper()
-		var claim string
-		poll(t, "pod "+name+" nominated", func() (bool, error) {
-			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			claim = p.Status.NominatedNodeName
-			return claim != "", nil
-		})
-		return claim
-	}
+	nominatedTo := func(name string) string { t.Helper(); return waitNominated(t, cs, name) }
 	pod("gpu", "gpu", true, "")
 	x := nominatedTo("gpu")
 	pod("blocker", "blocker", false, "")

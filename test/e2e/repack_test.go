@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,19 +64,7 @@ func repackBatch(t *testing.T, point string) {
 			t.Fatal(err)
 		}
 	}
-	nominatedTo := func(name string) string {
-		t.Helper()
-		var claim string
-		poll(t, "pod "+name+" nominated", func() (bool, error) {
-			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			claim = p.Status.NominatedNodeName
-			return claim != "", nil
-		})
-		return claim
-	}
+	nominatedTo := func(name string) string { t.Helper(); return waitNominated(t, cs, name) }
 	create("blocker", map[string]string{"role": "blocker"}, nil)
 	x := nominatedTo("blocker")
 	create("p1", map[string]string{"app": "repack"}, nil)
@@ -143,4 +132,20 @@ func repackBatch(t *testing.T, point string) {
 	if n := oneInstancePerClaim(t, ctx, kube, all.Items); n != 1 {
 		t.Errorf("%d instances in the cloud, want 1", n)
 	}
+}
+
+// waitNominated waits for pod default/name to be nominated, and returns
+// the claim (or node) it is nominated to.
+func waitNominated(t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	var claim string
+	poll(t, "pod "+name+" nominated", func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		claim = p.Status.NominatedNodeName
+		return claim != "", nil
+	})
+	return claim
 }
