@@ -121,32 +121,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	all, err := c.source.InstanceTypes(ctx, &pool)
-	var notReady *cloudprovider.NodeClassNotReadyError
-	if errors.As(err, &notReady) {
-		// Publish no instance types (the pool's objects go): the plugin
-		// then tells the pods this pool has nothing to launch, and the
-		// pool's status says why.
-		klog.FromContext(ctx).Info("Node class not ready; publishing no instance types", "nodePool", klog.KObj(&pool), "reason", notReady.Reason)
-		all, err = nil, nil
-	}
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing instance types: %w", err)
-	}
-	types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(&pool), pool.Spec.Template.Spec.Requirements, all)
-	if err != nil {
-		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("applying the requirements of nodepool %s: %w", pool.Name, err))
-	}
-	var templates v1alpha1.DeviceTemplateList
-	if err := c.client.List(ctx, &templates); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing DeviceTemplates: %w", err)
-	}
-	types = withTemplates(types, templates.Items)
-	types, fixes, err := c.withObserved(ctx, &pool, types)
+	types, err := c.instanceTypes(ctx, &pool)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	c.reportCorrections(ctx, &pool, fixes)
 	next := c.markUnavailable(types)
 	// Published again every Republish at the latest: what a provider
 	// offers changes without any object changing (spot prices, the memory
@@ -217,6 +195,39 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			"written", written, "deleted", deleted, "provider", c.source.Name(), "unavailableUntil", next)
 	}
 	return result, nil
+}
+
+// instanceTypes are the types the pool publishes: the source's within
+// its requirements, with the DeviceTemplates' slices and those running
+// nodes correct (reported as Events); none while its node class is not
+// ready.
+func (c *Controller) instanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
+	all, err := c.source.InstanceTypes(ctx, pool)
+	var notReady *cloudprovider.NodeClassNotReadyError
+	if errors.As(err, &notReady) {
+		// Publish no instance types (the pool's objects go): the plugin
+		// then tells the pods this pool has nothing to launch, and the
+		// pool's status says why.
+		klog.FromContext(ctx).Info("Node class not ready; publishing no instance types", "nodePool", klog.KObj(pool), "reason", notReady.Reason)
+		all, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing instance types: %w", err)
+	}
+	types, err := nodeshape.FilterInstanceTypes(nodeshape.ForPool(pool), pool.Spec.Template.Spec.Requirements, all)
+	if err != nil {
+		return nil, reconcile.TerminalError(fmt.Errorf("applying the requirements of nodepool %s: %w", pool.Name, err))
+	}
+	var templates v1alpha1.DeviceTemplateList
+	if err := c.client.List(ctx, &templates); err != nil {
+		return nil, fmt.Errorf("listing DeviceTemplates: %w", err)
+	}
+	types, fixes, err := c.withObserved(ctx, pool, withTemplates(types, templates.Items))
+	if err != nil {
+		return nil, err
+	}
+	c.reportCorrections(ctx, pool, fixes)
+	return types, nil
 }
 
 // write creates the object want, or updates cur to say what want says;
