@@ -12,6 +12,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -255,5 +256,88 @@ func TestAGangWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
 	t.Logf("the gang's launched claims released and nothing left %s after its last pod was made", time.Since(start).Round(time.Second))
 	if k, err := runningPods(ctx, cs, "gang=fail"); err != nil || k != 0 {
 		t.Errorf("%d of the gang's pods run (err %v), want none", k, err)
+	}
+}
+
+// BenchmarkGangCreatedToRunning measures, in the sandbox with
+// GenericWorkload on, the time from the first of 64 pods' creation to
+// all 64 Running: as a gang (one PodGroup of minCount 64, decided by
+// PodGroupPostFilter and bound by the scheduler's group cycle), and as 64
+// pods of no group (PostFilter, bound by the provisioner). Each iteration
+// uses a new pool, so every pod goes through a new node.
+func BenchmarkGangCreatedToRunning(b *testing.B) {
+	ctx := context.Background()
+	bins, err := sandbox.EnsureBinaries(ctx, sandbox.BuildOptions{Source: source, BinDir: binDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: b.TempDir(), Binaries: bins, FeatureGates: map[string]bool{"GenericWorkload": true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Stop()
+	cs, kube, err := sb.Clients()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 64
+	round := 0
+	for _, path := range []string{"pods", "gang"} {
+		b.Run(path, func(b *testing.B) {
+			var took []time.Duration
+			for range b.N {
+				round++
+				pool := fmt.Sprintf("bench-%d", round)
+				np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: v1alpha1.NodePoolSpec{
+					Template: v1alpha1.NodeClaimTemplate{
+						ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(pool)}},
+						Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
+					},
+					Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
+				}}
+				if err := kube.Create(ctx, np); err != nil {
+					b.Fatal(err)
+				}
+				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+					types, err := cluster.InstanceTypesOf(ctx, kube, pool)
+					return len(types) > 0, err
+				}); err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if path == "gang" {
+					pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: pool, Namespace: "default"}, Spec: schedulingv1beta1.PodGroupSpec{
+						SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: n}}}}
+					if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for i := range n {
+					p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", pool, i), Namespace: "default", Labels: map[string]string{"bench": pool}},
+						Spec: corev1.PodSpec{
+							SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+							NodeSelector: map[string]string{"team": pool},
+							Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+								Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+						}}
+					if path == "gang" {
+						p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pool)}
+					}
+					if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+					k, err := runningPods(ctx, cs, "bench="+pool)
+					return k == n, err
+				}); err != nil {
+					b.Fatalf("the %d pods not all Running: %v", n, err)
+				}
+				took = append(took, time.Since(start))
+			}
+			slices.Sort(took)
+			b.ReportMetric(took[len(took)/2].Seconds(), "median-s")
+			b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
+		})
 	}
 }
