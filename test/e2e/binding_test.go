@@ -179,6 +179,19 @@ func podEvents(ctx context.Context, cs kubernetes.Interface, pod string) (reason
 	return reasons, notes, nil
 }
 
+// latencyPool is a pool of the default SimulatedNodeClass, any type,
+// whose nodes carry label=name and are never consolidated: a benchmark's
+// pods select it, and each goes through a new node.
+func latencyPool(name, label string) *v1alpha1.NodePool {
+	return &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodePoolSpec{
+		Template: v1alpha1.NodeClaimTemplate{
+			ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{label: v1alpha1.LabelValue(name)}},
+			Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
+		},
+		Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
+	}}
+}
+
 // BenchmarkPodCreatedToRunning measures, in the sandbox, the time from a
 // pod's creation to its being seen Running, for the two ways a pod gets
 // to its new node: bound directly by the provisioner, or handed to the
@@ -218,14 +231,7 @@ func BenchmarkPodCreatedToRunning(b *testing.B) {
 			for range b.N {
 				round++
 				pool := fmt.Sprintf("latency-%d", round)
-				np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: v1alpha1.NodePoolSpec{
-					Template: v1alpha1.NodeClaimTemplate{
-						ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"pool": v1alpha1.LabelValue(pool)}},
-						Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
-					},
-					Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
-				}}
-				if err := kube.Create(ctx, np); err != nil {
+				if err := kube.Create(ctx, latencyPool(pool, "pool")); err != nil {
 					b.Fatal(err)
 				}
 				created := map[string]time.Time{}

@@ -288,14 +288,7 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 			for range b.N {
 				round++
 				pool := fmt.Sprintf("bench-%d", round)
-				np := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: v1alpha1.NodePoolSpec{
-					Template: v1alpha1.NodeClaimTemplate{
-						ObjectMeta: v1alpha1.NodeClaimTemplateObjectMeta{Labels: map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(pool)}},
-						Spec:       v1alpha1.NodeClaimTemplateSpec{NodeClassRef: v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}},
-					},
-					Disruption: v1alpha1.Disruption{ConsolidateAfter: "Never"},
-				}}
-				if err := kube.Create(ctx, np); err != nil {
+				if err := kube.Create(ctx, latencyPool(pool, "team")); err != nil {
 					b.Fatal(err)
 				}
 				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
