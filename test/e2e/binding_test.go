@@ -286,6 +286,17 @@ func BenchmarkPodCreatedToRunning(b *testing.B) {
 	}
 }
 
+// driverClass creates DeviceClass name, selecting every device of driver.
+func driverClass(t *testing.T, cs kubernetes.Interface, name, driver string) {
+	t.Helper()
+	if _, err := cs.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestResourceClaimIsAllocatedByTheScheduler: a pod with a ResourceClaim
 // for a device of a fake DRA driver (a network-attached device, published
 // in a ResourceSlice for all nodes, so a node not yet launched can reach it)
@@ -298,12 +309,7 @@ func TestResourceClaimIsAllocatedByTheScheduler(t *testing.T) {
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx := context.Background()
 	const driver = "fake.example.com"
-	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "fake-device"},
-		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	driverClass(t, cs, "fake-device", driver)
 	if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "fake-network-devices"},
 		Spec: resourcev1.ResourceSliceSpec{

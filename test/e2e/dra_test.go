@@ -175,12 +175,7 @@ func TestADeviceTemplateTeachesADriverNodeforgeDoesNotKnow(t *testing.T) {
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx := context.Background()
 	const driver = "fpga.example.com"
-	if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "fpga"},
-		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	driverClass(t, cs, "fpga", driver)
 	// The example the API guide shows, as it ships.
 	raw, err := manifests.FS.ReadFile("examples/devicetemplate.yaml")
 	if err != nil {

@@ -59,6 +59,13 @@ func gangPod(t *testing.T, cs kubernetes.Interface, group, pool, pod, cpu string
 	}
 }
 
+// catalogPublished says whether the pool's catalog lists an instance
+// type yet.
+func catalogPublished(ctx context.Context, kube client.Client, pool string) (bool, error) {
+	types, err := cluster.InstanceTypesOf(ctx, kube, pool)
+	return len(types) > 0, err
+}
+
 // TestAGangLaunchesWholeOrNotAtAll, with GenericWorkload on: a gang of 8
 // pods that each need a c7.xlarge of their own, under a pool limit that
 // allows 7 such nodes, launches nothing, and each pod and the group say
@@ -81,10 +88,7 @@ func TestAGangLaunchesWholeOrNotAtAll(t *testing.T) {
 	// A pod's Events of one reason form a series that keeps the first
 	// note: made before the pool's catalog is published, the gang would
 	// be told "only 0 of its 8" and then counted under it.
-	poll(t, "pool "+pool+"'s catalog", func() (bool, error) {
-		types, err := cluster.InstanceTypesOf(ctx, kube, pool)
-		return len(types) > 0, err
-	})
+	poll(t, "pool "+pool+"'s catalog", func() (bool, error) { return catalogPublished(ctx, kube, pool) })
 	gangOf(t, cs, "train", pool, n)
 	poll(t, "train-0's Event saying only 7 of 8 can have a node, for the pool's limits", func() (bool, error) {
 		_, notes, err := podEvents(ctx, cs, "train-0")
@@ -209,10 +213,7 @@ func TestAGangWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
 	update(t, kube, class, func() {
 		class.Spec.Faults = []v1alpha1.SimulatedFault{{Kind: v1alpha1.FaultInsufficientCapacity, InstanceTypes: []string{"c7.2xlarge"}}}
 	})
-	poll(t, "pool "+pool+"'s catalog", func() (bool, error) {
-		types, err := cluster.InstanceTypesOf(ctx, kube, pool)
-		return len(types) > 0, err
-	})
+	poll(t, "pool "+pool+"'s catalog", func() (bool, error) { return catalogPublished(ctx, kube, pool) })
 	groupOf(t, cs, "fail", n)
 	for i := range n - 1 {
 		gangPod(t, cs, "fail", pool, fmt.Sprintf("fail-%d", i), "3")
@@ -292,8 +293,7 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 					b.Fatal(err)
 				}
 				if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-					types, err := cluster.InstanceTypesOf(ctx, kube, pool)
-					return len(types) > 0, err
+					return catalogPublished(ctx, kube, pool)
 				}); err != nil {
 					b.Fatal(err)
 				}
