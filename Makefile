@@ -95,9 +95,10 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (checks in staticcheck.conf; 
 	$(GO) run ./hack/importrules
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crd.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and the CRDs in manifests/crd and manifests/crd-optional.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
-	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=manifests/crd
+	$(CONTROLLER_GEN) crd paths=./apis/v1alpha1/... output:crd:artifacts:config=manifests/crd
+	$(CONTROLLER_GEN) crd paths=./apis/autoscaling/... output:crd:artifacts:config=manifests/crd-optional
 
 .PHONY: test
 test: lint components images $(CONTROLLER_GEN) ## Lint, then run unit, integration and end-to-end tests against the binaries and images in bin/.

@@ -36,36 +36,40 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 		return out
 	}
 
-	deepcopy := run("object:headerFile=hack/boilerplate.go.txt", "paths=./apis/...", "output:object:stdout")
-	committed, err := os.ReadFile(filepath.Join(root, "apis/v1alpha1/zz_generated.deepcopy.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(bytes.TrimSpace(deepcopy), bytes.TrimSpace(committed)) {
-		t.Error("apis/v1alpha1/zz_generated.deepcopy.go is stale: run make generate")
-	}
-
-	crdDir := t.TempDir()
-	run("crd", "paths=./apis/...", "output:crd:dir="+crdDir)
-	fresh, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := filepath.Glob(filepath.Join(root, "manifests/crd/*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fresh) == 0 || len(fresh) != len(old) {
-		t.Fatalf("controller-gen makes %d CRDs, manifests/crd has %d: run make generate", len(fresh), len(old))
-	}
-	for _, f := range fresh {
-		want, err := os.ReadFile(f)
+	for pkg, file := range map[string]string{"./apis/v1alpha1/...": "apis/v1alpha1/zz_generated.deepcopy.go", "./apis/autoscaling/...": "apis/autoscaling/v1/zz_generated.deepcopy.go"} {
+		deepcopy := run("object:headerFile=hack/boilerplate.go.txt", "paths="+pkg, "output:object:stdout")
+		committed, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join(root, "manifests/crd", filepath.Base(f)))
-		if err != nil || !bytes.Equal(want, got) {
-			t.Errorf("manifests/crd/%s is stale or missing: run make generate", filepath.Base(f))
+		if !bytes.Equal(bytes.TrimSpace(deepcopy), bytes.TrimSpace(committed)) {
+			t.Errorf("%s is stale: run make generate", file)
+		}
+	}
+	// Nodeforge's CRDs, and those the chart installs only when asked.
+	for pkg, dir := range map[string]string{"./apis/v1alpha1/...": "manifests/crd", "./apis/autoscaling/...": "manifests/crd-optional"} {
+		crdDir := t.TempDir()
+		run("crd", "paths="+pkg, "output:crd:dir="+crdDir)
+		fresh, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := filepath.Glob(filepath.Join(root, dir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fresh) == 0 || len(fresh) != len(old) {
+			t.Fatalf("controller-gen makes %d CRDs from %s, %s has %d: run make generate", len(fresh), pkg, dir, len(old))
+		}
+		for _, f := range fresh {
+			want, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(root, dir, filepath.Base(f)))
+			if err != nil || !bytes.Equal(want, got) {
+				t.Errorf("%s/%s is stale or missing: run make generate", dir, filepath.Base(f))
+			}
 		}
 	}
 }

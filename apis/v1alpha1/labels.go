@@ -98,6 +98,13 @@ const (
 	// or once the instance launched is recorded), which terminates any
 	// instance it has.
 	AnnotationReleasedWith = Group + "/released-with"
+	// AnnotationProvisioningRequest on a NodeClaim names the
+	// ProvisioningRequest (namespace/name) VirtualNodes made it for, with
+	// the request's pods, which do not exist yet, nominated to it. The
+	// provisioner launches it with no nominated pod, releases the
+	// request's other claims when one is given up (all or none), and does
+	// not disrupt its node while the request's booking lasts.
+	AnnotationProvisioningRequest = Group + "/provisioning-request"
 	// AnnotationReplaces on a replacement NodeClaim names the claim it
 	// replaces. The provisioner launches it with no nominated pods, and
 	// does not disrupt it while that claim is still there.
