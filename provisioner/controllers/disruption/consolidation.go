@@ -181,6 +181,10 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 		if slices.ContainsFunc(node.Spec.Taints, isDisruptedTaint) {
 			continue
 		}
+		if held, why, _ := cluster.RequestHolds(ctx, k.cache, nc); held {
+			k.unconsolidatable(ctx, nc, why)
+			continue
+		}
 		movable, why := k.movable(nc, node, pods, s)
 		if why != "" {
 			k.unconsolidatable(ctx, nc, why)

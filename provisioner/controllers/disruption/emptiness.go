@@ -34,6 +34,11 @@ func NewEmptiness(kube client.Reader, pods kubernetes.Interface, now func() time
 	return &Emptiness{kube: kube, pods: pods, now: now}
 }
 
+// bookingRecheck is how often a node kept for a ProvisioningRequest's
+// booking is looked at again: the request's booking ends when
+// VirtualNodes sets BookingExpired, which no claim event follows.
+const bookingRecheck = 30 * time.Second
+
 // Reason is Empty.
 func (e *Emptiness) Reason() v1alpha1.DisruptionReason { return v1alpha1.DisruptionReasonEmpty }
 
@@ -55,6 +60,11 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 	}
 	if meta.SetStatusCondition(&nc.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionEmpty, Status: status, Reason: v1alpha1.ConditionEmpty, ObservedGeneration: nc.Generation}) || !empty {
 		return Verdict{}, nil
+	}
+	// A node launched for a ProvisioningRequest is empty until the
+	// request's pods come: it is kept while the request's booking lasts.
+	if held, _, err := cluster.RequestHolds(ctx, e.kube, nc); err != nil || held {
+		return Verdict{RequeueAfter: bookingRecheck}, err
 	}
 	since := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionEmpty).LastTransitionTime.Time
 	emptyFor := e.now().Sub(since)

@@ -42,14 +42,22 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if ahead := schedulerAhead(nc, len(pods)); ahead && open < b.batchMax && !replacement {
+	// A claim made for a ProvisioningRequest has the request's pods
+	// nominated to it, which do not exist yet: it launches while the
+	// request wants it, as a replacement does.
+	requested, done, err := b.requestWanted(ctx, nc)
+	if err != nil || done {
+		return reconcile.Result{}, err
+	}
+	podless := replacement || requested
+	if ahead := schedulerAhead(nc, len(pods)); ahead && open < b.batchMax && !podless {
 		// More pods name the claim than the scheduler's last write
 		// counts: it has nominated since, and its next write (every
 		// 200 ms) brings the spec that holds them. Closing now would
 		// launch for the spec without them.
 		return reconcile.Result{RequeueAfter: b.batchIdle / 4}, nil
 	}
-	if behind := schedulerBehind(nc, len(pods)); behind && open < b.batchMax && !replacement {
+	if behind := schedulerBehind(nc, len(pods)); behind && open < b.batchMax && !podless {
 		// The claim counts pods none of which is seen naming it yet:
 		// the scheduler wrote the claim before those pods' nominations
 		// reached this cache. With SchedulerAsyncAPICalls the scheduler
@@ -60,7 +68,7 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 		// it has been open BatchMax.
 		return reconcile.Result{RequeueAfter: b.batchIdle / 4}, nil
 	}
-	if len(pods) == 0 && !replacement {
+	if len(pods) == 0 && !podless {
 		klog.FromContext(ctx).Info("Deleting nodeclaim with no nominated pods left")
 		metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
 		b.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonDeleted, v1alpha1.ActionNoPods, "no nominated pods left; not launched")
@@ -69,12 +77,15 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err := b.closeClaim(ctx, nc); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !replacement && b.repacking {
+	if !podless && b.repacking {
 		b.closeWithBatch(ctx, nc)
 	}
-	if replacement {
+	switch {
+	case requested:
+		klog.FromContext(ctx).Info("Launching for a ProvisioningRequest", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest], "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+	case replacement:
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
-	} else {
+	default:
 		klog.FromContext(ctx).Info("Found provisionable pods", "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions, "openFor", open.Round(time.Millisecond))
 	}
 	//lint:ignore SA1019 Requeue is the controller's rate-limited requeue; RequeueAfter is a fixed delay

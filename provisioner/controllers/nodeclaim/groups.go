@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/provisioner/cluster"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 )
 
@@ -24,6 +25,7 @@ import (
 // fails or is refused again by the group's cycle.
 func (b base) releaseGroups(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
 	logger := klog.FromContext(ctx)
+	b.releaseRequest(ctx, nc, why)
 	pods, err := b.nominatedPods(ctx, nc.Name)
 	if err != nil {
 		logger.Error(err, "Listing a given-up nodeclaim's pods to release their pod groups")
@@ -50,17 +52,49 @@ func (b base) releaseGroups(ctx context.Context, nc *v1alpha1.NodeClaim, why str
 			}
 			note := fmt.Sprintf("released with nodeclaim %s of pod group %s/%s, which %s: the group's pods start together or not at all", nc.Name, p.Namespace, *g.PodGroupName, why)
 			logger.Info("Releasing a nodeclaim of a pod group one of whose claims was given up", "nodeClaim", klog.KObj(other), "givenUp", nc.Name, "podGroup", klog.KRef(p.Namespace, *g.PodGroupName), "providerID", other.Status.ProviderID)
-			// Marked, not deleted: the claim's own controller deletes it
-			// where no launch of it is under way, so that no instance
-			// launched meanwhile is left without a claim.
-			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationReleasedWith, nc.Name))
-			if err := b.kube.Patch(ctx, other, patch); client.IgnoreNotFound(err) != nil {
-				logger.Error(err, "Releasing a nodeclaim of a pod group", "nodeClaim", klog.KObj(other))
-				continue
-			}
-			b.event(other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
-			b.podEvents(ctx, other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
+			b.release(ctx, other, nc, note)
 		}
+	}
+}
+
+// release marks other to be deleted with given-up nc, and says why on
+// it and its pods. Marked, not deleted: the claim's own controller
+// deletes it where no launch of it is under way, so that no instance
+// launched meanwhile is left without a claim.
+func (b base) release(ctx context.Context, other, nc *v1alpha1.NodeClaim, note string) {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationReleasedWith, nc.Name))
+	if err := b.kube.Patch(ctx, other, patch); client.IgnoreNotFound(err) != nil {
+		klog.FromContext(ctx).Error(err, "Releasing a nodeclaim given up with another", "nodeClaim", klog.KObj(other))
+		return
+	}
+	b.event(other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
+	b.podEvents(ctx, other, corev1.EventTypeWarning, v1alpha1.ReasonGroupReleased, v1alpha1.ActionDelete, note)
+}
+
+// releaseRequest releases, for a claim given up that was made for a
+// ProvisioningRequest, the request's other claims: the request is
+// launched whole or not at all (best-effort-atomic-scale-up), and
+// VirtualNodes decides it afresh.
+func (b base) releaseRequest(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
+	key, ok := cluster.RequestOf(nc)
+	if !ok {
+		return
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := b.kube.List(ctx, &claims); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the nodeclaims of a ProvisioningRequest to release", "provisioningRequest", key)
+		return
+	}
+	for i := range claims.Items {
+		other := &claims.Items[i]
+		if other.UID == nc.UID || other.DeletionTimestamp != nil || other.Annotations[v1alpha1.AnnotationProvisioningRequest] != key.String() {
+			continue
+		}
+		if _, ok := other.Annotations[v1alpha1.AnnotationReleasedWith]; ok {
+			continue
+		}
+		klog.FromContext(ctx).Info("Releasing a nodeclaim of a ProvisioningRequest one of whose claims was given up", "nodeClaim", klog.KObj(other), "givenUp", nc.Name, "provisioningRequest", key, "providerID", other.Status.ProviderID)
+		b.release(ctx, other, nc, fmt.Sprintf("released with nodeclaim %s of ProvisioningRequest %s, which %s: the request's capacity is launched whole or not at all", nc.Name, key, why))
 	}
 }
 
@@ -102,4 +136,21 @@ func (b base) groupClaims(ctx context.Context, namespace, name string) ([]*v1alp
 		}
 	}
 	return out, nil
+}
+
+// requestWanted reports whether nc was made for a ProvisioningRequest
+// that still wants it. A claim whose request no longer does (deleted,
+// failed, booking expired) is deleted before launch, and done says so.
+func (b base) requestWanted(ctx context.Context, nc *v1alpha1.NodeClaim) (wanted, done bool, err error) {
+	if _, ok := cluster.RequestOf(nc); !ok {
+		return false, false, nil
+	}
+	holds, why, err := cluster.RequestHolds(ctx, b.kube, nc)
+	if err != nil || holds {
+		return holds, false, err
+	}
+	klog.FromContext(ctx).Info("Deleting nodeclaim its ProvisioningRequest no longer wants", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest], "reason", why)
+	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
+	b.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonDeleted, v1alpha1.ActionNoPods, why+"; not launched")
+	return false, true, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
 }
