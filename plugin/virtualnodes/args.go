@@ -23,6 +23,11 @@ type Args struct {
 	// coalesced: many pods nominated to one claim within it cost one write.
 	// Default 200ms.
 	WriteInterval metav1.Duration `json:"writeInterval,omitempty"`
+	// ProvisioningRequests serves ProvisioningRequests
+	// (autoscaling.x-k8s.io/v1) of the classes check-capacity and
+	// best-effort-atomic-scale-up (provreq.go). Their CRD must be
+	// installed. Default false: Cluster Autoscaler may serve them.
+	ProvisioningRequests bool `json:"provisioningRequests,omitempty"`
 }
 
 // Defaults of Args.

@@ -403,6 +403,20 @@ func (b *book) forget(c *claim) []*corev1.Pod {
 	return pods
 }
 
+// inFlightClaims are the claims whose node has not registered, with a
+// node in the view.
+func (b *book) inFlightClaims() []*claim {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*claim
+	for _, c := range b.claims {
+		if c.nodeName == "" && c.info != nil && c.info.Node() != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // forgetPlan drops the devices planned for a pod that left its claim.
 func (b *book) forgetPlan(uid types.UID) {
 	if b.plans != nil {

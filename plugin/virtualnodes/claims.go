@@ -60,6 +60,10 @@ type claim struct {
 	// launches for.
 	specPods map[types.UID]*corev1.Pod
 	dirty    bool
+	// request is the ProvisioningRequest (namespace/name) whose pods the
+	// claim was nominated, stamped on it
+	// (v1alpha1.AnnotationProvisioningRequest).
+	request string
 }
 
 func metaName(name string, labels map[string]string) metav1.ObjectMeta {
@@ -153,6 +157,12 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 		nc.Spec.NodeClassRef = c.written.Spec.NodeClassRef
 		nc.Spec.ExpireAfter = c.written.Spec.ExpireAfter
 		nc.Spec.TerminationGracePeriod = c.written.Spec.TerminationGracePeriod.DeepCopy()
+	}
+	if c.request != "" {
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[v1alpha1.AnnotationProvisioningRequest] = c.request
 	}
 	if c.poolHash != "" {
 		if nc.Annotations == nil {

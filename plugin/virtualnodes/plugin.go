@@ -80,8 +80,16 @@ type VirtualNodes struct {
 	// holds it too (see book).
 	mu      sync.Mutex
 	refused map[types.UID]*corev1.Pod
-	pools   map[string]*pool
-	ordered []*pool // by weight, highest first, then name
+	// requestPods are the pods of each ProvisioningRequest nominated to
+	// claims (provreq.go), which exist only here.
+	requestPods map[types.NamespacedName][]*corev1.Pod
+	// requestSched places a request's pods on the nodes there and in
+	// flight; requests serves the requests. Nil unless
+	// Args.ProvisioningRequests.
+	requestSched *simulator.Scheduler
+	requests     *requests
+	pools        map[string]*pool
+	ordered      []*pool // by weight, highest first, then name
 	// poolInputs are what the pools were last built from (resyncPools);
 	// nil before the first build.
 	poolInputs map[string]poolInput
@@ -207,6 +215,11 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration, newRegistry func() (fram
 			return nil, err
 		}
 		p.decider.pods = h.SharedInformerFactory().Core().V1().Pods().Lister()
+		if args.ProvisioningRequests {
+			if p.requestSched, err = requestScheduler(ctx, cfg, profile, newRegistry, h); err != nil {
+				return nil, err
+			}
+		}
 		if err := p.startSync(ctx, h); err != nil {
 			return nil, err
 		}
@@ -257,17 +270,18 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	}
 	dec.book = b
 	return &VirtualNodes{
-		args:     args,
-		lister:   v,
-		devices:  devices,
-		recorder: h.EventRecorder(),
-		now:      time.Now,
-		book:     b,
-		decider:  dec,
-		metrics:  m,
-		pools:    map[string]*pool{},
-		refused:  map[types.UID]*corev1.Pod{},
-		synced:   make(chan struct{}),
+		args:        args,
+		lister:      v,
+		devices:     devices,
+		recorder:    h.EventRecorder(),
+		now:         time.Now,
+		book:        b,
+		decider:     dec,
+		metrics:     m,
+		pools:       map[string]*pool{},
+		refused:     map[types.UID]*corev1.Pod{},
+		requestPods: map[types.NamespacedName][]*corev1.Pod{},
+		synced:      make(chan struct{}),
 	}, nil
 }
 

@@ -28,6 +28,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -58,6 +59,11 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		return err
 	}
 	p.nodes = h.SharedInformerFactory().Core().V1().Nodes().Lister()
+	if p.args.ProvisioningRequests {
+		if p.requests, err = p.watchRequests(ctx, cache, c, p.nodes, pods.Lister()); err != nil {
+			return err
+		}
+	}
 	p.decider.daemonSets = daemonSetPods(logger, h.SharedInformerFactory().Apps().V1().DaemonSets().Lister())
 
 	go func() {
@@ -66,6 +72,15 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		}
 	}()
 	go p.runSync(ctx, cache, c, resyncs, pods)
+	if p.requests != nil {
+		go func() {
+			select {
+			case <-p.synced:
+				p.requests.run(ctx)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return nil
 }
 
@@ -77,6 +92,9 @@ func newSyncClient(h fwk.Handle) (ctrlcache.Cache, client.Client, error) {
 		return nil, nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := provreqv1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
 	// The scheduler speaks protobuf; Nodeforge's types are JSON only.
@@ -418,12 +436,22 @@ func (p *VirtualNodes) restore(nc *v1alpha1.NodeClaim, pods []*corev1.Pod) *clai
 // claimChanged closes a claim the provisioner has closed to nominations,
 // and counts it against its pool's limits from then on.
 func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
+	p.requests.claimEvent(nc)
 	if nc.Status.Phase == "" || nc.Status.Phase == v1alpha1.NodeClaimNominating {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pods := p.book.committedChanged(nc)
+	// A ProvisioningRequest's pods leave the claim's node once it has
+	// registered: the node itself holds the room now.
+	pods = slices.DeleteFunc(pods, func(pod *corev1.Pod) bool {
+		if isRequestPod(pod) {
+			p.book.podGone(pod, true)
+			return true
+		}
+		return false
+	})
 	// The claim's node was named after it opened (the two informers
 	// do not keep each other's order): the queueing hint could not tie
 	// the node to the claim, so its gated pods are sent back here.
@@ -441,6 +469,7 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 // retry, but for those a repack moved to another claim of its batch
 // (AnnotationRepackedInto), which count there from now on.
 func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
+	p.requests.claimEvent(deleted)
 	name := deleted.Name
 	var into map[types.UID]string
 	if raw := deleted.Annotations[v1alpha1.AnnotationRepackedInto]; raw != "" {
@@ -471,7 +500,9 @@ func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
 // once, not after minutes. Callers hold p.mu.
 func (p *VirtualNodes) forget(c *claim, why string) {
 	for _, pod := range p.book.forget(c) {
-		p.refused[pod.UID] = pod
+		if !isRequestPod(pod) { // its request decides it again
+			p.refused[pod.UID] = pod
+		}
 	}
 	p.retryRefused(why)
 }
