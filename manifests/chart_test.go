@@ -612,3 +612,44 @@ func TestServiceMonitorVerifiesTLS(t *testing.T) {
 		t.Errorf("without metrics.tls.secretName the scheduler pod still mounts a certificate: %s", spec)
 	}
 }
+
+// TestChartServesProvisioningRequestsWhenAsked: off by default (no CRD, no
+// permission, no argument); provisioningRequests.enabled turns
+// VirtualNodes' provisioningRequests argument on and grants both programs
+// what they read and write of ProvisioningRequests, and installCRD adds
+// the CRD, kept on uninstall.
+func TestChartServesProvisioningRequestsWhenAsked(t *testing.T) {
+	vnArgs := func(objs []*unstructured.Unstructured) map[string]any {
+		cfg := schedulerConfig(t, objs)
+		for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
+			if m := pc.(map[string]any); m["name"] == "VirtualNodes" {
+				return m["args"].(map[string]any)
+			}
+		}
+		t.Fatal("no VirtualNodes pluginConfig")
+		return nil
+	}
+	has := func(objs []*unstructured.Unstructured, kind, name string) bool {
+		return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
+	}
+	const crd = "provisioningrequests.autoscaling.x-k8s.io"
+	off := render(t, required...)
+	if vnArgs(off)["provisioningRequests"] != nil || has(off, "ClusterRole", "nodeforge-scheduler:provisioning-requests") || has(off, "CustomResourceDefinition", crd) {
+		t.Error("ProvisioningRequests are served, permitted or installed by default")
+	}
+	on := render(t, append(required, "provisioningRequests.enabled=true", "provisioningRequests.installCRD=true")...)
+	if vnArgs(on)["provisioningRequests"] != true {
+		t.Errorf("VirtualNodes args %v, want provisioningRequests: true", vnArgs(on))
+	}
+	for _, role := range []string{"nodeforge-scheduler:provisioning-requests", "nodeforge-provisioner:provisioning-requests"} {
+		find(t, on, "ClusterRole", role)
+		find(t, on, "ClusterRoleBinding", role)
+	}
+	if c := find(t, on, "CustomResourceDefinition", crd); c.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("the ProvisioningRequest CRD is not kept on uninstall: %v", c.GetAnnotations())
+	}
+	if only := render(t, append(required, "provisioningRequests.enabled=true")...); has(only, "CustomResourceDefinition", crd) {
+		t.Error("the ProvisioningRequest CRD is installed without installCRD")
+	}
+	dryRun(t, on)
+}

@@ -161,6 +161,9 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 	// zone label: replicas apart where they can be.
 	image := map[string]any{"repository": "localhost/nodeforge"}
 	values := map[string]any{"image": image, "scheduler": scheduler, "provisioner": provisioner, "spreadReplicas": "preferred"}
+	if o.ProvisioningRequests {
+		values["provisioningRequests"] = map[string]any{"enabled": true, "installCRD": true}
+	}
 	if len(o.FeatureGates) > 0 {
 		// Both programs get them as --feature-gates, as a cluster's would.
 		values["featureGates"] = o.FeatureGates

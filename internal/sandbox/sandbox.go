@@ -97,6 +97,10 @@ type Options struct {
 	// GenericWorkload, v1alpha3 for CompositePodGroup. ParseFeatureGates
 	// reads the name=true,name=false form. Nil: every default.
 	FeatureGates map[string]bool
+	// ProvisioningRequests installs the ProvisioningRequest CRD
+	// (autoscaling.x-k8s.io/v1) and has VirtualNodes serve it, as the
+	// chart's provisioningRequests values do (with Install, through them).
+	ProvisioningRequests bool
 }
 
 // Timers of the control plane and of Nodeforge's leader election.

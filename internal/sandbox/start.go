@@ -60,6 +60,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err := waitServed(ctx, s.Config); err != nil {
 			return nil, err
 		}
+		if o.ProvisioningRequests && !o.ControlPlaneOnly {
+			if err := applyFiles(ctx, s.Config, provisioningRequestFiles...); err != nil {
+				return nil, err
+			}
+			if err := waitProvisioningRequests(ctx, s.Config); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if o.ControlPlaneOnly {
 		return s, nil
@@ -458,6 +466,11 @@ func (st *starter) startSchedulers(ctx context.Context) error {
 	}
 	if o.SchedulerConfig != nil {
 		shipped = o.SchedulerConfig
+	}
+	if o.ProvisioningRequests {
+		if shipped, err = servingProvisioningRequests(shipped); err != nil {
+			return err
+		}
 	}
 	if shipped, err = o.Timers.schedulerConfig(shipped); err != nil {
 		return err

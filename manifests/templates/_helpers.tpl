@@ -48,6 +48,9 @@ judge binds by.
 {{- range $pc := $profile.pluginConfig }}
 {{- if eq $pc.name "VirtualNodes" }}
 {{- $_ := set $pc "args" (merge (deepCopy $v.virtualNodesArgs) $pc.args) }}
+{{- if $.Values.provisioningRequests.enabled }}
+{{- $_ := set $pc.args "provisioningRequests" true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- $_ := set $profile "pluginConfig" (concat $profile.pluginConfig $v.extraPluginConfig) -}}
