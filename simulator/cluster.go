@@ -292,6 +292,8 @@ var (
 
 // empty answers the framework's pod group listers: the simulator does not
 // simulate gang scheduling (pods in a PodGroup are placed one at a time).
+// The PodGroups themselves a Scheduler and a Gate read from the cluster
+// (Shared.PodGroups), for the plugins that look a pod's group up.
 var empty = cache.NewEmptySnapshot()
 
 // NodeInfos lists the view's nodes.

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	toolscache "k8s.io/client-go/tools/cache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
@@ -37,6 +39,13 @@ type Shared struct {
 	Options []frameworkruntime.Option
 	// DRA is the DRA manager among Options.
 	DRA fwk.SharedDRAManager
+	// PodGroups are the cluster's PodGroups, as the scheduler's snapshot
+	// lists them to its plugins; nil while GenericWorkload is off.
+	// DynamicResources reads a pod's PodGroup, once
+	// DRAWorkloadResourceClaims is on, to tell a claim the group shares
+	// (reserved for the group) from the pod's own, and refuses the pod
+	// when its group cannot be read.
+	PodGroups fwk.PodGroupLister
 }
 
 // SharedState returns the state the scheduler shares between its
@@ -46,12 +55,31 @@ func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.Sha
 	if err != nil {
 		return Shared{}, err
 	}
-	return Shared{DRA: dra, Options: []frameworkruntime.Option{
+	shared := Shared{DRA: dra, Options: []frameworkruntime.Option{
 		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithInformerFactory(inf),
 		frameworkruntime.WithSharedDRAManager(dra),
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
-	}}, nil
+	}}
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		// Listed only while the gate is on: the API server serves
+		// PodGroups only then, and internal/skew turns the gate off
+		// against one that does not.
+		groups := inf.Scheduling().V1beta1().PodGroups()
+		groups.Informer()
+		shared.PodGroups = podGroupLister{groups.Lister()}
+	}
+	return shared, nil
+}
+
+// podGroupLister answers the framework's PodGroup lookups from an
+// informer's lister.
+type podGroupLister struct {
+	l schedulinglisters.PodGroupLister
+}
+
+func (l podGroupLister) Get(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
+	return l.l.PodGroups(namespace).Get(name)
 }
 
 // newDRAManager is the DRA manager kube-scheduler makes (its New and
@@ -141,7 +169,7 @@ func NewGate(ctx context.Context, registry frameworkruntime.Registry, cs kuberne
 	if err != nil {
 		return nil, err
 	}
-	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &viewLister{},
+	g := &Gate{inf: inf, nodes: inf.Core().V1().Nodes().Lister(), pods: inf.Core().V1().Pods().Lister(), ignore: ignoreTaint, current: &viewLister{groups: shared.PodGroups},
 		shared: shared, registry: registry, profile: profile, exclude: exclude}
 	g.current.set(NewCluster(nil, nil).Without())
 	g.fw, err = New(ctx, registry, Profile(profile, "bind-gate", exclude...), append(slices.Clone(shared.Options), frameworkruntime.WithSnapshotSharedLister(g.current))...)

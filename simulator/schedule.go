@@ -44,7 +44,7 @@ type Scheduler struct {
 // run (VirtualNodes). percentageOfNodesToScore is the configuration's
 // global value, used when the profile sets none.
 func NewScheduler(ctx context.Context, registry frameworkruntime.Registry, profile *config.KubeSchedulerProfile, percentageOfNodesToScore *int32, shared Shared, exclude ...string) (*Scheduler, error) {
-	s := &Scheduler{current: &viewLister{}, percent: profile.PercentageOfNodesToScore}
+	s := &Scheduler{current: &viewLister{groups: shared.PodGroups}, percent: profile.PercentageOfNodesToScore}
 	if s.percent == nil {
 		s.percent = percentageOfNodesToScore
 	}
@@ -236,10 +236,12 @@ func feasibleToFind(percent *int32, nodes int) int {
 }
 
 // viewLister is the SharedLister the framework holds from its creation;
-// Place points it at the view being placed on.
+// Place points it at the view being placed on. Its PodGroups are the
+// cluster's (Shared.PodGroups) whatever the view, when there are any.
 type viewLister struct {
-	mu sync.RWMutex
-	v  *View
+	mu     sync.RWMutex
+	v      *View
+	groups fwk.PodGroupLister
 }
 
 func (w *viewLister) set(v *View) {
@@ -261,7 +263,12 @@ func (w *viewLister) StorageInfos() fwk.StorageInfoLister { return w.get().Stora
 func (w *viewLister) PodGroupStates() fwk.PodGroupStateLister {
 	return w.get().PodGroupStates()
 }
-func (w *viewLister) PodGroups() fwk.PodGroupLister { return w.get().PodGroups() }
+func (w *viewLister) PodGroups() fwk.PodGroupLister {
+	if w.groups != nil {
+		return w.groups
+	}
+	return w.get().PodGroups()
+}
 func (w *viewLister) CompositePodGroupStates() fwk.CompositePodGroupStateLister {
 	return w.get().CompositePodGroupStates()
 }
