@@ -2,18 +2,30 @@ package virtualnodes
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/plugin/registry"
 )
 
 // podGroup is a PodGroup's scheduling cycle as kube-scheduler passes it.
@@ -149,5 +161,101 @@ func TestAGangOfOneZoneLandsInOneZone(t *testing.T) {
 	}
 	if z := zones(h, one); len(z) != 1 || h.plugin.book.count() != 3 {
 		t.Errorf("a gang of one zone has %d claims in zones %v, want 3 claims in one zone (the other zones tried and undone)", h.plugin.book.count(), z)
+	}
+}
+
+// groupClaimHarness is a harness, with GenericWorkload and
+// DRAWorkloadResourceClaims on, whose pool has benchDevicesPool's GPU
+// types, and a gang train of n one-cpu pods sharing its PodGroup's
+// ResourceClaim for gpus GPUs of gpu.example.com.
+func groupClaimHarness(t *testing.T, n int, gpus int64) (*harness, podGroup) {
+	t.Helper()
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: true, features.DRAWorkloadResourceClaims: true})
+	g := podGroup{pg: &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", UID: "uid-train"}, Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}},
+		ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("train-gpus")}}}}}
+	for i := range n {
+		p := testPod(fmt.Sprintf("worker-%d", i), "1", "1Gi")
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g.pg.Name}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("train-gpus")}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		g.pods = append(g.pods, p)
+	}
+	reg, err := registry.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DefaultPreemption, with GenericWorkload on, needs the PodGroup
+	// manager only kube-scheduler has.
+	noPreemption := func(p *config.KubeSchedulerProfile) {
+		p.Plugins.MultiPoint.Enabled = slices.DeleteFunc(p.Plugins.MultiPoint.Enabled, func(pl config.Plugin) bool { return pl.Name == names.DefaultPreemption })
+	}
+	h := newHarnessOf(t, reg, []*pool{benchDevicesPool(t)}, noPreemption,
+		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourcev1.DeviceClassSpec{
+			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
+		&resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "train-gpus", Namespace: "default", UID: "uid-claim"}, Spec: resourcev1.ResourceClaimSpec{
+			Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: "gpu", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: gpus}}}}}})
+	h.groups[g.pg.Namespace+"/"+g.pg.Name] = g.pg
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := h.plugin.devices.ResourceClaims().Get("default", "train-gpus")
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the group's claim never reached the DRA manager: %v", err)
+	}
+	return h, g
+}
+
+// TestAGangSharingItsPodGroupsClaimLandsWithItsDevices: the three pods of
+// a gang share their PodGroup's claim for two GPUs; the claim is planned
+// once, for the first pod, and all three are nominated to that one
+// virtual node, whose types are the two-GPU type alone (g2, the cheapest
+// that holds the claim).
+func TestAGangSharingItsPodGroupsClaimLandsWithItsDevices(t *testing.T) {
+	h, g := groupClaimHarness(t, 3, 2)
+	res, s := h.plugin.PodGroupPostFilter(context.Background(), nil, g, nil)
+	if !s.IsSuccess() || res == nil || len(res.NominatingInfos) != 3 {
+		t.Fatalf("a gang of 3 sharing a two-GPU claim: %v, %v; want all 3 nominated", res, s)
+	}
+	c := h.plugin.book.nominatedTo(g.pods[0].UID)
+	for _, p := range g.pods {
+		if got := h.plugin.book.nominatedTo(p.UID); got == nil || got != c {
+			t.Errorf("pod %s nominated to %v, want %s with the other pods of the group", p.Name, got, c.name)
+		}
+	}
+	if h.plugin.book.count() != 1 || len(c.options) == 0 {
+		t.Fatalf("%d claims, options %v; want one claim with options", h.plugin.book.count(), c.options)
+	}
+	for _, o := range c.options {
+		if o.it.Name != "g2" {
+			t.Errorf("option %s: want only g2, the type with the claim's two GPUs that its plan holds on", o.it.Name)
+		}
+	}
+	if n := h.plugin.devices.Planned(); n != 1 {
+		t.Errorf("%d claims planned, want the group's one", n)
+	}
+}
+
+// TestAGangWhosePodGroupsClaimNoTypeHoldsGetsNothing: a gang sharing a
+// claim for nine GPUs, more than any type has, is nominated nowhere, no
+// claim is made, and the refusal names the claim and its request and
+// says no type's devices satisfy it.
+func TestAGangWhosePodGroupsClaimNoTypeHoldsGetsNothing(t *testing.T) {
+	h, g := groupClaimHarness(t, 3, 9)
+	res, s := h.plugin.PodGroupPostFilter(context.Background(), nil, g, nil)
+	if s.IsSuccess() || res != nil {
+		t.Fatalf("a gang sharing a claim no type holds: %v, %v; want it refused", res, s)
+	}
+	for _, want := range []string{"only 0 of its 3 pods can have a node", "no instance type's devices satisfy claim default/train-gpus (request gpus: 9 of gpu)"} {
+		if !strings.Contains(s.Message(), want) {
+			t.Errorf("refusal %q, want it to say %q", s.Message(), want)
+		}
+	}
+	if n := h.plugin.book.count(); n != 0 {
+		t.Errorf("%d claims after the refused gang, want none", n)
+	}
+	if n := h.plugin.devices.Planned(); n != 0 {
+		t.Errorf("%d claims planned after the refused gang, want none", n)
 	}
 }
