@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -332,5 +333,149 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 			b.ReportMetric(took[len(took)/2].Seconds(), "median-s")
 			b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
 		})
+	}
+}
+
+// h100Claim is a claim spec for count NVIDIA H100s, chosen by the
+// productName the NVIDIA DRA driver publishes.
+func h100Claim(count int64) resourcev1.ResourceClaimSpec {
+	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+		Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count,
+			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"`}}}}}}}}
+}
+
+// gangSharing creates PodGroup default/<name>, a gang of n whose
+// spec.resourceClaims names claim "gpus" (ref), and its n pods of 1 cpu
+// on pool's nodes, each using the group's claim.
+func gangSharing(t *testing.T, cs kubernetes.Interface, name, pool string, n int, ref schedulingv1beta1.PodGroupResourceClaim) {
+	t.Helper()
+	ctx := context.Background()
+	ref.Name = "gpus"
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: schedulingv1beta1.PodGroupSpec{
+		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}},
+		ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{ref}}}
+	if _, err := cs.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: "default", Labels: map[string]string{"gang": name}},
+			Spec: corev1.PodSpec{
+				SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+				NodeSelector:    map[string]string{"pool": pool},
+				SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)},
+				ResourceClaims:  []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ref.ResourceClaimName, ResourceClaimTemplateName: ref.ResourceClaimTemplateName}},
+				Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+					Claims:   []corev1.ResourceClaim{{Name: "gpus"}}}}},
+			}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAGangSharesItsPodGroupsGPUs, with GenericWorkload and
+// DRAWorkloadResourceClaims on: PodGroup pair's spec.resourceClaims
+// names a ResourceClaimTemplate for two H100s; kube-controller-manager
+// makes one claim, owned by the group, and records it on the group and
+// on each of its three pods. VirtualNodes plans the claim once and
+// nominates the three pods to one node of p5.4xlarge, the type with two
+// H100s; the bind gate accepts them there and hands them to the
+// scheduler, which allocates the claim both GPUs of that node and
+// reserves it for the PodGroup, and the three run there.
+// Beside it, a gang whose group claim asks for three H100s, which no
+// type has, launches nothing and its pods say which claim no type's
+// devices satisfy.
+func TestAGangSharesItsPodGroupsGPUs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true, "DRAWorkloadResourceClaims": true}})
+	const n = 3
+	createZonalPool(t, kube, "gpupair")
+	createZonalPool(t, kube, "gpunone")
+	poll(t, "the pools' catalogs", func() (bool, error) {
+		a, err := catalogPublished(ctx, kube, "gpupair")
+		if err != nil || !a {
+			return false, err
+		}
+		return catalogPublished(ctx, kube, "gpunone")
+	})
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "two-h100", Namespace: "default"}, Spec: resourcev1.ResourceClaimTemplateSpec{Spec: h100Claim(2)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "three-h100", Namespace: "default"}, Spec: h100Claim(3)}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	gangSharing(t, cs, "pair", "gpupair", n, schedulingv1beta1.PodGroupResourceClaim{ResourceClaimTemplateName: ptr.To("two-h100")})
+	gangSharing(t, cs, "none", "gpunone", n, schedulingv1beta1.PodGroupResourceClaim{ResourceClaimName: ptr.To("three-h100")})
+
+	pollFor(t, 3*time.Minute, "the gang pair's 3 pods Running", func() (bool, error) {
+		k, err := runningPods(ctx, cs, "gang=pair")
+		return k == n, err
+	})
+	t.Logf("3 pods Running %s after they were made", time.Since(start).Round(time.Second))
+	claims, err := poolClaims(ctx, kube, "gpupair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].Status.InstanceType != "p5.4xlarge" {
+		t.Fatalf("nodeclaims %v; want one p5.4xlarge, the type with two H100s", claimTypes(claims))
+	}
+	node := claims[0].Status.NodeName
+	pg, err := cs.SchedulingV1beta1().PodGroups("default").Get(ctx, "pair", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Status.ResourceClaimStatuses) != 1 || pg.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("PodGroup pair's status.resourceClaimStatuses %v; want the claim made from two-h100", pg.Status.ResourceClaimStatuses)
+	}
+	name := *pg.Status.ResourceClaimStatuses[0].ResourceClaimName
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "gang=pair"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node {
+			t.Errorf("pod %s runs on %s, want %s with the group's GPUs", p.Name, p.Spec.NodeName, node)
+		}
+		if s := p.Status.ResourceClaimStatuses; len(s) != 1 || ptr.Deref(s[0].ResourceClaimName, "") != name {
+			t.Errorf("pod %s: status.resourceClaimStatuses %v, want the group's claim %s", p.Name, s, name)
+		}
+		reasons, _, err := podEvents(ctx, cs, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bind gate judges the pod with its group's claim as the
+		// scheduler does, so it never refuses it on its node.
+		if !slices.Contains(reasons, v1alpha1.ReasonHandedOff) || slices.Contains(reasons, v1alpha1.ReasonNominationCleared) {
+			t.Errorf("pod %s: Events %v, want %s (bound by the scheduler's group cycle) and no %s", p.Name, reasons, v1alpha1.ReasonHandedOff, v1alpha1.ReasonNominationCleared)
+		}
+	}
+	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := claim.Status.Allocation; a == nil || len(a.Devices.Results) != 2 || a.Devices.Results[0].Pool != node || a.Devices.Results[1].Pool != node {
+		t.Errorf("claim %s: allocation %v, want both GPUs of node %s", name, claim.Status.Allocation, node)
+	}
+	if r := claim.Status.ReservedFor; len(r) != 1 || r[0].Resource != "podgroups" || r[0].Name != "pair" {
+		t.Errorf("claim %s reserved for %v, want PodGroup pair alone", name, r)
+	}
+
+	podEventsUntil(t, cs, "none-0", v1alpha1.ReasonGroupNotLaunchable)
+	_, notes, err := podEvents(ctx, cs, "none-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(notes, func(s string) bool {
+		return strings.Contains(s, "only 0 of its 3 pods") && strings.Contains(s, "no instance type's devices satisfy claim default/three-h100 (request gpus: 3 of gpu.nvidia.com)")
+	}) {
+		t.Errorf("pod none-0: notes %q; want one saying no type's devices satisfy the group's claim three-h100", notes)
+	}
+	if claims, err := poolClaims(ctx, kube, "gpunone"); err != nil || len(claims) != 0 {
+		t.Errorf("a gang whose claim no type holds made nodeclaims %v (err %v), want none", claimTypes(claims), err)
 	}
 }
