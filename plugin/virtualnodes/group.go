@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -154,15 +155,20 @@ func (d groupDecision) cost() float64 {
 func (p *VirtualNodes) decideGroup(ctx context.Context, pods []*corev1.Pod, key, domain string) groupDecision {
 	d := groupDecision{out: &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}, refused: map[*corev1.Pod]string{}}
 	before := map[*claim]bool{}
-	for _, pod := range pods {
-		if key != "" {
+	if key != "" {
+		pods = slices.Clone(pods)
+		for i, pod := range pods {
 			pod = pod.DeepCopy()
 			if pod.Spec.NodeSelector == nil {
 				pod.Spec.NodeSelector = map[string]string{}
 			}
 			pod.Spec.NodeSelector[key] = domain
+			pods[i] = pod
 		}
-		name, t, why := p.decideInGroup(ctx, pod, before)
+	}
+	with := together(pods)
+	for _, pod := range pods {
+		name, t, why := p.decideInGroup(ctx, pod, with[pod], before)
 		if name == "" {
 			d.refused[pod] = why
 			continue
@@ -210,9 +216,11 @@ func (p *VirtualNodes) domains(key string) []string {
 // decideInGroup decides one pod of a group: the node it is nominated to
 // ("" and why not when it cannot have one) and, when the decision made a
 // nomination, what undoes it. A pod nominated already keeps its claim, as
-// PostFilter keeps it. before records the claims the group's decision has
+// PostFilter keeps it. whole, when not nil, is the pod with the pods of
+// the group that share its claims (together): the pod goes where whole
+// fits if anywhere. before records the claims the group's decision has
 // nominated to already.
-func (p *VirtualNodes) decideInGroup(ctx context.Context, pod *corev1.Pod, before map[*claim]bool) (string, *taken, string) {
+func (p *VirtualNodes) decideInGroup(ctx context.Context, pod, whole *corev1.Pod, before map[*claim]bool) (string, *taken, string) {
 	if c := p.book.nominatedTo(pod.UID); c != nil {
 		r := p.decider.retried(ctx, pod, c)
 		if r != retryAfresh {
@@ -225,7 +233,13 @@ func (p *VirtualNodes) decideInGroup(ctx context.Context, pod *corev1.Pod, befor
 		p.book.unview(c, pod)
 	}
 	p.book.settle()
-	ch := p.decider.place(ctx, pod, p.book.inFlight(pod), p.ordered)
+	var ch choice
+	if whole != nil {
+		ch = p.decider.place(ctx, whole, p.book.inFlight(pod), p.ordered)
+	}
+	if ch.claim == nil {
+		ch = p.decider.place(ctx, pod, p.book.inFlight(pod), p.ordered)
+	}
 	if ch.claim == nil {
 		return "", nil, strings.Join(ch.reasons, "; ")
 	}
@@ -252,4 +266,54 @@ func gangMessage(group *schedulingv1beta1.PodGroup, minCount, placed, pods int, 
 		return msg + fmt.Sprintf("; pod %s: %s", klog.KObj(pod), why)
 	}
 	return msg
+}
+
+// together maps the first of pods to use a ResourceClaim that later pods
+// of pods use too (their PodGroup's claim, or a claim they name) to that
+// pod with those pods' containers added. A claim is allocated once, on
+// one node, and the pods that share it run where its devices are: the
+// node chosen for the first must hold the others, or the claim planned
+// there would leave them none when a larger type would hold them all.
+// Each later pod is added once, to the first pod it shares a claim with.
+func together(pods []*corev1.Pod) map[*corev1.Pod]*corev1.Pod {
+	claimsOf := make([]map[string]bool, len(pods))
+	for i, pod := range pods {
+		claimsOf[i] = map[string]bool{}
+		for j := range pod.Spec.ResourceClaims {
+			if name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[j]); err == nil && name != nil {
+				claimsOf[i][*name] = true
+			}
+		}
+	}
+	out := map[*corev1.Pod]*corev1.Pod{}
+	added := make([]bool, len(pods))
+	for i, first := range pods {
+		if added[i] || len(claimsOf[i]) == 0 {
+			continue
+		}
+		var whole *corev1.Pod
+		for j := i + 1; j < len(pods); j++ {
+			if added[j] || pods[j].Namespace != first.Namespace || !sharesAny(claimsOf[i], claimsOf[j]) {
+				continue
+			}
+			if whole == nil {
+				whole = first.DeepCopy()
+			}
+			whole.Spec.Containers = append(whole.Spec.Containers, pods[j].Spec.Containers...)
+			added[j] = true
+		}
+		if whole != nil {
+			out[first] = whole
+		}
+	}
+	return out
+}
+
+func sharesAny(a, b map[string]bool) bool {
+	for k := range a {
+		if b[k] {
+			return true
+		}
+	}
+	return false
 }

@@ -167,8 +167,9 @@ func TestAGangOfOneZoneLandsInOneZone(t *testing.T) {
 // groupClaimHarness is a harness, with GenericWorkload and
 // DRAWorkloadResourceClaims on, whose pool has benchDevicesPool's GPU
 // types, and a gang train of n one-cpu pods sharing its PodGroup's
-// ResourceClaim for gpus GPUs of gpu.example.com.
-func groupClaimHarness(t *testing.T, n int, gpus int64) (*harness, podGroup) {
+// ResourceClaim for gpus GPUs of gpu.example.com, each pod asking for
+// cpu.
+func groupClaimHarness(t *testing.T, n int, cpu string, gpus int64) (*harness, podGroup) {
 	t.Helper()
 	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
 		features.GenericWorkload: true, features.DRAWorkloadResourceClaims: true})
@@ -176,7 +177,7 @@ func groupClaimHarness(t *testing.T, n int, gpus int64) (*harness, podGroup) {
 		SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(n)}},
 		ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("train-gpus")}}}}}
 	for i := range n {
-		p := testPod(fmt.Sprintf("worker-%d", i), "1", "1Gi")
+		p := testPod(fmt.Sprintf("worker-%d", i), cpu, "1Gi")
 		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g.pg.Name}
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("train-gpus")}}
 		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
@@ -210,30 +211,41 @@ func groupClaimHarness(t *testing.T, n int, gpus int64) (*harness, podGroup) {
 // TestAGangSharingItsPodGroupsClaimLandsWithItsDevices: the three pods of
 // a gang share their PodGroup's claim for two GPUs; the claim is planned
 // once, for the first pod, and all three are nominated to that one
-// virtual node, whose types are the two-GPU type alone (g2, the cheapest
-// that holds the claim).
+// virtual node, whose types are one type alone (the one whose devices
+// the plan holds on): g2, the cheapest with two GPUs, when it holds the
+// three pods; g3 when they need more cpu than g2 has (16), since the
+// node chosen for the first must hold the pods that follow its claim.
 func TestAGangSharingItsPodGroupsClaimLandsWithItsDevices(t *testing.T) {
-	h, g := groupClaimHarness(t, 3, 2)
-	res, s := h.plugin.PodGroupPostFilter(context.Background(), nil, g, nil)
-	if !s.IsSuccess() || res == nil || len(res.NominatingInfos) != 3 {
-		t.Fatalf("a gang of 3 sharing a two-GPU claim: %v, %v; want all 3 nominated", res, s)
-	}
-	c := h.plugin.book.nominatedTo(g.pods[0].UID)
-	for _, p := range g.pods {
-		if got := h.plugin.book.nominatedTo(p.UID); got == nil || got != c {
-			t.Errorf("pod %s nominated to %v, want %s with the other pods of the group", p.Name, got, c.name)
-		}
-	}
-	if h.plugin.book.count() != 1 || len(c.options) == 0 {
-		t.Fatalf("%d claims, options %v; want one claim with options", h.plugin.book.count(), c.options)
-	}
-	for _, o := range c.options {
-		if o.it.Name != "g2" {
-			t.Errorf("option %s: want only g2, the type with the claim's two GPUs that its plan holds on", o.it.Name)
-		}
-	}
-	if n := h.plugin.devices.Planned(); n != 1 {
-		t.Errorf("%d claims planned, want the group's one", n)
+	for _, tc := range []struct {
+		name, cpu, want string
+	}{
+		{name: "pods of 1 cpu fit the cheapest type with two GPUs", cpu: "1", want: "g2"},
+		{name: "pods of 6 cpu need more than it has", cpu: "6", want: "g3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, g := groupClaimHarness(t, 3, tc.cpu, 2)
+			res, s := h.plugin.PodGroupPostFilter(context.Background(), nil, g, nil)
+			if !s.IsSuccess() || res == nil || len(res.NominatingInfos) != 3 {
+				t.Fatalf("a gang of 3 sharing a two-GPU claim: %v, %v; want all 3 nominated", res, s)
+			}
+			c := h.plugin.book.nominatedTo(g.pods[0].UID)
+			for _, p := range g.pods {
+				if got := h.plugin.book.nominatedTo(p.UID); got == nil || got != c {
+					t.Errorf("pod %s nominated to %v, want %s with the other pods of the group", p.Name, got, c.name)
+				}
+			}
+			if h.plugin.book.count() != 1 || len(c.options) == 0 {
+				t.Fatalf("%d claims, options %v; want one claim with options", h.plugin.book.count(), c.options)
+			}
+			for _, o := range c.options {
+				if o.it.Name != tc.want {
+					t.Errorf("option %s: want only %s", o.it.Name, tc.want)
+				}
+			}
+			if n := h.plugin.devices.Planned(); n != 1 {
+				t.Errorf("%d claims planned, want the group's one", n)
+			}
+		})
 	}
 }
 
@@ -242,7 +254,7 @@ func TestAGangSharingItsPodGroupsClaimLandsWithItsDevices(t *testing.T) {
 // claim is made, and the refusal names the claim and its request and
 // says no type's devices satisfy it.
 func TestAGangWhosePodGroupsClaimNoTypeHoldsGetsNothing(t *testing.T) {
-	h, g := groupClaimHarness(t, 3, 9)
+	h, g := groupClaimHarness(t, 3, "1", 9)
 	res, s := h.plugin.PodGroupPostFilter(context.Background(), nil, g, nil)
 	if s.IsSuccess() || res != nil {
 		t.Fatalf("a gang sharing a claim no type holds: %v, %v; want it refused", res, s)
