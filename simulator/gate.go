@@ -61,15 +61,22 @@ func SharedState(ctx context.Context, cs kubernetes.Interface, inf informers.Sha
 		frameworkruntime.WithSharedDRAManager(dra),
 		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(inf.Storage().V1().CSINodes().Lister())),
 	}}
-	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
-		// Listed only while the gate is on: the API server serves
-		// PodGroups only then, and internal/skew turns the gate off
-		// against one that does not.
-		groups := inf.Scheduling().V1beta1().PodGroups()
-		groups.Informer()
-		shared.PodGroups = podGroupLister{groups.Lister()}
-	}
+	shared.PodGroups = PodGroups(inf)
 	return shared, nil
+}
+
+// PodGroups lists the cluster's PodGroups from inf's informer, for a
+// simulation's SharedLister (DynamicResources reads a pod's group through
+// it); nil while GenericWorkload is off: the API server serves PodGroups
+// only then, and internal/skew turns the gate off against one that does
+// not, so the informer is made only when it can sync.
+func PodGroups(inf informers.SharedInformerFactory) fwk.PodGroupLister {
+	if !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		return nil
+	}
+	groups := inf.Scheduling().V1beta1().PodGroups()
+	groups.Informer()
+	return podGroupLister{groups.Lister()}
 }
 
 // podGroupLister answers the framework's PodGroup lookups from an

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -49,28 +48,6 @@ type harness struct {
 	profile  *config.KubeSchedulerProfile
 	shared   simulator.Shared
 	registry frameworkruntime.Registry
-	// groups are the PodGroups the scheduler's snapshot holds, by
-	// namespace/name.
-	groups podGroups
-}
-
-// snapshotWithGroups is the scheduler's snapshot with the PodGroups a
-// test puts in it (a cache.Snapshot fills its own only from the
-// scheduler's PodGroup manager).
-type snapshotWithGroups struct {
-	*cache.Snapshot
-	groups podGroups
-}
-
-func (s snapshotWithGroups) PodGroups() fwk.PodGroupLister { return s.groups }
-
-type podGroups map[string]*schedulingv1beta1.PodGroup
-
-func (g podGroups) Get(namespace, name string) (*schedulingv1beta1.PodGroup, error) {
-	if pg, ok := g[namespace+"/"+name]; ok {
-		return pg, nil
-	}
-	return nil, fmt.Errorf("pod group %s/%s not found", namespace, name)
 }
 
 // setReal makes the real cluster nodes with pods, for the cycles to come.
@@ -130,8 +107,7 @@ func newHarnessOf(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, e
 	if err != nil {
 		tb.Fatal(err)
 	}
-	groups := podGroups{}
-	live, err := frameworkruntime.NewFramework(ctx, reg, profile, append(slices.Clone(shared.Options), frameworkruntime.WithSnapshotSharedLister(snapshotWithGroups{snapshot, groups}))...)
+	live, err := frameworkruntime.NewFramework(ctx, reg, profile, append(slices.Clone(shared.Options), frameworkruntime.WithSnapshotSharedLister(snapshot))...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -148,7 +124,7 @@ func newHarnessOf(tb testing.TB, reg frameworkruntime.Registry, pools []*pool, e
 	p.setPools(pools)
 	close(p.synced)
 	real, _ := snapshot.NodeInfos().List()
-	return &harness{live: live, plugin: p, real: real, snapshot: snapshot, profile: profile, shared: shared, registry: reg, groups: groups}
+	return &harness{live: live, plugin: p, real: real, snapshot: snapshot, profile: profile, shared: shared, registry: reg}
 }
 
 // scheduleAll runs pods in order, failing b at the first that is not

@@ -192,18 +192,20 @@ func groupClaimHarness(t *testing.T, n int, cpu string, gpus int64) (*harness, p
 	noPreemption := func(p *config.KubeSchedulerProfile) {
 		p.Plugins.MultiPoint.Enabled = slices.DeleteFunc(p.Plugins.MultiPoint.Enabled, func(pl config.Plugin) bool { return pl.Name == names.DefaultPreemption })
 	}
-	h := newHarnessOf(t, reg, []*pool{benchDevicesPool(t)}, noPreemption,
+	h := newHarnessOf(t, reg, []*pool{benchDevicesPool(t)}, noPreemption, g.pg,
 		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourcev1.DeviceClassSpec{
 			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
 		&resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "train-gpus", Namespace: "default", UID: "uid-claim"}, Spec: resourcev1.ResourceClaimSpec{
 			Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
 				DeviceClassName: "gpu", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: gpus}}}}}})
-	h.groups[g.pg.Namespace+"/"+g.pg.Name] = g.pg
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		_, err := h.plugin.devices.ResourceClaims().Get("default", "train-gpus")
 		return err == nil, nil
 	}); err != nil {
 		t.Fatalf("the group's claim never reached the DRA manager: %v", err)
+	}
+	if _, err := h.plugin.lister.PodGroups().Get("default", "train"); err != nil {
+		t.Fatalf("the plugin does not list PodGroup train: %v", err)
 	}
 	return h, g
 }

@@ -21,8 +21,13 @@ import (
 type lister struct {
 	fwk.SharedLister // the live snapshot; its NodeInfos are extended below
 	real             fwk.NodeInfoLister
-	virtual          []fwk.NodeInfo
-	byName           map[string]fwk.NodeInfo
+	// groups are the cluster's PodGroups (simulator.PodGroups), read in
+	// place of the snapshot's, which has none before the scheduler's
+	// first cycle, when a restart's claims are planned again; nil while
+	// GenericWorkload is off.
+	groups  fwk.PodGroupLister
+	virtual []fwk.NodeInfo
+	byName  map[string]fwk.NodeInfo
 	// slices are the ResourceSlices of the virtual nodes a pod with
 	// ResourceClaims can go to, for the decision on that pod
 	// (virtualSlices); nil otherwise.
@@ -41,6 +46,14 @@ type lister struct {
 	version   uint64
 	// PodTopologySpread's, the same way (spreadcache.go).
 	spread map[string]*spreadEntry
+}
+
+// PodGroups are the cluster's PodGroups, or the snapshot's without them.
+func (v *lister) PodGroups() fwk.PodGroupLister {
+	if v.groups != nil {
+		return v.groups
+	}
+	return v.SharedLister.PodGroups()
 }
 
 // reset forgets the memoised lists and print; call it whenever a decision

@@ -234,6 +234,9 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 	if v.SharedLister != nil {
 		v.real = v.SharedLister.NodeInfos()
 	}
+	if inf := h.SharedInformerFactory(); inf != nil {
+		v.groups = simulator.PodGroups(inf)
+	}
 	// The scheduler's DRA manager, with the virtual nodes' slices and the
 	// devices planned for their pods (devices.go).
 	var devices *simulator.Devices
