@@ -217,6 +217,8 @@ func groupClaimHarness(t *testing.T, n int, cpu string, gpus int64) (*harness, p
 // the plan holds on): g2, the cheapest with two GPUs, when it holds the
 // three pods; g3 when they need more cpu than g2 has (16), since the
 // node chosen for the first must hold the pods that follow its claim.
+// Forgotten, as a restart forgets them, the plans are made again on that
+// node from the cluster's PodGroups.
 func TestAGangSharingItsPodGroupsClaimLandsWithItsDevices(t *testing.T) {
 	for _, tc := range []struct {
 		name, cpu, want string
@@ -246,6 +248,20 @@ func TestAGangSharingItsPodGroupsClaimLandsWithItsDevices(t *testing.T) {
 			}
 			if n := h.plugin.devices.Planned(); n != 1 {
 				t.Errorf("%d claims planned, want the group's one", n)
+			}
+			// A restarted plugin plans its restored pods' devices again
+			// (replanDevices) before the scheduler's first cycle, its
+			// snapshot holding no PodGroup yet.
+			for _, p := range g.pods {
+				h.plugin.devices.Forget(p.UID)
+			}
+			for _, p := range g.pods {
+				if why := h.plugin.decider.replan(context.Background(), c, p, h.plugin.devices.Plan); why != "" {
+					t.Errorf("planning pod %s again on %s: %s", p.Name, c.name, why)
+				}
+			}
+			if n := h.plugin.devices.Planned(); n != 1 {
+				t.Errorf("%d claims planned again, want the group's one", n)
 			}
 		})
 	}
