@@ -166,7 +166,8 @@ func (p *VirtualNodes) decideGroup(ctx context.Context, pods []*corev1.Pod, key,
 			pods[i] = pod
 		}
 	}
-	with := together(pods)
+	// A pod nominated already counts on its claim.
+	with := together(slices.DeleteFunc(slices.Clone(pods), func(pod *corev1.Pod) bool { return p.book.nominatedTo(pod.UID) != nil }))
 	for _, pod := range pods {
 		name, t, why := p.decideInGroup(ctx, pod, with[pod], before)
 		if name == "" {
