@@ -44,8 +44,10 @@ func TestSimulatorsBuildWithGangScheduling(t *testing.T) {
 // group to tell the claim is the group's; the bind gate accepts a pod of
 // it on a node with the GPUs and hands it to the scheduler, and the
 // disruption simulator places the second pod where the claim was planned
-// for the first. Both refused every such pod while the simulation's
-// PodGroups were an empty snapshot's, which finds no group.
+// for the first, and refuses it on the other node (as repack's check of
+// a packing that splits the group would). Both refused every such pod
+// while the simulation's PodGroups were an empty snapshot's, which finds
+// no group.
 func TestAPodGroupsClaimIsTheGroups(t *testing.T) {
 	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
 		features.GenericWorkload: true, features.DRAWorkloadResourceClaims: true})
@@ -101,6 +103,12 @@ func TestAPodGroupsClaimIsTheGroups(t *testing.T) {
 	first, st := s.Place(ctx, view, member("w0"))
 	if !st.IsSuccess() {
 		t.Fatalf("placing the group's first pod: %v", st)
+	}
+	// Repack's verdict on a packing (PlaceAmong on the node it chose):
+	// the group's pods split over two nodes is refused.
+	other := map[string]string{"a": "b", "b": "a"}[first]
+	if node, st := s.PlaceAmong(ctx, view, member("w1"), []string{other}); st.IsSuccess() {
+		t.Errorf("the group's second pod placed on %s, away from its claim's devices on %s", node, first)
 	}
 	second, st := s.Place(ctx, view, member("w1"))
 	if !st.IsSuccess() || second != first {
