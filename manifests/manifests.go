@@ -23,6 +23,7 @@ var Install = []string{
 	"crd/nodeforge.dev_instancetypecatalogs.yaml",
 	"crd/nodeforge.dev_ec2nodeclasses.yaml",
 	"crd/nodeforge.dev_devicetemplates.yaml",
+	"crd/nodeforge.dev_nodeoverlays.yaml",
 	"namespace.yaml",
 	"scheduler/rbac.yaml",
 	"provisioner/rbac.yaml",

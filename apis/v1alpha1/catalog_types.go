@@ -92,6 +92,12 @@ type InstanceType struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	ResourceSlices []ResourceSliceTemplate `json:"resourceSlices,omitempty"`
+	// Overlays names the NodeOverlays whose changes the type's figures
+	// carry (its offerings' prices, its capacity), sorted by name. The
+	// figures above are the adjusted ones.
+	// +listType=atomic
+	// +optional
+	Overlays []string `json:"overlays,omitempty"`
 }
 
 // ResourceSliceTemplate is the ResourceSlice one DRA driver publishes on

@@ -81,3 +81,29 @@ const (
 	// the nodes' console output).
 	ConditionNodesRegistering = "NodesRegistering"
 )
+
+// NodeOverlay conditions and their reasons. Ready is also a DeviceTemplate's.
+const (
+	// ConditionConflictFree is the NodeOverlay condition that is False
+	// (reason OverlayConflict) while an overlay of the same weight sets the
+	// same field (the price, or a capacity name to another amount) of an
+	// instance type both select; its message names the other overlay, the
+	// field, a type, and which of the two applies (the one whose name
+	// sorts first).
+	ConditionConflictFree = "ConflictFree"
+
+	// ReasonOverlayApplied: Ready, a published instance type carries one
+	// of the overlay's changes.
+	ReasonOverlayApplied = "Applied"
+	// ReasonOverlayNoInstanceType: not Ready, its requirements select no
+	// published instance type or offering.
+	ReasonOverlayNoInstanceType = "NoInstanceType"
+	// ReasonOverlayOverridden: not Ready, it selects published types but
+	// an overlay of higher weight, or of the same weight and a name that
+	// sorts first, sets every field it sets on each of them.
+	ReasonOverlayOverridden = "Overridden"
+	// ReasonOverlayConflict: ConflictFree is False.
+	ReasonOverlayConflict = "OverlayConflict"
+	// ReasonOverlayNoConflict: ConflictFree is True.
+	ReasonOverlayNoConflict = "NoConflict"
+)

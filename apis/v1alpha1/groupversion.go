@@ -24,7 +24,8 @@ var (
 
 func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion, &NodePool{}, &NodePoolList{}, &NodeClaim{}, &NodeClaimList{}, &SimulatedNodeClass{}, &SimulatedNodeClassList{},
-		&InstanceTypeCatalog{}, &InstanceTypeCatalogList{}, &EC2NodeClass{}, &EC2NodeClassList{}, &DeviceTemplate{}, &DeviceTemplateList{})
+		&InstanceTypeCatalog{}, &InstanceTypeCatalogList{}, &EC2NodeClass{}, &EC2NodeClassList{}, &DeviceTemplate{}, &DeviceTemplateList{},
+		&NodeOverlay{}, &NodeOverlayList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

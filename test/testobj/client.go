@@ -31,7 +31,7 @@ func Scheme() *runtime.Scheme {
 // with interceptor.NewClient.
 func Client(objs ...client.Object) client.WithWatch {
 	b := crfake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).
-		WithStatusSubresource(&v1alpha1.NodeClaim{}, &v1alpha1.NodePool{}, &v1alpha1.EC2NodeClass{}, &v1alpha1.SimulatedNodeClass{})
+		WithStatusSubresource(&v1alpha1.NodeClaim{}, &v1alpha1.NodePool{}, &v1alpha1.EC2NodeClass{}, &v1alpha1.SimulatedNodeClass{}, &v1alpha1.NodeOverlay{})
 	for _, i := range cluster.Indexes() {
 		b = b.WithIndex(i.Object, i.Field, i.Extract)
 	}
