@@ -320,6 +320,9 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	if err := catalog.NewTemplateStatus(mgr.GetClient()).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := catalog.NewOverlayStatus(mgr.GetClient()).SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if d.onMeasured != nil {
 		// The memory a registered node reported is offered at once.
 		d.onMeasured(catalogs.RepublishAll)

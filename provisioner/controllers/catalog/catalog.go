@@ -24,9 +24,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -89,7 +91,7 @@ func (c *Controller) RepublishAll() {
 
 // SetupWithManager registers the controller: a pool's catalog is rewritten
 // when the pool changes or one of its objects is changed by someone else,
-// when a DeviceTemplate changes or one of its nodes publishes
+// when a DeviceTemplate or a NodeOverlay's spec changes or one of its nodes publishes
 // ResourceSlices, when offerings become unavailable or available again,
 // and every Republish.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
@@ -97,20 +99,26 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("nodepool.catalog").
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.InstanceTypeCatalog{}).
-		Watches(&v1alpha1.DeviceTemplate{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			var pools v1alpha1.NodePoolList
-			if err := c.client.List(ctx, &pools); err != nil {
-				return nil
-			}
-			out := make([]reconcile.Request, len(pools.Items))
-			for i := range pools.Items {
-				out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pools.Items[i])}
-			}
-			return out
-		})).
+		Watches(&v1alpha1.DeviceTemplate{}, handler.EnqueueRequestsFromMapFunc(c.allPools)).
+		Watches(&v1alpha1.NodeOverlay{}, handler.EnqueueRequestsFromMapFunc(c.allPools), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(c.poolsOfSlice)).
 		WatchesRawSource(source.Channel(c.changed, &handler.EnqueueRequestForObject{})).
 		Complete(c)
+}
+
+// allPools maps a change that may touch every pool's catalog (a
+// DeviceTemplate's, a NodeOverlay's spec) to every pool.
+func (c *Controller) allPools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var pools v1alpha1.NodePoolList
+	if err := c.client.List(ctx, &pools); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing NodePools to publish their catalogs again")
+		return nil
+	}
+	out := make([]reconcile.Request, len(pools.Items))
+	for i := range pools.Items {
+		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pools.Items[i])}
+	}
+	return out
 }
 
 // Reconcile publishes one pool's catalog: it writes the family objects
@@ -199,8 +207,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // instanceTypes are the types the pool publishes: the source's within
 // its requirements, with the DeviceTemplates' slices and those running
-// nodes correct (reported as Events); none while its node class is not
-// ready.
+// nodes correct (reported as Events), then the NodeOverlays' prices and
+// capacity; none while its node class is not ready.
 func (c *Controller) instanceTypes(ctx context.Context, pool *v1alpha1.NodePool) ([]v1alpha1.InstanceType, error) {
 	all, err := c.source.InstanceTypes(ctx, pool)
 	var notReady *cloudprovider.NodeClassNotReadyError
@@ -227,7 +235,11 @@ func (c *Controller) instanceTypes(ctx context.Context, pool *v1alpha1.NodePool)
 		return nil, err
 	}
 	c.reportCorrections(ctx, pool, fixes)
-	return types, nil
+	var overlays v1alpha1.NodeOverlayList
+	if err := c.client.List(ctx, &overlays); err != nil {
+		return nil, fmt.Errorf("listing NodeOverlays: %w", err)
+	}
+	return withOverlays(nodeshape.ForPool(pool), types, overlays.Items), nil
 }
 
 // write creates the object want, or updates cur to say what want says;
