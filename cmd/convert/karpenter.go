@@ -61,7 +61,8 @@ type Result struct {
 	Objects, Converted int
 }
 
-// Convert reads Karpenter v1 NodePools and EC2NodeClasses (YAML, several
+// Convert reads Karpenter v1 NodePools and EC2NodeClasses and v1alpha1
+// NodeOverlays (YAML, several
 // documents, or a List of them as kubectl get -o yaml writes) and returns
 // Nodeforge's with every field left behind. Documents of other kinds are
 // an error: a file of mixed objects should be split first.
@@ -129,10 +130,16 @@ func convertOne(obj map[string]any, i int) (map[string]any, *converter, error) {
 		conv = c.nodePool(src)
 	case group == karpenterAWSGroup && c.kind == "EC2NodeClass":
 		conv = c.ec2NodeClass(src)
+	case group == karpenterGroup && c.kind == "NodeOverlay":
+		conv = c.nodeOverlay(src)
 	default:
-		return nil, nil, fmt.Errorf("document %d: %v %s is not a Karpenter NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)", i+1, obj["apiVersion"], c.kind)
+		return nil, nil, fmt.Errorf("document %d: %v %s is not a Karpenter NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1)", i+1, obj["apiVersion"], c.kind)
 	}
-	if version != "v1" {
+	if c.kind == "NodeOverlay" {
+		if version != overlayVersion {
+			c.drop(field.NewPath("apiVersion"), fmt.Sprintf("converted as %s; this is %s/%s, whose fields may differ: check the result", overlayVersion, group, version))
+		}
+	} else if version != "v1" {
 		c.drop(field.NewPath("apiVersion"), fmt.Sprintf("converted as v1; this is %s/%s, whose fields may differ (v1beta1 kept kubelet settings in the NodePool): check the result", group, version))
 	}
 	if c.notWritten != "" {

@@ -1,5 +1,6 @@
-// Command nodeforge-convert turns Karpenter v1 NodePools (karpenter.sh/v1)
-// and EC2NodeClasses (karpenter.k8s.aws/v1) into Nodeforge's
+// Command nodeforge-convert turns Karpenter v1 NodePools (karpenter.sh/v1),
+// EC2NodeClasses (karpenter.k8s.aws/v1) and NodeOverlays
+// (karpenter.sh/v1alpha1) into Nodeforge's
 // (nodeforge.dev/v1alpha1), for a cluster moving from Karpenter. It reads
 // YAML from the files named (or standard input), writes the converted
 // objects to standard output, and every field it could not carry over, and
@@ -29,7 +30,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nodeforge-convert", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: nodeforge-convert [FILE...] > nodeforge.yaml\n\nConverts Karpenter v1 NodePools and EC2NodeClasses to Nodeforge's; reports every field left behind on standard error (exit 3).")
+		fmt.Fprintln(stderr, "usage: nodeforge-convert [FILE...] > nodeforge.yaml\n\nConverts Karpenter v1 NodePools and EC2NodeClasses, and v1alpha1 NodeOverlays, to Nodeforge's; reports every field left behind on standard error (exit 3).")
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
