@@ -57,7 +57,7 @@ func fencedBlocks(t *testing.T, path string) []block {
 // Karpenter's.
 // A group qualifies a resource when it follows the name (nodepools.nodeforge.dev,
 // Karpenter's nodepools.karpenter.sh) or as --api-version.
-var unqualified = regexp.MustCompile(`kubectl\b[^\n|]*?\b(nodepools?|nodeclaims?|ec2nodeclass(?:es)?|instancetypecatalogs?|simulatednodeclass(?:es)?)\b(\.[a-z0-9-]+\.[a-z0-9.-]+|[^\n|]*--api-version=nodeforge\.dev)?`)
+var unqualified = regexp.MustCompile(`kubectl\b[^\n|]*?\b(nodepools?|nodeclaims?|ec2nodeclass(?:es)?|instancetypecatalogs?|simulatednodeclass(?:es)?|nodeoverlays?)\b(\.[a-z0-9-]+\.[a-z0-9.-]+|[^\n|]*--api-version=nodeforge\.dev)?`)
 
 // TestDocsNameNodeforgeResourcesByGroup: every kubectl command in the
 // README, docs/ and the chart's NOTES that names a Nodeforge resource names it with its
