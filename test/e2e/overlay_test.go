@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,7 +60,8 @@ func poolPod(t *testing.T, cs kubernetes.Interface, pool string, requests corev1
 
 // TestNodeOverlaysChangeWhatIsLaunched applies the NodeOverlays the API
 // guide shows, as they ship (manifests/examples/nodeoverlay.yaml), to one
-// sandbox, and checks each once its overlay is Ready:
+// sandbox whose pools' catalogs are already published, and checks each
+// once its overlay is Ready:
 //   - halved price: in a pool of the c7 and m7 families, where c7.large
 //     ($0.085/h) is the cheapest type for a small pod, the savings plan
 //     halves m7.large's $0.1008/h; the catalog says $0.0504 and names the
@@ -71,6 +73,13 @@ func TestNodeOverlaysChangeWhatIsLaunched(t *testing.T) {
 	t.Parallel()
 	_, cs, kube := startSandbox(t, sandbox.Options{})
 	ctx := context.Background()
+	// The pools' catalogs are published first, so that applying the
+	// overlays is what publishes them again.
+	familyPool(t, kube, "prices", "c7", "m7")
+	familyPool(t, kube, "fpgas", "c7")
+	for _, pool := range []string{"prices", "fpgas"} {
+		poll(t, "pool "+pool+"'s catalog", func() (bool, error) { return catalogPublished(ctx, kube, pool) })
+	}
 	raw, err := manifests.FS.ReadFile("examples/nodeoverlay.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +99,6 @@ func TestNodeOverlaysChangeWhatIsLaunched(t *testing.T) {
 	if len(overlays) != 2 {
 		t.Fatalf("the example holds %d overlays, want the savings plan and the FPGA", len(overlays))
 	}
-	familyPool(t, kube, "prices", "c7", "m7")
-	familyPool(t, kube, "fpgas", "c7")
 	for _, o := range overlays {
 		poll(t, "NodeOverlay "+o.Name+" Ready", func() (bool, error) {
 			err := kube.Get(ctx, client.ObjectKeyFromObject(o), o)
@@ -124,6 +131,15 @@ func TestNodeOverlaysChangeWhatIsLaunched(t *testing.T) {
 
 	t.Run("added FPGA", func(t *testing.T) {
 		t.Parallel()
+		poll(t, "pool fpgas' catalog with the FPGA", func() (bool, error) {
+			types, err := cluster.InstanceTypesOf(ctx, kube, "fpgas")
+			for _, it := range types {
+				if q := it.Allocatable["example.com/fpga"]; it.Name == "c7.large" && q.Value() == 1 && slices.Contains(it.Overlays, "fpga-on-c7") {
+					return true, nil
+				}
+			}
+			return false, err
+		})
 		poolPod(t, cs, "fpgas", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
 			"example.com/fpga": resource.MustParse("1")})
 		p := settled(t, cs, kube, "fpgas", 1)
