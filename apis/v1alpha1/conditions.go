@@ -102,6 +102,10 @@ const (
 	// an overlay of higher weight, or of the same weight and a name that
 	// sorts first, sets every field it sets on each of them.
 	ReasonOverlayOverridden = "Overridden"
+	// ReasonOverlayInvalidRequirements: not Ready, its requirements do
+	// not parse as a node selector (the API server refuses such; an
+	// overlay stored before a rule was added may hold one).
+	ReasonOverlayInvalidRequirements = "InvalidRequirements"
 	// ReasonOverlayConflict: ConflictFree is False.
 	ReasonOverlayConflict = "OverlayConflict"
 	// ReasonOverlayNoConflict: ConflictFree is True.

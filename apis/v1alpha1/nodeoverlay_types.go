@@ -53,10 +53,9 @@ type NodeOverlaySpec struct {
 	Requirements []LabelRequirement `json:"requirements,omitempty"`
 	// Weight orders overlays that select the same type: for each field
 	// (the price, each capacity name) the overlay of the highest weight
-	// applies. Unset is 0. Between overlays of equal weight that both set
-	// a price, or the same capacity name to different amounts, the one
-	// whose name sorts first applies, and both say so in their
-	// ConflictFree condition.
+	// applies. Unset is 0. Of overlays of equal weight that set one field,
+	// the one whose name sorts first applies; where they set it
+	// differently, both say so in their ConflictFree condition.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	// +optional

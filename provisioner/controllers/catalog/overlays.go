@@ -27,29 +27,34 @@ type overlay struct {
 
 // rankOverlays returns the overlays by precedence, highest weight first
 // and, among equal weights, by name. One whose requirements do not parse
-// (the API server refuses such) is left out.
+// (which the API server refuses) is left out; its status says why.
 func rankOverlays(list []v1alpha1.NodeOverlay) []overlay {
 	out := make([]overlay, 0, len(list))
 	for i := range list {
 		o := &list[i]
-		ov := overlay{o: o, weight: overlayWeight(o)}
-		if len(o.Spec.Requirements) > 0 {
-			reqs := make([]corev1.NodeSelectorRequirement, len(o.Spec.Requirements))
-			for j, r := range o.Spec.Requirements {
-				reqs[j] = corev1.NodeSelectorRequirement{Key: r.Key, Operator: r.Operator, Values: r.Values}
-			}
-			sel, err := nodeaffinity.NewNodeSelector(&corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}})
-			if err != nil {
-				continue
-			}
-			ov.sel = sel
+		sel, err := selectorOf(o)
+		if err != nil {
+			continue
 		}
-		out = append(out, ov)
+		out = append(out, overlay{o: o, weight: overlayWeight(o), sel: sel})
 	}
 	slices.SortFunc(out, func(a, b overlay) int {
 		return cmp.Or(cmp.Compare(b.weight, a.weight), cmp.Compare(a.o.Name, b.o.Name))
 	})
 	return out
+}
+
+// selectorOf is the selector of o's requirements; nil (every offering)
+// when it has none.
+func selectorOf(o *v1alpha1.NodeOverlay) (*nodeaffinity.NodeSelector, error) {
+	if len(o.Spec.Requirements) == 0 {
+		return nil, nil
+	}
+	reqs := make([]corev1.NodeSelectorRequirement, len(o.Spec.Requirements))
+	for j, r := range o.Spec.Requirements {
+		reqs[j] = corev1.NodeSelectorRequirement{Key: r.Key, Operator: r.Operator, Values: r.Values}
+	}
+	return nodeaffinity.NewNodeSelector(&corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}})
 }
 
 func overlayWeight(o *v1alpha1.NodeOverlay) int32 {

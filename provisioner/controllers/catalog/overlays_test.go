@@ -209,8 +209,10 @@ func TestOverlaysChangeTheTypesTheySelect(t *testing.T) {
 // the status controller, an overlay that changes a published type is
 // Ready and names it; one whose requirements select nothing is not Ready
 // (NoInstanceType); one that loses every field it sets is not Ready
-// (Overridden); two of one weight that set one price are each
-// ConflictFree=False, naming the other and which applies.
+// (Overridden); one whose requirements do not parse (which the API
+// server refuses) is not Ready (InvalidRequirements) and changes nothing;
+// two of one weight that set one price are each ConflictFree=False,
+// naming the other and which applies.
 func TestOverlayStatusSaysWhereItApplies(t *testing.T) {
 	pool := nodePool("web")
 	overlays := []v1alpha1.NodeOverlay{
@@ -219,6 +221,10 @@ func TestOverlayStatusSaysWhereItApplies(t *testing.T) {
 		overlayOf("nothing", "x9", adjust("-10%")),
 		overlayOf("beaten", "m7", adjust("-10%")),
 		overlayOf("winner", "m7", func(s *v1alpha1.NodeOverlaySpec) { s.Weight = ptr.To[int32](5); s.Price = ptr.To("0.01") }),
+		overlayOf("broken", "", func(s *v1alpha1.NodeOverlaySpec) {
+			s.Requirements = []v1alpha1.LabelRequirement{{Key: v1alpha1.LabelInstanceCPU, Operator: corev1.NodeSelectorOpGt, Values: []string{"many"}}}
+			s.Price = ptr.To("0")
+		}),
 	}
 	objs := []client.Object{pool}
 	for i := range overlays {
@@ -234,6 +240,7 @@ func TestOverlayStatusSaysWhereItApplies(t *testing.T) {
 		"nothing": {"False", v1alpha1.ReasonOverlayNoInstanceType, "True", "no overlay of the same weight sets a field it sets on a type both select"},
 		"beaten":  {"False", v1alpha1.ReasonOverlayOverridden, "True", "no overlay of the same weight sets a field it sets on a type both select"},
 		"winner":  {"True", v1alpha1.ReasonOverlayApplied, "True", "no overlay of the same weight sets a field it sets on a type both select"},
+		"broken":  {"False", v1alpha1.ReasonOverlayInvalidRequirements, "True", "no overlay of the same weight sets a field it sets on a type both select"},
 	}
 	for name, w := range want {
 		if _, err := s.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}}); err != nil {

@@ -76,7 +76,12 @@ func (s *OverlayStatus) Reconcile(ctx context.Context, req reconcile.Request) (r
 	before := o.Status.DeepCopy()
 	o.Status.InstanceTypeCount = int32(len(w.carrying))
 	o.Status.InstanceTypes = w.carrying[:min(len(w.carrying), v1alpha1.MaxOverlayStatusTypes)]
-	meta.SetStatusCondition(&o.Status.Conditions, w.ready(o.Generation))
+	ready := w.ready(o.Generation)
+	if _, err := selectorOf(&o); err != nil {
+		ready.Status, ready.Reason = metav1.ConditionFalse, v1alpha1.ReasonOverlayInvalidRequirements
+		ready.Message = fmt.Sprintf("its requirements cannot select anything: %v", err)
+	}
+	meta.SetStatusCondition(&o.Status.Conditions, ready)
 	meta.SetStatusCondition(&o.Status.Conditions, w.conflictFree(o.Generation))
 	if equality.Semantic.DeepEqual(before, &o.Status) {
 		return reconcile.Result{}, nil
