@@ -635,6 +635,55 @@ func TestRetryWithOtherOffersIsANewRequest(t *testing.T) {
 	}
 }
 
+// TestOnDemandFleetFollowsAnOverlaysPrices: a NodeOverlay made m5.xlarge
+// cheaper than m5.large in the catalog, so the launcher's offers list it
+// first. The on-demand fleet then goes by priority in that order, and EC2
+// (the fake, as EC2 does) launches m5.xlarge; the same offers without an
+// overlay go by lowest price, which EC2 reckons by its own prices and so
+// launches m5.large.
+func TestOnDemandFleetFollowsAnOverlaysPrices(t *testing.T) {
+	ctx := context.Background()
+	r := newRegion(t, nil, nil)
+	discounted := func(overlays []string) []cloudprovider.Offer {
+		var out []cloudprovider.Offer
+		for _, o := range r.offers(t, "on-demand", "m5.large", "m5.xlarge") {
+			if o.InstanceType.Name == "m5.xlarge" {
+				o.Price /= 10
+				o.InstanceType.Overlays = overlays
+			}
+			out = append(out, o)
+		}
+		slices.SortStableFunc(out, nodeshape.CheapestFirst)
+		return out
+	}
+	for _, tc := range []struct {
+		overlays           []string
+		strategy, launched string
+	}{
+		{[]string{"discount"}, "prioritized", "m5.xlarge"},
+		{nil, "lowest-price", "m5.large"},
+	} {
+		in, err := r.provider.Create(ctx, r.launch(discounted(tc.overlays)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := r.lastRequest(t, "CreateFleet").Form
+		if got := f.Get("OnDemandOptions.AllocationStrategy"); got != tc.strategy {
+			t.Errorf("overlays %v: OnDemandOptions.AllocationStrategy = %q, want %q", tc.overlays, got, tc.strategy)
+		}
+		if tc.strategy == "prioritized" {
+			for i := 1; f.Get(fmt.Sprintf("LaunchTemplateConfigs.1.Overrides.%d.InstanceType", i)) != ""; i++ {
+				if got := f.Get(fmt.Sprintf("LaunchTemplateConfigs.1.Overrides.%d.Priority", i)); got != strconv.Itoa(i-1) {
+					t.Errorf("override %d has priority %q, want %d (its place in the catalog's order)", i, got, i-1)
+				}
+			}
+		}
+		if in.InstanceType != tc.launched {
+			t.Errorf("overlays %v: launched %s, want %s", tc.overlays, in.InstanceType, tc.launched)
+		}
+	}
+}
+
 // providerVia is the test region's provider reaching EC2 through url.
 func (r *region) providerVia(t *testing.T, url string) *aws.Provider {
 	t.Helper()

@@ -92,12 +92,15 @@ type fleetRequest struct {
 func (r *fleetRequest) key() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n%s\n%s\n%s\n", r.template, r.capacityType, r.l.NodePool, r.class.Name)
+	if o := r.in.OnDemandOptions; o != nil {
+		fmt.Fprintf(&b, "on-demand %s\n", o.AllocationStrategy)
+	}
 	for i, c := range r.in.LaunchTemplateConfigs {
 		if i > 0 {
 			fmt.Fprintf(&b, "template %s\n", sdkaws.ToString(c.LaunchTemplateSpecification.LaunchTemplateName))
 		}
 		for _, o := range c.Overrides {
-			fmt.Fprintf(&b, "%s %s %s\n", o.InstanceType, sdkaws.ToString(o.SubnetId), sdkaws.ToString(o.AvailabilityZone))
+			fmt.Fprintf(&b, "%s %s %s %v\n", o.InstanceType, sdkaws.ToString(o.SubnetId), sdkaws.ToString(o.AvailabilityZone), sdkaws.ToFloat64(o.Priority))
 		}
 	}
 	return b.String()

@@ -96,6 +96,12 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	if len(overrides) == 0 && len(short.offers) > 0 {
 		return nil, short.wrap(&cloudprovider.InsufficientCapacityError{Offers: short.offers})
 	}
+	prioritized := capacityType == v1alpha1.CapacityTypeOnDemand && overlaid(offers)
+	if prioritized {
+		for i := range overrides {
+			overrides[i].Priority = sdkaws.Float64(float64(i))
+		}
+	}
 	configs, templates, err := p.launchTemplateConfigs(ctx, class, ami, labels, l.Template.RegistrationTaints(), efa, overrides, plan)
 	if err != nil {
 		return nil, err
@@ -103,6 +109,9 @@ func (p *Provider) Create(ctx context.Context, l cloudprovider.Launch) (*cloudpr
 	tags := p.tags(class, l)
 	in := fleetInput(templates[0], capacityType, overrides, tags)
 	in.LaunchTemplateConfigs = configs
+	if prioritized {
+		in.OnDemandOptions.AllocationStrategy = ec2types.FleetOnDemandAllocationStrategyPrioritized
+	}
 	p.mu.Lock()
 	attempt := p.fleetErrors[l.ClaimUID]
 	p.mu.Unlock()
@@ -216,6 +225,17 @@ func (p *Provider) overrides(ctx context.Context, class *v1alpha1.EC2NodeClass, 
 		})
 	}
 	return out, by
+}
+
+// overlaid says whether a NodeOverlay changed one of the offers' types,
+// its price perhaps. An on-demand fleet then goes by priority, the
+// overrides' order (the offers' prices as the catalog has them, cheapest
+// first), rather than by lowest price, which EC2 reckons by its own
+// prices and so would launch what the overlay made dearer. Spot keeps
+// price-capacity-optimized: it weighs interruption, which no overlay
+// knows of.
+func overlaid(offers []cloudprovider.Offer) bool {
+	return slices.ContainsFunc(offers, func(o cloudprovider.Offer) bool { return len(o.InstanceType.Overlays) > 0 })
 }
 
 func overrideOffer(by map[overrideKey]cloudprovider.Offer, lto *ec2types.LaunchTemplateAndOverridesResponse) (cloudprovider.Offer, bool) {
