@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -478,4 +479,101 @@ func TestAGangSharesItsPodGroupsGPUs(t *testing.T) {
 	if claims, err := poolClaims(ctx, kube, "gpunone"); err != nil || len(claims) != 0 {
 		t.Errorf("a gang whose claim no type holds made nodeclaims %v (err %v), want none", claimTypes(claims), err)
 	}
+}
+
+// TestAGangsNodesDriftTogether, with GenericWorkload on: a gang of 3 pods
+// runs on 3 nodes of a pool whose template then changes. Drift replaces
+// a gang's nodes as a unit: while the pool's budget for drift allows 2
+// nodes at once, none is replaced and the claims say why; once it allows
+// 3, all three are replaced together, each by a node of the new
+// template.
+func TestAGangsNodesDriftTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
+	const pool, n = "gangdrift", 3
+	np := poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
+		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
+		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
+			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+		}
+		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
+		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "2", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
+	})
+	poll(t, "pool "+pool+"'s catalog", func() (bool, error) { return catalogPublished(ctx, kube, pool) })
+	// A ReplicaSet's, so that drift launches replacements for them and
+	// the evicted pods come back.
+	groupOf(t, cs, "unit", n)
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "unit", Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To[int32](n), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"gang": "unit"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"gang": "unit"}}, Spec: corev1.PodSpec{
+			SchedulerName: "nodeforge-scheduler", TerminationGracePeriodSeconds: ptr.To[int64](0),
+			NodeSelector:    map[string]string{"team": pool},
+			SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: ptr.To("unit")},
+			Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("1Gi")}}}},
+		}}}}
+	if _, err := cs.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the gang's 3 pods Running", func() (bool, error) {
+		k, err := runningPods(ctx, cs, "gang=unit")
+		return k == n, err
+	})
+	old, err := poolClaims(ctx, kube, pool)
+	if err != nil || len(old) != n {
+		t.Fatalf("the gang has %d nodeclaims (%v), want %d", len(old), err, n)
+	}
+	update(t, kube, np, func() { np.Spec.Template.ObjectMeta.Labels["rev"] = "2" })
+	poll(t, "a claim saying the gang's nodes wait for a budget of 3", func() (bool, error) {
+		for _, c := range old {
+			_, notes, err := claimEvents(ctx, cs, c.Name)
+			if err != nil {
+				return false, err
+			}
+			if slices.ContainsFunc(notes, func(s string) bool {
+				return strings.Contains(s, "PodGroup default/unit, whose 3 nodes are replaced together, and the disruption budgets do not allow 3 at once")
+			}) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	now, err := poolClaims(ctx, kube, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range now {
+		if c.DeletionTimestamp != nil || c.Annotations[v1alpha1.AnnotationReplacement] != "" || c.Status.Phase == v1alpha1.NodeClaimDisrupting || len(now) != n {
+			t.Fatalf("with a budget of 2, drift began replacing the gang's nodes: %s (deleting %v, replacement %q, phase %s; %d claims)", c.Name, c.DeletionTimestamp != nil, c.Annotations[v1alpha1.AnnotationReplacement], c.Status.Phase, len(now))
+		}
+	}
+	update(t, kube, np, func() {
+		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "3", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
+	})
+	raised := time.Now()
+	pollFor(t, 3*time.Minute, "the gang's 3 nodes replaced by nodes of the new template", func() (bool, error) {
+		claims, err := poolClaims(ctx, kube, pool)
+		if err != nil {
+			return false, err
+		}
+		fresh := 0
+		for _, c := range claims {
+			for _, o := range old {
+				if c.Name == o.Name {
+					return false, nil
+				}
+			}
+			if c.Status.Phase == v1alpha1.NodeClaimInitialized && c.Spec.Labels["rev"] == "2" {
+				fresh++
+			}
+		}
+		return fresh == n, nil
+	})
+	t.Logf("the gang's 3 nodes replaced %s after the budget allowed 3", time.Since(raised).Round(time.Second))
+	poll(t, "the gang's 3 pods Running again", func() (bool, error) {
+		k, err := runningPods(ctx, cs, "gang=unit")
+		return k == n, err
+	})
 }

@@ -234,6 +234,11 @@ func (c *Controller) reconcileClaim(ctx context.Context, nc *v1alpha1.NodeClaim)
 			}
 			c.blocked.forget(nc.UID)
 		}
+		if m.Reason() == v1alpha1.DisruptionReasonDrifted || m.Reason() == v1alpha1.DisruptionReasonExpired {
+			if res, handled, err := c.submitUnit(ctx, nc, &pool, m, v); handled || err != nil {
+				return res, err
+			}
+		}
 		// Expiry is forceful, as Karpenter's v1 expiry is: the claim's
 		// drain holds do-not-disrupt pods and PDBs only until its
 		// terminationGracePeriod (nodeclaim/termination.go).
