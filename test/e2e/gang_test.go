@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -274,7 +275,8 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: b.TempDir(), Binaries: bins, FeatureGates: map[string]bool{"GenericWorkload": true}})
+	dir := b.TempDir()
+	sb, err := sandbox.Start(ctx, sandbox.Options{Dir: dir, Binaries: bins, FeatureGates: map[string]bool{"GenericWorkload": true}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -288,6 +290,7 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 	for _, path := range []string{"pods", "gang"} {
 		b.Run(path, func(b *testing.B) {
 			var took []time.Duration
+			var perPod []float64
 			for range b.N {
 				round++
 				pool := fmt.Sprintf("bench-%d", round)
@@ -328,11 +331,20 @@ func BenchmarkGangCreatedToRunning(b *testing.B) {
 				}); err != nil {
 					b.Fatalf("the %d pods not all Running: %v", n, err)
 				}
-				took = append(took, time.Since(start))
+				running := time.Now()
+				took = append(took, running.Sub(start))
+				// The requests Nodeforge's programs made for these pods:
+				// from their creation to requestSettle after the last ran.
+				time.Sleep(time.Until(running.Add(requestSettle)))
+				reqs := apiRequests(b, filepath.Join(dir, "logs", sandbox.AuditLog), start, running.Add(requestSettle))
+				perPod = append(perPod, float64(nodeforgeRequests(reqs))/n)
+				b.Logf("%s: API requests by program, verb and resource:\n%s", path, reqs.Top(10))
 			}
 			slices.Sort(took)
+			slices.Sort(perPod)
 			b.ReportMetric(took[len(took)/2].Seconds(), "median-s")
 			b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
+			b.ReportMetric(perPod[len(perPod)/2], "api-requests/pod")
 		})
 	}
 }
