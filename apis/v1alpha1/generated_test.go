@@ -36,7 +36,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 		return out
 	}
 
-	for pkg, file := range map[string]string{"./apis/v1alpha1/...": "apis/v1alpha1/zz_generated.deepcopy.go", "./apis/autoscaling/...": "apis/autoscaling/v1/zz_generated.deepcopy.go"} {
+	for pkg, file := range map[string]string{"./apis/v1alpha1/...": "apis/v1alpha1/zz_generated.deepcopy.go", "./apis/autoscaling/v1": "apis/autoscaling/v1/zz_generated.deepcopy.go", "./apis/autoscaling/v1beta1": "apis/autoscaling/v1beta1/zz_generated.deepcopy.go"} {
 		deepcopy := run("object:headerFile=hack/boilerplate.go.txt", "paths="+pkg, "output:object:stdout")
 		committed, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {

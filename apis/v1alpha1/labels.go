@@ -105,6 +105,11 @@ const (
 	// request's other claims when one is given up (all or none), and does
 	// not disrupt its node while the request's booking lasts.
 	AnnotationProvisioningRequest = Group + "/provisioning-request"
+	// AnnotationCapacityBuffer on a NodeClaim names the CapacityBuffer
+	// (namespace/name) VirtualNodes made it for: the buffer's chunks,
+	// which are not pods, are nominated to it. The provisioner launches
+	// it with no nominated pod while the buffer is ready.
+	AnnotationCapacityBuffer = Group + "/capacity-buffer"
 	// AnnotationReplaces on a replacement NodeClaim names the claim it
 	// replaces. The provisioner launches it with no nominated pods, and
 	// does not disrupt it while that claim is still there.
