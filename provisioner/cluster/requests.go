@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
+	bufferv1beta1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1beta1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 )
 
@@ -26,9 +27,13 @@ func RequestOf(nc *v1alpha1.NodeClaim) (types.NamespacedName, bool) {
 
 // RequestHolds reports whether the ProvisioningRequest nc was made for
 // still wants its capacity: it exists, has not failed, and its booking
-// has not expired. It says why not. A claim made for no request holds
-// nothing (false, "").
+// has not expired; or, for a claim made for a CapacityBuffer's chunks,
+// whether the buffer exists and is ready. It says why not. A claim made
+// for neither holds nothing (false, "").
 func RequestHolds(ctx context.Context, c client.Reader, nc *v1alpha1.NodeClaim) (bool, string, error) {
+	if key, ok := BufferOf(nc); ok {
+		return bufferHolds(ctx, c, key)
+	}
 	key, ok := RequestOf(nc)
 	if !ok {
 		return false, "", nil
@@ -47,4 +52,31 @@ func RequestHolds(ctx context.Context, c client.Reader, nc *v1alpha1.NodeClaim) 
 		return false, "its ProvisioningRequest " + key.String() + "'s booking expired", nil
 	}
 	return true, "it is booked for ProvisioningRequest " + key.String(), nil
+}
+
+// BufferOf is the CapacityBuffer VirtualNodes made nc for
+// (v1alpha1.AnnotationCapacityBuffer), if any.
+func BufferOf(nc *v1alpha1.NodeClaim) (types.NamespacedName, bool) {
+	ns, name, ok := strings.Cut(nc.Annotations[v1alpha1.AnnotationCapacityBuffer], "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// bufferHolds: the buffer exists, is not being deleted, and is ready for
+// provisioning.
+func bufferHolds(ctx context.Context, c client.Reader, key types.NamespacedName) (bool, string, error) {
+	var b bufferv1beta1.CapacityBuffer
+	switch err := c.Get(ctx, key, &b); {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return false, "its CapacityBuffer " + key.String() + " is gone", nil
+	case err != nil:
+		return false, "", err
+	case !b.DeletionTimestamp.IsZero():
+		return false, "its CapacityBuffer " + key.String() + " is being deleted", nil
+	case !meta.IsStatusConditionTrue(b.Status.Conditions, bufferv1beta1.ConditionReadyForProvisioning):
+		return false, "its CapacityBuffer " + key.String() + " is not ready for provisioning", nil
+	}
+	return true, "it is launched for CapacityBuffer " + key.String(), nil
 }

@@ -36,6 +36,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
+	bufferv1beta1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1beta1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/skew"
 	"github.com/nodeforge/nodeforge/plugin/registry"
@@ -217,7 +218,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 // with.
 func (o *options) newManager() (*rest.Config, manager.Manager, error) {
 	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme), provreqv1.AddToScheme(scheme)); err != nil {
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme), provreqv1.AddToScheme(scheme), bufferv1beta1.AddToScheme(scheme)); err != nil {
 		return nil, nil, err
 	}
 	cfg, err := ctrl.GetConfig()
