@@ -25,15 +25,22 @@ func RequestOf(nc *v1alpha1.NodeClaim) (types.NamespacedName, bool) {
 	return types.NamespacedName{Namespace: ns, Name: name}, true
 }
 
-// RequestHolds reports whether the ProvisioningRequest nc was made for
-// still wants its capacity: it exists, has not failed, and its booking
-// has not expired; or, for a claim made for a CapacityBuffer's chunks,
-// whether the buffer exists and is ready. It says why not. A claim made
-// for neither holds nothing (false, "").
-func RequestHolds(ctx context.Context, c client.Reader, nc *v1alpha1.NodeClaim) (bool, string, error) {
+// ClaimWanted reports whether a claim made for a ProvisioningRequest or
+// a CapacityBuffer, which has no nominated pod, is still wanted by it
+// (RequestHolds; for a buffer, it exists and is ready), and says why not.
+// A claim made for neither is not (false, "").
+func ClaimWanted(ctx context.Context, c client.Reader, nc *v1alpha1.NodeClaim) (bool, string, error) {
 	if key, ok := BufferOf(nc); ok {
 		return bufferHolds(ctx, c, key)
 	}
+	return RequestHolds(ctx, c, nc)
+}
+
+// RequestHolds reports whether the ProvisioningRequest nc was made for
+// still wants its capacity: it exists, has not failed, and its booking
+// has not expired. It says why not. A claim made for no request holds
+// nothing (false, "").
+func RequestHolds(ctx context.Context, c client.Reader, nc *v1alpha1.NodeClaim) (bool, string, error) {
 	key, ok := RequestOf(nc)
 	if !ok {
 		return false, "", nil

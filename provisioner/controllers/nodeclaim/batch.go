@@ -42,9 +42,9 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// A claim made for a ProvisioningRequest has the request's pods
-	// nominated to it, which do not exist yet: it launches while the
-	// request wants it, as a replacement does.
+	// A claim made for a ProvisioningRequest or a CapacityBuffer has the
+	// request's pods or the buffer's chunks nominated to it, which are not
+	// API objects: it launches while they want it, as a replacement does.
 	requested, done, err := b.requestWanted(ctx, nc)
 	if err != nil || done {
 		return reconcile.Result{}, err
@@ -82,7 +82,8 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	}
 	switch {
 	case requested:
-		klog.FromContext(ctx).Info("Launching for a ProvisioningRequest", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest], "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+		klog.FromContext(ctx).Info("Launching for a ProvisioningRequest or CapacityBuffer", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest],
+			"capacityBuffer", nc.Annotations[v1alpha1.AnnotationCapacityBuffer], "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	case replacement:
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	default:

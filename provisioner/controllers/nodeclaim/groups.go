@@ -138,18 +138,21 @@ func (b base) groupClaims(ctx context.Context, namespace, name string) ([]*v1alp
 	return out, nil
 }
 
-// requestWanted reports whether nc was made for a ProvisioningRequest
-// that still wants it. A claim whose request no longer does (deleted,
-// failed, booking expired) is deleted before launch, and done says so.
+// requestWanted reports whether nc was made for a ProvisioningRequest or
+// a CapacityBuffer that still wants it. A claim whose request or buffer
+// no longer does (deleted, failed, booking expired, not ready) is deleted
+// before launch, and done says so.
 func (b base) requestWanted(ctx context.Context, nc *v1alpha1.NodeClaim) (wanted, done bool, err error) {
-	if _, ok := cluster.RequestOf(nc); !ok {
+	_, request := cluster.RequestOf(nc)
+	_, buffer := cluster.BufferOf(nc)
+	if !request && !buffer {
 		return false, false, nil
 	}
-	holds, why, err := cluster.RequestHolds(ctx, b.kube, nc)
+	holds, why, err := cluster.ClaimWanted(ctx, b.kube, nc)
 	if err != nil || holds {
 		return holds, false, err
 	}
-	klog.FromContext(ctx).Info("Deleting nodeclaim its ProvisioningRequest no longer wants", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest], "reason", why)
+	klog.FromContext(ctx).Info("Deleting nodeclaim its ProvisioningRequest or CapacityBuffer no longer wants", "reason", why)
 	metrics.ClaimsDeleted.WithLabelValues(nc.Spec.NodePool, "NoPods").Inc()
 	b.event(nc, corev1.EventTypeNormal, v1alpha1.ReasonDeleted, v1alpha1.ActionNoPods, why+"; not launched")
 	return false, true, client.IgnoreNotFound(b.kube.Delete(ctx, nc))
