@@ -28,6 +28,11 @@ type Args struct {
 	// best-effort-atomic-scale-up (provreq.go). Their CRD must be
 	// installed. Default false: Cluster Autoscaler may serve them.
 	ProvisioningRequests bool `json:"provisioningRequests,omitempty"`
+	// CapacityBuffers keeps room for the chunks of CapacityBuffers
+	// (autoscaling.x-k8s.io/v1beta1) of the strategy
+	// buffer.x-k8s.io/active-capacity whose status the provisioner has
+	// resolved (buffers.go). Their CRD must be installed. Default false.
+	CapacityBuffers bool `json:"capacityBuffers,omitempty"`
 }
 
 // Defaults of Args.

@@ -64,6 +64,9 @@ type claim struct {
 	// claim was nominated, stamped on it
 	// (v1alpha1.AnnotationProvisioningRequest).
 	request string
+	// buffer is the CapacityBuffer (namespace/name) whose chunks made the
+	// claim, stamped on it (v1alpha1.AnnotationCapacityBuffer).
+	buffer string
 }
 
 func metaName(name string, labels map[string]string) metav1.ObjectMeta {
@@ -163,6 +166,12 @@ func (c *claim) object() *v1alpha1.NodeClaim {
 			nc.Annotations = map[string]string{}
 		}
 		nc.Annotations[v1alpha1.AnnotationProvisioningRequest] = c.request
+	}
+	if c.buffer != "" {
+		if nc.Annotations == nil {
+			nc.Annotations = map[string]string{}
+		}
+		nc.Annotations[v1alpha1.AnnotationCapacityBuffer] = c.buffer
 	}
 	if c.poolHash != "" {
 		if nc.Annotations == nil {

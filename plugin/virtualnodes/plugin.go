@@ -83,11 +83,15 @@ type VirtualNodes struct {
 	// requestPods are the pods of each ProvisioningRequest nominated to
 	// claims (provreq.go), which exist only here.
 	requestPods map[types.NamespacedName][]*corev1.Pod
+	// bufferPods are the chunks of each CapacityBuffer nominated to
+	// claims (buffers.go).
+	bufferPods map[types.NamespacedName][]*corev1.Pod
 	// requestSched places a request's pods on the nodes there and in
 	// flight; requests serves the requests. Nil unless
 	// Args.ProvisioningRequests.
 	requestSched *simulator.Scheduler
 	requests     *requests
+	buffers      *buffers
 	pools        map[string]*pool
 	ordered      []*pool // by weight, highest first, then name
 	// poolInputs are what the pools were last built from (resyncPools);
@@ -215,7 +219,7 @@ func NewFactory(cfg *config.KubeSchedulerConfiguration, newRegistry func() (fram
 			return nil, err
 		}
 		p.decider.pods = h.SharedInformerFactory().Core().V1().Pods().Lister()
-		if args.ProvisioningRequests {
+		if args.ProvisioningRequests || args.CapacityBuffers {
 			if p.requestSched, err = requestScheduler(ctx, cfg, profile, newRegistry, h); err != nil {
 				return nil, err
 			}
@@ -284,6 +288,7 @@ func newPlugin(ctx context.Context, registry frameworkruntime.Registry, args *Ar
 		pools:       map[string]*pool{},
 		refused:     map[types.UID]*corev1.Pod{},
 		requestPods: map[types.NamespacedName][]*corev1.Pod{},
+		bufferPods:  map[types.NamespacedName][]*corev1.Pod{},
 		synced:      make(chan struct{}),
 	}, nil
 }

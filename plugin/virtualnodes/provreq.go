@@ -26,6 +26,7 @@ import (
 
 	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -71,8 +72,10 @@ const requestPodPrefix = "provisioningrequest:"
 // again, claim events aside.
 const claimPoll = 5 * time.Second
 
-func isRequestPod(pod *corev1.Pod) bool {
-	return strings.HasPrefix(string(pod.UID), requestPodPrefix)
+// isVirtualPod says whether pod is a ProvisioningRequest's or a
+// CapacityBuffer's, which exist only in this plugin.
+func isVirtualPod(pod *corev1.Pod) bool {
+	return strings.HasPrefix(string(pod.UID), requestPodPrefix) || nodeshape.IsBufferPod(pod)
 }
 
 // requests serves ProvisioningRequests.

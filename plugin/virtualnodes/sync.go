@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
+	bufferv1beta1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1beta1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/internal/crashpoint"
 	"github.com/nodeforge/nodeforge/nodeshape"
@@ -64,6 +65,11 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 			return err
 		}
 	}
+	if p.args.CapacityBuffers {
+		if p.buffers, err = p.watchBuffers(ctx, cache, c, p.nodes, pods.Lister()); err != nil {
+			return err
+		}
+	}
 	p.decider.daemonSets = daemonSetPods(logger, h.SharedInformerFactory().Apps().V1().DaemonSets().Lister())
 
 	go func() {
@@ -72,12 +78,18 @@ func (p *VirtualNodes) startSync(ctx context.Context, h fwk.Handle) error {
 		}
 	}()
 	go p.runSync(ctx, cache, c, resyncs, pods)
-	if p.requests != nil {
+	if p.requests != nil || p.buffers != nil {
 		go func() {
 			select {
 			case <-p.synced:
-				p.requests.run(ctx)
 			case <-ctx.Done():
+				return
+			}
+			if p.buffers != nil {
+				go p.buffers.run(ctx)
+			}
+			if p.requests != nil {
+				p.requests.run(ctx)
 			}
 		}()
 	}
@@ -95,6 +107,9 @@ func newSyncClient(h fwk.Handle) (ctrlcache.Cache, client.Client, error) {
 		return nil, nil, err
 	}
 	if err := provreqv1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := bufferv1beta1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
 	// The scheduler speaks protobuf; Nodeforge's types are JSON only.
@@ -442,16 +457,10 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pods := p.book.committedChanged(nc)
-	// A ProvisioningRequest's pods leave the claim's node once it has
-	// registered: the node itself holds the room now.
-	pods = slices.DeleteFunc(pods, func(pod *corev1.Pod) bool {
-		if isRequestPod(pod) {
-			p.book.podGone(pod, true)
-			return true
-		}
-		return false
-	})
+	pods := slices.DeleteFunc(p.book.committedChanged(nc), isVirtualPod)
+	if nc.Status.Phase == v1alpha1.NodeClaimInitialized {
+		p.dropVirtual(nc.Name)
+	}
 	// The claim's node was named after it opened (the two informers
 	// do not keep each other's order): the queueing hint could not tie
 	// the node to the claim, so its gated pods are sent back here.
@@ -462,6 +471,21 @@ func (p *VirtualNodes) claimChanged(nc *v1alpha1.NodeClaim) {
 		}
 		klog.Background().V(2).Info("Sending pods back to the scheduler: their claim's node is open", "nodeClaim", nc.Name, "node", nc.Status.NodeName, "pods", len(batch))
 		p.activate(batch)
+	}
+}
+
+// dropVirtual takes a ProvisioningRequest's pods and a CapacityBuffer's
+// chunks off a claim whose node is initialized (untainted, ready): the
+// node itself holds their room now. Callers hold p.mu.
+func (p *VirtualNodes) dropVirtual(name string) {
+	c := p.book.claim(name)
+	if c == nil {
+		return
+	}
+	for _, pod := range slices.Collect(maps.Values(c.pods)) {
+		if isVirtualPod(pod) && p.book.nominatedTo(pod.UID) == c {
+			p.book.podGone(pod, true)
+		}
 	}
 }
 
@@ -500,7 +524,7 @@ func (p *VirtualNodes) claimDeleted(deleted *v1alpha1.NodeClaim) {
 // once, not after minutes. Callers hold p.mu.
 func (p *VirtualNodes) forget(c *claim, why string) {
 	for _, pod := range p.book.forget(c) {
-		if !isRequestPod(pod) { // its request decides it again
+		if !isVirtualPod(pod) { // its request or buffer decides it again
 			p.refused[pod.UID] = pod
 		}
 	}
