@@ -282,22 +282,8 @@ func TestAProvisioningRequestWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
 	awaitProvisioned(t, prs, "mixed", metav1.ConditionFalse, provreqv1.ReasonNodeClaimsLaunching)
 	awaitProvisioned(t, prs, "mixed", metav1.ConditionFalse, provreqv1.ReasonCapacityIsNotFound)
 	pollFor(t, 3*time.Minute, "no nodeclaim, node or instance of the request left, and the request decided again", func() (bool, error) {
-		claims, err := poolClaims(ctx, kube, pool)
-		if err != nil || len(claims) > 0 {
+		if left, err := poolLeftNothing(ctx, cs, kube, pool); !left || err != nil {
 			return false, err
-		}
-		nodes, err := poolNodes(ctx, cs, pool)
-		if err != nil || nodes > 0 {
-			return false, err
-		}
-		inventory, err := cs.CoreV1().ConfigMaps("nodeforge").List(ctx, metav1.ListOptions{LabelSelector: "simulated.nodeforge.dev/instance"})
-		if err != nil {
-			return false, err
-		}
-		for _, cm := range inventory.Items {
-			if strings.Contains(cm.Data["instance.json"], `"NodePool":"`+pool+`"`) {
-				return false, nil
-			}
 		}
 		if err := prs.Get(ctx, client.ObjectKeyFromObject(pr), pr); err != nil {
 			return false, err
