@@ -73,6 +73,13 @@ const (
 	// informs and no more: a pool without limits launches as its owner
 	// wrote it, and stays Ready.
 	ConditionLimitsSet = "LimitsSet"
+	// ConditionReplicasReached is the condition of a fixed-size NodePool
+	// (spec.replicas): True once as many of its claims stand as it has
+	// replicas; False while some launch (reason ReplicasLaunching), or
+	// when its limits leave no room for the rest (reason LimitsReached,
+	// which also makes the pool not Ready) or it has no instance type to
+	// launch (reason NoInstanceTypes). The message says how many stand.
+	ConditionReplicasReached = "ReplicasReached"
 	// ConditionNodesRegistering is the node class condition that is False
 	// once several claims of the class in a row had no node register
 	// within the registration TTL, naming them, and True again when a node
@@ -110,4 +117,16 @@ const (
 	ReasonOverlayConflict = "OverlayConflict"
 	// ReasonOverlayNoConflict: ConflictFree is True.
 	ReasonOverlayNoConflict = "NoConflict"
+)
+
+// The reasons of a fixed-size pool's ReplicasReached condition.
+const (
+	ReasonReplicasReached   = "ReplicasReached"
+	ReasonReplicasLaunching = "ReplicasLaunching"
+	// ReasonReplicasLimited: the pool's limits leave no room for another
+	// node; Ready is False with this reason too.
+	ReasonReplicasLimited = "LimitsReached"
+	// ReasonReplicasNoInstanceTypes: the pool's catalog publishes no
+	// instance type it may launch.
+	ReasonReplicasNoInstanceTypes = "NoInstanceTypes"
 )

@@ -114,6 +114,10 @@ const (
 	// replaces. The provisioner launches it with no nominated pods, and
 	// does not disrupt it while that claim is still there.
 	AnnotationReplaces = Group + "/replaces"
+	// AnnotationReplica on a NodeClaim says the provisioner made it to
+	// keep a fixed-size pool (spec.replicas) at its count: it launches
+	// with no nominated pod, and VirtualNodes nominates none to it.
+	AnnotationReplica = Group + "/replica"
 	// AnnotationDisruption on a claim waiting for its replacement is the
 	// reason it is disrupted and why, "Drifted: NodePool a template
 	// changed", for the Event and log line when its node is drained.

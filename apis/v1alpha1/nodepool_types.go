@@ -17,9 +17,12 @@ import (
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
 // +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.status.resources.cpu`
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.resources.memory`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,priority=1
 // +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.nodes
+// +kubebuilder:validation:XValidation:message="spec.replicas cannot be added to or removed from an existing nodepool: a pool is either fixed-size or launches for pending pods; make a new pool instead",rule="has(self.spec.replicas) == has(oldSelf.spec.replicas)"
 // +kubebuilder:validation:XValidation:message="nodepool names must be at most 57 characters, so that its nodeclaims' names (the pool's name and 6 more) fit in a label value",rule="self.metadata.name.size() <= 57"
 type NodePool struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -32,7 +35,30 @@ type NodePool struct {
 }
 
 // NodePoolSpec is the desired state of a NodePool.
+//
+// A pool with replicas is fixed-size: it keeps that many nodes whatever the
+// pods, is never consolidated and takes no part in choosing a pool for a
+// pending pod, so the fields that only steer those are refused beside it.
+// +kubebuilder:validation:XValidation:message="a fixed-size nodepool (spec.replicas) is never chosen for pending pods, so spec.weight, which orders pools for them, cannot be set",rule="!has(self.replicas) || !has(self.weight)"
+// +kubebuilder:validation:XValidation:message="a fixed-size nodepool (spec.replicas) is never consolidated, its nodes empty or not: leave spec.disruption.consolidationPolicy unset (the default) and spec.disruption.consolidateAfter unset or Never",rule="!has(self.replicas) || !has(self.disruption) || ((!has(self.disruption.consolidationPolicy) || self.disruption.consolidationPolicy == 'WhenEmptyOrUnderutilized') && (self.disruption.consolidateAfter == '0s' || self.disruption.consolidateAfter == 'Never'))"
 type NodePoolSpec struct {
+	// Replicas makes the pool fixed-size: the provisioner keeps this many
+	// nodes of it whatever the pods, launching them with no pod, and
+	// replaces one that is deleted, drifts, expires or is repaired.
+	// Scaling down removes the emptiest nodes first, drained as any
+	// disruption is (PodDisruptionBudgets and do-not-disrupt hold; the
+	// disruption budgets do not, since the owner asked for it).
+	// spec.limits still cap the pool: set them one node above replicas so
+	// that a drifted node's replacement can launch beside it. A fixed
+	// pool is never consolidated, and VirtualNodes launches no node in it
+	// for a pending pod; pods land on its nodes through the scheduler.
+	// It cannot be added to or removed from an existing pool, and is
+	// refused beside weight and a consolidation policy.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas *int64 `json:"replicas,omitempty"`
+
 	// Template describes the NodeClaims, and so the nodes, of this pool.
 	// +required
 	Template NodeClaimTemplate `json:"template"`
@@ -301,7 +327,15 @@ const (
 	DisruptionReasonExpired       DisruptionReason = "Expired"
 	DisruptionReasonUnhealthy     DisruptionReason = "Unhealthy"
 	DisruptionReasonInterrupted   DisruptionReason = "Interrupted"
+	// DisruptionReasonScaledDown: a fixed-size pool's replicas were
+	// lowered, and its emptiest nodes go. No budget's either: the owner
+	// asked for it (as Karpenter's static pools do); PodDisruptionBudgets
+	// and do-not-disrupt still hold.
+	DisruptionReasonScaledDown DisruptionReason = "ScaledDown"
 )
+
+// Fixed says whether the pool is fixed-size (spec.replicas set).
+func (np *NodePool) Fixed() bool { return np.Spec.Replicas != nil }
 
 // Budget limits disruption, for some reasons, possibly only during a schedule.
 // +kubebuilder:validation:XValidation:message="a scheduled budget's duration must be more than 0s: a window of no time never applies",rule="!has(self.duration) || self.duration.matches('[1-9]')"
@@ -353,7 +387,9 @@ type NodePoolStatus struct {
 	// +optional
 	Resources corev1.ResourceList `json:"resources,omitempty"`
 	// Conditions: Ready is true when the pool can launch (its node class
-	// exists and is ready).
+	// exists and is ready) and, for a fixed-size pool, its limits leave
+	// room for its replicas; ReplicasReached says whether a fixed-size
+	// pool has its replicas.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -1,5 +1,15 @@
 package integration
 
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+)
+
 // The pools below are what the controllers cannot honour, each refused
 // with a sentence that names the field and the form it takes, and the
 // edge cases beside them that must still be accepted. TestAPIServerValidation
@@ -92,4 +102,57 @@ var sentenceCases = []validationCase{
 	{name: "a kubernetes.io/hostname requirement is refused whatever its operator", edit: []string{
 		"spec.template.spec.requirements=[{key: kubernetes.io/hostname, operator: NotIn, values: [node-a]}]",
 	}, wantErr: `requirements must not name kubernetes.io/hostname`},
+}
+
+// replicaCases: a fixed-size pool (spec.replicas) is never chosen for a
+// pending pod nor consolidated, so what steers those is refused beside it.
+var replicaCases = []validationCase{
+	{name: "a fixed-size pool is accepted with limits, budgets and expireAfter", edit: []string{"spec.replicas=3", "spec.limits={cpu: '16'}",
+		"spec.disruption={consolidateAfter: Never, budgets: [{nodes: '1'}]}", "spec.template.spec.expireAfter=720h"}},
+	{name: "a fixed-size pool of 0 replicas is accepted", edit: []string{"spec.replicas=0"}},
+	{name: "negative replicas are refused", edit: []string{"spec.replicas=-1"},
+		wantErr: "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"},
+	{name: "weight beside replicas is refused: a fixed-size pool is never chosen for pending pods", edit: []string{"spec.replicas=3", "spec.weight=10"},
+		wantErr: "a fixed-size nodepool (spec.replicas) is never chosen for pending pods, so spec.weight, which orders pools for them, cannot be set"},
+	{name: "consolidationPolicy WhenEmpty beside replicas is refused: a fixed-size pool is never consolidated", edit: []string{"spec.replicas=3", "spec.disruption={consolidationPolicy: WhenEmpty, consolidateAfter: 0s}"},
+		wantErr: "a fixed-size nodepool (spec.replicas) is never consolidated, its nodes empty or not"},
+	{name: "a consolidateAfter beside replicas is refused", edit: []string{"spec.replicas=3", "spec.disruption={consolidateAfter: 5m}"},
+		wantErr: "leave spec.disruption.consolidationPolicy unset (the default) and spec.disruption.consolidateAfter unset or Never"},
+}
+
+// TestReplicasCannotBeAddedOrRemoved: a pool is fixed-size from its
+// creation or never; replicas may change, not come or go.
+func TestReplicasCannotBeAddedOrRemoved(t *testing.T) {
+	ctx := context.Background()
+	np := &v1alpha1.NodePool{}
+	np.Name = "replicas-mode"
+	np.Spec.Template.Spec.NodeClassRef = v1alpha1.NodeClassReference{Group: v1alpha1.Group, Kind: "SimulatedNodeClass", Name: "default"}
+	np.Spec.Disruption.ConsolidateAfter = "0s"
+	if err := kube.Create(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, np) })
+	const want = "spec.replicas cannot be added to or removed from an existing nodepool"
+	np.Spec.Replicas = ptr.To[int64](2)
+	if err := kube.Update(ctx, np); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("adding replicas to a pool: got %v, want an error saying %q", err, want)
+	}
+
+	fixed := &v1alpha1.NodePool{}
+	fixed.Name = "replicas-fixed"
+	fixed.Spec.Replicas = ptr.To[int64](2)
+	fixed.Spec.Template.Spec.NodeClassRef = np.Spec.Template.Spec.NodeClassRef
+	fixed.Spec.Disruption.ConsolidateAfter = "0s"
+	if err := kube.Create(ctx, fixed); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, fixed) })
+	fixed.Spec.Replicas = ptr.To[int64](5)
+	if err := kube.Update(ctx, fixed); err != nil {
+		t.Fatalf("changing replicas: %v", err)
+	}
+	fixed.Spec.Replicas = nil
+	if err := kube.Update(ctx, fixed); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("removing replicas from a pool: got %v, want an error saying %q", err, want)
+	}
 }

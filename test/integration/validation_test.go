@@ -206,6 +206,7 @@ spec: {nodePool: a, nodeClassRef: {group: nodeforge.dev, kind: SimulatedNodeClas
 			wantErr: `spec.terminationGracePeriod: Invalid value: "1d": terminationGracePeriod must be a duration in hours, minutes and seconds`},
 	}
 	cases = append(cases, floorCases...)
+	cases = append(cases, replicaCases...)
 	cases = append(cases, scheduleCases...)
 	cases = append(cases, sentenceCases...)
 	ctx := context.Background()

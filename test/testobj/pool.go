@@ -89,3 +89,9 @@ func (w *PoolWrapper) ExpireAfter(d v1alpha1.NillableDuration) *PoolWrapper {
 	w.p.Spec.Template.Spec.ExpireAfter = d
 	return w
 }
+
+// Replicas makes the pool fixed-size, of n nodes.
+func (w *PoolWrapper) Replicas(n int64) *PoolWrapper {
+	w.p.Spec.Replicas = &n
+	return w
+}
