@@ -32,7 +32,8 @@ type batcher struct {
 func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconcile.Result, error) {
 	// A replacement for a node being disrupted has no nominated pods:
 	// the pods come when that node is drained, once this one is up.
-	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != ""
+	// Nor has a claim made to keep a fixed-size pool at its count.
+	replacement := nc.Annotations[v1alpha1.AnnotationReplaces] != "" || nc.Annotations[v1alpha1.AnnotationReplica] != ""
 	now := b.now()
 	idle, open := now.Sub(lastNomination(nc)), now.Sub(nc.CreationTimestamp.Time)
 	if idle < b.batchIdle && open < b.batchMax && !replacement {
@@ -84,6 +85,8 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	case requested:
 		klog.FromContext(ctx).Info("Launching for a ProvisioningRequest or CapacityBuffer", "provisioningRequest", nc.Annotations[v1alpha1.AnnotationProvisioningRequest],
 			"capacityBuffer", nc.Annotations[v1alpha1.AnnotationCapacityBuffer], "pods", len(pods), "instanceTypeOptions", nc.Status.InstanceTypeOptions)
+	case nc.Annotations[v1alpha1.AnnotationReplica] != "":
+		klog.FromContext(ctx).Info("Launching a replica of a fixed-size nodepool", "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	case replacement:
 		klog.FromContext(ctx).Info("Launching a replacement", "replaces", nc.Annotations[v1alpha1.AnnotationReplaces], "instanceTypeOptions", nc.Status.InstanceTypeOptions)
 	default:

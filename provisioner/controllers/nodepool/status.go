@@ -4,7 +4,10 @@
 // as nodeforge_nodepool_usage and nodeforge_nodepool_limit), whether the
 // pool is Ready, which it is when its node class exists and is ready,
 // whether its disruption budgets' schedules can be read (BudgetsValid),
-// and whether it has limits at all (LimitsSet).
+// and whether it has limits at all (LimitsSet). A fixed-size pool whose
+// limits leave no room for its replicas (its ReplicasReached condition,
+// written by package replicas, False with reason LimitsReached) is not
+// Ready either.
 package nodepool
 
 import (
@@ -167,6 +170,13 @@ func (c *StatusController) Reconcile(ctx context.Context, req reconcile.Request)
 		// The catalog publishes nothing for it: the pool is not Ready,
 		// and says why.
 		ready, reason, message = metav1.ConditionFalse, "InvalidRequirements", err.Error()+"; no instance types are published for this pool until it is fixed"
+	}
+	if rc := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReplicasReached); ready == metav1.ConditionTrue && pool.Fixed() &&
+		rc != nil && rc.Status == metav1.ConditionFalse && rc.Reason == v1alpha1.ReasonReplicasLimited {
+		// The replicas controller (package replicas) found the limits
+		// too tight for the count: a fixed-size pool short of its
+		// replicas for good is not Ready.
+		ready, reason, message = metav1.ConditionFalse, v1alpha1.ReasonReplicasLimited, rc.Message
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message, ObservedGeneration: pool.Generation,

@@ -176,6 +176,46 @@ func TestUnreadableRequirementsMakeThePoolUnready(t *testing.T) {
 	}
 }
 
+// TestFixedPoolShortForItsLimitsIsNotReady: a fixed-size pool whose
+// ReplicasReached is False for its limits is not Ready, with the same
+// reason and message; short while its nodes launch, it stays Ready.
+func TestFixedPoolShortForItsLimitsIsNotReady(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		want         metav1.ConditionStatus
+	}{
+		{"short for its limits", v1alpha1.ReasonReplicasLimited, metav1.ConditionFalse},
+		{"short while its nodes launch", v1alpha1.ReasonReplicasLaunching, metav1.ConditionTrue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			np := poolWithClass("pool", simulatedClass("default"))
+			np.Spec.Replicas = ptr.To[int64](3)
+			const msg = "1 of 3 replicas initialized; nodepool limits leave no room for 2 more: cpu 4 in use or launching + 2 for c7.large > limit 5"
+			np.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReplicasReached, Status: metav1.ConditionFalse, Reason: tc.reason, Message: msg}}
+			kube := testobj.Client(&v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, np)
+			c := NewStatusController(kube, cloudfake.New().NodeClasses(), events.NewFakeRecorder(10))
+			if _, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "pool"}}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.NodePool
+			if err := kube.Get(ctx, client.ObjectKey{Name: "pool"}, &got); err != nil {
+				t.Fatal(err)
+			}
+			ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+			if ready == nil || ready.Status != tc.want {
+				t.Fatalf("Ready = %+v, want %s", ready, tc.want)
+			}
+			if tc.want == metav1.ConditionFalse && (ready.Reason != v1alpha1.ReasonReplicasLimited || ready.Message != msg) {
+				t.Errorf("Ready = %s %q, want reason %s and the ReplicasReached message", ready.Reason, ready.Message, v1alpha1.ReasonReplicasLimited)
+			}
+			if rr := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReplicasReached); rr == nil || rr.Reason != tc.reason {
+				t.Errorf("ReplicasReached = %+v, want it kept as the replicas controller wrote it", rr)
+			}
+		})
+	}
+}
+
 // TestPoolWithoutLimitsSaysSo: a pool without spec.limits gets LimitsSet
 // False, reason NoLimits, with a message saying any pod can buy what its
 // requirements allow, and stays Ready; a pool with limits gets LimitsSet
