@@ -48,6 +48,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodeclaim"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/nodepool"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/replicas"
 	"github.com/nodeforge/nodeforge/provisioner/limits"
 	"github.com/nodeforge/nodeforge/simulator"
 	"github.com/nodeforge/nodeforge/version"
@@ -286,7 +287,8 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	if err := mgr.Add(exec); err != nil {
 		return err
 	}
-	perClaim := disruption.New(exec, disruption.NewEmptiness(mgr.GetClient(), cs, time.Now), disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()))
+	perClaim := disruption.New(exec, disruption.NewEmptiness(mgr.GetClient(), cs, time.Now), disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()),
+		disruption.NewScaleDown(mgr.GetClient(), mgr.GetAPIReader()))
 	perClaim.Pause = o.disruptionPause
 	if err := perClaim.SetupWithManager(ctx, mgr, cloud.NodeClasses(), o.nodeClaimWorkers); err != nil {
 		return err
@@ -310,6 +312,9 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 		if err := mgr.Add(disruption.NewInterruption(exec, mgr.GetClient(), mgr.GetAPIReader(), q, unavailable, time.Now)); err != nil {
 			return err
 		}
+	}
+	if err := replicas.New(mgr.GetClient(), ledger, time.Now).SetupWithManager(ctx, mgr); err != nil {
+		return err
 	}
 	if err := nodepool.NewStatusController(mgr.GetClient(), cloud.NodeClasses(), recorder).SetupWithManager(mgr); err != nil {
 		return err

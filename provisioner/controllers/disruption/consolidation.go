@@ -171,7 +171,8 @@ func (k *Consolidation) candidates(ctx context.Context, s *state) []*candidate {
 			k.stable[node.Name] = st
 		}
 		pool := s.pools[nc.Spec.NodePool]
-		if pool == nil || pool.Spec.Disruption.ConsolidationPolicy != v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized {
+		// A fixed-size pool keeps its count whatever its nodes run.
+		if pool == nil || pool.Fixed() || pool.Spec.Disruption.ConsolidationPolicy != v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized {
 			continue
 		}
 		after, ok, err := pool.Spec.Disruption.ConsolidateAfter.Duration()

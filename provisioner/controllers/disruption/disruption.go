@@ -120,12 +120,18 @@ func (c *Controller) SetupWithManager(ctx context.Context, mgr ctrl.Manager, cla
 			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimNode, node, cluster.Disrupted)
 		})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(cluster.ClaimOfNode(cache, cluster.Disrupted))).
-		// Drift: only changes to what nodes are launched with; pools'
-		// and classes' status writes are frequent.
+		// Drift: only changes to what nodes are launched with, and
+		// scale-down: a change of replicas; pools' and classes' status
+		// writes are frequent.
 		Watches(&v1alpha1.NodePool{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return cluster.ClaimsWhere(ctx, cache, cluster.IndexClaimPool, o.GetName(), cluster.Disrupted)
 		}), builder.WithPredicates(cluster.HashChanged(func(o client.Object) (string, error) {
-			return nodeshape.PoolHash(o.(*v1alpha1.NodePool))
+			np := o.(*v1alpha1.NodePool)
+			hash, err := nodeshape.PoolHash(np)
+			if np.Spec.Replicas != nil {
+				hash += fmt.Sprintf("/%d", *np.Spec.Replicas)
+			}
+			return hash, err
 		})))
 	for _, class := range classes {
 		changed := cluster.HashChanged(class.Hash)
@@ -265,13 +271,14 @@ func (c *Controller) submit(ctx context.Context, cmd *Command) (reconcile.Result
 }
 
 // command is the Command for one claim a per-claim method chose. An empty
-// node needs no replacement. Without one, an expired node is drained all
+// node needs no replacement, nor does one a scale-down removes (no budget
+// holds that either: its owner asked for it). Without one, an expired node is drained all
 // the same (its pods are provisioned for as they go pending); a drifted
 // node keeps running, and is chosen again after Timers.ReplacementRetry.
 func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m Method, v Verdict) *Command {
 	reason := m.Reason()
 	cmd := &Command{
-		Reason: reason, Why: v.Why, Budgeted: true, Pause: c.Pause,
+		Reason: reason, Why: v.Why, Budgeted: reason != v1alpha1.DisruptionReasonScaledDown, Pause: c.Pause,
 		Targets: []Target{{Claim: nc, Pool: pool}},
 		Check: func(ctx context.Context) (string, error) {
 			still, err := m.StillCandidate(ctx, nc)
@@ -286,7 +293,7 @@ func (c *Controller) command(nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, m 
 			c.noteBlocked(ctx, nc, reason, why)
 		},
 	}
-	if reason != v1alpha1.DisruptionReasonEmpty && c.exec.replacer != nil {
+	if reason != v1alpha1.DisruptionReasonEmpty && reason != v1alpha1.DisruptionReasonScaledDown && c.exec.replacer != nil {
 		cmd.Replacement = func(ctx context.Context) (*replacement, string, error) {
 			return c.exec.replacer.forClaim(ctx, nc, pool)
 		}

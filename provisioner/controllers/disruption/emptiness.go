@@ -44,8 +44,12 @@ func (e *Emptiness) Reason() v1alpha1.DisruptionReason { return v1alpha1.Disrupt
 
 // Candidate keeps the claim's Empty condition and chooses the claim once
 // it has been empty for consolidateAfter. A pool whose consolidateAfter
-// is Never is left alone.
+// is Never is left alone, and so is a fixed-size pool, whose nodes are
+// kept empty or not.
 func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (Verdict, error) {
+	if pool.Fixed() {
+		return Verdict{}, nil
+	}
 	after, ok, err := pool.Spec.Disruption.ConsolidateAfter.Duration()
 	if err != nil || !ok {
 		return Verdict{}, err

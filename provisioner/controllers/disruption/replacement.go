@@ -356,11 +356,44 @@ func (r *Replacer) forClaim(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v
 		}
 		pods = append(pods, p)
 	}
+	if pool.Fixed() {
+		// A fixed-size pool's node is replaced whatever it runs: the
+		// count holds while it goes.
+		rep, why, err := r.plan(ctx, s, []*candidate{{claim: nc, node: node, pool: pool, pods: pods}}, nil)
+		if rep != nil || why != "" || err != nil {
+			return rep, why, err
+		}
+		return r.replica(ctx, nc, pool)
+	}
 	if len(pods) == 0 {
 		return nil, "", nil
 	}
 	slices.SortStableFunc(pods, simulator.BindOrder)
 	return r.plan(ctx, s, []*candidate{{claim: nc, node: node, pool: pool, pods: pods}}, nil)
+}
+
+// replica plans the replacement of a fixed-size pool's node whose pods
+// fit elsewhere: a claim with no pod, as the pool's count makes
+// (nodeshape.ReplicaClaim), within the pool's limits with the node counted.
+func (r *Replacer) replica(ctx context.Context, nc *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (*replacement, string, error) {
+	offers, full, err := r.offersFor(ctx, pool, nodeshape.ForPool(pool), nil)
+	if err != nil || full != "" {
+		return nil, full, err
+	}
+	claim := nodeshape.ReplicaClaim(pool, newReplacementName(pool.Name), offers)
+	if claim == nil {
+		return nil, "nodepool " + pool.Name + " has no instance type to launch", nil
+	}
+	delete(claim.Annotations, v1alpha1.AnnotationReplica)
+	claim.Annotations[v1alpha1.AnnotationReplaces] = nc.Name
+	o, options := offers[0], 0
+	for _, req := range claim.Spec.Requirements {
+		if req.Key == corev1.LabelInstanceTypeStable {
+			options = len(req.Values)
+		}
+	}
+	return &replacement{claim: claim, price: o.Price, options: options,
+		offer: fmt.Sprintf("%s %s in %s ($%.4f/h)", o.InstanceType.Name, o.CapacityType, o.Zone, o.Price)}, "", nil
 }
 
 // startReplacement names the replacement on the command's claims (read
