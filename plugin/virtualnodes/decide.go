@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
+	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/nodeshape"
 )
 
@@ -326,6 +327,9 @@ func (d *decider) newClaim(ctx context.Context, state fwk.CycleState, pod *corev
 		ds   []*corev1.Pod
 		opts []*option
 	}
+	if np := pl.np; np.Fixed() {
+		return choice{}, refusalFixedSize, fixedSizeReason(np)
+	}
 	var candidates []candidate
 	noSize, noLabels, noFlex := 0, 0, ""
 	for _, s := range d.newNodes(pl, nodeNames) {
@@ -502,4 +506,10 @@ func sum(a fwk.Resource, b *framework.Resource) *framework.Resource {
 		out.AddScalar(name, q)
 	}
 	return out
+}
+
+// fixedSizeReason is why a fixed-size pool takes no pod: the provisioner
+// keeps its count, and pods reach its nodes through the scheduler alone.
+func fixedSizeReason(np *v1alpha1.NodePool) string {
+	return fmt.Sprintf("nodepool %s is fixed-size (spec.replicas %d): it launches no node for pending pods; a pod runs on its nodes only when the scheduler finds room there", np.Name, *np.Spec.Replicas)
 }

@@ -61,10 +61,13 @@ const (
 	// refusalGangIncomplete: the pod is of a gang fewer than minCount of
 	// whose pods can have a node.
 	refusalGangIncomplete
+	// refusalFixedSize: the pool is fixed-size (spec.replicas); it
+	// launches no node for a pending pod.
+	refusalFixedSize
 	numRefusals
 )
 
-var refusalNames = [numRefusals]string{"", "NotSynced", "NoNodePool", "PreFilterRefused", "FilterRefused", "TooLarge", "NoInstanceTypeMatches", "MinValues", "LimitReached", "NoOffering", "GangIncomplete"}
+var refusalNames = [numRefusals]string{"", "NotSynced", "NoNodePool", "PreFilterRefused", "FilterRefused", "TooLarge", "NoInstanceTypeMatches", "MinValues", "LimitReached", "NoOffering", "GangIncomplete", "FixedSize"}
 
 var (
 	nominationsTotal = basemetrics.NewCounterVec(&basemetrics.CounterOpts{

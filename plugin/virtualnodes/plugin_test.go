@@ -21,6 +21,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
@@ -258,6 +259,25 @@ func TestClosedClaimsCountAgainstLimits(t *testing.T) {
 	h.plugin.claimDeleted(&v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: first.name}})
 	if _, s := h.schedule(ctx, testPod("c", "1", "1Gi")); !s.IsSuccess() {
 		t.Errorf("after the launching claim was deleted the pod still does not fit: %s", s.Message())
+	}
+}
+
+// TestFixedSizePoolTakesNoPendingPod: a fixed-size pool (replicas) gets
+// no claim for a pending pod; the pod is refused saying why, and no
+// claim is made.
+func TestFixedSizePoolTakesNoPendingPod(t *testing.T) {
+	pl := benchPool(t)
+	pl.np.Spec.Replicas = ptr.To[int64](3)
+	h := newHarness(t, []*pool{pl})
+	_, s := h.schedule(context.Background(), testPod("a", "1", "1Gi"))
+	if s.IsSuccess() {
+		t.Fatal("a pod was nominated to a new claim of a fixed-size pool")
+	}
+	if want := "nodepool bench is fixed-size (spec.replicas 3): it launches no node for pending pods"; !strings.Contains(s.Message(), want) {
+		t.Errorf("refusal %q does not say %q", s.Message(), want)
+	}
+	if n := h.plugin.book.count(); n != 0 {
+		t.Errorf("%d claims made in a fixed-size pool, want none", n)
 	}
 }
 
