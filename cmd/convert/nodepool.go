@@ -29,9 +29,7 @@ var limitedResources = []string{"cpu", "memory", "pods", "ephemeral-storage", "n
 
 // nodePoolFieldsLeftBehind are NodePool fields Nodeforge has no
 // counterpart for.
-var nodePoolFieldsLeftBehind = map[string]string{
-	"replicas": "Nodeforge has no static NodePools: it launches nodes for pending pods only; run the workload's replicas on a dynamic pool",
-}
+var nodePoolFieldsLeftBehind = map[string]string{}
 
 func (c *converter) nodePool(src fields) map[string]any {
 	out := map[string]any{"apiVersion": nodeforgeVersion, "kind": "NodePool", "metadata": c.metadata(src)}
@@ -91,8 +89,11 @@ func (c *converter) nodePool(src fields) map[string]any {
 	if limits := c.limits(spec); len(limits) > 0 {
 		outSpec["limits"] = limits
 	}
+	c.replicas(spec, outSpec)
 	if w, ok := spec.integer("weight"); ok {
-		if w < 1 || w > 100 {
+		if _, fixed := outSpec["replicas"]; fixed {
+			c.drop(spec.at("weight"), "a fixed-size pool (replicas) is never chosen for pending pods, so Nodeforge refuses a weight beside it")
+		} else if w < 1 || w > 100 {
 			c.drop(spec.at("weight"), fmt.Sprintf("weight %d: Nodeforge's weights are from 1 to 100", w))
 		} else {
 			outSpec["weight"] = c.carry(w)
@@ -424,4 +425,34 @@ func (c *converter) limits(spec fields) map[string]any {
 		}
 	}
 	return out
+}
+
+// replicas carries a static pool's replicas over, and leaves out of its
+// disruption what Karpenter ignores on a static pool and Nodeforge
+// refuses there: a consolidation policy other than the default and a
+// consolidateAfter other than 0s or Never (a fixed-size pool is never
+// consolidated, so it becomes Never).
+func (c *converter) replicas(spec fields, outSpec map[string]any) {
+	n, ok := spec.integer("replicas")
+	if !ok {
+		return
+	}
+	if n < 0 || n > 1000 {
+		c.drop(spec.at("replicas"), fmt.Sprintf("replicas %d: Nodeforge's fixed-size pools have from 0 to 1000 nodes", n))
+		return
+	}
+	outSpec["replicas"] = c.carry(n)
+	d, _ := outSpec["disruption"].(map[string]any)
+	if d == nil {
+		return
+	}
+	path := field.NewPath("spec", "disruption")
+	if p, ok := d["consolidationPolicy"]; ok && p != "WhenEmptyOrUnderutilized" {
+		c.drop(path.Child("consolidationPolicy"), "a fixed-size pool is never consolidated; Nodeforge refuses a consolidation policy beside replicas")
+		delete(d, "consolidationPolicy")
+	}
+	if a, ok := d["consolidateAfter"]; ok && a != "0s" && a != "Never" {
+		c.drop(path.Child("consolidateAfter"), "a fixed-size pool is never consolidated; written as Never")
+		d["consolidateAfter"] = "Never"
+	}
 }
