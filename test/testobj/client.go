@@ -6,17 +6,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	provreqv1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1"
+	bufferv1beta1 "github.com/nodeforge/nodeforge/apis/autoscaling/v1beta1"
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
 )
 
-// Scheme returns a new scheme of client-go's kinds and the Nodeforge API.
+// Scheme returns a new scheme of client-go's kinds, the Nodeforge API and
+// the autoscaling.x-k8s.io kinds Nodeforge serves.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := provreqv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := bufferv1beta1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -31,7 +40,7 @@ func Scheme() *runtime.Scheme {
 // with interceptor.NewClient.
 func Client(objs ...client.Object) client.WithWatch {
 	b := crfake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).
-		WithStatusSubresource(&v1alpha1.NodeClaim{}, &v1alpha1.NodePool{}, &v1alpha1.EC2NodeClass{}, &v1alpha1.SimulatedNodeClass{}, &v1alpha1.NodeOverlay{})
+		WithStatusSubresource(&v1alpha1.NodeClaim{}, &v1alpha1.NodePool{}, &v1alpha1.EC2NodeClass{}, &v1alpha1.SimulatedNodeClass{}, &v1alpha1.NodeOverlay{}, &bufferv1beta1.CapacityBuffer{})
 	for _, i := range cluster.Indexes() {
 		b = b.WithIndex(i.Object, i.Field, i.Extract)
 	}

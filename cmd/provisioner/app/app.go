@@ -43,6 +43,7 @@ import (
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/aws"
 	"github.com/nodeforge/nodeforge/provisioner/cloudprovider/simulated"
+	"github.com/nodeforge/nodeforge/provisioner/controllers/capacitybuffer"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/catalog"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/disruption"
 	"github.com/nodeforge/nodeforge/provisioner/controllers/garbage"
@@ -75,6 +76,7 @@ type options struct {
 	disruptionPause         time.Duration
 	repair                  disruption.ZoneRules
 	repack                  bool
+	capacityBuffers         bool
 	disruption              disruption.Timers
 	repairInterval          time.Duration
 	nodeMonitorGrace        time.Duration
@@ -178,6 +180,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.batchIdle, "batch-idle-duration", time.Second, "Launch a NodeClaim once no pod has been nominated to it for this long...")
 	fs.DurationVar(&o.batchMax, "batch-max-duration", 10*time.Second, "...or once it has been open this long.")
 	fs.BoolVar(&o.repack, "repack", true, "Before launch, pack each batch of closed NodeClaims (one pool, zone, capacity type and architecture) again into the cheapest set of nodes the scheduling simulator accepts, and move the nominations; false launches each claim as the scheduler plugin packed it.")
+	fs.BoolVar(&o.capacityBuffers, "capacity-buffers", false, "Keep CapacityBuffers (autoscaling.x-k8s.io/v1beta1) of the buffer.x-k8s.io/active-capacity strategy: write their status (the chunks' PodTemplate and number, ReadyForProvisioning, Provisioning, LimitedByQuotas), and keep the nodes their room is on from emptiness and consolidation. Needs the CRD, and nodeforge-scheduler's VirtualNodes argument capacityBuffers: true, which keeps the room.")
 	fs.DurationVar(&o.unavailableTTL, "unavailable-offering-ttl", 3*time.Minute, "How long an offering that had no capacity, or whose node never joined, is not launched.")
 	fs.DurationVar(&o.launchTTL, "launch-ttl", 10*time.Minute, "Delete a NodeClaim not launched this long after it was made (every launch failed); its offerings are avoided for a while and its pods get another claim.")
 	fs.DurationVar(&o.initializationTTL, "initialization-ttl", 10*time.Minute, "Delete a NodeClaim, terminating its instance, when its node is not ready for pods (Ready, startup taints gone, promised extended resources in allocatable) this long after registering.")
@@ -328,6 +331,11 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	}
 	if err := catalog.NewOverlayStatus(mgr.GetClient()).SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.capacityBuffers {
+		if err := capacitybuffer.New(mgr.GetClient(), d.sched).SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	if d.onMeasured != nil {
 		// The memory a registered node reported is offered at once.
