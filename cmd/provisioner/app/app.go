@@ -290,7 +290,11 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	if err := mgr.Add(exec); err != nil {
 		return err
 	}
-	perClaim := disruption.New(exec, disruption.NewEmptiness(mgr.GetClient(), cs, time.Now), disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()),
+	emptiness := disruption.NewEmptiness(mgr.GetClient(), cs, time.Now)
+	if o.capacityBuffers {
+		emptiness.Buffers = d.sched
+	}
+	perClaim := disruption.New(exec, emptiness, disruption.NewExpiration(time.Now), disruption.NewDrift(mgr.GetClient(), cloud.NodeClasses()),
 		disruption.NewScaleDown(mgr.GetClient(), mgr.GetAPIReader()))
 	perClaim.Pause = o.disruptionPause
 	if err := perClaim.SetupWithManager(ctx, mgr, cloud.NodeClasses(), o.nodeClaimWorkers); err != nil {
@@ -302,6 +306,7 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 	}
 	consolidation := disruption.NewConsolidation(exec, mgr.GetClient(), mgr.GetAPIReader(), d.sched, time.Now)
 	consolidation.Interval, consolidation.Pause = o.consolidationInterval, o.disruptionPause
+	consolidation.KeepBufferRoom = o.capacityBuffers
 	if err := mgr.Add(consolidation); err != nil {
 		return err
 	}

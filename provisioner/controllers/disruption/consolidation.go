@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
+	"github.com/nodeforge/nodeforge/nodeshape"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/provisioner/cluster/bufferroom"
 	"github.com/nodeforge/nodeforge/provisioner/metrics"
 	"github.com/nodeforge/nodeforge/simulator"
 )
@@ -59,6 +61,11 @@ type Consolidation struct {
 	// Timeout bounds one round's search; candidates not reached are tried
 	// in the next round.
 	Timeout time.Duration
+	// KeepBufferRoom: the ready CapacityBuffers' chunks must all still
+	// have room once a node's pods are placed elsewhere, or the node is
+	// kept. Their room counts as needed, but no real pod is ever moved to
+	// make it: a node is kept, never drained, for a chunk.
+	KeepBufferRoom bool
 
 	stable  map[string]stability // node → its pods and since when
 	blocked map[types.UID]string // claim → why it was last not consolidated, for Events
@@ -101,7 +108,7 @@ func (k *Consolidation) Round(ctx context.Context) error {
 // nextDecision reads the cache and decides, or finds nothing to do.
 func (k *Consolidation) nextDecision(ctx context.Context) (*decision, error) {
 	start := time.Now()
-	s, err := observe(ctx, k.cache)
+	s, err := k.observe(ctx, k.cache)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +322,12 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			delete(k.blocked, c.claim.UID)
 			return &decision{nodes: []*candidate{c}, placed: placed, why: fmt.Sprintf("deleting %s: %s on the other nodes, saves $%.4f/h", c.offer, podsFit(len(c.pods)), c.price)}
 		}
+		if pod != nil && nodeshape.IsBufferPod(pod) {
+			// Kept for a buffer's room: no replacement either, which
+			// would move real pods to a node without that room.
+			k.unconsolidatable(ctx, c.claim, sayWhy(st))
+			continue
+		}
 		keep = append(keep, c)
 		nofit = append(nofit, fmt.Sprintf("pod %s fits no other node: %s", klog.KObj(pod), sayWhy(st)))
 	}
@@ -475,7 +488,31 @@ func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate,
 			placed[p.UID] = node
 		}
 	}
+	if short, st, ok := bufferroom.Room(ctx, k.sched, view, s.buffers); !ok {
+		return bufferPod(s.buffers, short), fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("removing it leaves CapacityBuffer %s's chunks without room (%s)", short, sayWhy(st))), false
+	}
 	return nil, nil, true
+}
+
+// observe is the package's observe, with the ready CapacityBuffers'
+// chunks read from the cache when KeepBufferRoom.
+func (k *Consolidation) observe(ctx context.Context, r client.Reader) (*state, error) {
+	s, err := observe(ctx, r)
+	if err != nil || !k.KeepBufferRoom {
+		return s, err
+	}
+	s.buffers, err = bufferroom.Ready(ctx, k.cache)
+	return s, err
+}
+
+// bufferPod is the first chunk of the named buffer.
+func bufferPod(buffers []bufferroom.Chunks, key types.NamespacedName) *corev1.Pod {
+	for _, b := range buffers {
+		if b.Buffer == key && len(b.Pods) > 0 {
+			return b.Pods[0]
+		}
+	}
+	return nil
 }
 
 func podsFit(n int) string {
@@ -567,7 +604,7 @@ func saved(d *decision, rep *replacement) {
 // or, for a replacement, on the rest and a cheaper new node (which it
 // returns, planned again on this state).
 func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *replacement, error) {
-	s, err := observe(ctx, k.live)
+	s, err := k.observe(ctx, k.live)
 	if err != nil {
 		return "", nil, err
 	}
@@ -623,6 +660,9 @@ func (k *Consolidation) stillFits(ctx context.Context, d *decision) (string, *re
 		return "", rep, nil
 	}
 	if pod, st, ok := k.simulate(ctx, s, fresh); !ok {
+		if nodeshape.IsBufferPod(pod) {
+			return sayWhy(st), nil, nil
+		}
 		return fmt.Sprintf("pod %s no longer fits elsewhere: %s", klog.KObj(pod), sayWhy(st)), nil, nil
 	}
 	return "", nil, nil

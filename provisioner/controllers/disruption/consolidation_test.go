@@ -26,6 +26,8 @@ import (
 type consolidationFixture struct {
 	objs []client.Object
 	live []client.Object // extra objects only the API server has
+	// keepBufferRoom sets Consolidation.KeepBufferRoom.
+	keepBufferRoom bool
 }
 
 func (f *consolidationFixture) node(name string) {
@@ -81,7 +83,7 @@ func (f *consolidationFixture) run(t *testing.T) (disrupted []string, evs []stri
 	now := time.Now()
 	clock := func() time.Time { return now }
 	k := NewConsolidation(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock), kube, live, sched, clock)
-	k.Pause = 0
+	k.Pause, k.KeepBufferRoom = 0, f.keepBufferRoom
 	// The first round sees each node's pods for the first time; a round
 	// consolidateAfter later may act.
 	if err := k.Round(ctx); err != nil {

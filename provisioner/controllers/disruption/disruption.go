@@ -65,6 +65,10 @@ type Verdict struct {
 	Why string
 	// RequeueAfter: when to ask again if not now.
 	RequeueAfter time.Duration
+	// Held, when not Disrupt: the method would choose the claim but
+	// this keeps it ("removing it leaves CapacityBuffer default/web's
+	// chunks without room"), noted on the claim as do-not-disrupt is.
+	Held string
 }
 
 // Controller asks its methods about each initialized claim and hands the
@@ -220,6 +224,9 @@ func (c *Controller) reconcileClaim(ctx context.Context, nc *v1alpha1.NodeClaim)
 			return reconcile.Result{Requeue: true}, c.kube.Status().Update(ctx, nc)
 		}
 		if !v.Disrupt {
+			if v.Held != "" {
+				c.noteBlocked(ctx, nc, m.Reason(), v.Held)
+			}
 			if v.RequeueAfter > 0 && (next == 0 || v.RequeueAfter < next) {
 				next = v.RequeueAfter
 			}

@@ -15,6 +15,8 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/provisioner/cluster/bufferroom"
+	"github.com/nodeforge/nodeforge/simulator"
 )
 
 // Emptiness disrupts a node that has run no pod (daemonset, static and
@@ -25,6 +27,10 @@ type Emptiness struct {
 	kube client.Reader        // the cache, for deciding
 	pods kubernetes.Interface // the API server, for the last look
 	now  func() time.Time
+	// Buffers, when set, places the chunks of the ready CapacityBuffers
+	// (cluster.ReadyBuffers) on the cluster without the node before it
+	// goes: a node whose removal leaves a chunk without room is kept.
+	Buffers *simulator.Scheduler
 }
 
 var _ Method = &Emptiness{}
@@ -75,7 +81,32 @@ func (e *Emptiness) Candidate(ctx context.Context, nc *v1alpha1.NodeClaim, pool 
 	if wait := after - emptyFor; wait > 0 {
 		return Verdict{RequeueAfter: wait}, nil
 	}
+	if held, err := e.keepsBufferRoom(ctx, nc.Status.NodeName); err != nil || held != "" {
+		return Verdict{RequeueAfter: bookingRecheck, Held: held}, err
+	}
 	return Verdict{Disrupt: true, Why: fmt.Sprintf("empty for %s (consolidateAfter %s)", emptyFor.Round(time.Second), after)}, nil
+}
+
+// keepsBufferRoom says why the node must stay for the CapacityBuffers'
+// room: some ready buffer's chunk has no room on the cluster without it
+// (every buffer's chunks placed, lowest priority, after the pods bound
+// now). Only the room is counted, never a real pod moved for it.
+func (e *Emptiness) keepsBufferRoom(ctx context.Context, node string) (string, error) {
+	if e.Buffers == nil {
+		return "", nil
+	}
+	buffers, err := bufferroom.Ready(ctx, e.kube)
+	if err != nil || len(buffers) == 0 {
+		return "", err
+	}
+	sim, err := bufferroom.Snapshot(ctx, e.kube)
+	if err != nil {
+		return "", err
+	}
+	if short, st, ok := bufferroom.Room(ctx, e.Buffers, sim.Without(node), buffers); !ok {
+		return fmt.Sprintf("removing it leaves CapacityBuffer %s's chunks without room (%s)", short, sayWhy(st)), nil
+	}
+	return "", nil
 }
 
 // empty reads the cache: no pod on the node but daemonset and finished

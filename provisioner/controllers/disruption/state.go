@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/nodeforge/nodeforge/apis/v1alpha1"
 	"github.com/nodeforge/nodeforge/provisioner/cluster"
+	"github.com/nodeforge/nodeforge/provisioner/cluster/bufferroom"
 	"github.com/nodeforge/nodeforge/simulator"
 )
 
@@ -29,6 +30,9 @@ type state struct {
 	// or to its claim (being bound there).
 	onNode map[string][]*corev1.Pod
 	pdbs   []policyv1.PodDisruptionBudget
+	// buffers: the ready CapacityBuffers' chunks, whose room a decision
+	// keeps (Consolidation.KeepBufferRoom).
+	buffers []bufferroom.Chunks
 
 	// pods and snapshot build the simulator's cluster (cluster).
 	pods     []*corev1.Pod
