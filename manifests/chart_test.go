@@ -653,3 +653,57 @@ func TestChartServesProvisioningRequestsWhenAsked(t *testing.T) {
 	}
 	dryRun(t, on)
 }
+
+// TestChartKeepsCapacityBuffersWhenAsked: off by default (no CRD, no
+// permission, no argument, no flag); capacityBuffers.enabled turns
+// VirtualNodes' capacityBuffers argument and the provisioner's
+// --capacity-buffers on and grants both programs what they read and
+// write of CapacityBuffers, PodTemplates and workloads, and installCRD
+// adds the CRD, kept on uninstall.
+func TestChartKeepsCapacityBuffersWhenAsked(t *testing.T) {
+	vnArgs := func(objs []*unstructured.Unstructured) map[string]any {
+		cfg := schedulerConfig(t, objs)
+		for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
+			if m := pc.(map[string]any); m["name"] == "VirtualNodes" {
+				return m["args"].(map[string]any)
+			}
+		}
+		t.Fatal("no VirtualNodes pluginConfig")
+		return nil
+	}
+	has := func(objs []*unstructured.Unstructured, kind, name string) bool {
+		return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
+	}
+	flagged := func(objs []*unstructured.Unstructured) bool {
+		return strings.Contains(str(find(t, objs, "Deployment", "nodeforge-provisioner"), "spec", "template", "spec"), "--capacity-buffers")
+	}
+	const crd = "capacitybuffers.autoscaling.x-k8s.io"
+	off := render(t, required...)
+	if vnArgs(off)["capacityBuffers"] != nil || flagged(off) || has(off, "ClusterRole", "nodeforge-scheduler:capacity-buffers") || has(off, "CustomResourceDefinition", crd) {
+		t.Error("CapacityBuffers are kept, permitted or installed by default")
+	}
+	on := render(t, append(required, "capacityBuffers.enabled=true", "capacityBuffers.installCRD=true")...)
+	if vnArgs(on)["capacityBuffers"] != true {
+		t.Errorf("VirtualNodes args %v, want capacityBuffers: true", vnArgs(on))
+	}
+	if !flagged(on) {
+		t.Error("the provisioner is not given --capacity-buffers")
+	}
+	for _, role := range []string{"nodeforge-scheduler:capacity-buffers", "nodeforge-provisioner:capacity-buffers"} {
+		find(t, on, "ClusterRole", role)
+		find(t, on, "ClusterRoleBinding", role)
+	}
+	rules := str(find(t, on, "ClusterRole", "nodeforge-provisioner:capacity-buffers"), "rules")
+	for _, w := range []string{"capacitybuffers/status", "podtemplates", "create", "deployments", "statefulsets", "replicasets"} {
+		if !strings.Contains(rules, w) {
+			t.Errorf("the provisioner's capacity-buffers role lacks %s: %s", w, rules)
+		}
+	}
+	if c := find(t, on, "CustomResourceDefinition", crd); c.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("the CapacityBuffer CRD is not kept on uninstall: %v", c.GetAnnotations())
+	}
+	if only := render(t, append(required, "capacityBuffers.enabled=true")...); has(only, "CustomResourceDefinition", crd) {
+		t.Error("the CapacityBuffer CRD is installed without installCRD")
+	}
+	dryRun(t, on)
+}

@@ -10,7 +10,7 @@ import "embed"
 
 // FS holds every manifest, by path relative to this directory.
 //
-//go:embed namespace.yaml crd/*.yaml crd-optional/*.yaml scheduler/*.yaml provisioner/*.yaml provisioningrequests/*.yaml examples/*.yaml
+//go:embed namespace.yaml crd/*.yaml crd-optional/*.yaml scheduler/*.yaml provisioner/*.yaml provisioningrequests/*.yaml capacitybuffers/*.yaml examples/*.yaml
 //go:embed Chart.yaml values.yaml README.md .helmignore templates/* monitoring/*
 var FS embed.FS
 

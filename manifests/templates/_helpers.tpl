@@ -51,6 +51,9 @@ judge binds by.
 {{- if $.Values.provisioningRequests.enabled }}
 {{- $_ := set $pc.args "provisioningRequests" true }}
 {{- end }}
+{{- if $.Values.capacityBuffers.enabled }}
+{{- $_ := set $pc.args "capacityBuffers" true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- $_ := set $profile "pluginConfig" (concat $profile.pluginConfig $v.extraPluginConfig) -}}
