@@ -164,6 +164,9 @@ func (s *Sandbox) chartValues(o Options) map[string]any {
 	if o.ProvisioningRequests {
 		values["provisioningRequests"] = map[string]any{"enabled": true, "installCRD": true}
 	}
+	if o.CapacityBuffers {
+		values["capacityBuffers"] = map[string]any{"enabled": true, "installCRD": true}
+	}
 	if len(o.FeatureGates) > 0 {
 		// Both programs get them as --feature-gates, as a cluster's would.
 		values["featureGates"] = o.FeatureGates

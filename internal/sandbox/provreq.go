@@ -18,6 +18,12 @@ var provisioningRequestFiles = []string{"crd-optional/autoscaling.x-k8s.io_provi
 // argument on in every profile of config that configures VirtualNodes, as
 // the chart does.
 func servingProvisioningRequests(config []byte) ([]byte, error) {
+	return withVirtualNodesArg(config, "provisioningRequests")
+}
+
+// withVirtualNodesArg sets the boolean argument arg of VirtualNodes to
+// true in every profile of config that configures VirtualNodes.
+func withVirtualNodesArg(config []byte, arg string) ([]byte, error) {
 	var cfg map[string]any
 	if err := yaml.Unmarshal(config, &cfg); err != nil {
 		return nil, err
@@ -35,7 +41,7 @@ func servingProvisioningRequests(config []byte) ([]byte, error) {
 			if args == nil {
 				args = map[string]any{}
 			}
-			args["provisioningRequests"] = true
+			args[arg] = true
 			m["args"] = args
 		}
 	}

@@ -101,6 +101,12 @@ type Options struct {
 	// (autoscaling.x-k8s.io/v1) and has VirtualNodes serve it, as the
 	// chart's provisioningRequests values do (with Install, through them).
 	ProvisioningRequests bool
+	// CapacityBuffers installs the CapacityBuffer CRD
+	// (autoscaling.x-k8s.io/v1beta1), has VirtualNodes keep room for
+	// buffers' chunks and the provisioner keep their status and nodes
+	// (--capacity-buffers), as the chart's capacityBuffers values do
+	// (with Install, through them).
+	CapacityBuffers bool
 }
 
 // Timers of the control plane and of Nodeforge's leader election.

@@ -68,6 +68,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 				return nil, err
 			}
 		}
+		if o.CapacityBuffers && !o.ControlPlaneOnly {
+			if err := applyFiles(ctx, s.Config, capacityBufferFiles...); err != nil {
+				return nil, err
+			}
+			if err := waitCapacityBuffers(ctx, s.Config); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if o.ControlPlaneOnly {
 		return s, nil
@@ -472,6 +480,11 @@ func (st *starter) startSchedulers(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.CapacityBuffers {
+		if shipped, err = keepingCapacityBuffers(shipped); err != nil {
+			return err
+		}
+	}
 	if shipped, err = o.Timers.schedulerConfig(shipped); err != nil {
 		return err
 	}
@@ -539,6 +552,9 @@ func (st *starter) provisionerCommand() (args, env []string) {
 	}
 	args = append(args, st.o.Timers.provisionerArgs()...)
 	args = append(args, featureGateArgs(st.o.FeatureGates)...)
+	if st.o.CapacityBuffers {
+		args = append(args, "--capacity-buffers")
+	}
 	if s.region == nil {
 		return args, nil
 	}
