@@ -19,6 +19,9 @@ const (
 	// the limits cap nothing a chunk requests, so the number of chunks
 	// has no bound.
 	ReasonUnboundedReplicas = "UnboundedReplicas"
+	// ReasonTooManyChunks: the buffer resolves to more chunks than
+	// Nodeforge keeps room for in one buffer (MaxChunks).
+	ReasonTooManyChunks = "TooManyChunks"
 	// ReasonNotReadyForProvisioning: Provisioning False because
 	// ReadyForProvisioning is.
 	ReasonNotReadyForProvisioning = "NotReadyForProvisioning"
@@ -34,3 +37,8 @@ const (
 	// ReasonWithinLimits: LimitedByQuotas False.
 	ReasonWithinLimits = "WithinLimits"
 )
+
+// MaxChunks is the most chunks Nodeforge keeps room for in one buffer,
+// as in one ProvisioningRequest: each chunk is a pod both programs
+// decide, and limits alone on a tiny chunk could ask for billions.
+const MaxChunks = 5000

@@ -338,7 +338,7 @@ func (o *options) addControllers(ctx context.Context, mgr manager.Manager, d sha
 		return err
 	}
 	if o.capacityBuffers {
-		if err := capacitybuffer.New(mgr.GetClient(), d.sched).SetupWithManager(mgr); err != nil {
+		if err := capacitybuffer.New(mgr.GetClient(), mgr.GetAPIReader(), d.sched).SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}

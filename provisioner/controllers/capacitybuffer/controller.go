@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -44,19 +45,25 @@ const TemplateSuffix = "-capacitybuffer"
 
 // Controller writes CapacityBuffer status.
 type Controller struct {
-	kube  client.Client
+	kube client.Client
+	// live reads the workloads a scalableRef names, from the API server:
+	// the cache holds only their metadata, which is all a watch needs,
+	// and a cluster's ReplicaSets are many.
+	live  client.Reader
 	sched *simulator.Scheduler // nil: the room is not counted
 }
 
-// New returns the controller; sched places the chunks to count how many
-// have room (nil: not counted).
-func New(kube client.Client, sched *simulator.Scheduler) *Controller {
-	return &Controller{kube: kube, sched: sched}
+// New returns the controller; live reads the workloads (the manager's
+// API reader), sched places the chunks to count how many have room (nil:
+// not counted).
+func New(kube client.Client, live client.Reader, sched *simulator.Scheduler) *Controller {
+	return &Controller{kube: kube, live: live, sched: sched}
 }
 
 // SetupWithManager registers the controller, "capacitybuffer". A buffer
 // is reconciled when it changes, when the PodTemplate or workload it
-// names changes, and every Resync.
+// names changes (workloads are watched by their metadata only), and
+// every Resync.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	named := func(match func(b *bufferv1beta1.CapacityBuffer, o client.Object) bool) handler.EventHandler {
 		return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -84,7 +91,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(obj(), named(func(b *bufferv1beta1.CapacityBuffer, o client.Object) bool {
 			r := b.Spec.ScalableRef
 			return r != nil && r.APIGroup == appsv1.GroupName && r.Kind == kind && r.Name == o.GetName()
-		}))
+		}), builder.OnlyMetadata)
 	}
 	return b.Complete(c)
 }

@@ -49,7 +49,7 @@ func reconciled(t *testing.T, objs ...client.Object) (*bufferv1beta1.CapacityBuf
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(kube, sched)
+	c := New(kube, kube, sched)
 	res, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "web"}})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestDeploymentBufferMakesItsPodTemplate(t *testing.T) {
 	if err := kube.Update(ctx, deploy); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(kube, nil).Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "web"}}); err != nil {
+	if _, err := New(kube, kube, nil).Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: "default", Name: "web-capacitybuffer"}, &tpl); err != nil {
@@ -149,8 +149,8 @@ func TestDeploymentBufferMakesItsPodTemplate(t *testing.T) {
 }
 
 // TestBufferThatCannotBeKeptSaysWhy: a scalableRef of a kind Nodeforge
-// does not read, a PodTemplate or workload that does not exist, and
-// unbounded replicas each give ReadyForProvisioning False with its reason,
+// does not read, a PodTemplate or workload that does not exist, and more
+// chunks than one buffer keeps, and limits that bound nothing each give ReadyForProvisioning False with its reason,
 // and no chunks (no replicas in the status).
 func TestBufferThatCannotBeKeptSaysWhy(t *testing.T) {
 	for _, tc := range []struct {
@@ -165,11 +165,16 @@ func TestBufferThatCannotBeKeptSaysWhy(t *testing.T) {
 			reason: bufferv1beta1.ReasonUnsupportedScalableRef, inMsg: "is not supported yet"},
 		{name: "a missing PodTemplate", spec: bufferv1beta1.CapacityBufferSpec{PodTemplateRef: &bufferv1beta1.LocalObjectRef{Name: "gone"}, Replicas: ptr.To[int32](1)},
 			reason: bufferv1beta1.ReasonPodTemplateNotFound, inMsg: "PodTemplate default/gone does not exist"},
+		{name: "more chunks than one buffer keeps", spec: bufferv1beta1.CapacityBufferSpec{PodTemplateRef: &bufferv1beta1.LocalObjectRef{Name: "shape"}, Replicas: ptr.To[int32](bufferv1beta1.MaxChunks + 1)},
+			reason: bufferv1beta1.ReasonTooManyChunks, inMsg: "5001 chunks are more than Nodeforge keeps room for in one buffer (5000)"},
+		{name: "limits alone that cap nothing a chunk requests", spec: bufferv1beta1.CapacityBufferSpec{PodTemplateRef: &bufferv1beta1.LocalObjectRef{Name: "shape"}, Limits: limits("nvidia.com/gpu", "2")},
+			reason: bufferv1beta1.ReasonUnboundedReplicas, inMsg: "the number of chunks has no bound"},
 		{name: "a missing StatefulSet", spec: bufferv1beta1.CapacityBufferSpec{ScalableRef: &bufferv1beta1.ScalableRef{APIGroup: "apps", Kind: "StatefulSet", Name: "db"}},
 			reason: bufferv1beta1.ReasonScalableRefNotFound, inMsg: "StatefulSet default/db does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _ := reconciled(t, buffer(func(b *bufferv1beta1.CapacityBuffer) {
+			tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shape"}, Template: podSpec("1")}
+			got, _ := reconciled(t, tpl, buffer(func(b *bufferv1beta1.CapacityBuffer) {
 				b.Spec = tc.spec
 				// Resolved once before: the chunks go.
 				b.Status.Replicas, b.Status.PodTemplateRef = ptr.To[int32](2), &bufferv1beta1.LocalObjectRef{Name: "old"}

@@ -63,6 +63,9 @@ func (c *Controller) resolve(ctx context.Context, b *bufferv1beta1.CapacityBuffe
 	if n.Unbounded {
 		return resolved{reason: bufferv1beta1.ReasonUnboundedReplicas, message: "neither replicas nor percentage is set, and the limits cap no resource a chunk requests: the number of chunks has no bound"}, nil
 	}
+	if n.Replicas > bufferv1beta1.MaxChunks {
+		return resolved{reason: bufferv1beta1.ReasonTooManyChunks, message: fmt.Sprintf("%d chunks are more than Nodeforge keeps room for in one buffer (%d)", n.Replicas, bufferv1beta1.MaxChunks)}, nil
+	}
 	return resolved{template: &tpl, count: n}, nil
 }
 
@@ -79,7 +82,7 @@ func (c *Controller) workloadTemplate(ctx context.Context, b *bufferv1beta1.Capa
 	}
 	key := types.NamespacedName{Namespace: b.Namespace, Name: ref.Name}
 	obj := newObj()
-	if err := c.kube.Get(ctx, key, obj); err != nil {
+	if err := c.live.Get(ctx, key, obj); err != nil {
 		if isGone(err) {
 			return resolved{reason: bufferv1beta1.ReasonScalableRefNotFound, message: fmt.Sprintf("%s %s does not exist", ref.Kind, key)}, 0, false, nil
 		}
