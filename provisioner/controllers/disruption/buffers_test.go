@@ -135,3 +135,31 @@ func TestConsolidationKeepsABuffersRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestConsolidationReplacesNoNodeABuffersRoomIsOn: n1 and n2 each run a
+// pod that fits on no other node, and would each be replaced by a
+// cheaper 2-cpu node (TestConsolidationReplacesANodeWithACheaperOne). A
+// ready buffer of two 3-cpu chunks has room only with both nodes, so
+// with its room kept neither is replaced, and the claim says why;
+// without, n1 is.
+func TestConsolidationReplacesNoNodeABuffersRoomIsOn(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		t.Run(fmt.Sprintf("room kept %v", keep), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			objs := append(replacementFixture("on-demand", cpuType("c7.large", 2, "on-demand", 0.085)), readyBuffer(2, "3")...)
+			kube, rec := consolidateOnceKeeping(ctx, t, objs, keep)
+			evs := drain(rec)
+			reps := len(replacementsOf(ctx, t, kube, "p-n1")) + len(replacementsOf(ctx, t, kube, "p-n2"))
+			if keep && reps != 0 {
+				t.Errorf("%d replacements of nodes the buffer's room is on; events:\n%s", reps, evs)
+			}
+			if !keep && reps != 1 {
+				t.Errorf("%d replacements without the buffer's room kept, want 1; events:\n%s", reps, evs)
+			}
+			if want := "replacing it leaves CapacityBuffer default/web's chunks without room"; keep && !strings.Contains(evs, want) {
+				t.Errorf("no Event saying %q; events:\n%s", want, evs)
+			}
+		})
+	}
+}

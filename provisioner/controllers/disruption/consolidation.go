@@ -340,6 +340,10 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 			k.unconsolidatable(ctx, c.claim, nofit[i])
 			continue
 		}
+		if why := k.bufferShort(ctx, s, []*candidate{c}); why != "" {
+			k.unconsolidatable(ctx, c.claim, nofit[i]+"; and replacing it "+why)
+			continue
+		}
 		if k.now().After(deadline) {
 			klog.FromContext(ctx).V(2).Info("Consolidation round out of time; the rest next round", "timeout", k.Timeout)
 			return nil
@@ -411,7 +415,7 @@ func (k *Consolidation) merge(ctx context.Context, s *state, cands []*candidate,
 			for _, c := range group[:mid] {
 				pods = append(pods, c.pods...)
 			}
-			if s.pdbsRefuse(pods) != "" {
+			if s.pdbsRefuse(pods) != "" || k.bufferShort(ctx, s, group[:mid]) != "" {
 				hi = mid - 1
 				continue
 			}
@@ -492,6 +496,24 @@ func (k *Consolidation) place(ctx context.Context, s *state, cands []*candidate,
 		return bufferPod(s.buffers, short), fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("removing it leaves CapacityBuffer %s's chunks without room (%s)", short, sayWhy(st))), false
 	}
 	return nil, nil, true
+}
+
+// bufferShort says why removing the nodes of cands for a replacement
+// would leave a ready buffer's chunk without room: the chunks are placed
+// on the cluster without those nodes, their pods gone to the new node,
+// whose own room is not counted (it is sized for the pods).
+func (k *Consolidation) bufferShort(ctx context.Context, s *state, cands []*candidate) string {
+	if len(s.buffers) == 0 {
+		return ""
+	}
+	names := make([]string, len(cands))
+	for i, c := range cands {
+		names[i] = c.node.Name
+	}
+	if short, st, ok := bufferroom.Room(ctx, k.sched, s.cluster().Draining(disruptedTaint, names...), s.buffers); !ok {
+		return fmt.Sprintf("leaves CapacityBuffer %s's chunks without room (%s)", short, sayWhy(st))
+	}
+	return ""
 }
 
 // observe is the package's observe, with the ready CapacityBuffers'

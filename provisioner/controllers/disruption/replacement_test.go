@@ -84,6 +84,13 @@ func instanceTypesOf(nc *v1alpha1.NodeClaim) []string {
 // over objs, with replacement.
 func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (client.Client, *events.FakeRecorder) {
 	t.Helper()
+	return consolidateOnceKeeping(ctx, t, objs, false)
+}
+
+// consolidateOnceKeeping is consolidateOnce with
+// Consolidation.KeepBufferRoom set to keep.
+func consolidateOnceKeeping(ctx context.Context, t *testing.T, objs []client.Object, keep bool) (client.Client, *events.FakeRecorder) {
+	t.Helper()
 	kube := testobj.Client(append(objs, replacementPool(v1alpha1.ConsolidationPolicyWhenEmptyOrUnderutilized))...)
 	sched := newScheduler(ctx, t)
 	rec := events.NewFakeRecorder(100)
@@ -92,7 +99,7 @@ func consolidateOnce(ctx context.Context, t *testing.T, objs []client.Object) (c
 	c := New(NewExecutor(kube, kube, kubefake.NewClientset(), rec, clock))
 	c.Executor().SetReplacer(NewReplacer(kube, kube, sched, limits.NewLedger(kube, cloudfake.New())))
 	k := NewConsolidation(c.Executor(), kube, kube, sched, clock)
-	k.Pause = 0
+	k.Pause, k.KeepBufferRoom = 0, keep
 	for range 2 {
 		if err := k.Round(ctx); err != nil {
 			t.Fatal(err)
