@@ -335,6 +335,12 @@ func (k *Consolidation) decide(ctx context.Context, s *state, cands []*candidate
 	if d := k.merge(ctx, s, cands, room, deadline); d != nil {
 		return d
 	}
+	return k.replaceOne(ctx, s, keep, nofit, deadline)
+}
+
+// replaceOne looks, node by node among keep (whose pods fit nowhere
+// else, nofit saying why), for one a cheaper new node can replace.
+func (k *Consolidation) replaceOne(ctx context.Context, s *state, keep []*candidate, nofit []string, deadline time.Time) *decision {
 	for i, c := range keep {
 		if k.exec.replacer == nil || c.price == 0 {
 			k.unconsolidatable(ctx, c.claim, nofit[i])
