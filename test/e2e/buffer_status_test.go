@@ -12,9 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,23 +76,6 @@ func TestCapacityBufferStatusIsWrittenWithTheChartsPermissions(t *testing.T) {
 	if c := meta.FindStatusCondition(job.Status.Conditions, bufferv1beta1.ConditionReadyForProvisioning); !strings.Contains(c.Message, "not supported yet") {
 		t.Errorf("buffer job's ReadyForProvisioning says %q, want it to say the kind is not supported yet", c.Message)
 	}
-}
-
-// bufferClient is a client that knows CapacityBuffers.
-func bufferClient(t *testing.T, sb *sandbox.Sandbox) client.Client {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := bufferv1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(sb.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // awaitBuffer waits for condition typ of buffer default/<name> to have
