@@ -2,10 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
-	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -22,25 +19,5 @@ func keepingCapacityBuffers(config []byte) ([]byte, error) {
 
 // waitCapacityBuffers waits until the API server serves CapacityBuffers.
 func waitCapacityBuffers(ctx context.Context, cfg *rest.Config) error {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		list, err := cs.Discovery().ServerResourcesForGroupVersion("autoscaling.x-k8s.io/v1beta1")
-		if err == nil {
-			for _, r := range list.APIResources {
-				if r.Name == "capacitybuffers" {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the API server does not serve capacitybuffers.autoscaling.x-k8s.io: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return waitResources(ctx, cfg, "autoscaling.x-k8s.io/v1beta1", "capacitybuffers")
 }

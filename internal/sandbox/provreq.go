@@ -2,10 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
-	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
@@ -51,25 +48,5 @@ func withVirtualNodesArg(config []byte, arg string) ([]byte, error) {
 // waitProvisioningRequests waits until the API server serves
 // ProvisioningRequests.
 func waitProvisioningRequests(ctx context.Context, cfg *rest.Config) error {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		list, err := cs.Discovery().ServerResourcesForGroupVersion("autoscaling.x-k8s.io/v1")
-		if err == nil {
-			for _, r := range list.APIResources {
-				if r.Name == "provisioningrequests" {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the API server does not serve provisioningrequests.autoscaling.x-k8s.io: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return waitResources(ctx, cfg, "autoscaling.x-k8s.io/v1", "provisioningrequests")
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -496,6 +497,12 @@ func withConfigFields(config []byte, section string, fields map[string]any) ([]b
 
 // waitServed waits until the API server serves every Nodeforge resource.
 func waitServed(ctx context.Context, cfg *rest.Config) error {
+	return waitResources(ctx, cfg, "nodeforge.dev/v1alpha1", "nodepools", "nodeclaims", "simulatednodeclasses", "instancetypecatalogs")
+}
+
+// waitResources waits, a minute at most, until the API server serves
+// each of resources in groupVersion (their CRDs established).
+func waitResources(ctx context.Context, cfg *rest.Config, groupVersion string, resources ...string) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -503,22 +510,22 @@ func waitServed(ctx context.Context, cfg *rest.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		list, err := cs.Discovery().ServerResourcesForGroupVersion("nodeforge.dev/v1alpha1")
+		list, err := cs.Discovery().ServerResourcesForGroupVersion(groupVersion)
 		if err == nil {
 			served := map[string]bool{}
 			for _, r := range list.APIResources {
 				served[r.Name] = true
 			}
-			if served["nodepools"] && served["nodeclaims"] && served["simulatednodeclasses"] && served["instancetypecatalogs"] {
+			if !slices.ContainsFunc(resources, func(r string) bool { return !served[r] }) {
 				return nil
 			}
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("waiting for the Nodeforge CRDs: %w", err)
+			return fmt.Errorf("waiting for the CRDs of %s: %w", groupVersion, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Nodeforge CRDs were not served within a minute")
+			return fmt.Errorf("the API server did not serve %s of %s within a minute", strings.Join(resources, ", "), groupVersion)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
