@@ -37,11 +37,7 @@ func TestABufferKeepsRoomThatPodsTakeAtOnce(t *testing.T) {
 	bufs := bufferClient(t, sb)
 	const pool = "buffer"
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.2xlarge", "m7.2xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-		}
+		onDemandTeamPool(np, pool, []string{"c7.2xlarge", "m7.2xlarge"})
 		np.Spec.Disruption = v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: "1s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}
 	})
 	poll(t, "pool "+pool+"'s catalog", func() (bool, error) { return catalogPublished(ctx, kube, pool) })

@@ -80,11 +80,7 @@ func TestAGangLaunchesWholeOrNotAtAll(t *testing.T) {
 	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
 	const pool, n = "gang", 8
 	np := poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-		}
+		onDemandTeamPool(np, pool, []string{"c7.xlarge"})
 		np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("28")}
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 	})
@@ -201,15 +197,10 @@ func TestAGangWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
 	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
 	const pool, n = "gangfail", 4
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge", "c7.2xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-			// One zone: the capacity error marks the c7.2xlarge offering
-			// the pool has unavailable at once (in three zones, the gang
-			// would be tried in each in turn, launching and releasing).
-			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
-		}
+		// One zone: the capacity error marks the c7.2xlarge offering
+		// the pool has unavailable at once (in three zones, the gang
+		// would be tried in each in turn, launching and releasing).
+		onDemandTeamPool(np, pool, []string{"c7.xlarge", "c7.2xlarge"}, "zone-a")
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 	})
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
@@ -488,11 +479,7 @@ func TestAGangsNodesDriftTogether(t *testing.T) {
 	_, cs, kube := startSandbox(t, sandbox.Options{FeatureGates: map[string]bool{"GenericWorkload": true}})
 	const pool, n = "gangdrift", 3
 	np := poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-		}
+		onDemandTeamPool(np, pool, []string{"c7.xlarge"})
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 		np.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "2", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
 	})

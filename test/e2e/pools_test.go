@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,4 +29,19 @@ func poolFromDefault(t *testing.T, kube client.Client, name string, edit func(*v
 		t.Fatal(err)
 	}
 	return np
+}
+
+// onDemandTeamPool makes np's nodes carry team=<pool> (what the tests'
+// pods select) and be on-demand nodes of the given instance types, in the
+// zones given, or any.
+func onDemandTeamPool(np *v1alpha1.NodePool, pool string, types []string, zones ...string) {
+	np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": v1alpha1.LabelValue(pool)}
+	np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
+		{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: types},
+		{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
+	}
+	if len(zones) > 0 {
+		np.Spec.Template.Spec.Requirements = append(np.Spec.Template.Spec.Requirements,
+			v1alpha1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: zones})
+	}
 }

@@ -50,11 +50,7 @@ func TestProvisioningRequestsAsKueueReadsThem(t *testing.T) {
 	prs := provreqClient(t, sb)
 	const pool = "provreq"
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-		}
+		onDemandTeamPool(np, pool, []string{"c7.xlarge"})
 		np.Spec.Limits = v1alpha1.Limits{corev1.ResourceCPU: resource.MustParse("12")}
 		np.Spec.Disruption = v1alpha1.Disruption{ConsolidationPolicy: v1alpha1.ConsolidationPolicyWhenEmpty, ConsolidateAfter: "1s", Budgets: []v1alpha1.Budget{{Nodes: "100%"}}}
 	})
@@ -248,12 +244,7 @@ func TestAProvisioningRequestWhoseClaimCannotLaunchLeavesNothing(t *testing.T) {
 	prs := provreqClient(t, sb)
 	const pool = "provfail"
 	poolFromDefault(t, kube, pool, func(np *v1alpha1.NodePool) {
-		np.Spec.Template.ObjectMeta.Labels = map[string]v1alpha1.LabelValue{"team": pool}
-		np.Spec.Template.Spec.Requirements = []v1alpha1.NodeSelectorRequirementWithMinValues{
-			{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"c7.xlarge", "c7.2xlarge"}},
-			{Key: v1alpha1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{"on-demand"}},
-			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
-		}
+		onDemandTeamPool(np, pool, []string{"c7.xlarge", "c7.2xlarge"}, "zone-a")
 		np.Spec.Disruption.ConsolidateAfter = v1alpha1.Never
 	})
 	class := &v1alpha1.SimulatedNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
