@@ -234,12 +234,21 @@ func (p *VirtualNodes) decideInGroup(ctx context.Context, pod, whole *corev1.Pod
 		p.book.unview(c, pod)
 	}
 	p.book.settle()
+	fl := p.book.inFlight(pod)
+	if isVirtualPod(pod) {
+		// A request's pods and a buffer's chunks go only to claims of
+		// their own, made by this decision: room on the claims in flight
+		// was counted before (fitsNow, buffers.keepOne), and a claim
+		// written with all of them at once is never closed before some
+		// are.
+		fl = inFlight{open: slices.DeleteFunc(slices.Clone(fl.open), func(c *claim) bool { return !before[c] })}
+	}
 	var ch choice
 	if whole != nil {
-		ch = p.decider.place(ctx, whole, p.book.inFlight(pod), p.ordered)
+		ch = p.decider.place(ctx, whole, fl, p.ordered)
 	}
 	if ch.claim == nil {
-		ch = p.decider.place(ctx, pod, p.book.inFlight(pod), p.ordered)
+		ch = p.decider.place(ctx, pod, fl, p.ordered)
 	}
 	if ch.claim == nil {
 		return "", nil, strings.Join(ch.reasons, "; ")

@@ -225,6 +225,10 @@ func (r *requests) answer(ctx context.Context, pr *provreqv1.ProvisioningRequest
 	if names := pr.Status.ProvisioningClassDetails[provreqv1.DetailNodeClaims]; names != "" {
 		return r.await(ctx, pr, strings.Split(string(names), ","))
 	}
+	if r.p.holdsRequest(key) {
+		// Decided, its status write not in the cache yet.
+		return claimPoll, false
+	}
 	fits, why := r.fitsNow(ctx, pr, pods)
 	if fits {
 		set(provreqv1.ConditionProvisioned, metav1.ConditionTrue, provreqv1.ReasonCapacityIsFound, fmt.Sprintf("Capacity is found in the cluster: the %d pods fit on the nodes there and in flight", len(pods)))
@@ -395,7 +399,12 @@ func (p *VirtualNodes) addInFlight(view *simulator.View) {
 		if c.request != "" || c.written != nil && c.written.Annotations[v1alpha1.AnnotationProvisioningRequest] != "" {
 			continue // booked for a request
 		}
-		view.Add(c.info.Node().DeepCopy())
+		if len(c.options) == 0 {
+			continue
+		}
+		// The cheapest option is what launches: room only a larger one
+		// would have is not room.
+		view.Add(c.node(c.options[0]))
 		for _, pod := range c.info.Pods {
 			_ = view.Bind(pod.GetPod(), c.name)
 		}
@@ -424,7 +433,11 @@ func (p *VirtualNodes) decideRequest(ctx context.Context, key types.NamespacedNa
 	}
 	var names []string
 	for _, t := range d.made {
-		t.c.request = key.String()
+		// Only a claim the decision made is the request's: an open
+		// claim it joined launches for its own pods too.
+		if t.isNew {
+			t.c.request = key.String()
+		}
 		t.c.dirty = true
 		if !slices.Contains(names, t.c.name) {
 			names = append(names, t.c.name)
@@ -510,4 +523,26 @@ func (p *VirtualNodes) knows(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.book.claim(name) != nil
+}
+
+// holdsRequest says whether the request's pods are nominated to claims.
+func (p *VirtualNodes) holdsRequest(key types.NamespacedName) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.requestPods[key]) > 0
+}
+
+// lateVirtual handles a request's pod or a buffer's chunk that a claim
+// closed before its nomination was written left: a request is decided
+// again (its claims released with the pods it held), a buffer's chunk is
+// placed again at the buffer's next look. Callers hold p.mu.
+func (p *VirtualNodes) lateVirtual(pod *corev1.Pod) {
+	if nodeshape.IsBufferPod(pod) {
+		return
+	}
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Annotations[provreqv1.AnnotationConsumeRequest]}
+	p.forgetRequestLocked(key)
+	if p.requests != nil {
+		p.requests.queue.Add(key)
+	}
 }

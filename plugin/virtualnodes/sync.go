@@ -368,7 +368,11 @@ func (p *VirtualNodes) rebuild(ctx context.Context, c client.Reader, listPods fu
 			continue
 		}
 		cl := p.restore(nc, byClaim[nc.Name])
-		if cl != nil && int32(len(cl.pods)) != nc.Spec.NominatedPods {
+		// A claim made for a ProvisioningRequest or a CapacityBuffer
+		// counts pods that are not API objects: its spec is kept as
+		// written, or it would launch for its daemonsets alone.
+		virtual := nc.Annotations[v1alpha1.AnnotationProvisioningRequest] != "" || nc.Annotations[v1alpha1.AnnotationCapacityBuffer] != ""
+		if cl != nil && int32(len(cl.pods)) != nc.Spec.NominatedPods && !virtual {
 			// Nominations made after the claim's last write, before the
 			// restart: written again, or the provisioner waits for a
 			// write that would not come (schedulerAhead).
@@ -660,6 +664,10 @@ func (p *VirtualNodes) flush(ctx context.Context, c client.Client) {
 			logger.Info("Nodeclaim changed under the scheduler; closing it to nominations", "nodeClaim", w.cl.name, "podsDecidedAgain", len(late))
 			if len(late) > 0 {
 				for _, pod := range late {
+					if isVirtualPod(pod) {
+						p.lateVirtual(pod)
+						continue
+					}
 					p.refused[pod.UID] = pod
 				}
 				p.retryRefused("nodeclaim " + w.cl.name + " closed before its last nominations were written")
