@@ -3,7 +3,9 @@ package virtualnodes
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,14 +107,26 @@ func (b *buffers) keep(ctx context.Context) error {
 		}
 		var tpl corev1.PodTemplate
 		if err := b.c.Get(ctx, types.NamespacedName{Namespace: buf.Namespace, Name: buf.Status.PodTemplateRef.Name}, &tpl); err != nil {
-			klog.FromContext(ctx).V(2).Info("Reading a CapacityBuffer's PodTemplate; its room is not kept now", "capacityBuffer", klog.KObj(buf), "err", err)
+			klog.FromContext(ctx).V(2).Info("Reading a CapacityBuffer's PodTemplate; its room is looked at again later", "capacityBuffer", klog.KObj(buf), "err", err)
+			want[types.NamespacedName{Namespace: buf.Namespace, Name: buf.Name}] = nil // its chunks kept as they are
 			continue
 		}
 		want[types.NamespacedName{Namespace: buf.Namespace, Name: buf.Name}] = nodeshape.BufferPods(buf, &tpl)
 	}
 	b.p.forgetBuffers(want)
-	for key, chunks := range want {
-		b.keepOne(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("capacityBuffer", key)), key, chunks)
+	if len(want) == 0 {
+		return nil
+	}
+	// One view for every buffer: room one buffer's chunk takes is not
+	// another's.
+	view, err := b.view()
+	if err != nil {
+		return err
+	}
+	for _, key := range slices.SortedFunc(maps.Keys(want), func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) }) {
+		if want[key] != nil {
+			b.keepOne(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("capacityBuffer", key)), view, key, want[key])
+		}
 	}
 	return nil
 }
@@ -126,17 +140,14 @@ func served(buf *bufferv1beta1.CapacityBuffer) bool {
 		meta.IsStatusConditionTrue(buf.Status.Conditions, bufferv1beta1.ConditionReadyForProvisioning)
 }
 
-// keepOne places the chunks not nominated to a claim where there is room,
-// and nominates those that have none to claims.
-func (b *buffers) keepOne(ctx context.Context, key types.NamespacedName, chunks []*corev1.Pod) {
-	loose := b.p.unnominated(chunks)
-	if len(loose) == 0 {
-		return
-	}
-	roomless, err := b.withoutRoom(ctx, loose)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Placing a CapacityBuffer's chunks")
-		return
+// keepOne places the chunks not nominated to a claim in view, where they
+// stay, and nominates those that have no room there to claims.
+func (b *buffers) keepOne(ctx context.Context, view *simulator.View, key types.NamespacedName, chunks []*corev1.Pod) {
+	var roomless []*corev1.Pod
+	for _, pod := range b.p.unnominated(chunks) {
+		if _, st := b.sched.Place(ctx, view, pod); !st.IsSuccess() {
+			roomless = append(roomless, pod)
+		}
 	}
 	if len(roomless) == 0 {
 		return
@@ -145,9 +156,8 @@ func (b *buffers) keepOne(ctx context.Context, key types.NamespacedName, chunks 
 	klog.FromContext(ctx).Info("Launching room for a CapacityBuffer's chunks", "chunks", len(chunks), "withoutRoom", len(roomless), "nodeClaims", names, "refused", refused)
 }
 
-// withoutRoom are the chunks of pods, placed one after another on the
-// nodes there and the claims in flight, that fit nowhere.
-func (b *buffers) withoutRoom(ctx context.Context, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+// view is the nodes there and the claims in flight, with their pods.
+func (b *buffers) view() (*simulator.View, error) {
 	nodes, err := b.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -158,13 +168,7 @@ func (b *buffers) withoutRoom(ctx context.Context, pods []*corev1.Pod) ([]*corev
 	}
 	view := simulator.NewCluster(nodes, all).Without()
 	b.p.addInFlight(view)
-	var out []*corev1.Pod
-	for _, pod := range pods {
-		if _, st := b.sched.Place(ctx, view, pod); !st.IsSuccess() {
-			out = append(out, pod)
-		}
-	}
-	return out, nil
+	return view, nil
 }
 
 // unnominated are the chunks the book holds on no claim.
@@ -180,6 +184,9 @@ func (p *VirtualNodes) forgetBuffers(want map[types.NamespacedName][]*corev1.Pod
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, held := range p.bufferPods {
+		if w, ok := want[key]; ok && w == nil {
+			continue // not read now: left as it is
+		}
 		keep := map[types.UID]bool{}
 		for _, pod := range want[key] {
 			keep[pod.UID] = true
@@ -211,14 +218,15 @@ func (p *VirtualNodes) decideBuffer(ctx context.Context, key types.NamespacedNam
 	d := p.decideGroup(ctx, chunks, "", "")
 	var names []string
 	for _, t := range d.made {
-		if t.c.request == "" {
+		if t.isNew {
 			t.c.buffer = key.String()
 		}
 		t.c.dirty = true
 		if !slices.Contains(names, t.c.name) {
 			names = append(names, t.c.name)
 		}
-		p.bufferPods[key] = append(p.bufferPods[key], t.pod)
+		held := slices.DeleteFunc(p.bufferPods[key], func(pod *corev1.Pod) bool { return pod.UID == t.pod.UID })
+		p.bufferPods[key] = append(held, t.pod)
 	}
 	for _, why := range d.refused {
 		klog.FromContext(ctx).Info("A CapacityBuffer's chunk can have no node", "reason", why)
