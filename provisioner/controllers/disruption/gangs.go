@@ -22,8 +22,12 @@ import (
 // pods of the same PodGroups, each chosen by the same method, none held
 // by do-not-disrupt, and all of them within their pools' budgets at once.
 // Otherwise none is, and the claim says why (DisruptionBlocked): the
-// unit waits. Each node of the unit gets its own replacement, launched
-// before any is drained. Emptiness never meets a gang's pods, and
+// unit waits. The unit's commands are submitted together; each node gets
+// its own replacement and is drained once that replacement is up, so the
+// gang's nodes go within the time of one launch, not one after another.
+// A member whose own command is called off (its replacement cannot be
+// planned, say) does not stop the others: it is judged again, with its
+// gang now on new nodes. Emptiness never meets a gang's pods, and
 // consolidation leaves their nodes alone (consolidation.go).
 
 // gangMember is one claim of a unit, with its pool and what the method
@@ -50,7 +54,7 @@ func (c *Controller) gangPeers(ctx context.Context, nc *v1alpha1.NodeClaim) ([]*
 		}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil && *sg.PodGroupName == g.Name && p.Spec.NodeName != "" {
+			if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil && *sg.PodGroupName == g.Name && p.Spec.NodeName != "" && !occupiesNot(p) {
 				nodes[p.Spec.NodeName] = true
 			}
 		}
@@ -127,7 +131,11 @@ func (c *Controller) submitUnit(ctx context.Context, nc *v1alpha1.NodeClaim, poo
 	for _, u := range unit {
 		res, err := c.exec.Submit(ctx, c.command(u.claim, u.pool, m, u.v))
 		if err != nil || !res.IsZero() {
-			c.exec.budgets.release(u.claim.UID)
+			if !c.exec.Busy(u.claim.UID) {
+				// Not taken by another command: the reservation is this
+				// unit's own (another's is never released here).
+				c.exec.budgets.release(u.claim.UID)
+			}
 			klog.FromContext(ctx).Info("A node of the pod group's unit was not taken; it is judged again", "podGroup", group, "nodeClaim", klog.KObj(u.claim), "err", err)
 			if firstErr == nil {
 				firstErr = err

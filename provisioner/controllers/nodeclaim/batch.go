@@ -46,7 +46,7 @@ func (b *batcher) reconcile(ctx context.Context, nc *v1alpha1.NodeClaim) (reconc
 	// A claim made for a ProvisioningRequest or a CapacityBuffer has the
 	// request's pods or the buffer's chunks nominated to it, which are not
 	// API objects: it launches while they want it, as a replacement does.
-	requested, done, err := b.requestWanted(ctx, nc)
+	requested, done, err := b.requestWanted(ctx, nc, len(pods))
 	if err != nil || done {
 		return reconcile.Result{}, err
 	}

@@ -72,9 +72,10 @@ func (b base) release(ctx context.Context, other, nc *v1alpha1.NodeClaim, note s
 }
 
 // releaseRequest releases, for a claim given up that was made for a
-// ProvisioningRequest, the request's other claims: the request is
-// launched whole or not at all (best-effort-atomic-scale-up), and
-// VirtualNodes decides it afresh.
+// ProvisioningRequest, the request's other claims not yet initialized:
+// the request is launched whole or not at all
+// (best-effort-atomic-scale-up), and VirtualNodes decides it afresh,
+// counting the nodes already up as room.
 func (b base) releaseRequest(ctx context.Context, nc *v1alpha1.NodeClaim, why string) {
 	key, ok := cluster.RequestOf(nc)
 	if !ok {
@@ -88,6 +89,12 @@ func (b base) releaseRequest(ctx context.Context, nc *v1alpha1.NodeClaim, why st
 	for i := range claims.Items {
 		other := &claims.Items[i]
 		if other.UID == nc.UID || other.DeletionTimestamp != nil || other.Annotations[v1alpha1.AnnotationProvisioningRequest] != key.String() {
+			continue
+		}
+		if other.Status.Phase == v1alpha1.NodeClaimInitialized {
+			// Its node is up, and may run pods by now (booked room is not
+			// fenced): it stays, and the request, decided again, counts
+			// it as room.
 			continue
 		}
 		if _, ok := other.Annotations[v1alpha1.AnnotationReleasedWith]; ok {
@@ -141,15 +148,17 @@ func (b base) groupClaims(ctx context.Context, namespace, name string) ([]*v1alp
 // requestWanted reports whether nc was made for a ProvisioningRequest or
 // a CapacityBuffer that still wants it. A claim whose request or buffer
 // no longer does (deleted, failed, booking expired, not ready) is deleted
-// before launch, and done says so.
-func (b base) requestWanted(ctx context.Context, nc *v1alpha1.NodeClaim) (wanted, done bool, err error) {
+// before launch, and done says so, unless pods are nominated to it.
+func (b base) requestWanted(ctx context.Context, nc *v1alpha1.NodeClaim, pods int) (wanted, done bool, err error) {
 	_, request := cluster.RequestOf(nc)
 	_, buffer := cluster.BufferOf(nc)
 	if !request && !buffer {
 		return false, false, nil
 	}
 	holds, why, err := cluster.ClaimWanted(ctx, b.kube, nc)
-	if err != nil || holds {
+	if err != nil || holds || pods > 0 {
+		// Pods the scheduler nominated to it since want it all the same:
+		// it launches for them as any claim.
 		return holds, false, err
 	}
 	klog.FromContext(ctx).Info("Deleting nodeclaim its ProvisioningRequest or CapacityBuffer no longer wants", "reason", why)
