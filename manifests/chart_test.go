@@ -619,27 +619,14 @@ func TestServiceMonitorVerifiesTLS(t *testing.T) {
 // what they read and write of ProvisioningRequests, and installCRD adds
 // the CRD, kept on uninstall.
 func TestChartServesProvisioningRequestsWhenAsked(t *testing.T) {
-	vnArgs := func(objs []*unstructured.Unstructured) map[string]any {
-		cfg := schedulerConfig(t, objs)
-		for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
-			if m := pc.(map[string]any); m["name"] == "VirtualNodes" {
-				return m["args"].(map[string]any)
-			}
-		}
-		t.Fatal("no VirtualNodes pluginConfig")
-		return nil
-	}
-	has := func(objs []*unstructured.Unstructured, kind, name string) bool {
-		return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
-	}
 	const crd = "provisioningrequests.autoscaling.x-k8s.io"
 	off := render(t, required...)
-	if vnArgs(off)["provisioningRequests"] != nil || has(off, "ClusterRole", "nodeforge-scheduler:provisioning-requests") || has(off, "CustomResourceDefinition", crd) {
+	if virtualNodesArgs(t, off)["provisioningRequests"] != nil || hasObject(off, "ClusterRole", "nodeforge-scheduler:provisioning-requests") || hasObject(off, "CustomResourceDefinition", crd) {
 		t.Error("ProvisioningRequests are served, permitted or installed by default")
 	}
 	on := render(t, append(required, "provisioningRequests.enabled=true", "provisioningRequests.installCRD=true")...)
-	if vnArgs(on)["provisioningRequests"] != true {
-		t.Errorf("VirtualNodes args %v, want provisioningRequests: true", vnArgs(on))
+	if virtualNodesArgs(t, on)["provisioningRequests"] != true {
+		t.Errorf("VirtualNodes args %v, want provisioningRequests: true", virtualNodesArgs(t, on))
 	}
 	for _, role := range []string{"nodeforge-scheduler:provisioning-requests", "nodeforge-provisioner:provisioning-requests"} {
 		find(t, on, "ClusterRole", role)
@@ -648,7 +635,7 @@ func TestChartServesProvisioningRequestsWhenAsked(t *testing.T) {
 	if c := find(t, on, "CustomResourceDefinition", crd); c.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
 		t.Errorf("the ProvisioningRequest CRD is not kept on uninstall: %v", c.GetAnnotations())
 	}
-	if only := render(t, append(required, "provisioningRequests.enabled=true")...); has(only, "CustomResourceDefinition", crd) {
+	if only := render(t, append(required, "provisioningRequests.enabled=true")...); hasObject(only, "CustomResourceDefinition", crd) {
 		t.Error("the ProvisioningRequest CRD is installed without installCRD")
 	}
 	dryRun(t, on)
@@ -661,30 +648,17 @@ func TestChartServesProvisioningRequestsWhenAsked(t *testing.T) {
 // write of CapacityBuffers, PodTemplates and workloads, and installCRD
 // adds the CRD, kept on uninstall.
 func TestChartKeepsCapacityBuffersWhenAsked(t *testing.T) {
-	vnArgs := func(objs []*unstructured.Unstructured) map[string]any {
-		cfg := schedulerConfig(t, objs)
-		for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
-			if m := pc.(map[string]any); m["name"] == "VirtualNodes" {
-				return m["args"].(map[string]any)
-			}
-		}
-		t.Fatal("no VirtualNodes pluginConfig")
-		return nil
-	}
-	has := func(objs []*unstructured.Unstructured, kind, name string) bool {
-		return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
-	}
 	flagged := func(objs []*unstructured.Unstructured) bool {
 		return strings.Contains(str(find(t, objs, "Deployment", "nodeforge-provisioner"), "spec", "template", "spec"), "--capacity-buffers")
 	}
 	const crd = "capacitybuffers.autoscaling.x-k8s.io"
 	off := render(t, required...)
-	if vnArgs(off)["capacityBuffers"] != nil || flagged(off) || has(off, "ClusterRole", "nodeforge-scheduler:capacity-buffers") || has(off, "CustomResourceDefinition", crd) {
+	if virtualNodesArgs(t, off)["capacityBuffers"] != nil || flagged(off) || hasObject(off, "ClusterRole", "nodeforge-scheduler:capacity-buffers") || hasObject(off, "CustomResourceDefinition", crd) {
 		t.Error("CapacityBuffers are kept, permitted or installed by default")
 	}
 	on := render(t, append(required, "capacityBuffers.enabled=true", "capacityBuffers.installCRD=true")...)
-	if vnArgs(on)["capacityBuffers"] != true {
-		t.Errorf("VirtualNodes args %v, want capacityBuffers: true", vnArgs(on))
+	if virtualNodesArgs(t, on)["capacityBuffers"] != true {
+		t.Errorf("VirtualNodes args %v, want capacityBuffers: true", virtualNodesArgs(t, on))
 	}
 	if !flagged(on) {
 		t.Error("the provisioner is not given --capacity-buffers")
@@ -702,8 +676,27 @@ func TestChartKeepsCapacityBuffersWhenAsked(t *testing.T) {
 	if c := find(t, on, "CustomResourceDefinition", crd); c.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
 		t.Errorf("the CapacityBuffer CRD is not kept on uninstall: %v", c.GetAnnotations())
 	}
-	if only := render(t, append(required, "capacityBuffers.enabled=true")...); has(only, "CustomResourceDefinition", crd) {
+	if only := render(t, append(required, "capacityBuffers.enabled=true")...); hasObject(only, "CustomResourceDefinition", crd) {
 		t.Error("the CapacityBuffer CRD is installed without installCRD")
 	}
 	dryRun(t, on)
+}
+
+// virtualNodesArgs are the VirtualNodes arguments of the shipped profile
+// in the rendered scheduler configuration.
+func virtualNodesArgs(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	cfg := schedulerConfig(t, objs)
+	for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
+		if m := pc.(map[string]any); m["name"] == "VirtualNodes" {
+			return m["args"].(map[string]any)
+		}
+	}
+	t.Fatal("no VirtualNodes pluginConfig")
+	return nil
+}
+
+// hasObject says whether objs hold an object of kind named name.
+func hasObject(objs []*unstructured.Unstructured, kind, name string) bool {
+	return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind && o.GetName() == name })
 }

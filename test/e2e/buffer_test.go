@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,22 +101,11 @@ func TestABufferKeepsRoomThatPodsTakeAtOnce(t *testing.T) {
 // bufferClient is a client that knows CapacityBuffers.
 func bufferClient(t *testing.T, sb *sandbox.Sandbox) client.Client {
 	t.Helper()
-	c, err := bufferClientFor(sb)
+	c, err := clientKnowing(sb, bufferv1beta1.AddToScheme)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func bufferClientFor(sb *sandbox.Sandbox) (client.Client, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := bufferv1beta1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(sb.Config, client.Options{Scheme: scheme})
 }
 
 // awaitInitializedClaims waits until the pool has at least n claims, all
@@ -175,7 +162,7 @@ func BenchmarkBufferedPodToRunning(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bufs, err := bufferClientFor(sb)
+	bufs, err := clientKnowing(sb, bufferv1beta1.AddToScheme)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -145,18 +145,23 @@ func TestProvisioningRequestsAsKueueReadsThem(t *testing.T) {
 // provreqClient is a client that knows ProvisioningRequests.
 func provreqClient(t *testing.T, sb *sandbox.Sandbox) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := provreqv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(sb.Config, client.Options{Scheme: scheme})
+	c, err := clientKnowing(sb, provreqv1.AddToScheme)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// clientKnowing is a client of the sandbox that knows the built-in kinds
+// and those adds add.
+func clientKnowing(sb *sandbox.Sandbox, adds ...func(*runtime.Scheme) error) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, adds...) {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(sb.Config, client.Options{Scheme: scheme})
 }
 
 // provReq creates ProvisioningRequest default/<name> of class for count
